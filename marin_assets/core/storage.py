@@ -1,0 +1,277 @@
+"""Storage under one root URI (``MARIN_PREFIX``): layout, atomic writes, manifests, fingerprints.
+
+Every path is a URI handled by fsspec, so a local directory and ``gs://bucket/prefix`` go
+through the same code. Two rules keep killed runs harmless:
+
+* a data file is written to a temporary name and renamed into place (local), or uploaded whole
+  in one request (object stores, where an object appears atomically when its upload commits);
+* an output directory counts as complete only once its ``_manifest.json`` exists, and the
+  manifest is always written last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+MANIFEST = "_manifest.json"
+SHARD_STATS_DIR = "_shards"
+DEFAULT_PREFIX = ".marin_data"
+
+# Object stores on which a single-request upload is atomic (no rename needed).
+_OBJECT_STORE_PROTOCOLS = {"gs", "gcs", "s3", "s3a", "az", "abfs", "memory"}
+
+
+# --------------------------------------------------------------------------- URIs
+
+
+def join(root: str, *parts: str) -> str:
+    """Join URI parts with ``/`` (never ``os.path``: URIs are not local paths)."""
+    out = root.rstrip("/")
+    for part in parts:
+        part = str(part).strip("/")
+        if part:
+            out = f"{out}/{part}"
+    return out
+
+
+def filesystem(uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The fsspec filesystem and the protocol-less path for ``uri``."""
+    fs, path = fsspec.core.url_to_fs(uri)
+    return fs, path
+
+
+def _is_object_store(fs: fsspec.AbstractFileSystem) -> bool:
+    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    return any(p in _OBJECT_STORE_PROTOCOLS for p in protocols)
+
+
+def resolve_prefix(prefix: str | None = None) -> str:
+    """The storage root: the argument, else ``MARIN_PREFIX``, else ``./.marin_data``.
+
+    Local roots are made absolute so that subprocesses and Dagster runs agree on them.
+    """
+    value = prefix or os.environ.get("MARIN_PREFIX") or DEFAULT_PREFIX
+    if "://" not in value:
+        value = os.path.abspath(os.path.expanduser(value))
+    return value.rstrip("/")
+
+
+def exists(uri: str) -> bool:
+    fs, path = filesystem(uri)
+    return fs.exists(path)
+
+
+def listdir(uri: str) -> list[str]:
+    """Full URIs of the entries directly under ``uri`` (empty when it does not exist)."""
+    fs, path = filesystem(uri)
+    if not fs.exists(path):
+        return []
+    protocol = uri.split("://", 1)[0] + "://" if "://" in uri else ""
+    return sorted(protocol + p if protocol and not p.startswith(protocol) else p for p in fs.ls(path, detail=False))
+
+
+def glob(uri_pattern: str) -> list[str]:
+    fs, path = filesystem(uri_pattern)
+    protocol = uri_pattern.split("://", 1)[0] + "://" if "://" in uri_pattern else ""
+    return sorted(protocol + p if protocol else p for p in fs.glob(path))
+
+
+def size(uri: str) -> int:
+    fs, path = filesystem(uri)
+    return int(fs.size(path))
+
+
+def remove(uri: str, recursive: bool = False) -> None:
+    fs, path = filesystem(uri)
+    if fs.exists(path):
+        fs.rm(path, recursive=recursive)
+
+
+# --------------------------------------------------------------------------- atomic writes
+
+
+@contextlib.contextmanager
+def open_atomic(uri: str) -> Iterator[io.BufferedWriter]:
+    """Open ``uri`` for binary writing so that it appears complete or not at all.
+
+    Local and other POSIX-like filesystems: write ``<name>.tmp-<uuid>`` then rename. Object
+    stores: buffer and upload in one request when the block closes.
+    """
+    fs, path = filesystem(uri)
+    parent = path.rsplit("/", 1)[0] if "/" in path else ""
+    if _is_object_store(fs):
+        buf = io.BytesIO()
+        yield buf  # type: ignore[misc]
+        fs.pipe_file(path, buf.getvalue())
+        return
+    if parent:
+        fs.makedirs(parent, exist_ok=True)
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
+    try:
+        with fs.open(tmp, "wb") as handle:
+            yield handle
+        fs.mv(tmp, path)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            fs.rm(tmp)
+        raise
+
+
+def write_bytes(uri: str, data: bytes) -> None:
+    with open_atomic(uri) as handle:
+        handle.write(data)
+
+
+def read_bytes(uri: str) -> bytes:
+    fs, path = filesystem(uri)
+    return fs.cat_file(path)
+
+
+def write_json(uri: str, payload: Any) -> None:
+    write_bytes(uri, json.dumps(payload, indent=2, sort_keys=True, default=_json_default).encode())
+
+
+def read_json(uri: str) -> Any:
+    return json.loads(read_bytes(uri))
+
+
+def put_file(local_path: str, uri: str) -> None:
+    """Copy a finished local file to ``uri`` atomically."""
+    fs, path = filesystem(uri)
+    if _is_object_store(fs):
+        fs.put_file(local_path, path)
+        return
+    with open(local_path, "rb") as src, open_atomic(uri) as dst:
+        while chunk := src.read(8 << 20):
+            dst.write(chunk)
+
+
+# --------------------------------------------------------------------------- parquet
+
+PARQUET_COMPRESSION = "zstd"
+
+
+def write_parquet(table: pa.Table, uri: str, row_group_size: int | None = None) -> None:
+    """Write a zstd Parquet file atomically."""
+    with open_atomic(uri) as handle:
+        pq.write_table(table, handle, compression=PARQUET_COMPRESSION, row_group_size=row_group_size)
+
+
+def read_parquet(uri: str, columns: Sequence[str] | None = None) -> pa.Table:
+    fs, path = filesystem(uri)
+    with fs.open(path, "rb") as handle:
+        return pq.read_table(handle, columns=list(columns) if columns is not None else None)
+
+
+def parquet_num_rows(uri: str) -> int:
+    fs, path = filesystem(uri)
+    with fs.open(path, "rb") as handle:
+        return pq.ParquetFile(handle).metadata.num_rows
+
+
+def shard_name(index: int, total: int) -> str:
+    """``part-00003-of-00008.parquet``: the basename shared by co-partitioned datasets."""
+    return f"part-{index:05d}-of-{total:05d}.parquet"
+
+
+def list_shards(dir_uri: str) -> list[str]:
+    """The ``part-*.parquet`` files directly under ``dir_uri``, in shard order."""
+    return [u for u in listdir(dir_uri) if u.rsplit("/", 1)[-1].startswith("part-") and u.endswith(".parquet")]
+
+
+def basename(uri: str) -> str:
+    return uri.rstrip("/").rsplit("/", 1)[-1]
+
+
+# --------------------------------------------------------------------------- manifests
+
+
+def manifest_uri(dir_uri: str) -> str:
+    return join(dir_uri, MANIFEST)
+
+
+def is_complete(dir_uri: str) -> bool:
+    """An output directory is complete when its manifest exists (it is written last)."""
+    return exists(manifest_uri(dir_uri))
+
+
+def write_manifest(dir_uri: str, payload: Mapping[str, Any]) -> None:
+    write_json(manifest_uri(dir_uri), dict(payload))
+
+
+def read_manifest(dir_uri: str) -> dict[str, Any] | None:
+    uri = manifest_uri(dir_uri)
+    return read_json(uri) if exists(uri) else None
+
+
+def shard_stats_uri(output_shard_uri: str) -> str:
+    """Per-shard completion record: written after the shard itself, read on resume."""
+    parent, name = output_shard_uri.rsplit("/", 1)
+    return join(parent, SHARD_STATS_DIR, name.removesuffix(".parquet") + ".json")
+
+
+# --------------------------------------------------------------------------- fingerprints
+
+
+def _json_default(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_json_default)
+
+
+def fingerprint(stage: str, params: Any = None, code_version: str = "1", inputs: Sequence[str] = ()) -> str:
+    """16 hex chars of sha256 over the stage name, its parameters, code version and input fingerprints.
+
+    Merkle-like: a changed input fingerprint changes every fingerprint downstream of it.
+    Paths are deliberately not hashed, so re-rooting a prefix keeps fingerprints stable.
+    """
+    payload = {"stage": stage, "params": params, "code_version": code_version, "inputs": list(inputs)}
+    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------- layout
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where each kind of output lives under the root (DESIGN section 3)."""
+
+    root: str
+
+    def raw(self, key: str, revision: str) -> str:
+        return join(self.root, "raw", key, revision)
+
+    def normalized(self, source: str, fp: str) -> str:
+        return join(self.root, "normalized", source, fp)
+
+    def attributes(self, stage: str, source: str, fp: str) -> str:
+        return join(self.root, "attributes", stage, source, fp)
+
+    def global_(self, asset: str, fp: str) -> str:
+        return join(self.root, "global", asset, fp)
+
+    def pool(self, fp: str) -> str:
+        return join(self.root, "pool", fp)
+
+    def staged(self, relative_path: str) -> str:
+        return join(self.root, relative_path)
