@@ -1,0 +1,47 @@
+# marin-assets: everyday commands. `make demo` and `make test` work on a fresh machine.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+
+# The embedded default: instance and data inside the checkout, the offline demo Hub.
+export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
+export MARIN_PREFIX ?= $(CURDIR)/.marin_data
+export MARIN_DEMO_HUB ?= $(CURDIR)/.demo_hub
+export GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT = false
+export HF_HUB_DISABLE_TELEMETRY = 1
+
+.PHONY: install demo dev test bench check clean home
+
+install: $(VENV)/.installed
+
+# torch first, pinned: it takes the CPU wheel; an unpinned torch pulls a multi-GB CUDA build.
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[test]"
+	touch $@
+
+home:
+	@mkdir -p $(DAGSTER_HOME) $(MARIN_PREFIX)
+	@ln -sf $(CURDIR)/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+
+## Run the whole pipeline offline on the bundled sample, into DAGSTER_HOME and MARIN_PREFIX.
+demo: install home
+	$(BIN)/marin-assets demo
+
+## The Dagster UI (webserver + daemon) on the embedded default.
+dev: install home
+	$(BIN)/marin-assets dev
+
+test: install
+	$(BIN)/python -m pytest -q
+
+check: install
+	$(BIN)/dagster definitions validate -m marin_assets.definitions
+
+bench: install
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(DAGSTER_HOME) $(MARIN_PREFIX) $(MARIN_DEMO_HUB)

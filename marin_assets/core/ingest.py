@@ -1,0 +1,181 @@
+"""From a catalog entry to provider files under ``raw/`` and the list of files to normalize.
+
+A source's raw copy is addressed by content: provider repo, resolved revision and file
+selection. Sources of one family download (the same ``share_key``) download the union of their
+selections once and share that copy; each then normalizes only its own subset.
+
+A small pin record ``raw/<key>/_pins/<pin>-<selection>.json`` maps the catalog pin to the
+resolved revision, so later stages find the raw copy without asking the provider again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from marin_assets.core import storage
+from marin_assets.core.normalize import NormalizeParams, input_format_of
+
+CODE_VERSION = "1"
+
+
+class RecipeNotImplemented(RuntimeError):
+    """A catalog entry whose recipe this version of the project cannot run yet."""
+
+
+class RawFilesMissing(RuntimeError):
+    """A stage needs a source's raw files that were never downloaded."""
+
+
+def recipe_fingerprint(source: Any) -> str:
+    """Fingerprint of everything in a catalog entry that defines how the source is built."""
+    recipe = source.recipe_fingerprint() if hasattr(source, "recipe_fingerprint") else dataclasses.asdict(source)
+    if isinstance(recipe, str):
+        return recipe
+    return storage.fingerprint("source_recipe", recipe)
+
+
+def family_selection(source: Any, catalog: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Allow and exclude globs of the download shared by ``source``'s family.
+
+    An empty allow list anywhere in the family means "all repo files".
+    """
+    members = [s for s in catalog if s.provider.share_key == source.provider.share_key] or [source]
+    if any(not s.provider.allow for s in members):
+        allow: tuple[str, ...] = ()
+    else:
+        allow = tuple(sorted({g for s in members for g in s.provider.allow}))
+    exclude = tuple(sorted(set.intersection(*(set(s.provider.exclude) for s in members)))) if members else ()
+    return allow, exclude
+
+
+def raw_key(source: Any) -> str:
+    """Directory name for a provider repo: ``org__name`` (buckets: ``buckets__org__name``)."""
+    return source.provider.repo_id.strip("/").replace("/", "__")
+
+
+def _pin_record(layout: storage.Layout, source: Any, selection_fp: str) -> str:
+    return storage.join(layout.root, "raw", raw_key(source), "_pins", f"{source.provider.revision}-{selection_fp}.json")
+
+
+def fetch_raw(
+    source: Any,
+    catalog: Any,
+    layout: storage.Layout,
+    *,
+    download: Callable[..., dict[str, Any]],
+    resolve: Callable[..., str],
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Download ``source``'s family selection at its pin (reusing a complete copy).
+
+    ``download`` and ``resolve`` are the hub client's ``download_snapshot`` and
+    ``resolve_revision`` (injected so that callers choose endpoint, token and retry policy).
+    Returns the raw manifest plus ``uri``, ``fingerprint`` and ``reused``.
+    """
+    provider = source.provider
+    if provider.kind != "hf":
+        raise RecipeNotImplemented(
+            f"recipe not implemented yet: source '{source.name}' uses a '{provider.kind}' provider; "
+            f"this version only downloads Hugging Face providers"
+        )
+    allow, exclude = family_selection(source, catalog)
+    selection_fp = storage.fingerprint("selection", {"allow": allow, "exclude": exclude})[:8]
+    pin_uri = _pin_record(layout, source, selection_fp)
+    if storage.exists(pin_uri):
+        pin = storage.read_json(pin_uri)
+        manifest = storage.read_manifest(pin["uri"])
+        if manifest is not None:
+            return manifest | {"uri": pin["uri"], "fingerprint": pin["fingerprint"], "reused": True}
+    revision = resolve(provider.repo_id, provider.revision, provider.repo_type)
+    dest = layout.raw(raw_key(source), f"{revision}-{selection_fp}" if allow or exclude else revision)
+    manifest = download(provider.repo_id, revision, allow, exclude, dest, progress)
+    fp = storage.fingerprint(
+        "raw_files",
+        {"repo": provider.repo_id, "revision": revision, "allow": allow, "exclude": exclude},
+        CODE_VERSION,
+    )
+    storage.write_json(pin_uri, {"uri": dest, "revision": revision, "fingerprint": fp, "pin": provider.revision})
+    return manifest | {"uri": dest, "fingerprint": fp, "reused": bool(manifest.get("reused", False))}
+
+
+def locate_raw(source: Any, catalog: Any, layout: storage.Layout) -> dict[str, Any]:
+    """The raw copy a previous ``fetch_raw`` made for ``source``'s current pin."""
+    allow, exclude = family_selection(source, catalog)
+    selection_fp = storage.fingerprint("selection", {"allow": allow, "exclude": exclude})[:8]
+    pin_uri = _pin_record(layout, source, selection_fp)
+    if not storage.exists(pin_uri):
+        raise RawFilesMissing(
+            f"source '{source.name}': no raw files for pin {source.provider.revision} under {layout.root}; "
+            f"materialize raw_files for partition '{source.name}' first"
+        )
+    pin = storage.read_json(pin_uri)
+    manifest = storage.read_manifest(pin["uri"])
+    if manifest is None:
+        raise RawFilesMissing(
+            f"source '{source.name}': the raw copy at {pin['uri']} is incomplete (no manifest); "
+            f"re-materialize raw_files for partition '{source.name}'"
+        )
+    return manifest | {"uri": pin["uri"], "fingerprint": pin["fingerprint"]}
+
+
+def _manifest_paths(manifest: dict[str, Any]) -> list[str]:
+    files = manifest.get("files", [])
+    return sorted(f["path"] if isinstance(f, dict) else str(f) for f in files)
+
+
+def source_inputs(source: Any, raw: dict[str, Any]) -> list[str]:
+    """The files of the raw copy that ``source`` itself normalizes, in sorted order.
+
+    Keeps the source's own globs and sub-directory, drops hidden files and files of formats
+    normalize does not read.
+    """
+    provider = source.provider
+    chosen = []
+    for path in _manifest_paths(raw):
+        if any(part.startswith(".") or part.startswith("_") for part in path.split("/")):
+            continue
+        if provider.subdir and not path.startswith(provider.subdir.rstrip("/") + "/"):
+            continue
+        if provider.allow and not any(fnmatch.fnmatch(path, g) for g in provider.allow):
+            continue
+        if any(fnmatch.fnmatch(path, g) for g in provider.exclude):
+            continue
+        if input_format_of(path) is None:
+            continue
+        chosen.append(storage.join(raw["uri"], path))
+    return chosen
+
+
+def normalize_params(source: Any, target_shard_bytes: int | None = None) -> NormalizeParams:
+    """The catalog entry's normalize parameters (transformed rows always carry ``text``/``source_id``)."""
+    transformed = bool(getattr(source, "transform", None))
+    kwargs: dict[str, Any] = {
+        "text_field": "text" if transformed else source.text_field,
+        "id_field": "source_id" if transformed else (source.id_field or None),
+        "exact_dedup": getattr(source, "exact_dedup", True),
+        "bare": getattr(source, "bare", False),
+    }
+    if target_shard_bytes:
+        kwargs["target_shard_bytes"] = target_shard_bytes
+    return NormalizeParams(**kwargs)
+
+
+def input_format(source: Any) -> str | None:
+    """A single declared format, or None to detect each file's format from its name."""
+    fmt = getattr(source, "input_format", None)
+    return fmt if fmt in ("parquet", "jsonl", "jsonl.zst", "jsonl.gz", "json.gz", "json") else None
+
+
+def check_recipe(source: Any, known_transforms: Sequence[str]) -> None:
+    """Raise ``RecipeNotImplemented`` naming what is missing for this source."""
+    if source.provider.kind != "hf":
+        raise RecipeNotImplemented(
+            f"recipe not implemented yet: source '{source.name}' needs the '{source.provider.kind}' provider"
+        )
+    if source.transform and source.transform not in known_transforms:
+        raise RecipeNotImplemented(
+            f"recipe not implemented yet: source '{source.name}' needs the family transform '{source.transform}'"
+        )

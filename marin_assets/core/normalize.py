@@ -1,0 +1,387 @@
+"""Normalize a source's provider files into canonical Parquet shards.
+
+Canonical rows: ``id`` (xxh3-128 of the UTF-8 text, 32 hex chars), ``text``, ``source_id``
+(the provider's id, as a string) and the provider's other columns unless the recipe is bare.
+
+Two phases keep memory bounded by the shard size, not the source size, and let a killed run
+resume without redoing finished work:
+
+1. *scatter*: each input file is read in batches, passed through the source's transform (if
+   any), cleaned, hashed, and its rows are routed by ``id`` to one of N shard pieces (Arrow IPC,
+   uncompressed: it is read back once). A finished file leaves a ``_done.json`` marker.
+2. *gather*: each shard reads its pieces, sorts by ``id`` (stable, so the first copy in input
+   order wins), keeps the first row of every ``id`` and sets later copies aside under ``dups/``.
+
+N = max(1, total input bytes // target shard bytes), the same for every run of the same inputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import io
+import json
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import xxhash
+
+from marin_assets.core import storage
+from marin_assets.core.runner import ShardRunner, ShardTask
+
+log = logging.getLogger(__name__)
+
+CODE_VERSION = "1"
+SCATTER_DIR = "_scatter"
+DUPS_DIR = "dups"
+SUPPORTED_FORMATS = ("parquet", "jsonl", "jsonl.zst", "jsonl.gz", "json.gz", "json")
+
+
+class NormalizeError(RuntimeError):
+    """Input that cannot be normalized; the message names the source, the file and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NormalizeParams:
+    """How one source is normalized (the defaults are the reference values)."""
+
+    text_field: str = "text"
+    id_field: str | None = "id"
+    target_shard_bytes: int = 256 * 1024 * 1024
+    max_whitespace_run: int = 128
+    exact_dedup: bool = True
+    bare: bool = False
+    batch_rows: int = 50_000
+
+    def fingerprint_params(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "batch_rows"}
+
+
+# A batch transform turns provider rows into rows with ``text`` and ``source_id`` columns and
+# returns counters of rows it filtered or could not render (reason -> count).
+BatchTransform = Callable[[pl.DataFrame], tuple[pl.DataFrame, Mapping[str, int]]]
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def input_format_of(uri: str) -> str | None:
+    """The format of a provider file from its name (None for files normalize ignores)."""
+    name = storage.basename(uri).lower()
+    for fmt in ("jsonl.zst", "jsonl.gz", "json.gz", "json.zst", "parquet", "jsonl", "json"):
+        if name.endswith("." + fmt):
+            return {"json.zst": "jsonl.zst"}.get(fmt, fmt)
+    return None
+
+
+def _iter_json_lines(uri: str, fmt: str, chunk_bytes: int = 32 << 20) -> Iterator[bytes]:
+    """Yield chunks of whole JSON lines, decompressing on the fly."""
+    fs, path = storage.filesystem(uri)
+    raw = fs.open(path, "rb")
+    try:
+        if fmt.endswith(".gz"):
+            stream: Any = gzip.GzipFile(fileobj=raw)
+        elif fmt.endswith(".zst"):
+            import zstandard  # noqa: PLC0415
+
+            stream = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+        else:
+            stream = raw
+        pending = b""
+        while True:
+            block = stream.read(chunk_bytes)
+            if not block:
+                break
+            block = pending + block
+            cut = block.rfind(b"\n")
+            if cut < 0:
+                pending = block
+                continue
+            pending = block[cut + 1 :]
+            yield block[: cut + 1]
+        if pending.strip():
+            yield pending
+    finally:
+        raw.close()
+
+
+def _parse_json_chunk(chunk: bytes, counters: dict[str, int]) -> pl.DataFrame:
+    """Parse JSON lines; repair invalid UTF-8 and count (not crash on) unparseable lines."""
+    try:
+        text = chunk.decode("utf-8")
+    except UnicodeDecodeError:
+        text = chunk.decode("utf-8", errors="replace")
+        counters["invalid_utf8_repaired"] = counters.get("invalid_utf8_repaired", 0) + sum(
+            1 for line in chunk.split(b"\n") if line and _not_utf8(line)
+        )
+    try:
+        return pl.read_ndjson(io.BytesIO(text.encode("utf-8")), infer_schema_length=None)
+    except Exception:  # noqa: BLE001 - fall back to line-by-line to isolate the bad rows
+        records = []
+        for line in text.split("\n"):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError:
+                counters["bad_json"] = counters.get("bad_json", 0) + 1
+                continue
+            if isinstance(value, dict):
+                records.append(value)
+            else:
+                counters["bad_json"] = counters.get("bad_json", 0) + 1
+        return pl.from_dicts(records, infer_schema_length=None) if records else pl.DataFrame()
+
+
+def _not_utf8(line: bytes) -> bool:
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def read_batches(uri: str, fmt: str, batch_rows: int, counters: dict[str, int]) -> Iterator[pl.DataFrame]:
+    """Provider rows of one file, in bounded batches."""
+    if fmt == "parquet":
+        fs, path = storage.filesystem(uri)
+        with fs.open(path, "rb") as handle:
+            for batch in pq.ParquetFile(handle).iter_batches(batch_size=batch_rows):
+                yield pl.from_arrow(batch)  # type: ignore[misc]
+        return
+    if fmt == "json":
+        data = storage.read_bytes(uri)
+        value = json.loads(data)
+        rows = value if isinstance(value, list) else [value]
+        yield pl.from_dicts(rows, infer_schema_length=None)
+        return
+    for chunk in _iter_json_lines(uri, fmt):
+        frame = _parse_json_chunk(chunk, counters)
+        if frame.height:
+            yield frame
+
+
+# --------------------------------------------------------------------------- row cleaning
+
+
+def text_ids(texts: Sequence[str]) -> list[str]:
+    """xxh3-128 of each UTF-8 text as 32 lowercase hex characters."""
+    digest = xxhash.xxh3_128_hexdigest
+    return [digest(t.encode("utf-8")) for t in texts]
+
+
+def canonical_rows(frame: pl.DataFrame, params: NormalizeParams, *, source: str, file: str) -> tuple[pl.DataFrame, dict[str, int]]:
+    """Rename fields, compact whitespace, drop empty texts and add ``id``."""
+    counters: dict[str, int] = {}
+    if params.text_field not in frame.columns:
+        raise NormalizeError(
+            f"source '{source}': file '{file}' has no text field '{params.text_field}' "
+            f"(columns: {', '.join(frame.columns) or 'none'}); fix the catalog entry's text_field "
+            f"or its transform"
+        )
+    renames: dict[str, str] = {}
+    if "id" in frame.columns and params.id_field != "id":
+        renames["id"] = "provider_id"
+    if "source_id" in frame.columns and params.id_field != "source_id":
+        renames["source_id"] = "provider_source_id"
+    frame = frame.rename(renames)
+    text = pl.col(params.text_field).cast(pl.Utf8)
+    if params.id_field and params.id_field in frame.columns:
+        source_id = pl.col(params.id_field).cast(pl.Utf8)
+    else:
+        source_id = pl.lit(None, dtype=pl.Utf8)
+    keep = [] if params.bare else [c for c in frame.columns if c not in (params.text_field, params.id_field)]
+    frame = frame.select(text.alias("text"), source_id.alias("source_id"), *keep)
+
+    rows_in = frame.height
+    frame = frame.filter(pl.col("text").is_not_null() & (pl.col("text").str.strip_chars().str.len_bytes() > 0))
+    counters["empty_dropped"] = rows_in - frame.height
+
+    run = params.max_whitespace_run
+    long_ws = pl.col("text").str.contains(rf"\s{{{run + 1}}}")
+    compacted = int(frame.select(long_ws.sum()).item() or 0)
+    if compacted:
+        frame = frame.with_columns(
+            pl.when(long_ws).then(pl.col("text").str.replace_all(rf"(\s{{{run}}})\s+", "${1}")).otherwise(pl.col("text")).alias("text")
+        )
+    counters["whitespace_compacted"] = compacted
+    frame = frame.with_columns(pl.Series("id", text_ids(frame["text"].to_list()), dtype=pl.Utf8))
+    ordered = ["id", "text", "source_id"] + [c for c in frame.columns if c not in ("id", "text", "source_id")]
+    return frame.select(ordered), counters
+
+
+def shard_of(ids: pl.Series, shards: int) -> pl.Series:
+    """Route ids to shards by their leading 60 bits (ids are uniform hashes)."""
+    return (ids.str.slice(0, 15).str.to_integer(base=16) % shards).cast(pl.Int32)
+
+
+# --------------------------------------------------------------------------- phases
+
+
+def plan_shards(input_sizes: Sequence[int], target_shard_bytes: int) -> int:
+    return max(1, sum(input_sizes) // target_shard_bytes)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScatterParams:
+    normalize: NormalizeParams
+    shards: int
+    source: str
+    fmt: str | None
+    transform: BatchTransform | None = None
+
+
+def scatter_file(input_uris: list[str], output_uri: str, params: ScatterParams) -> dict[str, Any]:
+    """Phase 1 for one input file: write its rows as N shard pieces under ``output_uri``."""
+    (uri,) = input_uris
+    fmt = params.fmt or input_format_of(uri)
+    if fmt not in SUPPORTED_FORMATS:
+        raise NormalizeError(
+            f"source '{params.source}': file '{uri}' has unsupported format '{fmt}'; "
+            f"supported: {', '.join(SUPPORTED_FORMATS)} (set input_format in the catalog entry)"
+        )
+    counters: dict[str, int] = {"rows_in": 0, "rows_out": 0, "bytes_in": storage.size(uri)}
+    bad_rows: dict[str, int] = {}
+    pieces: dict[int, list[pa.Table]] = {}
+    for batch in read_batches(uri, fmt, params.normalize.batch_rows, bad_rows):
+        counters["rows_in"] += batch.height
+        if params.transform is not None:
+            batch, transform_counts = params.transform(batch)
+            for reason, n in transform_counts.items():
+                bad_rows[reason] = bad_rows.get(reason, 0) + int(n)
+        rows, row_counts = canonical_rows(batch, params.normalize, source=params.source, file=uri)
+        for key, n in row_counts.items():
+            counters[key] = counters.get(key, 0) + n
+        counters["rows_out"] += rows.height
+        if not rows.height:
+            continue
+        rows = rows.with_columns(shard_of(rows["id"], params.shards).alias("_shard"))
+        for (shard,), part in rows.partition_by("_shard", as_dict=True).items():
+            pieces.setdefault(int(shard), []).append(part.drop("_shard").to_arrow())
+    for shard, tables in pieces.items():
+        table = pa.concat_tables(tables, promote_options="permissive")
+        with storage.open_atomic(storage.join(output_uri, f"shard-{shard:05d}.arrow")) as handle:
+            with pa.ipc.new_file(handle, table.schema) as writer:
+                writer.write_table(table)
+    counters.update({f"bad_rows.{k}": v for k, v in bad_rows.items()})
+    storage.write_json(storage.join(output_uri, "_done.json"), counters)
+    return counters
+
+
+def _read_piece(uri: str) -> pl.DataFrame:
+    fs, path = storage.filesystem(uri)
+    with fs.open(path, "rb") as handle:
+        return pl.from_arrow(pa.ipc.open_file(handle).read_all())  # type: ignore[return-value]
+
+
+@dataclasses.dataclass(frozen=True)
+class GatherParams:
+    shard: int
+    exact_dedup: bool
+
+
+def gather_shard(input_uris: list[str], output_uri: str, params: GatherParams) -> dict[str, Any]:
+    """Phase 2 for one shard: sort its pieces by id and split off within-source duplicates."""
+    name = f"shard-{params.shard:05d}.arrow"
+    frames = [_read_piece(storage.join(d, name)) for d in input_uris if storage.exists(storage.join(d, name))]
+    frame = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame(schema={"id": pl.Utf8, "text": pl.Utf8, "source_id": pl.Utf8})
+    frame = frame.sort("id", maintain_order=True)
+    duplicates = 0
+    if params.exact_dedup and frame.height:
+        first = frame["id"].is_first_distinct()
+        dups = frame.filter(~first)
+        frame = frame.filter(first)
+        duplicates = dups.height
+        if duplicates:
+            parent, base = output_uri.rsplit("/", 1)
+            storage.write_parquet(dups.to_arrow(), storage.join(parent, DUPS_DIR, base))
+    storage.write_parquet(frame.to_arrow(), output_uri)
+    return {"rows": frame.height, "duplicates": duplicates, "bytes_out": storage.size(output_uri)}
+
+
+# --------------------------------------------------------------------------- one source
+
+
+def normalize_source(
+    source: str,
+    input_uris: Sequence[str],
+    out_dir: str,
+    params: NormalizeParams,
+    *,
+    fmt: str | None = None,
+    transform: BatchTransform | None = None,
+    runner: ShardRunner | None = None,
+    fingerprint: str = "",
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Normalize ``input_uris`` into ``out_dir``; returns the manifest (written last).
+
+    Reuses a complete output; resumes an interrupted one shard by shard.
+    """
+    existing = storage.read_manifest(out_dir)
+    if existing is not None:
+        return existing | {"reused": True}
+    if not input_uris:
+        raise NormalizeError(f"source '{source}': no input files to normalize; check the catalog entry's file selection")
+    runner = runner or ShardRunner()
+    say = progress or log.info
+    sizes = [storage.size(u) for u in input_uris]
+    shards = plan_shards(sizes, params.target_shard_bytes)
+    scatter_root = storage.join(out_dir, SCATTER_DIR)
+    scatter_tasks = [
+        ShardTask(scatter_file, (uri,), storage.join(scatter_root, f"file-{i:05d}"), ScatterParams(params, shards, source, fmt, transform))
+        for i, uri in enumerate(input_uris)
+    ]
+    scattered = runner.map(scatter_tasks, on_done=lambda r: say(f"{source}: read {storage.basename(r.output)} rows={r.stats.get('rows_in')}"))
+    totals: dict[str, int] = {}
+    for result in scattered:
+        for key, value in result.stats.items():
+            if isinstance(value, int):
+                totals[key] = totals.get(key, 0) + value
+    if totals.get("rows_out", 0) == 0:
+        raise NormalizeError(
+            f"source '{source}': every row was empty or filtered ({totals.get('rows_in', 0)} rows read from "
+            f"{len(input_uris)} files); check the text field and the transform in the catalog entry"
+        )
+    piece_dirs = tuple(t.output for t in scatter_tasks)
+    gather_tasks = [
+        ShardTask(gather_shard, piece_dirs, storage.join(out_dir, storage.shard_name(s, shards)), GatherParams(s, params.exact_dedup))
+        for s in range(shards)
+    ]
+    gathered = runner.map(gather_tasks, on_done=lambda r: say(f"{source}: wrote {storage.basename(r.output)} rows={r.stats['rows']}"))
+    rows = sum(r.stats["rows"] for r in gathered)
+    duplicates = sum(r.stats["duplicates"] for r in gathered)
+    manifest = {
+        "source": source,
+        "fingerprint": fingerprint,
+        "code_version": CODE_VERSION,
+        "params": params.fingerprint_params(),
+        "inputs": list(input_uris),
+        "shards": [storage.basename(r.output) for r in gathered],
+        "rows": rows,
+        "counters": {
+            "files": len(input_uris),
+            "rows_in": totals.get("rows_in", 0),
+            "empty_dropped": totals.get("empty_dropped", 0),
+            "whitespace_compacted": totals.get("whitespace_compacted", 0),
+            "duplicates": duplicates,
+            "rows_out": rows,
+            "bytes_in": totals.get("bytes_in", 0),
+            "bytes_out": sum(r.stats["bytes_out"] for r in gathered),
+        },
+        "bad_rows": {k.removeprefix("bad_rows."): v for k, v in totals.items() if k.startswith("bad_rows.")},
+        "resumed_tasks": sum(r.reused for r in scattered) + sum(r.reused for r in gathered),
+    }
+    storage.write_manifest(out_dir, manifest)
+    storage.remove(scatter_root, recursive=True)
+    return manifest | {"reused": False}
+
+
+def read_normalized(out_dir: str, columns: Sequence[str] | None = None) -> pl.DataFrame:
+    """All rows of a normalized source (small sources and tests only)."""
+    shards = storage.list_shards(out_dir)
+    return pl.concat([pl.from_arrow(storage.read_parquet(u, columns)) for u in shards], how="diagonal_relaxed")  # type: ignore[misc]

@@ -1,0 +1,37 @@
+"""Small helpers that turn stage counters into Dagster metadata (no computation)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import dagster as dg
+
+
+def stage_metadata(*, uri: str, fingerprint: str, reused: bool, rows: int | None, counters: Mapping[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """The metadata every asset reports: row count, output URI, fingerprint, reuse, counters."""
+    meta: dict[str, Any] = {
+        "uri": dg.MetadataValue.path(uri),
+        "fingerprint": fingerprint,
+        "reused": reused,
+    }
+    if rows is not None:
+        meta["dagster/row_count"] = int(rows)
+    for key, value in (counters or {}).items():
+        if isinstance(value, (int, float, str, bool)):
+            meta[key] = value
+    for key, value in extra.items():
+        if value is not None:
+            meta[key] = value
+    return meta
+
+
+def markdown_table(rows: list[Mapping[str, Any]], columns: list[str] | None = None) -> dg.MetadataValue:
+    if not rows:
+        return dg.MetadataValue.md("_none_")
+    columns = columns or list(rows[0].keys())
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        cells = [str(row.get(c, "")).replace("|", "\\|").replace("\n", " ") for c in columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    return dg.MetadataValue.md("\n".join(lines))

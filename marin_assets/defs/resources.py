@@ -1,0 +1,55 @@
+"""The resource every asset uses: where data lives, which catalog, how to reach providers.
+
+Values left empty are read from the environment when an asset runs (never at import), so the
+same definitions serve the embedded default, CI and production:
+``MARIN_PREFIX``, ``MARIN_CATALOG``, ``HF_ENDPOINT``, ``HF_TOKEN``, ``MARIN_SHARD_PROCESSES``,
+``MARIN_RAY_ADDRESS``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import dagster as dg
+
+from marin_assets.catalog.sources import Catalog, load_catalog
+from marin_assets.core import storage
+from marin_assets.core.runner import ShardRunner
+
+
+class MarinResource(dg.ConfigurableResource):
+    """Storage root, catalog and shard execution for marin-assets."""
+
+    prefix: str = ""
+    catalog_path: str = ""
+    shard_processes: int = 0
+    target_shard_bytes: int = 0
+
+    def layout(self) -> storage.Layout:
+        return storage.Layout(storage.resolve_prefix(self.prefix or None))
+
+    def catalog(self) -> Catalog:
+        """The catalog as it is on disk now (re-read so edited pins are seen without a restart)."""
+        return load_catalog(self.catalog_path or None)
+
+    def runner(self) -> ShardRunner:
+        base = ShardRunner.from_env()
+        if self.shard_processes:
+            return ShardRunner(processes=self.shard_processes, ray_address=base.ray_address)
+        return base
+
+    def shard_bytes(self) -> int | None:
+        value = self.target_shard_bytes or int(os.environ.get("MARIN_TARGET_SHARD_BYTES", "0"))
+        return value or None
+
+
+def source_or_fail(marin: MarinResource, name: str) -> Any:
+    """The catalog entry for a partition key, with a clear error if it was removed."""
+    catalog = marin.catalog()
+    if name not in catalog.names:
+        raise dg.Failure(
+            f"source '{name}' is no longer in the catalog ({os.environ.get('MARIN_CATALOG') or 'packaged catalog'}); "
+            "restore the entry or reload the code location to drop its partition"
+        )
+    return catalog.by_name(name)

@@ -1,0 +1,63 @@
+"""Storage on a local directory and on the GCS emulator, through the same functions."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from marin_assets.core import storage
+
+
+@pytest.fixture(params=["local", "gcs"])
+def root(request: pytest.FixtureRequest, tmp_path) -> str:
+    if request.param == "local":
+        return str(tmp_path / "data")
+    return request.getfixturevalue("gcs_prefix")
+
+
+def test_parquet_roundtrip_and_shard_listing(root: str) -> None:
+    out = storage.join(root, "normalized", "cp/pubmed", "abc")
+    for i in (1, 0):
+        storage.write_parquet(pa.table({"id": [f"{i}"], "x": [i]}), storage.join(out, storage.shard_name(i, 2)))
+    storage.write_json(storage.join(out, "notes.json"), {"ignored": True})
+    shards = storage.list_shards(out)
+    assert [storage.basename(s) for s in shards] == ["part-00000-of-00002.parquet", "part-00001-of-00002.parquet"]
+    assert storage.read_parquet(shards[1]).column("x").to_pylist() == [1]
+
+
+def test_manifest_marks_completion(root: str) -> None:
+    out = storage.join(root, "global", "exact_duplicates", "f00")
+    storage.write_bytes(storage.join(out, "data.bin"), b"payload")
+    assert not storage.is_complete(out)
+    storage.write_manifest(out, {"rows": 3})
+    assert storage.is_complete(out)
+    assert storage.read_manifest(out) == {"rows": 3}
+
+
+def test_failed_write_leaves_nothing_that_looks_complete(root: str) -> None:
+    target = storage.join(root, "x", "part-00000-of-00001.parquet")
+    with pytest.raises(RuntimeError):
+        with storage.open_atomic(target) as handle:
+            handle.write(b"half a file")
+            raise RuntimeError("killed")
+    assert not storage.exists(target)
+    assert [u for u in storage.listdir(storage.join(root, "x"))] == []
+
+
+def test_fingerprint_changes_with_params_code_and_inputs() -> None:
+    base = storage.fingerprint("normalized", {"a": 1}, "1", ["raw1"])
+    assert base == storage.fingerprint("normalized", {"a": 1}, "1", ["raw1"])
+    assert len(base) == 16
+    assert base != storage.fingerprint("normalized", {"a": 2}, "1", ["raw1"])
+    assert base != storage.fingerprint("normalized", {"a": 1}, "2", ["raw1"])
+    assert base != storage.fingerprint("normalized", {"a": 1}, "1", ["raw2"])
+    assert base != storage.fingerprint("minhash", {"a": 1}, "1", ["raw1"])
+
+
+def test_layout_is_rooted_and_prefix_resolution(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("MARIN_PREFIX", "gs://bucket/prefix/")
+    assert storage.resolve_prefix() == "gs://bucket/prefix"
+    monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / "rel"))
+    layout = storage.Layout(storage.resolve_prefix())
+    assert layout.normalized("cp/pubmed", "fp") == f"{tmp_path}/rel/normalized/cp/pubmed/fp"
+    assert layout.attributes("minhash", "s", "fp").endswith("/attributes/minhash/s/fp")
