@@ -1,0 +1,110 @@
+"""``marin-assets``: the catalog, the offline demo, the local Hub server and the UI.
+
+    marin-assets sources            list the catalog with kind, pin, tokens, runnable
+    marin-assets status             recipe and fixture coverage of every catalog entry
+    marin-assets demo               run the offline demo pipeline into DAGSTER_HOME/MARIN_PREFIX
+    marin-assets serve-hub ROOT     serve a directory of dataset repos with the Hub HTTP API
+    marin-assets dev                the Dagster UI on the embedded default (demo Hub if no HF_ENDPOINT)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+
+def _cmd_sources(args: argparse.Namespace) -> int:
+    from marin_assets.catalog.sources import format_sources_table, load_catalog
+    from marin_assets.core import ingest
+    from marin_assets.core.transforms import known_transforms
+
+    catalog = load_catalog(args.catalog)
+    print(format_sources_table(catalog))
+    transforms = known_transforms()
+    runnable, missing = [], []
+    for source in catalog:
+        try:
+            ingest.check_recipe(source, transforms)
+            runnable.append(source.name)
+        except ingest.RecipeNotImplemented as exc:
+            missing.append(str(exc).removeprefix("recipe not implemented yet: "))
+    print(f"\nrunnable now: {len(runnable)} of {len(catalog)}")
+    for line in missing if args.verbose else []:
+        print(f"  not yet: {line}")
+    if missing and not args.verbose:
+        print(f"  {len(missing)} need a recipe not implemented yet (--verbose lists them)")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from marin_assets.catalog.status import format_status
+
+    print(format_status(args.catalog))
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from marin_assets.demo.run import run_demo
+
+    return run_demo(sources=args.sources.split(",") if args.sources else None)
+
+
+def _cmd_serve_hub(args: argparse.Namespace) -> int:
+    from marin_assets.core.hub_server import serve
+
+    serve(args.root, port=args.port, host=args.host)
+    return 0
+
+
+def _cmd_dev(args: argparse.Namespace) -> int:
+    """Run ``dagster dev``; without ``HF_ENDPOINT`` the demo Hub serves the bundled sample."""
+    from marin_assets.demo.run import demo_hub
+
+    env = dict(os.environ)
+    command = ["dagster", "dev", "-w", "workspace.yaml", "-p", str(args.port)]
+    if env.get("HF_ENDPOINT"):
+        return subprocess.call(command, env=env)
+    with demo_hub() as endpoint:
+        env["HF_ENDPOINT"] = endpoint
+        print(f"offline demo Hub at {endpoint} (set HF_ENDPOINT to use another Hub)", flush=True)
+        try:
+            return subprocess.call(command, env=env)
+        except KeyboardInterrupt:
+            return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="marin-assets", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("sources", help="list the catalog")
+    p.add_argument("--catalog", default=None, help="catalog file (default: MARIN_CATALOG or the packaged one)")
+    p.add_argument("--verbose", action="store_true")
+    p.set_defaults(fn=_cmd_sources)
+
+    p = sub.add_parser("status", help="recipe and fixture coverage per catalog entry")
+    p.add_argument("--catalog", default=None)
+    p.set_defaults(fn=_cmd_status)
+
+    p = sub.add_parser("demo", help="run the offline demo pipeline")
+    p.add_argument("--sources", default="", help="comma-separated demo sources (default: all)")
+    p.set_defaults(fn=_cmd_demo)
+
+    p = sub.add_parser("serve-hub", help="serve dataset repos with the Hub HTTP API")
+    p.add_argument("root")
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--host", default="127.0.0.1")
+    p.set_defaults(fn=_cmd_serve_hub)
+
+    p = sub.add_parser("dev", help="the Dagster UI on the embedded default")
+    p.add_argument("--port", type=int, default=3000)
+    p.set_defaults(fn=_cmd_dev)
+
+    args = parser.parse_args(argv)
+    return int(args.fn(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""The generic normalize recipe on real files of every supported format."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import polars as pl
+import pytest
+import xxhash
+import zstandard
+
+from marin_assets.core import normalize, storage
+from marin_assets.core.runner import ShardRunner
+
+TEXTS = [f"Document number {i} about topic {i % 7}.\nIt has two lines." for i in range(40)]
+
+
+def _jsonl(rows: list[dict]) -> bytes:
+    return "".join(json.dumps(r) + "\n" for r in rows).encode()
+
+
+def _write(path, fmt: str, rows: list[dict]) -> str:
+    if fmt == "parquet":
+        pl.DataFrame(rows).write_parquet(path)
+    elif fmt == "jsonl":
+        path.write_bytes(_jsonl(rows))
+    elif fmt in ("jsonl.gz", "json.gz"):
+        path.write_bytes(gzip.compress(_jsonl(rows)))
+    elif fmt == "jsonl.zst":
+        path.write_bytes(zstandard.ZstdCompressor().compress(_jsonl(rows)))
+    return str(path)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl", "jsonl.gz", "json.gz", "jsonl.zst"])
+def test_every_format_gives_canonical_rows(tmp_path, fmt: str) -> None:
+    rows = [{"doc_id": i, "body": t, "url": f"https://x/{i}"} for i, t in enumerate(TEXTS)]
+    src = _write(tmp_path / f"in.{fmt}", fmt, rows)
+    out = str(tmp_path / "out")
+    manifest = normalize.normalize_source("s", [src], out, normalize.NormalizeParams(text_field="body", id_field="doc_id"))
+    frame = normalize.read_normalized(out)
+    assert frame.columns == ["id", "text", "source_id", "url"]
+    assert manifest["rows"] == len(TEXTS) == frame.height
+    assert sorted(frame["text"].to_list()) == sorted(TEXTS)
+    first = frame.filter(pl.col("source_id") == "3").row(0, named=True)
+    assert first["id"] == xxhash.xxh3_128_hexdigest(TEXTS[3].encode())
+    assert len(first["id"]) == 32
+    assert frame["id"].to_list() == sorted(frame["id"].to_list())
+
+
+def test_bare_recipe_keeps_only_canonical_columns(tmp_path) -> None:
+    src = _write(tmp_path / "in.parquet", "parquet", [{"id": 1, "text": "hello world", "extra": "x"}])
+    out = str(tmp_path / "out")
+    normalize.normalize_source("s", [src], out, normalize.NormalizeParams(bare=True))
+    assert normalize.read_normalized(out).columns == ["id", "text", "source_id"]
+
+
+def test_empty_rows_dropped_duplicates_set_aside_whitespace_cut(tmp_path) -> None:
+    rows = [{"id": i, "text": t} for i, t in enumerate(TEXTS[:10])]
+    rows += [{"id": 100, "text": "   \n\t "}, {"id": 101, "text": None}, {"id": 102, "text": TEXTS[0]}]
+    rows += [{"id": 103, "text": "a" + " " * 1000 + "b"}, {"id": 104, "text": "c" + "\n" * 128 + "d"}]
+    src = _write(tmp_path / "in.jsonl", "jsonl", rows)
+    out = str(tmp_path / "out")
+    manifest = normalize.normalize_source("s", [src], out, normalize.NormalizeParams())
+    counters = manifest["counters"]
+    assert counters["empty_dropped"] == 2
+    assert counters["duplicates"] == 1
+    assert counters["whitespace_compacted"] == 1
+    frame = normalize.read_normalized(out)
+    compacted = frame.filter(pl.col("source_id") == "103")["text"].item()
+    assert compacted == "a" + " " * 128 + "b"
+    assert frame.filter(pl.col("source_id") == "103")["id"].item() == xxhash.xxh3_128_hexdigest(compacted.encode())
+    assert frame.filter(pl.col("source_id") == "104")["text"].item() == "c" + "\n" * 128 + "d"
+    # the first copy in input order is kept, the later one is under dups/
+    assert frame.filter(pl.col("text") == TEXTS[0])["source_id"].to_list() == ["0"]
+    dups = pl.concat([pl.read_parquet(u) for u in storage.list_shards(storage.join(out, "dups"))])
+    assert dups["source_id"].to_list() == ["102"]
+
+
+def test_bad_rows_are_counted_not_fatal(tmp_path) -> None:
+    good = _jsonl([{"id": 1, "text": "valid row"}, {"id": 2, "text": "another valid row"}])
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(good + b"{not json\n" + b'{"id": 3, "text": "caf\xe9 latin-1"}\n')
+    out = str(tmp_path / "out")
+    manifest = normalize.normalize_source("s", [str(path)], out, normalize.NormalizeParams())
+    assert manifest["bad_rows"]["bad_json"] == 1
+    assert manifest["bad_rows"]["invalid_utf8_repaired"] == 1
+    texts = normalize.read_normalized(out)["text"].to_list()
+    assert "caf\ufffd latin-1" in texts and "valid row" in texts
+
+
+def test_missing_text_field_names_source_file_and_fix(tmp_path) -> None:
+    src = _write(tmp_path / "in.parquet", "parquet", [{"id": 1, "content": "x"}])
+    with pytest.raises(normalize.NormalizeError) as err:
+        normalize.normalize_source("starcoder2/kaggle", [src], str(tmp_path / "out"), normalize.NormalizeParams())
+    message = str(err.value)
+    assert "starcoder2/kaggle" in message and "in.parquet" in message and "text_field" in message and "content" in message
+
+
+def test_same_rows_whatever_the_shard_count(tmp_path) -> None:
+    files = [_write(tmp_path / f"in{i}.jsonl", "jsonl", [{"id": j, "text": TEXTS[j]} for j in range(i, 40, 3)]) for i in range(3)]
+    one = normalize.normalize_source("s", files, str(tmp_path / "one"), normalize.NormalizeParams())
+    many = normalize.normalize_source("s", files, str(tmp_path / "many"), normalize.NormalizeParams(target_shard_bytes=300))
+    assert len(one["shards"]) == 1 and len(many["shards"]) > 2
+    a = normalize.read_normalized(str(tmp_path / "one")).sort("id")
+    b = normalize.read_normalized(str(tmp_path / "many")).sort("id")
+    assert a.equals(b)
+    for shard in storage.list_shards(str(tmp_path / "many")):
+        ids = pl.read_parquet(shard)["id"].to_list()
+        assert ids == sorted(ids)
+
+
+class _Killed(RuntimeError):
+    pass
+
+
+def test_killed_run_resumes_without_redoing_finished_work(tmp_path, monkeypatch) -> None:
+    files = [_write(tmp_path / f"in{i}.jsonl", "jsonl", [{"id": j, "text": TEXTS[j]} for j in range(i, 40, 4)]) for i in range(4)]
+    out = str(tmp_path / "out")
+    params = normalize.NormalizeParams(target_shard_bytes=400)
+    reads: list[str] = []
+    real_read = normalize.read_batches
+    real_gather = normalize.gather_shard
+
+    def counting_read(uri, *args, **kwargs):
+        reads.append(uri)
+        return real_read(uri, *args, **kwargs)
+
+    def dying_gather(inputs, output, gp):
+        if gp.shard == 1:
+            raise _Killed("worker killed")
+        return real_gather(inputs, output, gp)
+
+    monkeypatch.setattr(normalize, "read_batches", counting_read)
+    monkeypatch.setattr(normalize, "gather_shard", dying_gather)
+    with pytest.raises(_Killed):
+        normalize.normalize_source("s", files, out, params, runner=ShardRunner())
+    assert not storage.is_complete(out)
+    assert sorted(reads) == sorted(files)
+
+    reads.clear()
+    gathered: list[int] = []
+
+    def counting_gather(inputs, output, gp):
+        gathered.append(gp.shard)
+        return real_gather(inputs, output, gp)
+
+    monkeypatch.setattr(normalize, "gather_shard", counting_gather)
+    manifest = normalize.normalize_source("s", files, out, params, runner=ShardRunner())
+    assert reads == []  # every input file was already scattered
+    assert gathered == list(range(1, len(manifest["shards"])))  # shard 0 had finished
+    assert manifest["rows"] == 40
+    assert manifest["resumed_tasks"] == len(files) + 1
+    again = normalize.normalize_source("s", files, out, params)
+    assert again["reused"] is True
+
+
+def test_transform_counts_filtered_rows(tmp_path) -> None:
+    src = _write(tmp_path / "in.parquet", "parquet", [{"q": f"question {i}", "a": f"answer {i}", "ok": i % 2 == 0} for i in range(6)])
+
+    def render(frame: pl.DataFrame):
+        kept = frame.filter(pl.col("ok"))
+        rendered = kept.select((pl.col("q") + "\n" + pl.col("a")).alias("text"), pl.col("q").alias("source_id"))
+        return rendered, {"invalid": frame.height - kept.height}
+
+    out = str(tmp_path / "out")
+    manifest = normalize.normalize_source("s", [src], out, normalize.NormalizeParams(id_field="source_id"), transform=render)
+    assert manifest["bad_rows"] == {"invalid": 3}
+    assert sorted(normalize.read_normalized(out)["text"].to_list()) == ["question 0\nanswer 0", "question 2\nanswer 2", "question 4\nanswer 4"]
+
+
+def test_unknown_format_is_a_clear_error(tmp_path) -> None:
+    path = tmp_path / "data.csv"
+    path.write_text("a,b\n")
+    with pytest.raises(normalize.NormalizeError, match="unsupported format"):
+        normalize.normalize_source("s", [str(path)], str(tmp_path / "out"), normalize.NormalizeParams())
+
