@@ -35,7 +35,6 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-import httpx2
 from fsspec.utils import glob_translate
 from huggingface_hub import HfApi, hf_hub_url
 from huggingface_hub.errors import (
@@ -48,6 +47,11 @@ from huggingface_hub.errors import (
 from huggingface_hub.utils import build_hf_headers, get_session
 
 from marin_assets.core import storage
+
+try:  # the HTTP library under huggingface_hub: httpx2 from 2.x, httpx before
+    import httpx2 as httpx
+except ImportError:  # pragma: no cover
+    import httpx  # type: ignore[no-redef]
 
 log = logging.getLogger(__name__)
 
@@ -263,7 +267,7 @@ def _call_api(what: str, fn: Callable[[], T], *, repo_id: str, repo_type: str, r
         headers = response.headers if response is not None else None
         code = headers.get("X-Error-Code") if headers is not None else None
         raise _classify_status(status, headers, what, repo_id, repo_type, revision, endpoint, token, code) from None
-    except httpx2.TransportError as err:
+    except httpx.TransportError as err:
         raise _Retryable(f"{type(err).__name__}: {err}") from None
 
 
@@ -480,7 +484,7 @@ def _fetch_file(
                         state["git"].update(chunk)
                         state["written"] += len(chunk)
                         counters.add(bytes_fetched=len(chunk))
-        except httpx2.TransportError as err:
+        except httpx.TransportError as err:
             raise _Retryable(f"connection dropped after {state['written']} of {remote.size} bytes ({type(err).__name__})") from None
         written = state["written"]
         if written < remote.size:

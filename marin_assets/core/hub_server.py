@@ -546,7 +546,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_error(self, err: _HubError) -> None:
         headers = dict(err.headers)
-        headers["X-Error-Message"] = err.message
+        headers["X-Error-Message"] = err.message.encode("ascii", "replace").decode()
         if err.code:
             headers["X-Error-Code"] = err.code
         self._send(err.status, json.dumps({"error": err.message}).encode(), headers)

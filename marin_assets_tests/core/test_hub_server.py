@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 
-import httpx2
 import pytest
 from huggingface_hub import HfApi, HfFileSystem, get_hf_file_metadata, hf_hub_download, hf_hub_url
 from huggingface_hub.errors import (
@@ -15,6 +14,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import parse_ratelimit_headers
 
+from marin_assets.core.hub import httpx
 from marin_assets.core.hub_server import HubStoreError, git_blob_sha1
 
 REPO = "org/corpus"
@@ -90,7 +90,7 @@ def test_hf_hub_download_and_byte_ranges(hub_server, repo, tmp_path):
     path = hf_hub_download(REPO, "data/train-0.parquet", repo_type="dataset", revision="060fca9", cache_dir=tmp_path / "c")
     assert open(path, "rb").read() == PARQUET
     url = hub_server.file_url(REPO, repo, "data/train-0.parquet")
-    with httpx2.Client() as client:
+    with httpx.Client() as client:
         part = client.get(url, headers={"Range": "bytes=10-19"})
         assert part.status_code == 206 and part.content == PARQUET[10:20]
         assert part.headers["Content-Range"] == f"bytes 10-19/{len(PARQUET)}"
@@ -151,7 +151,7 @@ def test_whoami_needs_a_token(hub_server):
 def test_rate_limit_fault_sends_reset_headers_then_clears(hub_server, repo):
     fault = hub_server.faults.add("429", "*/resolve/*", times=2, reset_s=7)
     url = hub_server.file_url(REPO, repo, "README.md")
-    with httpx2.Client() as client:
+    with httpx.Client() as client:
         first = client.get(url)
         assert first.status_code == 429 and first.headers["Retry-After"] == "7"
         assert parse_ratelimit_headers(first.headers).reset_in_seconds == 7
@@ -165,10 +165,10 @@ def test_cut_and_corrupt_faults_break_the_body(hub_server, repo):
     url = hub_server.file_url(REPO, repo, "data/train-0.parquet")
     hub_server.faults.add("corrupt", "*train-0.parquet")
     hub_server.faults.add("cut", "*train-0.parquet")
-    with httpx2.Client() as client:
+    with httpx.Client() as client:
         corrupted = client.get(url).content
         assert len(corrupted) == len(PARQUET) and corrupted != PARQUET
-        with pytest.raises(httpx2.RemoteProtocolError):
+        with pytest.raises(httpx.RemoteProtocolError):
             client.get(url)
         assert client.get(url).content == PARQUET
 
