@@ -1,0 +1,236 @@
+"""MinHash buckets: bit-exact against datasketch, the banding S-curve, near-duplicate recall."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import random
+import string
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import xxhash
+
+from marin_assets.core import minhash, storage
+from marin_assets.core.minhash import MinHashParams
+
+STDLIB_MODULES = (
+    "argparse", "asyncio", "calendar", "collections", "csv", "datetime", "decimal", "email",
+    "fractions", "functools", "http.client", "inspect", "itertools", "json", "logging",
+    "os", "pathlib", "random", "re", "shutil", "socket", "sqlite3", "statistics", "string",
+    "subprocess", "tarfile", "textwrap", "typing", "unittest", "zipfile",
+)  # fmt: skip
+
+
+@functools.lru_cache(maxsize=1)
+def stdlib_docstrings() -> tuple[str, ...]:
+    """Distinct docstrings of 30+ words from stdlib modules: real English technical prose."""
+    seen: dict[str, None] = {}
+    for name in STDLIB_MODULES:
+        module = importlib.import_module(name)
+        for _, member in inspect.getmembers(module):
+            doc = inspect.getdoc(member)
+            if doc and len(doc.split()) >= 30:
+                seen.setdefault(doc, None)
+    return tuple(seen)
+
+
+def stdlib_documents(count: int, per_doc: int = 3, seed: int = 0) -> list[str]:
+    """``count`` distinct documents, each a few docstrings joined (a few hundred words)."""
+    docs = stdlib_docstrings()
+    rng = random.Random(seed)
+    out: dict[str, None] = {}
+    while len(out) < count:
+        out.setdefault("\n\n".join(rng.sample(docs, per_doc)), None)
+    return list(out)
+
+
+def vocabulary() -> list[str]:
+    return sorted({w for d in stdlib_docstrings()[:200] for w in d.split()})
+
+
+def edit_words(text: str, edits: int, rng: random.Random, vocab: list[str]) -> str:
+    """Replace ``edits`` distinct random words of ``text`` with random vocabulary words."""
+    words = text.split()
+    for i in rng.sample(range(len(words)), min(edits, len(words))):
+        words[i] = rng.choice(vocab) + "x"  # a word that is surely different
+    return " ".join(words)
+
+
+def shingle_jaccard(a: str, b: str, params: MinHashParams = MinHashParams()) -> float:
+    sa = set(minhash.shingles(minhash.clean_text(a, params.text_cap_chars), params.ngram_size))
+    sb = set(minhash.shingles(minhash.clean_text(b, params.text_cap_chars), params.ngram_size))
+    return len(sa & sb) / len(sa | sb)
+
+
+def share_bucket(a: str, b: str, params: MinHashParams = MinHashParams()) -> bool:
+    sig = minhash.signatures([a, b], params)
+    buckets = minhash.band_buckets(sig, *params.bands_and_rows())
+    return bool((buckets[0] == buckets[1]).any())
+
+
+# --------------------------------------------------------------------------- hashing and text
+
+
+def test_vectorized_xxh3_equals_xxhash_for_every_length() -> None:
+    rng = np.random.default_rng(7)
+    data = rng.integers(0, 256, 4096, dtype=np.uint8).tobytes()
+    lengths = np.repeat(np.arange(0, 300), 3)
+    starts = rng.integers(0, len(data) - 300, lengths.size)
+    got = minhash.xxh3_64_spans(data, starts, lengths)
+    expected = [xxhash.xxh3_64_intdigest(data[s : s + n]) for s, n in zip(starts.tolist(), lengths.tolist())]
+    assert got.tolist() == expected
+
+
+def test_clean_text_lowercases_strips_punctuation_and_collapses_whitespace() -> None:
+    assert minhash.clean_text("  Hello,  World!\n\tIt's  (very) \u00a0 GOOD.  ") == "hello world its very good"
+    assert minhash.clean_text("abc def", cap_chars=5) == "abc d"
+    assert minhash.clean_text("-- ... !!") == ""
+    assert all(ch not in minhash.clean_text(string.punctuation + " x") for ch in string.punctuation)
+
+
+def test_short_texts_are_one_shingle_and_spans_match_the_reference() -> None:
+    texts = ["one two three", "", "a b c d e f g", "ünï cödé wörds are here today and tomorrow", "x"]
+    assert minhash.shingles("one two three") == [b"one two three"]
+    assert minhash.shingles("") == []
+    joined = "\n".join(texts).encode()
+    starts, lengths, counts = minhash.ngram_spans(joined, len(texts), 5)
+    spans = [joined[s : s + n] for s, n in zip(starts.tolist(), lengths.tolist())]
+    assert spans == [s for t in texts for s in minhash.shingles(t, 5)]
+    assert counts.tolist() == [1, 0, 3, 4, 1]
+
+
+# --------------------------------------------------------------------------- signatures
+
+
+def random_texts(count: int, seed: int) -> list[str]:
+    """Texts that exercise the corner cases: unicode, punctuation, long words, short, empty."""
+    rng = random.Random(seed)
+    vocab = vocabulary() + ["Σίσυφος", "naïve", "日本語の文章", "x" * 150, "emoji🙂", "ΣΑΣ", "İstanbul"]
+    texts = ["", "   ", "!!!", "one", "two words", "exactly five words right here"]
+    while len(texts) < count:
+        n = rng.choice([3, 8, 40, 300, 1200])
+        seps = [" ", "  ", "\n", "\t", ", ", ". "]
+        texts.append("".join(rng.choice(vocab) + rng.choice(seps) for _ in range(n)))
+    return texts
+
+
+def test_signatures_equal_datasketch_bit_for_bit() -> None:
+    texts = random_texts(40, seed=1)
+    params = MinHashParams()
+    ours = minhash.signatures(texts, params)
+    assert ours.shape == (len(texts), 286) and ours.dtype == np.uint64
+    for text, row in zip(texts, ours):
+        reference = minhash.datasketch_minhash(text, params).hashvalues
+        assert np.array_equal(reference, row), text[:80]
+
+
+def test_signatures_equal_datasketch_with_other_parameters() -> None:
+    params = MinHashParams(num_perms=37, num_bands=6, rows_per_band=6, ngram_size=3, seed=7, text_cap_chars=300)
+    texts = random_texts(12, seed=2)
+    ours = minhash.signatures(texts, params)
+    for text, row in zip(texts, ours):
+        assert np.array_equal(minhash.datasketch_minhash(text, params).hashvalues, row)
+
+
+def test_signatures_do_not_depend_on_batch_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    texts = random_texts(30, seed=3)
+    whole = minhash.signatures(texts)
+    monkeypatch.setattr(minhash, "SHINGLE_BLOCK", 64)
+    monkeypatch.setattr(minhash, "PERM_BLOCK", 5)
+    assert np.array_equal(minhash.signatures(texts), whole)
+    assert np.array_equal(np.vstack([minhash.signatures([t]) for t in texts]), whole)
+
+
+def test_permutations_are_odd_and_seeded() -> None:
+    a, b = minhash.permutations(286, 42)
+    assert a.size == b.size == 286 and bool(np.all(a & np.uint64(1)))
+    a2, _ = minhash.permutations(286, 43)
+    assert not np.array_equal(a, a2)
+
+
+# --------------------------------------------------------------------------- banding
+
+
+def random_pair(similarity_num: int, union: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Two random hash sets with Jaccard exactly similarity_num / union (equal sizes)."""
+    values = rng.integers(0, 2**64 - 1, union, dtype=np.uint64, endpoint=True)
+    common = values[:similarity_num]
+    rest = values[similarity_num:]
+    half = rest.size // 2
+    return np.concatenate([common, rest[:half]]), np.concatenate([common, rest[half:]])
+
+
+def test_candidate_rate_follows_the_banding_s_curve() -> None:
+    params = MinHashParams()
+    bands, rows = params.bands_and_rows()
+    a, b = minhash.permutations(params.num_perms, params.seed)
+    rng = np.random.default_rng(11)
+    union, trials = 200, 400
+    for common in (80, 110, 130, 140, 150, 160, 170, 180):  # s = 0.40 .. 0.90, (union - common) even
+        s = common / union
+        sets = [x for _ in range(trials) for x in random_pair(common, union, rng)]
+        sig = minhash.signatures_from_hashes(np.concatenate(sets), np.array([len(x) for x in sets]), a, b)
+        buckets = minhash.band_buckets(sig, bands, rows).reshape(trials, 2, bands)
+        observed = float((buckets[:, 0] == buckets[:, 1]).any(axis=1).mean())
+        expected = float(minhash.candidate_probability(s, bands, rows))
+        tolerance = 4 * np.sqrt(expected * (1 - expected) / trials) + 0.01
+        assert abs(observed - expected) <= tolerance, (s, observed, expected)
+
+
+def test_threshold_option_derives_bands_and_rows() -> None:
+    loose, strict = MinHashParams(threshold=0.5), MinHashParams(threshold=0.9)
+    for params in (loose, strict):
+        bands, rows = params.bands_and_rows()
+        assert bands * rows <= params.num_perms
+        p_at_threshold = float(minhash.candidate_probability(params.threshold, bands, rows))
+        assert 0.2 < p_at_threshold < 0.95, (params.threshold, bands, rows)
+    assert minhash.candidate_probability(0.7, *loose.bands_and_rows()) > minhash.candidate_probability(0.7, *strict.bands_and_rows())
+    with pytest.raises(ValueError, match="permutations"):
+        MinHashParams(num_bands=30, rows_per_band=11)
+
+
+def test_near_duplicates_by_edit_are_candidates_and_dissimilar_texts_are_not() -> None:
+    rng = random.Random(5)
+    vocab = vocabulary()
+    high, low = [], []
+    for text in stdlib_documents(60, seed=5):
+        for edits in (1, 3, 6, 40, 80):
+            edited = edit_words(text, edits, rng, vocab)
+            j = shingle_jaccard(text, edited)
+            (high if j >= 0.9 else low if j < 0.5 else []).append(share_bucket(text, edited))
+    assert len(high) >= 60 and len(low) >= 60
+    assert all(high)
+    assert sum(low) <= max(1, 0.03 * len(low))
+
+
+# --------------------------------------------------------------------------- per-shard function
+
+
+def test_minhash_shard_writes_one_bucket_list_per_row_in_row_order(tmp_path) -> None:
+    texts = stdlib_documents(5, seed=9) + ["", None, "tiny text"]
+    ids = [f"{i:032x}" for i in range(len(texts))][::-1]
+    src = str(tmp_path / "normalized" / storage.shard_name(0, 1))
+    storage.write_parquet(pa.table({"id": ids, "text": pa.array(texts, pa.string()), "source_id": ids}), src)
+    out = str(tmp_path / "buckets" / storage.shard_name(0, 1))
+    stats = minhash.minhash_shard([src], out, MinHashParams())
+    table = storage.read_parquet(out)
+    assert table.column_names == ["id", "buckets"]
+    assert table.schema.field("buckets").type == pa.list_(pa.uint64())
+    assert table.column("id").to_pylist() == ids
+    lengths = [len(b) for b in table.column("buckets").to_pylist()]
+    assert lengths == [26] * 5 + [0, 0, 26]
+    assert stats["docs"] == 8 and stats["docs_without_shingles"] == 2 and stats["null_text"] == 1
+    sig = minhash.signatures([texts[0]])
+    assert table.column("buckets")[0].as_py() == minhash.band_buckets(sig, 26, 11)[0].tolist()
+
+
+def test_text_cap_limits_what_is_hashed() -> None:
+    params = MinHashParams(text_cap_chars=1000)
+    base = stdlib_documents(1, per_doc=8, seed=3)[0]
+    assert len(base) > 1200
+    tail_changed = base[:1000] + base[1000:].upper() + " extra tail words"
+    assert np.array_equal(minhash.signatures([base], params), minhash.signatures([tail_changed], params))
+    assert not np.array_equal(minhash.signatures([base]), minhash.signatures([tail_changed]))
