@@ -26,10 +26,13 @@ Training, in order:
    over a random subset of sample texts plus the documents nearest the topic's centroid, and
    500-character excerpts of those nearest documents.
 
-Small corpora (the demo): with fewer than ``min_points_per_fine`` (4) sample rows per fine
-centroid, k_fine becomes ``n_sample // 4``; when that is below the number of topics, the sample
-vectors themselves serve as fine centroids (weight 1 each). The number of topics becomes
-``min(n_topics, n_sample)``. Fine centroids left empty by the final assignment carry no weight
+Small corpora (the demo): when the sample has no more rows than ``k_fine``, the sample vectors
+themselves serve as fine centroids (weight 1 each: k-means cannot be finer than one centroid per
+row, and with a handful of rows per centroid it is noisy). With fewer than
+``min_points_per_fine`` (4) rows per fine centroid, k_fine becomes ``n_sample // 4`` (and the
+rows again when that is below the number of topics). The number of topics becomes
+``min(n_topics, n_sample)``; the coarsening stops early, and says so in ``n_topics``, when the
+1% floor leaves no cluster that can be split further. Fine centroids left empty by the final assignment carry no weight
 and are dropped (counted in the stats) rather than failing: on small samples k-means can leave
 one empty.
 
@@ -108,7 +111,7 @@ def largest_remainder(total: int, weights: Sequence[float], caps: Sequence[int] 
     index). A share cut by its cap is redistributed over the others.
     """
     n = len(weights)
-    caps_arr = np.asarray(caps if caps is not None else [np.iinfo(np.int64).max] * n, dtype=np.int64)
+    caps_arr = np.asarray(caps if caps is not None else [total] * n, dtype=np.int64)
     w = np.asarray(weights, dtype=np.float64)
     out = np.zeros(n, dtype=np.int64)
     free = np.ones(n, dtype=bool) & (w > 0) & (caps_arr > 0)
@@ -662,6 +665,8 @@ def effective_sizes(n_sample: int, params: TopicParams) -> tuple[int, int]:
     n_topics = min(params.n_topics, n_sample)
     if params.method == "direct":
         return n_topics, n_topics
+    if n_sample <= params.k_fine:
+        return n_sample, n_topics
     k_fine = min(params.k_fine, n_sample // params.min_points_per_fine)
     if k_fine < n_topics:
         return n_sample, n_topics
