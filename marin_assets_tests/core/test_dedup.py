@@ -1,0 +1,248 @@
+"""Global exact and fuzzy dedup over small generated corpora written as real shards."""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import xxhash
+
+from marin_assets.core import dedup, minhash, storage
+from marin_assets.core.dedup import ExactDedupParams, FuzzyDedupParams
+from marin_assets_tests.core.test_minhash import shingle_jaccard, stdlib_documents
+
+
+def doc_id(text: str) -> str:
+    return xxhash.xxh3_128_hexdigest(text.encode("utf-8"))
+
+
+def write_normalized(root: Path, source: str, texts: list[str], shards: int) -> list[str]:
+    """Normalized-like shards: rows hash-partitioned by id, sorted by id within a shard."""
+    rows = sorted({doc_id(t): t for t in texts}.items())
+    uris = []
+    for s in range(shards):
+        mine = [(i, t) for i, t in rows if int(i, 16) % shards == s]
+        uri = str(root / "normalized" / source / storage.shard_name(s, shards))
+        storage.write_parquet(pa.table({"id": [i for i, _ in mine], "text": [t for _, t in mine], "source_id": [i for i, _ in mine]}, schema=pa.schema([("id", pa.string()), ("text", pa.string()), ("source_id", pa.string())])), uri)
+        uris.append(uri)
+    return uris
+
+
+def write_source(root: Path, source: str, texts: list[str], shards: int) -> tuple[list[str], list[str]]:
+    normalized = write_normalized(root, source, texts, shards)
+    buckets = []
+    for uri in normalized:
+        out = str(root / "buckets" / source / storage.basename(uri))
+        minhash.minhash_shard([uri], out, minhash.MinHashParams())
+        buckets.append(out)
+    return normalized, buckets
+
+
+def read_removed(out_dir: str, source: str) -> list[dict]:
+    return storage.read_parquet(dedup.removed_uri(out_dir, source)).to_pylist()
+
+
+# --------------------------------------------------------------------------- exact
+
+
+def exact_corpus(root: Path, shards: int = 1) -> dict[str, list[str]]:
+    texts = {n: f"document number {n} " + " ".join(["filler"] * n) for n in range(1, 6)}
+    members = {"a_src": [1, 2, 3], "b_src": [2, 3, 4], "c_src": [3, 4, 5], "d_src": []}
+    return {source: write_normalized(root, source, [texts[n] for n in ns], shards) for source, ns in members.items()}
+
+
+def test_exact_keeps_the_first_source_in_name_order(tmp_path: Path) -> None:
+    sources = exact_corpus(tmp_path)
+    ids = {n: doc_id(f"document number {n} " + " ".join(["filler"] * n)) for n in range(1, 6)}
+    out = str(tmp_path / "exact")
+    stats = dedup.find_exact_duplicates(sources, out, ExactDedupParams())
+    assert read_removed(out, "a_src") == []
+    assert read_removed(out, "d_src") == []
+    assert read_removed(out, "b_src") == sorted([{"id": ids[2], "kept_source": "a_src"}, {"id": ids[3], "kept_source": "a_src"}], key=lambda r: r["id"])
+    assert read_removed(out, "c_src") == sorted([{"id": ids[3], "kept_source": "a_src"}, {"id": ids[4], "kept_source": "b_src"}], key=lambda r: r["id"])
+    assert stats["removed_per_source"] == {"a_src": 0, "b_src": 2, "c_src": 2, "d_src": 0}
+    assert stats["unique_ids"] == 5 and stats["docs"] == 9
+    json.dumps(stats)
+
+
+def test_exact_keeper_rule_is_configurable(tmp_path: Path) -> None:
+    sources = exact_corpus(tmp_path)
+    out = str(tmp_path / "exact")
+    stats = dedup.find_exact_duplicates(sources, out, ExactDedupParams(source_priority=("c_src",)))
+    assert stats["keep_order"] == ["c_src", "a_src", "b_src", "d_src"]
+    assert read_removed(out, "c_src") == []
+    assert {r["kept_source"] for r in read_removed(out, "a_src")} == {"c_src"}
+    assert sorted(r["kept_source"] for r in read_removed(out, "b_src")) == ["a_src", "c_src", "c_src"]
+
+
+def test_exact_spilled_partitions_and_shard_counts_give_identical_files(tmp_path: Path) -> None:
+    one = str(tmp_path / "one")
+    many = str(tmp_path / "many")
+    dedup.find_exact_duplicates(exact_corpus(tmp_path / "s1", shards=1), one)
+    stats = dedup.find_exact_duplicates(exact_corpus(tmp_path / "s3", shards=3), many, ids_per_partition=2, work_dir=str(tmp_path))
+    assert stats["partitions"] > 1
+    for source in ("a_src", "b_src", "c_src", "d_src"):
+        assert storage.read_bytes(dedup.removed_uri(one, source)) == storage.read_bytes(dedup.removed_uri(many, source))
+
+
+def test_exact_names_the_source_and_file_when_id_is_missing(tmp_path: Path) -> None:
+    uri = str(tmp_path / "bad" / storage.shard_name(0, 1))
+    storage.write_parquet(pa.table({"text": ["no id here"]}), uri)
+    with pytest.raises(dedup.DedupError, match="source 'bad_src'.*part-00000-of-00001"):
+        dedup.find_exact_duplicates({"bad_src": [uri]}, str(tmp_path / "out"))
+
+
+# --------------------------------------------------------------------------- fuzzy: verification rule
+
+
+def grams(*ranges: range) -> np.ndarray:
+    return np.unique(np.concatenate([np.arange(r.start, r.stop, dtype=np.uint64) for r in ranges]))
+
+
+def test_removed_documents_never_act_as_representatives() -> None:
+    a = grams(range(0, 100))
+    b = grams(range(20, 120))  # 80% inside a
+    c = grams(range(60, 80), range(100, 120), range(200, 210))  # 80% inside b, 40% inside a
+    verdict = dedup.verify_cluster([300, 200, 100], [a, b, c], [False, False, False])
+    assert [(r.index, r.representative) for r in verdict.removals] == [(1, 0)]
+    assert verdict.removals[0].containment == pytest.approx(0.8)
+    assert verdict.removals[0].jaccard == pytest.approx(80 / 120)
+
+
+def test_exempt_members_are_kept_but_still_represent() -> None:
+    a = grams(range(0, 100))
+    b = grams(range(20, 120))
+    c = grams(range(60, 80), range(100, 120), range(200, 210))
+    verdict = dedup.verify_cluster([300, 200, 100], [a, b, c], [False, True, False])
+    assert [(r.index, r.representative) for r in verdict.removals] == [(2, 1)]
+    assert verdict.exempt_kept == 1
+
+
+def test_indexed_verification_agrees_with_the_exact_scan_on_clear_clusters() -> None:
+    rng = np.random.default_rng(3)
+    members, lengths = [], []
+    for family in range(3):
+        base = np.arange(family * 1000, family * 1000 + 120, dtype=np.uint64)
+        for variant in range(12):
+            keep = base[rng.random(base.size) < rng.uniform(0.5, 1.0)]
+            unique = np.arange(5, dtype=np.uint64) + np.uint64(10**6 + 100 * (family * 12 + variant))
+            members.append(np.unique(np.concatenate([keep, unique])))
+            lengths.append(int(keep.size))
+    order = sorted(range(len(members)), key=lambda i: -lengths[i])
+    members = [members[i] for i in order]
+    lengths = [lengths[i] for i in order]
+    exact = dedup.verify_cluster(lengths, members, [False] * len(members))
+    indexed = dedup.verify_cluster(lengths, members, [False] * len(members), FuzzyDedupParams(exact_scan_max_members=4))
+    assert exact.removals and [(r.index, r.representative) for r in exact.removals] == [(r.index, r.representative) for r in indexed.removals]
+    assert indexed.comparisons < exact.comparisons
+
+
+def test_removal_ratio_helpers() -> None:
+    ratios = dedup.removal_ratios({"a": 6, "b": 1}, {"a": 10, "b": 10, "c": 0})
+    assert ratios == {"a": 0.6, "b": 0.1, "c": 0.0}
+    assert dedup.sources_over_removal_limit(ratios, 0.5) == {"a": 0.6}
+
+
+# --------------------------------------------------------------------------- fuzzy: end to end
+
+
+def delete_words(text: str, count: int, rng: random.Random) -> str:
+    words = text.split()
+    drop = set(rng.sample(range(len(words)), count))
+    return " ".join(w for i, w in enumerate(words) if i not in drop)
+
+
+@functools.lru_cache(maxsize=1)
+def fuzzy_corpus() -> tuple[list[str], dict[str, list[str]], dict[str, set[tuple[str, str]]]]:
+    """Sources with planted near-duplicates: the base documents, texts per source and the
+    expected (removed id, representative source) pairs per source."""
+    rng = random.Random(17)
+    base = stdlib_documents(40, per_doc=6, seed=17)
+    near = {}
+    for i in range(12):
+        edited = delete_words(base[i], 2, rng)
+        assert shingle_jaccard(base[i], edited) >= 0.9
+        near[i] = edited
+    far = [delete_words(base[i], len(base[i].split()) // 2, rng) for i in range(30, 34)]
+    assert all(shingle_jaccard(base[30 + k], far[k]) < 0.5 for k in range(4))
+    longer = {i: base[i] + "\n\n" + " ".join(base[39 - i].split()[:40]) for i in (17, 18)}
+    assert all(shingle_jaccard(base[i], longer[i]) >= 0.9 for i in longer)
+    texts = {
+        "alpha": base[0:20] + base[30:34],
+        "beta": [near[i] for i in range(0, 8)] + base[20:26] + [delete_words(base[20], 2, rng), longer[17]] + far,
+        "gamma": [near[i] for i in range(8, 12)] + [longer[18]] + base[26:28],
+        "delta": base[28:30],
+    }
+    expected = {
+        "alpha": {(doc_id(base[17]), "beta"), (doc_id(base[18]), "gamma")},
+        "beta": {(doc_id(near[i]), "alpha") for i in range(8)} | {(doc_id(texts["beta"][14]), "beta")},
+        "gamma": set(),
+        "delta": set(),
+    }
+    return base, texts, expected
+
+
+def run_fuzzy(root: Path, shards: dict[str, int], **knobs) -> tuple[str, dict]:
+    _, texts, _ = fuzzy_corpus()
+    normalized, buckets = {}, {}
+    for source, docs in texts.items():
+        normalized[source], buckets[source] = write_source(root, source, docs, shards[source])
+    out = str(root / "fuzzy")
+    return out, dedup.find_fuzzy_duplicates(buckets, normalized, {"gamma"}, out, FuzzyDedupParams(), **knobs)
+
+
+def test_fuzzy_finds_planted_near_duplicates_across_sources(tmp_path: Path) -> None:
+    _, texts, expected = fuzzy_corpus()
+    out, stats = run_fuzzy(tmp_path, {"alpha": 2, "beta": 1, "gamma": 1, "delta": 1})
+    for source in texts:
+        rows = read_removed(out, source)
+        assert {(r["id"], r["representative_source"]) for r in rows} == expected[source], source
+        for r in rows:
+            assert r["containment"] >= 0.75 and 0 < r["jaccard"] <= 1
+            assert r["representative_id"] != r["id"] or r["representative_source"] != source
+    # The exempt source's contained copies were kept, and it still represents alpha's doc.
+    assert stats["exempt_kept"] == 4
+    assert stats["removed_per_source"] == {s: len(e) for s, e in expected.items()}
+    assert stats["cluster_size_histogram"] and stats["examples"]
+    json.dumps(stats)  # stats go into Dagster metadata as they are
+    example = stats["examples"][0]
+    assert example["excerpt"] and example["representative_excerpt"] and example["containment"] >= 0.75
+
+
+def test_fuzzy_keeps_the_longest_copy(tmp_path: Path) -> None:
+    base, texts, _ = fuzzy_corpus()
+    out, _ = run_fuzzy(tmp_path, {"alpha": 1, "beta": 1, "gamma": 1, "delta": 1})
+    rows = {r["id"]: r for r in read_removed(out, "alpha")}
+    longer = texts["beta"][15]
+    assert len(longer) > len(base[17])
+    removed = rows[doc_id(base[17])]
+    assert removed["representative_id"] == doc_id(longer) == removed["cluster_id"]
+    assert doc_id(longer) not in {r["id"] for r in read_removed(out, "beta")}
+
+
+def test_fuzzy_results_are_identical_across_reruns_shard_counts_and_spilling(tmp_path: Path) -> None:
+    first, _ = run_fuzzy(tmp_path / "a", {"alpha": 1, "beta": 1, "gamma": 1, "delta": 1})
+    again, _ = run_fuzzy(tmp_path / "b", {"alpha": 1, "beta": 1, "gamma": 1, "delta": 1})
+    resharded, stats = run_fuzzy(
+        tmp_path / "c",
+        {"alpha": 3, "beta": 2, "gamma": 4, "delta": 2},
+        bucket_entries_per_partition=500,
+        member_chars_per_partition=4000,
+        work_dir=str(tmp_path),
+    )
+    assert stats["bucket_partitions"] > 1 and stats["verify_partitions"] > 1
+    for source in ("alpha", "beta", "gamma", "delta"):
+        reference = storage.read_bytes(dedup.removed_uri(first, source))
+        assert storage.read_bytes(dedup.removed_uri(again, source)) == reference
+        assert storage.read_bytes(dedup.removed_uri(resharded, source)) == reference
+
+
+def test_fuzzy_rejects_buckets_that_are_not_co_partitioned(tmp_path: Path) -> None:
+    normalized, buckets = write_source(tmp_path, "alpha", stdlib_documents(4, seed=1), 2)
+    with pytest.raises(dedup.DedupError, match="source 'alpha'.*rematerialize minhash_buckets"):
+        dedup.find_fuzzy_duplicates({"alpha": buckets[:1]}, {"alpha": normalized}, set(), str(tmp_path / "out"))
