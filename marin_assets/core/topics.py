@@ -251,7 +251,9 @@ def training_rows(sample: EmbeddingSample, n_train: int, seed: int) -> np.ndarra
 # --------------------------------------------------------------------------- 2-3. fine k-means and weights
 
 
-def spherical_kmeans(vectors: np.ndarray, k: int, *, iterations: int, restarts: int, seed: int, threads: int = 1) -> np.ndarray:
+def spherical_kmeans(
+    vectors: np.ndarray, k: int, *, iterations: int, restarts: int, seed: int, threads: int = 1
+) -> np.ndarray:
     """Unit-norm centroids of FAISS spherical k-means (best of ``restarts`` runs)."""
     import faiss  # noqa: PLC0415
 
@@ -308,7 +310,9 @@ def total_loss(centroids: np.ndarray, weights: np.ndarray, labels: np.ndarray) -
     return sum(cluster_loss(centroids[labels == c], weights[labels == c]) for c in np.unique(labels))
 
 
-def _repair(x: np.ndarray, w: np.ndarray, side: np.ndarray, centers: np.ndarray, min_weight: float) -> np.ndarray | None:
+def _repair(
+    x: np.ndarray, w: np.ndarray, side: np.ndarray, centers: np.ndarray, min_weight: float
+) -> np.ndarray | None:
     """Move members from the heavier side until both sides hold ``min_weight`` (None if impossible)."""
     side = side.copy()
     weight = np.array([w[side == 0].sum(), w[side == 1].sum()])
@@ -363,7 +367,14 @@ def split_in_two(
 
 
 def divisive_split(
-    centroids: np.ndarray, weights: np.ndarray, n_topics: int, min_weight: float, seed: int, *, iterations: int, restarts: int
+    centroids: np.ndarray,
+    weights: np.ndarray,
+    n_topics: int,
+    min_weight: float,
+    seed: int,
+    *,
+    iterations: int,
+    restarts: int,
 ) -> np.ndarray:
     """Split the highest-loss splittable cluster until there are ``n_topics`` (or none can be split)."""
     rng = np.random.default_rng(seed)
@@ -378,7 +389,12 @@ def divisive_split(
         for c in candidates:
             members = clusters[c]
             side = split_in_two(
-                centroids[members], weights[members], rng, iterations=iterations, restarts=restarts, min_weight=min_weight
+                centroids[members],
+                weights[members],
+                rng,
+                iterations=iterations,
+                restarts=restarts,
+                min_weight=min_weight,
             )
             if side is None:
                 frozen[c] = True
@@ -433,7 +449,9 @@ def hill_climb(
     return labels, moves
 
 
-def coarsen(centroids: np.ndarray, weights: np.ndarray, n_topics: int, params: TopicParams) -> tuple[np.ndarray, dict[str, Any]]:
+def coarsen(
+    centroids: np.ndarray, weights: np.ndarray, n_topics: int, params: TopicParams
+) -> tuple[np.ndarray, dict[str, Any]]:
     """Fine centroid -> topic lookup with every topic holding ``min_topic_fraction`` of the weight.
 
     Topics are numbered by decreasing weight. (``method="direct"`` skips this step and therefore
@@ -570,7 +588,8 @@ def ctfidf_terms(texts: Sequence[str], topics: np.ndarray, n_topics: int, params
         counts = vectorizer.fit_transform(texts)
     except ValueError:  # nothing but stop-words and numbers
         return [[] for _ in range(n_topics)]
-    membership = sparse.csr_matrix((np.ones(len(topics)), (topics, np.arange(len(topics)))), shape=(n_topics, len(topics)))
+    n_docs = len(topics)
+    membership = sparse.csr_matrix((np.ones(n_docs), (topics, np.arange(n_docs))), shape=(n_topics, n_docs))
     per_topic = np.asarray((membership @ counts).todense(), dtype=np.float64)
     words = per_topic.sum(axis=1, keepdims=True)
     tf = per_topic / np.maximum(words, 1.0)
@@ -618,7 +637,9 @@ def _read_texts(sample: EmbeddingSample, rows: np.ndarray) -> dict[int, str]:
     return texts
 
 
-def label_topics(sample: EmbeddingSample, topic_of_row: np.ndarray, model: TopicModel, params: TopicParams) -> list[TopicLabel]:
+def label_topics(
+    sample: EmbeddingSample, topic_of_row: np.ndarray, model: TopicModel, params: TopicParams
+) -> list[TopicLabel]:
     """c-TF-IDF terms over a random subset of sample texts plus each topic's nearest excerpts."""
     n_topics = model.n_topics
     centroids = model.topic_centroids()
@@ -632,8 +653,12 @@ def label_topics(sample: EmbeddingSample, topic_of_row: np.ndarray, model: Topic
     nearest = [order[first[t] : first[t] + params.label_excerpts] for t in range(n_topics)]
     nearest = [n[topic_of_row[n] == t] for t, n in enumerate(nearest)]
     rng = np.random.default_rng(params.seed)
-    subset = rows if len(rows) <= params.label_sample_size else np.sort(rng.choice(rows, params.label_sample_size, replace=False))
-    label_rows = np.union1d(subset, np.concatenate(nearest) if nearest else np.zeros(0, dtype=np.int64)).astype(np.int64)
+    if len(rows) <= params.label_sample_size:
+        subset = rows
+    else:
+        subset = np.sort(rng.choice(rows, params.label_sample_size, replace=False))
+    nearest_rows = np.concatenate(nearest) if nearest else np.zeros(0, dtype=np.int64)
+    label_rows = np.union1d(subset, nearest_rows).astype(np.int64)
     texts = _read_texts(sample, label_rows)
     have = np.asarray([r for r in label_rows if r in texts], dtype=np.int64)
     terms = ctfidf_terms([texts[int(r)][: params.label_text_chars] for r in have], topic_of_row[have], n_topics, params)

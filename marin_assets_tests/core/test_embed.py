@@ -112,7 +112,8 @@ def test_float16_storage_option(tmp_path, params):
     half = embed.EmbedParams(encoder=params.encoder, storage="float16")
     stats = embed.embed_shard([src], str(tmp_path / "h.parquet"), half)
     embed.embed_shard([src], str(tmp_path / "q.parquet"), params)
-    assert storage.read_parquet(str(tmp_path / "h.parquet")).schema.field("embedding").type == pa.list_(pa.float16(), 384)
+    stored_type = storage.read_parquet(str(tmp_path / "h.parquet")).schema.field("embedding").type
+    assert stored_type == pa.list_(pa.float16(), 384)
     assert stats["fidelity_mean_cosine"] > 0.99999
     _, h = embed.load_embeddings([str(tmp_path / "h.parquet")])
     _, q = embed.load_embeddings([str(tmp_path / "q.parquet")])
@@ -185,8 +186,12 @@ def test_embedding_is_deterministic(tmp_path, params):
 
 def test_defaults_pin_the_production_model_and_import_stays_light():
     default = embed.EncoderParams()
-    assert (default.model, default.revision) == ("microsoft/harrier-oss-v1-0.6b", "f9b9dc8d367d443f2479d27aa5d8d2850c0774ee")
+    assert default.model == "microsoft/harrier-oss-v1-0.6b"
+    assert default.revision == "f9b9dc8d367d443f2479d27aa5d8d2850c0774ee"
     assert (default.max_chars, default.max_tokens) == (100_000, 8_192)
-    code = "import sys, marin_assets.core.embed, marin_assets.core.topics; print('torch' in sys.modules, 'sentence_transformers' in sys.modules)"
+    code = (
+        "import sys, marin_assets.core.embed, marin_assets.core.topics; "
+        "print('torch' in sys.modules, 'sentence_transformers' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False"]

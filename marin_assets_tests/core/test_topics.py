@@ -300,7 +300,8 @@ def test_assignment_writes_nearest_fine_centroid_distance_and_topic(corpus):
     stats = topics.assign_topics_shard([uri], out, topics.AssignParams(str(corpus["root"] / "models" / "direct")))
     table = storage.read_parquet(out)
     assert table.schema.names == ["id", "fine_cluster", "distance", "topic"]
-    assert [table.schema.field(c).type for c in ("fine_cluster", "distance", "topic")] == [pa.int32(), pa.float32(), pa.int16()]
+    types = [table.schema.field(c).type for c in ("fine_cluster", "distance", "topic")]
+    assert types == [pa.int32(), pa.float32(), pa.int16()]
     ids, vectors = embed.load_embeddings([uri])
     assert table.column("id").to_pylist() == ids
     squared = ((vectors[:, None, :] - model.fine_centroids[None, :, :]) ** 2).sum(axis=2)
