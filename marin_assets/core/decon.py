@@ -838,20 +838,27 @@ def _web_rows(eval_set: EvalSet, provider: WebArchiveProvider, uri: str, label: 
                 records = pq.read_table(io.BytesIO(payload)).to_pylist()
             yield from _rows_of_records(eval_set, records, f"{uri}!{provider.member}", label, 0)
             return
-        dirs = sorted({d for n in names for d in _parents(n) if fnmatch.fnmatchcase(d, provider.row_dirs)})
+        dirs = sorted({d for n in names for d in _parents(n) if _match_segments(d, provider.row_dirs)})
         if not dirs:
             raise EvalIndexError(f"{label}: no directory of {uri} matches row_dirs {provider.row_dirs!r}")
         seen_fields: set[str] = set()
-        for d in dirs:
-            parts = []
-            for field in eval_set.fields:
-                for name in sorted(n for n in names if fnmatch.fnmatchcase(n, f"{d}/{field}")):
-                    seen_fields.add(field)
-                    parts.append(archive.read(name).decode("utf-8", errors="replace"))
+        for d in dirs:  # a matching directory is a row when it holds at least one indexed file
+            files = [(field, n) for field in eval_set.fields
+                     for n in sorted(n for n in names if fnmatch.fnmatchcase(n, f"{d}/{field}"))]
+            if not files:
+                continue
+            seen_fields.update(field for field, _ in files)
+            parts = [archive.read(n).decode("utf-8", errors="replace") for _, n in files]
             yield eval_set.name, d.rsplit("/", 1)[-1], "\n\n".join(p for p in parts if p.strip())
         missing = [f for f in eval_set.fields if f not in seen_fields]
         if missing:
             raise EvalIndexError(f"{label}: file(s) {missing} exist in no row directory of {uri}; fix 'fields'")
+
+
+def _match_segments(path: str, pattern: str) -> bool:
+    """Glob match segment by segment, so ``*/*`` means exactly two levels."""
+    parts, globs = path.split("/"), pattern.strip("/").split("/")
+    return len(parts) == len(globs) and all(fnmatch.fnmatchcase(p, g) for p, g in zip(parts, globs))
 
 
 def _parents(name: str) -> Iterator[str]:
