@@ -252,6 +252,8 @@ class FuzzyDedupParams:
     max_chars_per_doc: int = 8 * 2**20
 
 
+VERIFY_BATCH_CHARS = 1 << 20  # ~15 bytes of n-gram arrays per character while hashed
+
 _FUZZY_SCHEMA = pa.schema(
     [
         ("id", pa.string()),
@@ -630,84 +632,23 @@ def find_fuzzy_duplicates(
         histogram[key] = histogram.get(key, 0) + 1
     histogram = dict(sorted(histogram.items(), key=lambda kv: int(kv[0].split("-")[0])))
 
-    results: dict[str, list[tuple[str, str, str, str, float, float]]] = {s: [] for s in sources}
-    examples: list[tuple[int, dict[str, Any]]] = []  # max-heap on key via negation
-    counters = {"exact_scan_clusters": 0, "indexed_clusters": 0, "exempt_kept": 0, "verified_members": 0, "comparisons": 0}
-
-    def verify_table(table: pa.Table) -> None:
-        table = table.sort_by([("label", "ascending"), ("length", "descending"), ("rank", "ascending"), ("id", "ascending")])
-        labels_col = table.column("label").to_numpy()
-        starts = np.flatnonzero(np.r_[True, labels_col[1:] != labels_col[:-1]]) if labels_col.size else np.zeros(0, np.int64)
-        ends = np.append(starts[1:], labels_col.size)
-        ranks = table.column("rank").to_numpy()
-        ids = table.column("id").to_pylist()
-        lengths = table.column("length").to_numpy()
-        texts = table.column("text")
-        # Hash n-grams for runs of clusters of about 32 Mi characters at a time.
-        c = 0
-        while c < starts.size:
-            c_end, chars = c, 0
-            while c_end < starts.size and (c_end == c or chars < 32 * 2**20):
-                chars += int(lengths[starts[c_end] : ends[c_end]].clip(max=params.max_chars_per_doc).sum())
-                c_end += 1
-            lo, hi = starts[c], ends[c_end - 1]
-            batch_texts = texts.slice(lo, hi - lo).to_pylist()
-            grams = ngram_sets(batch_texts, params.ngram_size, params.max_chars_per_doc)
-            for k in range(c, c_end):
-                a, b = starts[k] - lo, ends[k] - lo
-                member_ranks = ranks[lo + a : lo + b]
-                is_exempt = [sources[r] in exempt_set for r in member_ranks.tolist()]
-                if b - a > params.exact_scan_max_members:
-                    counters["indexed_clusters"] += 1
-                else:
-                    counters["exact_scan_clusters"] += 1
-                counters["verified_members"] += int(b - a)
-                cluster_lengths = lengths[lo + a : lo + b].tolist()
-                verdict = verify_cluster(cluster_lengths, grams[a:b], is_exempt, params)
-                counters["exempt_kept"] += verdict.exempt_kept
-                counters["comparisons"] += verdict.comparisons
-                cluster_id = ids[lo + a]
-                for r in verdict.removals:
-                    member, rep = lo + a + r.index, lo + a + r.representative
-                    source = sources[ranks[member]]
-                    rep_source = sources[ranks[rep]]
-                    results[source].append((ids[member], cluster_id, ids[rep], rep_source, r.containment, r.jaccard))
-                    if num_examples:
-                        key = xxhash.xxh3_64_intdigest(f"{source}\x00{ids[member]}".encode())
-                        if len(examples) < num_examples or -examples[0][0] > key:
-                            entry = {
-                                "source": source,
-                                "id": ids[member],
-                                "representative_source": rep_source,
-                                "representative_id": ids[rep],
-                                "containment": round(r.containment, 4),
-                                "jaccard": round(r.jaccard, 4),
-                                "excerpt": batch_texts[a + r.index][:excerpt_chars],
-                                "representative_excerpt": batch_texts[a + r.representative][:excerpt_chars],
-                            }
-                            heapq.heappush(examples, (-key, entry)) if len(examples) < num_examples else heapq.heapreplace(examples, (-key, entry))
-            c = c_end
-
-    total_chars_estimate = 0
+    verification = _Verification(sources, exempt_set, params, num_examples, excerpt_chars)
+    partitions = 0
     if nodes.size:
-        partitions = 1
-        # Partition count from the members' text size (known only after reading): estimate
-        # from the shards' average bytes per row, read from Parquet metadata.
-        total_chars_estimate = _estimate_member_chars(refs, nodes)
-        partitions = max(1, min(1024, math.ceil(total_chars_estimate / max(1, member_chars_per_partition))))
+        # Members' text is read shard by shard and routed to cluster partitions; their count
+        # comes from the text bytes per row in the shards' Parquet metadata.
+        estimate = _estimate_member_chars(refs, nodes)
+        partitions = max(1, min(1024, math.ceil(estimate / max(1, member_chars_per_partition))))
         if partitions == 1:
-            tables = _gather_members(refs, nodes, labels, 1, None, params)
-            if tables:
-                verify_table(pa.concat_tables(tables))
+            verification.partition(pa.concat_tables(_gather_members(refs, nodes, labels, 1, None, params)))
         else:
             with tempfile.TemporaryDirectory(prefix="fuzzy-members-", dir=work_dir) as tmp:
                 spill = _Spill(tmp, partitions)
                 _gather_members(refs, nodes, labels, partitions, spill, params)
                 spill.close()
                 for table in spill.read_all():
-                    verify_table(table)
-    else:
-        partitions = 0
+                    verification.partition(table)
+    results, counters = verification.results, verification.counters
 
     removed_per_source: dict[str, int] = {}
     digests: dict[str, str] = {}
@@ -732,8 +673,82 @@ def find_fuzzy_duplicates(
         "removal_ratio_per_source": removal_ratios(removed_per_source, docs_per_source),
         "removed_ids_digest": digests,
         "exempt_sources": sorted(exempt_set & set(sources)),
-        "examples": [entry for _, entry in sorted(examples, key=lambda kv: -kv[0])],
+        "examples": verification.examples(),
     }
+
+
+class _Verification:
+    """Verifies the clusters of one partition after another and collects the removals."""
+
+    def __init__(self, sources: list[str], exempt: set[str], params: FuzzyDedupParams, num_examples: int, excerpt_chars: int) -> None:
+        self.sources, self.exempt, self.params = sources, exempt, params
+        self.num_examples, self.excerpt_chars = num_examples, excerpt_chars
+        self.results: dict[str, list[tuple[str, str, str, str, float, float]]] = {s: [] for s in sources}
+        self.counters = {"exact_scan_clusters": 0, "indexed_clusters": 0, "exempt_kept": 0, "verified_members": 0, "comparisons": 0}
+        self._examples: list[tuple[int, dict[str, Any]]] = []  # heap on -key: keeps the smallest keys
+
+    def partition(self, table: pa.Table) -> None:
+        """All clusters of a members table (``label``, ``rank``, ``id``, ``length``, ``text``)."""
+        table = table.sort_by([("label", "ascending"), ("length", "descending"), ("rank", "ascending"), ("id", "ascending")])
+        labels = table.column("label").to_numpy()
+        if labels.size == 0:
+            return
+        starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
+        ends = np.append(starts[1:], labels.size)
+        ranks = table.column("rank").to_numpy()
+        ids = table.column("id").to_pylist()
+        lengths = table.column("length").to_numpy()
+        capped = lengths.clip(max=self.params.max_chars_per_doc)
+        c = 0
+        while c < starts.size:  # runs of clusters of about VERIFY_BATCH_CHARS share one n-gram pass
+            c_end, chars = c + 1, int(capped[starts[c] : ends[c]].sum())
+            while c_end < starts.size and chars < VERIFY_BATCH_CHARS:
+                chars += int(capped[starts[c_end] : ends[c_end]].sum())
+                c_end += 1
+            lo, hi = int(starts[c]), int(ends[c_end - 1])
+            texts = table.column("text").slice(lo, hi - lo).to_pylist()
+            grams = ngram_sets(texts, self.params.ngram_size, self.params.max_chars_per_doc)
+            for k in range(c, c_end):
+                a, b = int(starts[k]) - lo, int(ends[k]) - lo
+                self._cluster(ranks[lo + a : lo + b].tolist(), ids[lo + a : lo + b], lengths[lo + a : lo + b].tolist(), grams[a:b], texts[a:b])
+            c = c_end
+
+    def _cluster(self, ranks: list[int], ids: list[str], lengths: list[int], grams: list[np.ndarray], texts: list[str]) -> None:
+        is_exempt = [self.sources[r] in self.exempt for r in ranks]
+        size = len(ids)
+        self.counters["indexed_clusters" if size > self.params.exact_scan_max_members else "exact_scan_clusters"] += 1
+        self.counters["verified_members"] += size
+        verdict = verify_cluster(lengths, grams, is_exempt, self.params)
+        self.counters["exempt_kept"] += verdict.exempt_kept
+        self.counters["comparisons"] += verdict.comparisons
+        for r in verdict.removals:
+            source, rep_source = self.sources[ranks[r.index]], self.sources[ranks[r.representative]]
+            self.results[source].append((ids[r.index], ids[0], ids[r.representative], rep_source, r.containment, r.jaccard))
+            self._offer_example(
+                {
+                    "source": source,
+                    "id": ids[r.index],
+                    "representative_source": rep_source,
+                    "representative_id": ids[r.representative],
+                    "containment": round(r.containment, 4),
+                    "jaccard": round(r.jaccard, 4),
+                    "excerpt": texts[r.index][: self.excerpt_chars],
+                    "representative_excerpt": texts[r.representative][: self.excerpt_chars],
+                }
+            )
+
+    def _offer_example(self, entry: dict[str, Any]) -> None:
+        """Keep the removals with the smallest hash of (source, id): a stable sample."""
+        if not self.num_examples:
+            return
+        key = xxhash.xxh3_64_intdigest(f"{entry['source']}\x00{entry['id']}".encode())
+        if len(self._examples) < self.num_examples:
+            heapq.heappush(self._examples, (-key, entry))
+        elif -self._examples[0][0] > key:
+            heapq.heapreplace(self._examples, (-key, entry))
+
+    def examples(self) -> list[dict[str, Any]]:
+        return [entry for _, entry in sorted(self._examples, key=lambda kv: -kv[0])]
 
 
 def _estimate_member_chars(refs: list[_ShardRef], nodes: np.ndarray) -> int:

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import xxhash
 
 from marin_assets.core import storage
@@ -120,25 +121,19 @@ def shingles(cleaned: str, n: int = 5) -> list[bytes]:
 def ngram_spans(joined: bytes, num_docs: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Byte spans of the word n-grams of ``num_docs`` texts joined by ``\\n``.
 
-    Each text must contain words separated by single spaces (no other whitespace). Returns
-    ``(starts, lengths, counts)``: the n-grams in document order and the number per document
-    (a text of 1..n-1 words is one n-gram, an empty text none).
+    Each text must be words separated by single spaces (no other whitespace, none leading or
+    trailing). Returns ``(starts, lengths, counts)``: the n-grams in document order and the
+    number per document (a text of 1..n-1 words is one n-gram, an empty text none).
     """
     buf = np.frombuffer(joined, dtype=np.uint8)
-    if buf.size == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(num_docs, np.int64)
-    is_sep = (buf == 32) | (buf == 10)
-    word = ~is_sep
-    before = np.empty_like(is_sep)
-    before[0] = True
-    before[1:] = is_sep[:-1]
-    after = np.empty_like(is_sep)
-    after[-1] = True
-    after[:-1] = is_sep[1:]
-    word_starts = np.flatnonzero(word & before)
-    word_ends = np.flatnonzero(word & after) + 1
-    newlines = np.flatnonzero(buf == 10)
-    word_doc = np.searchsorted(newlines, word_starts)
+    sep = np.flatnonzero((buf == 32) | (buf == 10))
+    newline = buf[sep] == 10
+    # Segments between separators are words, or empty where a text is empty.
+    seg_start = np.concatenate([[0], sep + 1])
+    seg_end = np.concatenate([sep, [buf.size]])
+    seg_doc = np.concatenate([[0], np.cumsum(newline)])
+    word = seg_end > seg_start
+    word_starts, word_ends, word_doc = seg_start[word], seg_end[word], seg_doc[word]
     words_per_doc = np.bincount(word_doc, minlength=num_docs).astype(np.int64)
     first_word = np.zeros(num_docs, np.int64)
     np.cumsum(words_per_doc[:-1], out=first_word[1:])
@@ -147,11 +142,53 @@ def ngram_spans(joined: bytes, num_docs: int, n: int) -> tuple[np.ndarray, np.nd
     gram_doc = np.repeat(np.arange(num_docs), counts)
     gram_first = np.zeros(num_docs, np.int64)
     np.cumsum(counts[:-1], out=gram_first[1:])
-    k = np.arange(total, dtype=np.int64) - gram_first[gram_doc]
-    first = first_word[gram_doc] + k
+    first = first_word[gram_doc] + np.arange(total, dtype=np.int64) - gram_first[gram_doc]
     last = first + np.minimum(words_per_doc, n)[gram_doc] - 1
     starts = word_starts[first]
     return starts, word_ends[last] - starts, counts
+
+
+# ASCII fast path of clean_text: lowercase, then one bytes.translate that deletes punctuation
+# and maps every ASCII character str.split() treats as whitespace to a space; the runs of
+# spaces are collapsed for the whole batch at once in numpy (collapse_spaces).
+_ASCII_WHITESPACE = b"\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f"
+_ASCII_TABLE = bytes.maketrans(_ASCII_WHITESPACE, b" " * len(_ASCII_WHITESPACE))
+_PUNCTUATION_BYTES = string.punctuation.encode("ascii")
+
+
+def clean_batch(texts: Sequence[str | None], cap_chars: int = 500_000) -> bytes:
+    """``clean_text`` of every text, UTF-8, joined by ``\\n`` (None -> empty text)."""
+    pieces = []
+    for text in texts:
+        if not text:
+            pieces.append(b"")
+        elif text.isascii():
+            pieces.append(text[:cap_chars].lower().encode("ascii").translate(_ASCII_TABLE, _PUNCTUATION_BYTES))
+        else:
+            pieces.append(clean_text(text, cap_chars).encode("utf-8"))
+    return collapse_spaces(b"\n".join(pieces))
+
+
+def collapse_spaces(joined: bytes) -> bytes:
+    """Collapse runs of spaces to one and trim them at both ends of every ``\\n``-separated text."""
+    buf = np.frombuffer(joined, dtype=np.uint8)
+    space = buf == 32
+    if not space.any():
+        return joined
+    prev_space = np.zeros_like(space)
+    prev_space[1:] = space[:-1]
+    next_space = np.zeros_like(space)
+    next_space[:-1] = space[1:]
+    run_first = np.flatnonzero(space & ~prev_space)
+    run_last = np.flatnonzero(space & ~next_space)
+    # A run survives as one space only between two words of the same text.
+    before = buf[np.maximum(run_first - 1, 0)]
+    before[run_first == 0] = 10
+    after = buf[np.minimum(run_last + 1, buf.size - 1)]
+    after[run_last == buf.size - 1] = 10
+    keep = space.copy()
+    keep[run_first[(before != 10) & (after != 10)]] = False
+    return buf[~keep].tobytes()
 
 
 # --------------------------------------------------------------------------- xxh3-64, vectorized
@@ -222,6 +259,9 @@ def _rrmxmx(h: np.ndarray, length: np.ndarray) -> np.ndarray:
     return h ^ (h >> _U(28))
 
 
+HASH_BLOCK = 32768  # spans hashed per numpy pass, so the ~40 temporaries stay in cache
+
+
 def xxh3_64_spans(data: bytes | np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """xxh3-64 (seed 0) of ``data[s:s+l]`` for every span, equal to ``xxhash.xxh3_64_intdigest``.
 
@@ -233,8 +273,13 @@ def xxh3_64_spans(data: bytes | np.ndarray, starts: np.ndarray, lengths: np.ndar
     starts = np.asarray(starts, dtype=np.int64)
     lengths = np.asarray(lengths, dtype=np.int64)
     out = np.empty(starts.size, dtype=np.uint64)
-    if starts.size == 0:
-        return out
+    for i in range(0, starts.size, HASH_BLOCK):
+        out[i : i + HASH_BLOCK] = _xxh3_block(raw, buf, starts[i : i + HASH_BLOCK], lengths[i : i + HASH_BLOCK])
+    return out
+
+
+def _xxh3_block(raw: np.ndarray, buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    out = np.empty(starts.size, dtype=np.uint64)
     # Overlapping little-endian views: element i is the 8 (4) bytes starting at byte i.
     le64 = np.ndarray(shape=(buf.size - 7,), dtype="<u8", buffer=buf, strides=(1,))
     le32 = np.ndarray(shape=(buf.size - 3,), dtype="<u4", buffer=buf, strides=(1,))
@@ -269,7 +314,7 @@ def xxh3_64_spans(data: bytes | np.ndarray, starts: np.ndarray, lengths: np.ndar
         out[sel] = xxhash.xxh3_64_intdigest(b"")
     sel = np.flatnonzero(lengths > 128)
     if sel.size:
-        view = memoryview(raw.tobytes() if not isinstance(data, (bytes, bytearray)) else data)
+        view = memoryview(raw)
         out[sel] = [xxhash.xxh3_64_intdigest(view[s : s + n]) for s, n in zip(starts[sel].tolist(), lengths[sel].tolist())]
     return out
 
@@ -376,10 +421,8 @@ def band_buckets(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
 
 def shingle_hashes(texts: Sequence[str | None], params: MinHashParams) -> tuple[np.ndarray, np.ndarray]:
     """xxh3-64 of every shingle of a batch of raw texts, and the number per text (None -> 0)."""
-    cap = params.text_cap_chars
-    cleaned = [clean_text(t, cap) if t else "" for t in texts]
-    joined = "\n".join(cleaned).encode("utf-8")
-    starts, lengths, counts = ngram_spans(joined, len(cleaned), params.ngram_size)
+    joined = clean_batch(texts, params.text_cap_chars)
+    starts, lengths, counts = ngram_spans(joined, len(texts), params.ngram_size)
     return xxh3_64_spans(joined, starts, lengths), counts
 
 
@@ -402,7 +445,24 @@ def datasketch_minhash(text: str, params: MinHashParams = MinHashParams()) -> An
 
 # --------------------------------------------------------------------------- per-shard function
 
-BATCH_DOCS = 2048  # documents per vectorized batch (memory ~ batch text + its shingles)
+# Documents per vectorized batch: at most BATCH_DOCS and about BATCH_BYTES of text (the
+# batch's shingle arrays take ~10x its text bytes, so a shard's peak memory stays flat).
+BATCH_DOCS = 2048
+BATCH_BYTES = 8 << 20
+
+
+def batch_bounds(text_bytes: np.ndarray, cap_chars: int) -> list[tuple[int, int]]:
+    """[start, end) row ranges of consecutive batches under BATCH_DOCS and ~BATCH_BYTES."""
+    if text_bytes.size == 0:
+        return []
+    weight = np.minimum(text_bytes, 4 * cap_chars)
+    before = np.cumsum(weight) - weight
+    batch = np.maximum(before // BATCH_BYTES, np.arange(text_bytes.size) // BATCH_DOCS)
+    # A batch is a maximal run of rows with the same batch number.
+    edges = np.flatnonzero(np.diff(batch)) + 1
+    starts = np.concatenate([[0], edges]).tolist()
+    ends = np.concatenate([edges, [text_bytes.size]]).tolist()
+    return list(zip(starts, ends))
 
 
 def bucket_table(ids: Sequence[str], texts: Sequence[str | None], params: MinHashParams) -> tuple[pa.Table, dict[str, int]]:
@@ -441,11 +501,19 @@ def minhash_shard(input_uris: list[str], output_uri: str, params: MinHashParams)
     if len(input_uris) != 1:
         raise ValueError(f"minhash_shard takes one normalized shard, got {len(input_uris)}: {input_uris}")
     (uri,) = input_uris
-    table = storage.read_parquet(uri, columns=["id", "text"])
+    try:
+        table = storage.read_parquet(uri, columns=["id", "text"])
+    except (KeyError, ValueError, pa.ArrowInvalid) as exc:
+        raise ValueError(
+            f"{uri}: cannot read columns 'id' and 'text' ({exc}); minhash_buckets reads normalized "
+            "shards, rematerialize the normalized partition of this source"
+        ) from exc
     stats = {"docs": 0, "docs_without_shingles": 0, "shingles": 0, "null_text": 0, "capped_docs": 0}
     pieces = []
-    for batch in table.to_batches(max_chunksize=BATCH_DOCS):
-        piece, counters = bucket_table(batch.column(0).to_pylist(), batch.column(1).to_pylist(), params)
+    ids, texts = table.column("id"), table.column("text")
+    text_bytes = pc.fill_null(pc.binary_length(texts), 0).to_numpy(zero_copy_only=False)
+    for start, end in batch_bounds(text_bytes, params.text_cap_chars):
+        piece, counters = bucket_table(ids.slice(start, end - start).to_pylist(), texts.slice(start, end - start).to_pylist(), params)
         pieces.append(piece)
         for key, value in counters.items():
             stats[key] += value

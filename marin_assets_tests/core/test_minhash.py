@@ -227,6 +227,20 @@ def test_minhash_shard_writes_one_bucket_list_per_row_in_row_order(tmp_path) -> 
     assert table.column("buckets")[0].as_py() == minhash.band_buckets(sig, 26, 11)[0].tolist()
 
 
+def test_minhash_shard_output_does_not_depend_on_batching(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    texts = stdlib_documents(12, seed=4) + [None, ""]
+    src = str(tmp_path / storage.shard_name(0, 1))
+    storage.write_parquet(pa.table({"id": [f"{i:032x}" for i in range(len(texts))], "text": pa.array(texts, pa.string())}), src)
+    whole = str(tmp_path / "whole.parquet")
+    minhash.minhash_shard([src], whole, MinHashParams())
+    monkeypatch.setattr(minhash, "BATCH_DOCS", 3)
+    monkeypatch.setattr(minhash, "BATCH_BYTES", 2000)
+    assert len(minhash.batch_bounds(np.array([len(t or "") for t in texts]), 500_000)) > len(texts) // 3
+    batched = str(tmp_path / "batched.parquet")
+    minhash.minhash_shard([src], batched, MinHashParams())
+    assert storage.read_parquet(batched).equals(storage.read_parquet(whole))
+
+
 def test_text_cap_limits_what_is_hashed() -> None:
     params = MinHashParams(text_cap_chars=1000)
     base = stdlib_documents(1, per_doc=8, seed=3)[0]
