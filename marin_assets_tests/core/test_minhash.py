@@ -91,6 +91,17 @@ def test_clean_text_lowercases_strips_punctuation_and_collapses_whitespace() -> 
     assert all(ch not in minhash.clean_text(string.punctuation + " x") for ch in string.punctuation)
 
 
+def test_batch_cleaning_equals_clean_text_on_awkward_whitespace() -> None:
+    texts = [
+        "  lead and trail  ", "a - b -- c", "tabs\tand\r\nnewlines\x0b\x0cfeeds", "sep\x1cfile\x1dgroup\x1erecord\x1funit",
+        "nul\x00kept as a character", "\n\n\n", "", "UPPER Case, MiXeD!", "nbsp\u00a0ideographic\u3000line\u2028next\x85end",
+        "  ünïcödé   and  ascii  ", "...", "x" * 40 + " . " + "y", "İstanbul ΣΑΣ",
+    ]  # fmt: skip
+    expected = "\n".join(minhash.clean_text(t) for t in texts).encode("utf-8")
+    assert minhash.clean_batch(texts) == expected
+    assert minhash.clean_batch(texts, cap_chars=7) == "\n".join(minhash.clean_text(t, 7) for t in texts).encode("utf-8")
+
+
 def test_short_texts_are_one_shingle_and_spans_match_the_reference() -> None:
     texts = ["one two three", "", "a b c d e f g", "ünï cödé wörds are here today and tomorrow", "x"]
     assert minhash.shingles("one two three") == [b"one two three"]
