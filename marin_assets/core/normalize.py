@@ -150,7 +150,8 @@ def read_batches(uri: str, fmt: str, batch_rows: int, counters: dict[str, int]) 
     if fmt == "parquet":
         fs, path = storage.filesystem(uri)
         with fs.open(path, "rb") as handle:
-            for batch in pq.ParquetFile(handle).iter_batches(batch_size=batch_rows):
+            parquet = pq.ParquetFile(storage.local_path(uri) or handle)
+            for batch in parquet.iter_batches(batch_size=batch_rows):
                 yield pl.from_arrow(batch)  # type: ignore[misc]
         return
     if fmt == "json":
@@ -198,7 +199,7 @@ def canonical_rows(frame: pl.DataFrame, params: NormalizeParams, *, source: str,
     frame = frame.select(text.alias("text"), source_id.alias("source_id"), *keep)
 
     rows_in = frame.height
-    frame = frame.filter(pl.col("text").is_not_null() & (pl.col("text").str.strip_chars().str.len_bytes() > 0))
+    frame = frame.filter(pl.col("text").str.contains(r"\S").fill_null(False))
     counters["empty_dropped"] = rows_in - frame.height
 
     run = params.max_whitespace_run
@@ -246,7 +247,7 @@ def scatter_file(input_uris: list[str], output_uri: str, params: ScatterParams) 
         )
     counters: dict[str, int] = {"rows_in": 0, "rows_out": 0, "bytes_in": storage.size(uri)}
     bad_rows: dict[str, int] = {}
-    pieces: dict[int, list[pa.Table]] = {}
+    pieces: dict[int, list[pl.DataFrame]] = {}
     for batch in read_batches(uri, fmt, params.normalize.batch_rows, bad_rows):
         counters["rows_in"] += batch.height
         if params.transform is not None:
@@ -261,21 +262,20 @@ def scatter_file(input_uris: list[str], output_uri: str, params: ScatterParams) 
             continue
         rows = rows.with_columns(shard_of(rows["id"], params.shards).alias("_shard"))
         for (shard,), part in rows.partition_by("_shard", as_dict=True).items():
-            pieces.setdefault(int(shard), []).append(part.drop("_shard").to_arrow())
-    for shard, tables in pieces.items():
-        table = pa.concat_tables(tables, promote_options="permissive")
+            pieces.setdefault(int(shard), []).append(part.drop("_shard"))
+    for shard, frames in pieces.items():
         with storage.open_atomic(storage.join(output_uri, f"shard-{shard:05d}.arrow")) as handle:
-            with pa.ipc.new_file(handle, table.schema) as writer:
-                writer.write_table(table)
+            pl.concat(frames, how="diagonal_relaxed").write_ipc(handle, compression="uncompressed")
     counters.update({f"bad_rows.{k}": v for k, v in bad_rows.items()})
     storage.write_json(storage.join(output_uri, "_done.json"), counters)
     return counters
 
 
 def _read_piece(uri: str) -> pl.DataFrame:
-    fs, path = storage.filesystem(uri)
-    with fs.open(path, "rb") as handle:
-        return pl.from_arrow(pa.ipc.open_file(handle).read_all())  # type: ignore[return-value]
+    path = storage.local_path(uri)
+    if path is not None:
+        return pl.read_ipc(path)
+    return pl.read_ipc(io.BytesIO(storage.read_bytes(uri)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -298,8 +298,8 @@ def gather_shard(input_uris: list[str], output_uri: str, params: GatherParams) -
         duplicates = dups.height
         if duplicates:
             parent, base = output_uri.rsplit("/", 1)
-            storage.write_parquet(dups.to_arrow(), storage.join(parent, DUPS_DIR, base))
-    storage.write_parquet(frame.to_arrow(), output_uri)
+            storage.write_parquet(dups, storage.join(parent, DUPS_DIR, base))
+    storage.write_parquet(frame, output_uri)
     return {"rows": frame.height, "duplicates": duplicates, "bytes_out": storage.size(output_uri)}
 
 

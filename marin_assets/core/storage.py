@@ -163,8 +163,29 @@ def put_file(local_path: str, uri: str) -> None:
 PARQUET_COMPRESSION = "zstd"
 
 
-def write_parquet(table: pa.Table, uri: str, row_group_size: int | None = None) -> None:
-    """Write a zstd Parquet file atomically."""
+def local_path(uri: str) -> str | None:
+    """The plain filesystem path of a local URI (native writers are faster than file objects)."""
+    fs, path = filesystem(uri)
+    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    return path if "file" in protocols or "local" in protocols else None
+
+
+def write_parquet(table: Any, uri: str, row_group_size: int | None = None) -> None:
+    """Write a zstd Parquet file atomically from a pyarrow Table or a polars DataFrame."""
+    path = local_path(uri)
+    if path is not None and hasattr(table, "write_parquet"):
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
+        try:
+            table.write_parquet(tmp, compression=PARQUET_COMPRESSION, row_group_size=row_group_size)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            raise
+        return
+    if hasattr(table, "to_arrow"):
+        table = table.to_arrow()
     with open_atomic(uri) as handle:
         pq.write_table(table, handle, compression=PARQUET_COMPRESSION, row_group_size=row_group_size)
 
