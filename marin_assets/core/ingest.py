@@ -11,11 +11,11 @@ resolved revision, so later stages find the raw copy without asking the provider
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from marin_assets.core import storage
+from marin_assets.core.hub import select_paths
 from marin_assets.core.normalize import NormalizeParams, input_format_of
 
 CODE_VERSION = "1"
@@ -56,8 +56,20 @@ def raw_key(source: Any) -> str:
     return source.provider.repo_id.strip("/").replace("/", "__")
 
 
-def _pin_record(layout: storage.Layout, source: Any, selection_fp: str) -> str:
-    return storage.join(layout.root, "raw", raw_key(source), "_pins", f"{source.provider.revision}-{selection_fp}.json")
+def pin_record_uri(layout: storage.Layout, source: Any) -> str:
+    """Where the raw copy for ``source``'s current recipe is recorded (one record per recipe)."""
+    return storage.join(layout.root, "raw", "_pins", source.name, recipe_fingerprint(source) + ".json")
+
+
+def _reuse(layout: storage.Layout, source: Any) -> dict[str, Any] | None:
+    record_uri = pin_record_uri(layout, source)
+    if not storage.exists(record_uri):
+        return None
+    record = storage.read_json(record_uri)
+    manifest = storage.read_manifest(record["uri"])
+    if manifest is None:
+        return None
+    return manifest | record | {"reused": True}
 
 
 def fetch_raw(
@@ -69,56 +81,52 @@ def fetch_raw(
     resolve: Callable[..., str],
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Download ``source``'s family selection at its pin (reusing a complete copy).
+    """Fetch ``source``'s provider files at its pin (reusing a complete copy).
 
-    ``download`` and ``resolve`` are the hub client's ``download_snapshot`` and
-    ``resolve_revision`` (injected so that callers choose endpoint, token and retry policy).
-    Returns the raw manifest plus ``uri``, ``fingerprint`` and ``reused``.
+    Hugging Face sources download their family's selection with the injected hub client
+    (``download_snapshot`` and ``resolve_revision``: callers choose endpoint, token and retry
+    policy). Other provider kinds go through ``marin_assets.core.providers``.
+    Returns the raw manifest plus ``uri``, ``revision``, ``fingerprint`` and ``reused``.
     """
+    reused = _reuse(layout, source)
+    if reused is not None:
+        return reused
     provider = source.provider
-    if provider.kind != "hf":
-        raise RecipeNotImplemented(
-            f"recipe not implemented yet: source '{source.name}' uses a '{provider.kind}' provider; "
-            f"this version only downloads Hugging Face providers"
+    if provider.kind == "hf" and provider.repo_type != "bucket":
+        allow, exclude = family_selection(source, catalog)
+        selection_fp = storage.fingerprint("selection", {"allow": allow, "exclude": exclude})[:8]
+        revision = resolve(provider.repo_id, provider.revision, provider.repo_type or "dataset")
+        dest = layout.raw(raw_key(source), f"{revision}-{selection_fp}" if allow or exclude else revision)
+        manifest = download(provider.repo_id, revision, allow, exclude, dest, progress)
+        fp = storage.fingerprint(
+            "raw_files",
+            {"repo": provider.repo_id, "revision": revision, "allow": allow, "exclude": exclude},
+            CODE_VERSION,
         )
-    allow, exclude = family_selection(source, catalog)
-    selection_fp = storage.fingerprint("selection", {"allow": allow, "exclude": exclude})[:8]
-    pin_uri = _pin_record(layout, source, selection_fp)
-    if storage.exists(pin_uri):
-        pin = storage.read_json(pin_uri)
-        manifest = storage.read_manifest(pin["uri"])
-        if manifest is not None:
-            return manifest | {"uri": pin["uri"], "fingerprint": pin["fingerprint"], "reused": True}
-    revision = resolve(provider.repo_id, provider.revision, provider.repo_type)
-    dest = layout.raw(raw_key(source), f"{revision}-{selection_fp}" if allow or exclude else revision)
-    manifest = download(provider.repo_id, revision, allow, exclude, dest, progress)
-    fp = storage.fingerprint(
-        "raw_files",
-        {"repo": provider.repo_id, "revision": revision, "allow": allow, "exclude": exclude},
-        CODE_VERSION,
-    )
-    storage.write_json(pin_uri, {"uri": dest, "revision": revision, "fingerprint": fp, "pin": provider.revision})
-    return manifest | {"uri": dest, "fingerprint": fp, "reused": bool(manifest.get("reused", False))}
+    else:
+        from marin_assets.core import providers  # noqa: PLC0415 - optional provider modules
+
+        fetch = providers.get_provider(provider.kind if provider.kind != "hf" else "hf_bucket")
+        if fetch is None:
+            raise RecipeNotImplemented(
+                f"recipe not implemented yet: source '{source.name}' needs the '{provider.kind}' provider"
+            )
+        manifest = fetch(source, layout, progress)
+        dest, revision, fp = manifest["uri"], manifest.get("revision", provider.revision), manifest["fingerprint"]
+    record = {"uri": dest, "revision": revision, "fingerprint": fp, "pin": provider.revision}
+    storage.write_json(pin_record_uri(layout, source), record)
+    return manifest | record | {"reused": bool(manifest.get("reused", False))}
 
 
-def locate_raw(source: Any, catalog: Any, layout: storage.Layout) -> dict[str, Any]:
-    """The raw copy a previous ``fetch_raw`` made for ``source``'s current pin."""
-    allow, exclude = family_selection(source, catalog)
-    selection_fp = storage.fingerprint("selection", {"allow": allow, "exclude": exclude})[:8]
-    pin_uri = _pin_record(layout, source, selection_fp)
-    if not storage.exists(pin_uri):
+def locate_raw(source: Any, layout: storage.Layout) -> dict[str, Any]:
+    """The raw copy a previous ``fetch_raw`` made for ``source``'s current recipe."""
+    found = _reuse(layout, source)
+    if found is None:
         raise RawFilesMissing(
-            f"source '{source.name}': no raw files for pin {source.provider.revision} under {layout.root}; "
-            f"materialize raw_files for partition '{source.name}' first"
+            f"source '{source.name}': no complete raw files for its current pin ({source.provider.revision}) "
+            f"under {layout.root}; materialize raw_files for partition '{source.name}' first"
         )
-    pin = storage.read_json(pin_uri)
-    manifest = storage.read_manifest(pin["uri"])
-    if manifest is None:
-        raise RawFilesMissing(
-            f"source '{source.name}': the raw copy at {pin['uri']} is incomplete (no manifest); "
-            f"re-materialize raw_files for partition '{source.name}'"
-        )
-    return manifest | {"uri": pin["uri"], "fingerprint": pin["fingerprint"]}
+    return found
 
 
 def _manifest_paths(manifest: dict[str, Any]) -> list[str]:
@@ -139,9 +147,7 @@ def source_inputs(source: Any, raw: dict[str, Any]) -> list[str]:
             continue
         if provider.subdir and not path.startswith(provider.subdir.rstrip("/") + "/"):
             continue
-        if provider.allow and not any(fnmatch.fnmatch(path, g) for g in provider.allow):
-            continue
-        if any(fnmatch.fnmatch(path, g) for g in provider.exclude):
+        if not select_paths([path], list(provider.allow) or None, list(provider.exclude) or None):
             continue
         if input_format_of(path) is None:
             continue
@@ -171,10 +177,13 @@ def input_format(source: Any) -> str | None:
 
 def check_recipe(source: Any, known_transforms: Sequence[str]) -> None:
     """Raise ``RecipeNotImplemented`` naming what is missing for this source."""
-    if source.provider.kind != "hf":
-        raise RecipeNotImplemented(
-            f"recipe not implemented yet: source '{source.name}' needs the '{source.provider.kind}' provider"
-        )
+    from marin_assets.core import providers  # noqa: PLC0415
+
+    kind = source.provider.kind
+    if source.provider.repo_type == "bucket":
+        kind = "hf_bucket"
+    if kind != "hf" and providers.get_provider(kind) is None:
+        raise RecipeNotImplemented(f"recipe not implemented yet: source '{source.name}' needs the '{kind}' provider")
     if source.transform and source.transform not in known_transforms:
         raise RecipeNotImplemented(
             f"recipe not implemented yet: source '{source.name}' needs the family transform '{source.transform}'"

@@ -88,7 +88,7 @@ def run_demo(sources: Sequence[str] | None = None) -> int:
         os.environ["HF_ENDPOINT"] = endpoint
         os.environ.pop("HF_TOKEN", None)
         print(f"offline Hub at {endpoint}; data under {os.environ.get('MARIN_PREFIX', '.marin_data')}", flush=True)
-        chain = defs.get_job_def("source_chain")
+        chain = defs.resolve_job_def("source_chain")
         rows: list[dict[str, Any]] = []
         for name in sources:
             result = chain.execute_in_process(partition_key=name, instance=instance, raise_on_error=True)
@@ -105,8 +105,8 @@ def run_demo(sources: Sequence[str] | None = None) -> int:
                 }
             )
             print(f"  {name}: {rows[-1]}", flush=True)
-        if "curate" in {j.name for j in defs.resolve_all_job_defs()}:
-            result = defs.get_job_def("curate").execute_in_process(instance=instance, raise_on_error=True)
+        if any(j.name == "curate" for j in defs.jobs or []):
+            result = defs.resolve_job_def("curate").execute_in_process(instance=instance, raise_on_error=True)
             _print_curation(_materializations(result))
     print("\nnormalized sources:")
     print(f"  {'source':28s} {'rows in':>8s} {'empty':>6s} {'dups':>5s} {'rows':>6s} reused")

@@ -1,6 +1,5 @@
 """``source_pins`` (observed from the catalog) and ``raw_files`` (provider files at the pin)."""
 
-from __future__ import annotations
 
 import dagster as dg
 
@@ -47,7 +46,7 @@ def raw_files(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.Mat
         marin.catalog(),
         marin.layout(),
         download=lambda repo, rev, allow, exclude, dest, progress: hub.download_snapshot(
-            repo, rev, allow=allow, exclude=exclude, dest_uri=dest, on_progress=progress
+            repo, rev, allow=list(allow) or None, exclude=list(exclude) or None, dest_uri=dest, on_progress=progress
         ),
         resolve=hub.resolve_revision,
         progress=context.log.info,

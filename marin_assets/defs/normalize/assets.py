@@ -1,6 +1,5 @@
 """``normalized``: canonical Parquet shards of each source."""
 
-from __future__ import annotations
 
 import dagster as dg
 
@@ -24,7 +23,7 @@ def normalized(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.Ma
     source = source_or_fail(marin, context.partition_key)
     ingest.check_recipe(source, sorted(known_transforms()))
     layout = marin.layout()
-    raw = ingest.locate_raw(source, marin.catalog(), layout)
+    raw = ingest.locate_raw(source, layout)
     params = ingest.normalize_params(source, marin.shard_bytes())
     fp = storage.fingerprint(
         "normalized",
