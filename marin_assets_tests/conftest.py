@@ -10,3 +10,4 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from marin_assets_tests.fixtures.gcs import gcs_emulator, gcs_prefix  # noqa: E402,F401
 from marin_assets_tests.fixtures.hub import hub_server, hub_store  # noqa: E402,F401
+from marin_assets_tests.fixtures.pipeline import pipeline  # noqa: E402,F401

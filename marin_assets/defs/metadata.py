@@ -19,7 +19,7 @@ def stage_metadata(*, uri: str, fingerprint: str, reused: bool, rows: int | None
         meta["dagster/row_count"] = int(rows)
     for key, value in (counters or {}).items():
         if isinstance(value, (int, float, str, bool)):
-            meta[key] = value
+            meta[key if key not in meta else f"{key}_count"] = value
     for key, value in extra.items():
         if value is not None:
             meta[key] = value

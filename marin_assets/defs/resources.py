@@ -14,7 +14,7 @@ from typing import Any
 import dagster as dg
 
 from marin_assets.catalog.sources import Catalog, load_catalog
-from marin_assets.core import storage
+from marin_assets.core import hub, storage
 from marin_assets.core.runner import ShardRunner
 
 
@@ -25,6 +25,9 @@ class MarinResource(dg.ConfigurableResource):
     catalog_path: str = ""
     shard_processes: int = 0
     target_shard_bytes: int = 0
+    # Waits between download retries; negative keeps the production policy (5 s doubling,
+    # 15 min cap, at least the rate-limit reset + 10 s after a 429).
+    retry_wait_s: float = -1.0
 
     def layout(self) -> storage.Layout:
         return storage.Layout(storage.resolve_prefix(self.prefix or None))
@@ -38,6 +41,12 @@ class MarinResource(dg.ConfigurableResource):
         if self.shard_processes:
             return ShardRunner(processes=self.shard_processes, ray_address=base.ray_address)
         return base
+
+    def retry_policy(self) -> hub.RetryPolicy:
+        if self.retry_wait_s < 0:
+            return hub.DEFAULT_POLICY
+        wait = self.retry_wait_s
+        return hub.RetryPolicy(base_wait_s=wait, min_wait_s=wait, max_jitter_s=wait, rate_limit_margin_s=wait)
 
     def shard_bytes(self) -> int | None:
         value = self.target_shard_bytes or int(os.environ.get("MARIN_TARGET_SHARD_BYTES", "0"))

@@ -41,14 +41,15 @@ def source_pins(context, marin: MarinResource) -> dg.DataVersionsByPartition:
 )
 def raw_files(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
     source = source_or_fail(marin, context.partition_key)
+    policy = marin.retry_policy()
     manifest = ingest.fetch_raw(
         source,
         marin.catalog(),
         marin.layout(),
         download=lambda repo, rev, allow, exclude, dest, progress: hub.download_snapshot(
-            repo, rev, allow=list(allow) or None, exclude=list(exclude) or None, dest_uri=dest, on_progress=progress
+            repo, rev, allow=list(allow) or None, exclude=list(exclude) or None, dest_uri=dest, on_progress=progress, policy=policy
         ),
-        resolve=hub.resolve_revision,
+        resolve=lambda repo, rev, repo_type: hub.resolve_revision(repo, rev, repo_type, policy=policy),
         progress=context.log.info,
     )
     counters = manifest.get("counters", {})
