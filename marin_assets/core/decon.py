@@ -100,29 +100,22 @@ class EvalIndexError(RuntimeError):
 
 # ----------------------------------------------------------------------------- feature hashing
 
-HASH_SCHEME = "poly64-fmix64-v1"
+HASH_SCHEME = "poly64-mix-poly64-v1"
 _MASK = (1 << 64) - 1
 _BYTE_BASE = 0x9E3779B97F4A7C15  # odd, so invertible modulo 2**64
 _TOKEN_BASE = 0xD6E8FEB86659FD93
 _TOKEN_LEN_SALT = 0xA0761D6478BD642F
 _FEATURE_LEN_SALT = 0xE7037ED1A0B428DB
-_FMIX_1 = 0xFF51AFD7ED558CCD
-_FMIX_2 = 0xC4CEB9FE1A85EC53
-
-
-def _fmix_int(h: int) -> int:
-    h ^= h >> 33
-    h = (h * _FMIX_1) & _MASK
-    h ^= h >> 33
-    h = (h * _FMIX_2) & _MASK
-    return h ^ (h >> 33)
+_TOKEN_MIX = 0xC4CEB9FE1A85EC53
 
 
 def feature_hash(tokens: Sequence[str]) -> int:
     """The 64-bit feature of a token sequence, written plainly (the vectorized path must agree).
 
-    Each token: polynomial over its UTF-8 bytes modulo 2**64, plus its length, mixed; the
-    feature: polynomial over the token hashes, plus the token count, mixed.
+    Each token: polynomial over its UTF-8 bytes modulo 2**64, plus its length, mixed (the mix
+    makes the second level see pseudo-random values); the feature: polynomial over the token
+    hashes plus the token count. No finalizer: a bijection cannot change which features collide,
+    and the high bits the index's bitmap reads are already well spread by the multiplications.
     """
     acc = 0
     for token in tokens:
@@ -130,18 +123,22 @@ def feature_hash(tokens: Sequence[str]) -> int:
         poly = 0
         for byte in data:
             poly = ((poly + byte) * _BYTE_BASE) & _MASK
-        token_hash = _fmix_int((poly + len(data) * _TOKEN_LEN_SALT) & _MASK)
+        token_hash = _mix_token_int((poly + len(data) * _TOKEN_LEN_SALT) & _MASK)
         acc = ((acc + token_hash) * _TOKEN_BASE) & _MASK
-    return _fmix_int((acc + len(tokens) * _FEATURE_LEN_SALT) & _MASK)
+    return (acc + len(tokens) * _FEATURE_LEN_SALT) & _MASK
 
 
-def _fmix(h: np.ndarray) -> np.ndarray:
-    """murmur3's 64-bit finalizer, in place on a uint64 array."""
-    h ^= h >> np.uint64(33)
-    h *= np.uint64(_FMIX_1)
-    h ^= h >> np.uint64(33)
-    h *= np.uint64(_FMIX_2)
-    h ^= h >> np.uint64(33)
+def _mix_token_int(h: int) -> int:
+    h ^= h >> 29
+    h = (h * _TOKEN_MIX) & _MASK
+    return h ^ (h >> 32)
+
+
+def _mix_token(h: np.ndarray) -> np.ndarray:
+    """Multiply-xorshift of the token hashes, in place."""
+    h ^= h >> np.uint64(29)
+    h *= np.uint64(_TOKEN_MIX)
+    h ^= h >> np.uint64(32)
     return h
 
 
@@ -203,23 +200,21 @@ def _decode_leads(data: np.ndarray, lead: np.ndarray) -> tuple[np.ndarray, np.nd
     return np.minimum(cp, 0x10FFFF), width
 
 
-def _whitespace(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per byte: part of a whitespace character (exactly ``str.isspace``); and the ``\\n`` positions."""
-    ws = data <= 32
-    low = np.flatnonzero(data < 28)  # newlines, tabs and the rare control characters
-    low_bytes = data[low]
-    ws[low[~_ASCII_SPACE[low_bytes]]] = False
-    newlines = low[low_bytes == 10]
-    maybe = np.flatnonzero(data >= 0xC2)
-    if maybe.size:
-        lead = data[maybe]
-        maybe = maybe[(lead == 0xC2) | ((lead >= 0xE1) & (lead <= 0xE3))]
+def _token_bytes(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per byte: part of a token, i.e. not whitespace (exactly ``str.isspace``); and the ``\\n`` positions."""
+    inside = data > 32
+    special = np.flatnonzero((data < 28) | (data >= 0xC2))  # newlines, tabs, control bytes, UTF-8 leads
+    special_bytes = data[special]
+    low = special_bytes < 28
+    inside[special[low & ~_ASCII_SPACE[special_bytes]]] = True  # control characters are not whitespace
+    newlines = special[special_bytes == 10]
+    maybe = special[(special_bytes == 0xC2) | ((special_bytes >= 0xE1) & (special_bytes <= 0xE3))]
     if maybe.size:
         cp, width = _decode_leads(data, maybe)
         spaces = _codepoint_tables()[1][cp]
         for step in range(3):
-            ws[maybe[spaces & (width > step)] + step] = True
-    return ws, newlines
+            inside[maybe[spaces & (width > step)] + step] = False
+    return inside, newlines
 
 
 def _tokens_with_letter(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -296,7 +291,8 @@ def extract_features(data: np.ndarray, offsets: np.ndarray, params: DeconParams,
     """Features of the documents ``data[offsets[d]:offsets[d+1]]``, vectorized over the whole batch.
 
     ``short_paragraphs`` makes every 3-12 token paragraph an exact feature (document side); the
-    eval side only makes a complete short record one.
+    eval side only makes a complete short record one. Token-level work uses slices rather than
+    gathers where it can: this function is the marking's inner loop.
     """
     n_gram = params.ngram_tokens
     n_docs = len(offsets) - 1
@@ -305,107 +301,111 @@ def extract_features(data: np.ndarray, offsets: np.ndarray, params: DeconParams,
         return _empty_features(n_docs)
 
     # -- tokens: maximal non-whitespace runs, never crossing a document boundary
-    ws, newlines = _whitespace(data)
-    nonws = ~ws
-    edge = np.empty(n, dtype=bool)
-    edge[0] = nonws[0]
-    np.greater(nonws[1:], nonws[:-1], out=edge[1:])
-    starts = np.flatnonzero(edge)
-    edge[-1] = nonws[-1]
-    np.greater(nonws[:-1], nonws[1:], out=edge[:-1])
-    ends = np.flatnonzero(edge) + 1
-    del edge
+    inside, newlines = _token_bytes(data)
+    change = np.empty(n + 1, dtype=bool)
+    change[0], change[n] = inside[0], inside[-1]
+    np.not_equal(inside[1:], inside[:-1], out=change[1:n])
+    edges = np.flatnonzero(change)  # starts and ends alternate
+    starts, ends = edges[0::2], edges[1::2]
     inner = offsets[1:-1]
     inner = inner[(inner > 0) & (inner < n)]
-    if inner.size:
-        glued = np.unique(inner[nonws[inner - 1] & nonws[inner]])
-        if glued.size:
-            starts = np.insert(starts, np.searchsorted(starts, glued), glued)
-            ends = np.insert(ends, np.searchsorted(ends, glued), glued)
+    glued = np.unique(inner[inside[inner - 1] & inside[inner]]) if inner.size else inner
+    if glued.size:
+        starts = np.insert(starts, np.searchsorted(starts, glued), glued)
+        ends = np.insert(ends, np.searchsorted(ends, glued), glued)
     n_tok = len(starts)
     if n_tok == 0:
         return _empty_features(n_docs)
     doc_first_tok = np.searchsorted(starts, offsets[:-1])
-    doc_tok_count = np.diff(np.append(doc_first_tok, n_tok))
-    tok_doc = np.repeat(np.arange(n_docs, dtype=np.int64), doc_tok_count)
+    doc_has_tokens = doc_first_tok < np.append(doc_first_tok[1:], n_tok)
 
     # -- token hashes: polynomial over bytes via prefix sums of b_j * B^-j, then mixed
     up, down = _BYTE_POWERS.get(n + 1)
     prefix = np.empty(n + 1, dtype=np.uint64)
     prefix[0] = 0
-    np.multiply(data, down[:n], out=prefix[1:])
+    prefix[1:] = data
+    prefix[1:] *= down[:n]
     np.cumsum(prefix[1:], out=prefix[1:])
-    token_hash = prefix[ends] - prefix[starts]
+    token_hash = prefix[ends]
+    token_hash -= prefix[starts]
     del prefix
     token_hash *= up[ends]
-    token_hash += (ends - starts).astype(np.uint64) * np.uint64(_TOKEN_LEN_SALT)
-    _fmix(token_hash)
+    lengths = (ends - starts).view(np.uint64)
+    lengths *= np.uint64(_TOKEN_LEN_SALT)
+    token_hash += lengths
+    _mix_token(token_hash)
 
-    # -- paragraphs: a gap with two or more newlines starts a new one; documents always do
+    # -- paragraphs: a gap with two or more newlines starts one, and so does every document
     para_start = np.zeros(n_tok, dtype=bool)
-    if newlines.size:
-        gap = np.searchsorted(starts, newlines, side="right") - 1
-        per_gap = np.bincount(gap[gap >= 0], minlength=n_tok)
-        para_start[1:] = per_gap[:-1] >= 2
-    para_start[doc_first_tok[doc_tok_count > 0]] = True
+    if newlines.size > 1:
+        first_nl, second_nl = newlines[:-1], newlines[1:]
+        # consecutive newlines with only whitespace between: a cheap necessary test, then exact
+        maybe = np.flatnonzero(~inside[first_nl + 1] & ~inside[second_nl - 1])
+        if maybe.size:
+            after_first = np.searchsorted(starts, first_nl[maybe])  # the next token
+            inside_doc = after_first < n_tok
+            after_first, maybe = after_first[inside_doc], maybe[inside_doc]
+            para_start[after_first[starts[after_first] > second_nl[maybe]]] = True
+    para_start[doc_first_tok[doc_has_tokens]] = True
     para_first = np.flatnonzero(para_start)
     para_len = np.diff(np.append(para_first, n_tok))
-    para_doc = tok_doc[para_first]
-    doc_longest = np.zeros(n_docs, dtype=np.int64)
-    np.maximum.at(doc_longest, para_doc, para_len)
-    whole_record = doc_longest < n_gram  # every paragraph short: the record is one unit
-    if whole_record.any():
-        keep = ~whole_record[para_doc] | (para_first == doc_first_tok[para_doc])
-        unit_first = para_first[keep]
-        para_start[para_first[~keep]] = False
+    para_doc = np.searchsorted(doc_first_tok, para_first, side="right") - 1
+    whole_record = np.ones(n_docs, dtype=bool)  # every paragraph short: the record is one unit
+    whole_record[para_doc[para_len >= n_gram]] = False
+    merged = whole_record[para_doc] & (para_first != doc_first_tok[para_doc])
+    if merged.any():
+        para_start[para_first[merged]] = False
+        unit_first, unit_doc = para_first[~merged], para_doc[~merged]
     else:
-        unit_first = para_first
+        unit_first, unit_doc = para_first, para_doc
     unit_end = np.append(unit_first[1:], n_tok)
     unit_len = unit_end - unit_first
-    unit_doc = tok_doc[unit_first]
-    tok_unit = np.cumsum(para_start) - 1
+    tok_unit = np.cumsum(para_start, dtype=np.int32)  # unit number + 1
 
     # -- which windows / short units hold a letter: decided by first bytes, exact check for the rest
     sure = _ASCII_LETTER[data[starts]]
-    letters = np.zeros(n_tok + 1, dtype=np.int64)
+    letters = np.zeros(n_tok + 1, dtype=np.int32)
     np.cumsum(sure, out=letters[1:])
-    k = np.flatnonzero(np.arange(n_gram, n_tok + n_gram) <= unit_end[tok_unit])  # window starts
+    n_win = max(n_tok - n_gram + 1, 0)
+    in_unit = tok_unit[:n_win] == tok_unit[n_gram - 1:]
+    valid = letters[n_gram:] != letters[:n_win]
+    valid &= in_unit
     short = (unit_len >= params.record_min_tokens) & (unit_len <= min(params.record_max_tokens, n_gram - 1))
     if not short_paragraphs:
         short &= whole_record[unit_doc]
     r = np.flatnonzero(short)
-    open_k = k[letters[k + n_gram] == letters[k]]
     open_r = r[letters[unit_end[r]] == letters[unit_first[r]]]
-    if open_k.size or open_r.size:
-        cover = np.zeros(n_tok + 1, dtype=np.int64)
-        np.add.at(cover, open_k, 1)
-        np.add.at(cover, open_k + n_gram, -1)
-        np.add.at(cover, unit_first[open_r], 1)
-        np.add.at(cover, unit_end[open_r], -1)
+    if open_r.size or np.count_nonzero(valid) != np.count_nonzero(in_unit):
+        open_k = np.flatnonzero(in_unit & ~valid)
+        cover = np.bincount(np.concatenate([open_k, unit_first[open_r]]), minlength=n_tok + 1)
+        cover -= np.bincount(np.concatenate([open_k + n_gram, unit_end[open_r]]), minlength=n_tok + 1)
         undecided = np.flatnonzero((np.cumsum(cover[:-1]) > 0) & ~sure)
         if undecided.size:
             sure[undecided] = _tokens_with_letter(data, starts[undecided], ends[undecided])
             np.cumsum(sure, out=letters[1:])
-        k = k[letters[k + n_gram] > letters[k]]  # resolution only adds letters
+            np.not_equal(letters[n_gram:], letters[:n_win], out=valid)
+            valid &= in_unit
         r = r[letters[unit_end[r]] > letters[unit_first[r]]]
 
-    # -- feature hashes: polynomial over token hashes via prefix sums of h_j * M^-j, then mixed
+    # -- feature hashes: polynomial over token hashes via prefix sums of h_j * M^-j. Computed for
+    # every window start with slices (cheaper than gathers), then the valid windows kept.
     t_up, t_down = _TOKEN_POWERS.get(n_tok + 1)
     seq = np.empty(n_tok + 1, dtype=np.uint64)
     seq[0] = 0
     np.multiply(token_hash, t_down[:n_tok], out=seq[1:])
     np.cumsum(seq[1:], out=seq[1:])
-    gram_hash = seq[k + n_gram] - seq[k]
-    gram_hash *= t_up[k + n_gram]
+    window_hash = seq[n_gram:] - seq[:n_win]
+    window_hash *= t_up[n_gram:n_tok + 1]
+    gram_hash = window_hash[valid]
     gram_hash += np.uint64((n_gram * _FEATURE_LEN_SALT) & _MASK)
-    _fmix(gram_hash)
+    gram_unit = tok_unit[:n_win][valid]
+    gram_unit -= 1
     rec_hash = (seq[unit_end[r]] - seq[unit_first[r]]) * t_up[unit_end[r]]
     rec_hash += unit_len[r].astype(np.uint64) * np.uint64(_FEATURE_LEN_SALT)
-    _fmix(rec_hash)
 
     return Features(
         hashes=np.concatenate([gram_hash, rec_hash]),
-        unit=np.concatenate([tok_unit[k], r]),
+        unit=np.concatenate([gram_unit.astype(np.int64), r]),
         unit_doc=unit_doc,
         unit_byte_start=starts[unit_first],
         unit_byte_end=ends[unit_end - 1],
@@ -483,9 +483,9 @@ class EvalIndex:
         out = np.zeros(len(queries), dtype=bool)
         if not len(self.hashes) or not len(queries):
             return out
-        top = (queries >> np.uint64(self.shift)).astype(np.intp)
-        maybe = (self.bitmap[top >> 3] >> (top & 7).astype(np.uint8)) & 1
-        cand = np.flatnonzero(maybe)
+        top = (queries >> np.uint64(self.shift)).view(np.int64)
+        maybe = self.bitmap[top >> 3] >> (top & 7)
+        cand = np.flatnonzero(maybe & 1)
         if cand.size:
             q = queries[cand]
             order = np.argsort(q, kind="stable") if cand.size > 4096 else None
@@ -494,19 +494,39 @@ class EvalIndex:
             out[cand[_sorted_member(self.hashes, q)]] = True
         return out
 
-    def rows_of(self, hashes: np.ndarray) -> Counter:
-        """Row number -> number of the given (distinct) hashes that row contains."""
-        counts: Counter = Counter()
-        if not len(hashes):
-            return counts
+    @functools.cached_property
+    def _row_tables(self) -> tuple[np.ndarray, np.ndarray, list[str], list[str]]:
+        """Per row: rank in (set, row id) order, set code; set names; "set:row" labels."""
+        set_names = sorted(set(self.row_sets))
+        code = {name: c for c, name in enumerate(set_names)}
+        set_code = np.array([code[s] for s in self.row_sets], dtype=np.int64)
+        rank = np.empty(len(self.row_ids), dtype=np.int64)
+        rank[sorted(range(len(self.row_ids)), key=lambda r: (self.row_sets[r], self.row_ids[r]))] = np.arange(
+            len(self.row_ids))
+        labels = [f"{s}:{r}" for s, r in zip(self.row_sets, self.row_ids)]
+        return rank, set_code, set_names, labels
+
+    def attribute(self, docs: np.ndarray, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Distinct (doc, hash) matches -> (doc, row) pairs, each doc's rows ranked by matched features.
+
+        Rows with more matched features come first, ties in (set, row id) order.
+        """
         lo = np.searchsorted(self.attribution_hashes, hashes, side="left")
-        hi = np.searchsorted(self.attribution_hashes, hashes, side="right")
-        for a, b in zip(lo.tolist(), hi.tolist()):
-            counts.update(self.attribution_rows[a:b].tolist())
-        return counts
+        count = np.searchsorted(self.attribution_hashes, hashes, side="right") - lo
+        total = int(count.sum())
+        first = np.cumsum(count) - count
+        pos = np.arange(total) + np.repeat(lo - first, count)
+        rows = np.asarray(self.attribution_rows[pos], dtype=np.int64)
+        pair_docs = np.repeat(docs, count)
+        n_rows = max(len(self.row_ids), 1)
+        combined, matches = np.unique(pair_docs * n_rows + rows, return_counts=True)
+        pair_docs, rows = combined // n_rows, combined % n_rows
+        rank = self._row_tables[0]
+        order = np.lexsort((rank[rows], -matches, pair_docs))
+        return pair_docs[order], rows[order]
 
     def row_label(self, row: int) -> str:
-        return f"{self.row_sets[row]}:{self.row_ids[row]}"
+        return self._row_tables[3][row]
 
 
 def _save_npy(array: np.ndarray, uri: str) -> None:
@@ -639,8 +659,8 @@ def _load_index_cached(index_uri: str, build_id: str) -> EvalIndex:
     return EvalIndex(
         hashes=np.ascontiguousarray(_load_npy(storage.join(local, "hashes.npy"))),
         record_hashes=np.asarray(_load_npy(storage.join(local, "record_hashes.npy"))),
-        attribution_hashes=_load_npy(storage.join(local, "attribution_hashes.npy")),
-        attribution_rows=_load_npy(storage.join(local, "attribution_rows.npy")),
+        attribution_hashes=np.asarray(_load_npy(storage.join(local, "attribution_hashes.npy"))),
+        attribution_rows=np.asarray(_load_npy(storage.join(local, "attribution_rows.npy"))),
         row_sets=rows.column("eval_set").to_pylist(),
         row_ids=rows.column("row_id").to_pylist(),
         row_excerpts=rows.column("excerpt").to_pylist(),
@@ -963,22 +983,33 @@ def mark_documents(
         flagged_units = np.flatnonzero(unit_flag)
         contaminated[i + docs[flagged_units]] = True
 
-        # evidence: per document with kept matches (few), rows ranked by matched features
+        # evidence: the qualifying paragraphs of a contaminated document, every match of the others
+        doc_flagged = np.zeros(j - i, dtype=bool)
+        doc_flagged[docs[flagged_units]] = True
         hit_doc = docs[hu]
-        for d in np.unique(hit_doc).tolist():
-            in_doc = hit_doc == d
-            doc_flag_units = flagged_units[docs[flagged_units] == d]
-            if doc_flag_units.size:
-                in_doc &= np.isin(hu, doc_flag_units)
-            counts = index.rows_of(np.unique(hh[in_doc]))
-            ranked = sorted(counts, key=lambda r: (-counts[r], index.row_sets[r], index.row_ids[r]))
+        keep_pair = unit_flag[hu] | ~doc_flagged[hit_doc]
+        ev_doc, ev_hash = hit_doc[keep_pair], hh[keep_pair]
+        combined = np.unique(np.stack([ev_doc.astype(np.uint64), ev_hash]), axis=1) if ev_doc.size else None
+        if combined is None:
+            continue
+        pair_doc, pair_row = index.attribute(combined[0].astype(np.int64), combined[1])
+        _, set_code, set_names, labels = index._row_tables
+        bounds = np.flatnonzero(np.r_[True, pair_doc[1:] != pair_doc[:-1], True])
+        best_unit = {}
+        if flagged_units.size:
+            by_doc = flagged_units[np.lexsort((-overlap[flagged_units], docs[flagged_units]))]
+            firsts = np.r_[True, docs[by_doc][1:] != docs[by_doc][:-1]]
+            best_unit = dict(zip(docs[by_doc][firsts].tolist(), by_doc[firsts].tolist()))
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            d = int(pair_doc[a])
             g = i + d
-            matched_rows[g] = [index.row_label(r) for r in ranked[:params.max_matched_rows]]
-            matched_evals[g] = sorted({index.row_sets[r] for r in ranked})
-            if doc_flag_units.size:
-                best = doc_flag_units[np.argmax(overlap[doc_flag_units])]
+            rows = pair_row[a:b]
+            matched_rows[g] = [labels[r] for r in rows[:params.max_matched_rows].tolist()]
+            matched_evals[g] = sorted({set_names[c] for c in set_code[rows].tolist()})
+            if d in best_unit:
+                best = best_unit[d]
                 evidence[g] = (int(feats.unit_byte_start[best] + base - offsets[g]),
-                               int(feats.unit_byte_end[best] + base - offsets[g]), ranked[:3])
+                               int(feats.unit_byte_end[best] + base - offsets[g]), rows[:3].tolist())
     counters["contaminated"] = int(contaminated.sum())
     return DocumentMarks(contaminated, max_overlap, matched_evals, matched_rows, evidence, counters)
 
@@ -1015,11 +1046,12 @@ def contamination_shard(input_uris: list[str], output_uri: str, params: DeconPar
     flagged_by_eval: Counter = Counter()
     for d in np.flatnonzero(marks.contaminated).tolist():
         flagged_by_eval.update(marks.matched_evals[d])
-    ids = table.column("id")
+    flagged = sorted(marks.evidence)
+    flagged_ids = table.column("id").take(pa.array(flagged, pa.int64())).to_pylist() if flagged else []
     candidates = []
-    for d, (lo, hi, rows) in marks.evidence.items():
-        doc_id = str(ids[d].as_py())
-        candidates.append((_sample_key(doc_id), d, doc_id, lo, hi, rows))
+    for d, doc_id in zip(flagged, flagged_ids):
+        lo, hi, rows = marks.evidence[d]
+        candidates.append((_sample_key(str(doc_id)), d, str(doc_id), lo, hi, rows))
     candidates.sort()
     sample = []
     for key, d, doc_id, lo, hi, rows in candidates[:params.flagged_sample_size]:
