@@ -1,16 +1,21 @@
 """The Dagster code location of marin-assets: every domain's definitions, merged."""
 
-from __future__ import annotations
+import warnings
 
 import dagster as dg
 
+warnings.filterwarnings("ignore", category=dg.BetaWarning)
+warnings.filterwarnings("ignore", category=dg.PreviewWarning)
+
+from marin_assets.defs.dedup.assets import exact_duplicates, fuzzy_duplicates, minhash_buckets
+from marin_assets.defs.embed.assets import embeddings, topic_model, topics
 from marin_assets.defs.ingest.assets import raw_files, source_pins
-from marin_assets.defs.jobs import source_chain
+from marin_assets.defs.jobs import JOBS
 from marin_assets.defs.normalize.assets import normalized
-from marin_assets.defs.resources import MarinResource
+from marin_assets.defs.resources import EncoderResource, MarinResource
 
 defs = dg.Definitions(
-    assets=[source_pins, raw_files, normalized],
-    jobs=[source_chain],
-    resources={"marin": MarinResource()},
+    assets=[source_pins, raw_files, normalized, minhash_buckets, exact_duplicates, fuzzy_duplicates, embeddings, topic_model, topics],
+    jobs=JOBS,
+    resources={"marin": MarinResource(), "encoder": EncoderResource()},
 )

@@ -243,6 +243,23 @@ def shard_stats_uri(output_shard_uri: str) -> str:
     return join(parent, SHARD_STATS_DIR, name.removesuffix(".parquet") + ".json")
 
 
+CURRENT = "_current.json"
+
+
+def publish_current(group_uri: str, fingerprint: str, uri: str, **extra: Any) -> None:
+    """Point ``<group>/_current.json`` at the output a stage produced last for this group.
+
+    A group is one stage's outputs for one source (or one global asset); later stages read the
+    pointer to find their inputs without asking the orchestrator.
+    """
+    write_json(join(group_uri, CURRENT), {"fingerprint": fingerprint, "uri": uri, **extra})
+
+
+def read_current(group_uri: str) -> dict[str, Any] | None:
+    uri = join(group_uri, CURRENT)
+    return read_json(uri) if exists(uri) else None
+
+
 # --------------------------------------------------------------------------- fingerprints
 
 
@@ -278,6 +295,14 @@ class Layout:
     """Where each kind of output lives under the root (DESIGN section 3)."""
 
     root: str
+
+    def group(self, stage: str, source: str | None = None) -> str:
+        """The folder holding every fingerprinted output of a stage (for one source)."""
+        if stage == "normalized":
+            return join(self.root, "normalized", source or "")
+        if source is None:
+            return join(self.root, "global", stage)
+        return join(self.root, "attributes", stage, source)
 
     def raw(self, key: str, revision: str) -> str:
         return join(self.root, "raw", key, revision)

@@ -1,17 +1,29 @@
-"""Jobs: a source's whole per-source chain (partitioned, for backfills) and the global curation."""
+"""Jobs over the asset graph, in the order a full build runs them.
 
-from __future__ import annotations
+Per-source jobs are partitioned by source (backfill them with ``--partitions a,b``); global
+jobs are unpartitioned and read every source that has the needed input. A full build is the
+phases in ``BUILD_ORDER``; an asset backfill from the UI over the whole graph does the same.
+"""
 
 import dagster as dg
 
 from marin_assets.defs.partitions import source_partitions
 
-# Every materializable per-source asset is in the chain; groups are the stage names.
-PER_SOURCE_GROUPS = ("ingest", "normalize")
+# (job name, asset keys, partitioned?) in the order a full build runs them.
+BUILD_ORDER: list[tuple[str, list[str], bool]] = [
+    ("source_chain", ["raw_files", "normalized", "minhash_buckets", "embeddings"], True),
+    ("global_decisions", ["exact_duplicates", "fuzzy_duplicates", "topic_model"], False),
+    ("source_attributes", ["topics"], True),
+]
 
-source_chain = dg.define_asset_job(
-    "source_chain",
-    selection=dg.AssetSelection.groups(*PER_SOURCE_GROUPS) - dg.AssetSelection.keys("source_pins"),
-    partitions_def=source_partitions,
-    description="One source from its pinned download to its per-source outputs (partitioned: backfill with --partitions).",
-)
+
+def _job(name: str, keys: list[str], partitioned: bool):
+    return dg.define_asset_job(
+        name,
+        selection=dg.AssetSelection.assets(*keys),
+        partitions_def=source_partitions if partitioned else None,
+        description=f"{'Per source' if partitioned else 'Global'}: {', '.join(keys)}.",
+    )
+
+
+JOBS = [_job(*phase) for phase in BUILD_ORDER]

