@@ -7,6 +7,7 @@ import dagster as dg
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
 warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 
+from marin_assets.defs.automation import SENSORS, with_automation
 from marin_assets.defs.dedup.assets import exact_duplicates, fuzzy_duplicates, minhash_buckets
 from marin_assets.defs.embed.assets import embeddings, topic_model, topics
 from marin_assets.defs.ingest.assets import raw_files, source_pins
@@ -15,7 +16,10 @@ from marin_assets.defs.normalize.assets import normalized
 from marin_assets.defs.resources import EncoderResource, MarinResource
 
 defs = dg.Definitions(
-    assets=[source_pins, raw_files, normalized, minhash_buckets, exact_duplicates, fuzzy_duplicates, embeddings, topic_model, topics],
+    assets=with_automation(
+        [source_pins, raw_files, normalized, minhash_buckets, exact_duplicates, fuzzy_duplicates, embeddings, topic_model, topics]
+    ),
     jobs=JOBS,
+    sensors=SENSORS,
     resources={"marin": MarinResource(), "encoder": EncoderResource()},
 )
