@@ -15,9 +15,9 @@ Features (the same on both sides, so an eval row and a copy of it hash identical
 * a feature is the 64-bit hash of its tokens joined by single spaces (``feature_hash``).
 
 The index is an exact sorted ``uint64`` array (false positives only from 64-bit collisions,
-about N / 2**64 per lookup, far below 1e-9) fronted by a bitmap on the high hash bits that
-rejects almost every query with one memory access; an attribution table maps each hash to the
-eval rows it came from. Building refuses to run when a mandatory eval set, its exact row count
+about N / 2**64 per lookup, far below 1e-9) fronted by two bitmaps over disjoint hash bits
+that reject almost every query with one or two memory accesses; an attribution table maps each
+hash to the eval rows it came from. Building refuses to run when a mandatory eval set, its exact row count
 or any matchable feature is missing: a "clean" pool must never come from a partial eval corpus.
 
 Drop sets remove boilerplate that eval sets share with ordinary text (licences, instructions,
@@ -115,7 +115,7 @@ def feature_hash(tokens: Sequence[str]) -> int:
     Each token: polynomial over its UTF-8 bytes modulo 2**64, plus its length, mixed (the mix
     makes the second level see pseudo-random values); the feature: polynomial over the token
     hashes plus the token count. No finalizer: a bijection cannot change which features collide,
-    and the high bits the index's bitmap reads are already well spread by the multiplications.
+    and the bits the index's bitmaps read are already uniform (sums of products of mixed values).
     """
     acc = 0
     for token in tokens:
@@ -143,7 +143,13 @@ def _mix_token(h: np.ndarray) -> np.ndarray:
 
 
 class _Powers:
-    """Cached ``base**i`` and ``base**-i`` (mod 2**64) arrays, grown on demand."""
+    """``base**i`` and ``base**-i`` (mod 2**64) arrays, cached up to 8M entries and grown on demand.
+
+    A batch needs them as long as its text (in bytes), so an exceptionally large document gets
+    uncached tables for its own batch: peak memory is about 40 bytes per byte of the largest batch.
+    """
+
+    MAX_CACHED = 1 << 23
 
     def __init__(self, base: int):
         self.base = base
@@ -152,8 +158,10 @@ class _Powers:
         self.down = np.ones(1, dtype=np.uint64)
 
     def get(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        if n > self.MAX_CACHED:
+            return self._table(self.base, n), self._table(self.inverse, n)
         if len(self.up) < n:
-            size = max(n, 2 * len(self.up), 1 << 16)
+            size = min(max(n, 2 * len(self.up), 1 << 16), self.MAX_CACHED)
             self.up = self._table(self.base, size)
             self.down = self._table(self.inverse, size)
         return self.up, self.down
@@ -452,23 +460,30 @@ class EvalIndex:
     row_ids: list[str]
     row_excerpts: list[str]
     meta: dict[str, Any]
-    bitmap: np.ndarray = dataclasses.field(init=False, repr=False)
+    bitmaps: tuple[np.ndarray, np.ndarray] = dataclasses.field(init=False, repr=False)
     shift: int = dataclasses.field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        # A bitmap over the top bits with >= 16 slots per hash rejects ~94%+ of misses with one
-        # memory access; the binary search then only sees the survivors.
+        # Two bitmaps over two disjoint bit ranges of the hash, each with >= 8 slots per hash,
+        # reject ~98.5% of misses (most with the first access); the binary search over the
+        # sorted array only sees the survivors. Together they cost ~2 bits per slot, ~4 bytes
+        # per n-gram.
         n = max(len(self.hashes), 1)
-        bits = int(min(max(np.ceil(np.log2(n * 16)), 10), 32))
+        bits = int(min(max(np.ceil(np.log2(n * 8)), 10), 32))
         self.shift = 64 - bits
+        self.bitmaps = (self._bitmap(self.hashes >> np.uint64(64 - bits), bits),
+                        self._bitmap((self.hashes >> np.uint64(64 - 2 * bits)) & np.uint64((1 << bits) - 1), bits))
+
+    @staticmethod
+    def _bitmap(slots: np.ndarray, bits: int) -> np.ndarray:
         bitmap = np.zeros(1 << (bits - 3), dtype=np.uint8)
-        if len(self.hashes):
-            top = self.hashes >> np.uint64(self.shift)
-            byte = (top >> np.uint64(3)).astype(np.int64)
-            mask = np.left_shift(np.uint8(1), (top & np.uint64(7)).astype(np.uint8))
+        if len(slots):
+            slots = np.sort(slots)
+            byte = (slots >> np.uint64(3)).astype(np.int64)
+            mask = np.left_shift(np.uint8(1), (slots & np.uint64(7)).astype(np.uint8))
             first = np.flatnonzero(np.r_[True, byte[1:] != byte[:-1]])
             bitmap[byte[first]] = np.bitwise_or.reduceat(mask, first)
-        self.bitmap = bitmap
+        return bitmap
 
     @property
     def size(self) -> int:
@@ -476,20 +491,24 @@ class EvalIndex:
 
     @property
     def memory_bytes(self) -> int:
-        """Resident bytes of the membership structure (sorted hashes + bitmap)."""
-        return int(self.hashes.nbytes + self.bitmap.nbytes + self.record_hashes.nbytes)
+        """Resident bytes of the membership structure (sorted hashes + bitmaps)."""
+        return int(self.hashes.nbytes + sum(b.nbytes for b in self.bitmaps) + self.record_hashes.nbytes)
 
     def contains(self, queries: np.ndarray) -> np.ndarray:
         out = np.zeros(len(queries), dtype=bool)
         if not len(self.hashes) or not len(queries):
             return out
-        top = (queries >> np.uint64(self.shift)).view(np.int64)
-        maybe = self.bitmap[top >> 3] >> (top & 7)
-        cand = np.flatnonzero(maybe & 1)
+        first, second = self.bitmaps
+        slot = (queries >> np.uint64(self.shift)).view(np.int64)
+        cand = np.flatnonzero((first[slot >> 3] >> (slot & 7)) & 1)
+        if cand.size:
+            slot = ((queries[cand] >> np.uint64(2 * self.shift - 64)) & np.uint64((1 << (64 - self.shift)) - 1))
+            slot = slot.view(np.int64)
+            cand = cand[((second[slot >> 3] >> (slot & 7)) & 1).astype(bool)]
         if cand.size:
             q = queries[cand]
-            order = np.argsort(q, kind="stable") if cand.size > 4096 else None
-            if order is not None:
+            if cand.size > 4096:  # sorted queries make the binary searches cache-friendly
+                order = np.argsort(q, kind="stable")
                 q, cand = q[order], cand[order]
             out[cand[_sorted_member(self.hashes, q)]] = True
         return out
@@ -989,10 +1008,12 @@ def mark_documents(
         hit_doc = docs[hu]
         keep_pair = unit_flag[hu] | ~doc_flagged[hit_doc]
         ev_doc, ev_hash = hit_doc[keep_pair], hh[keep_pair]
-        combined = np.unique(np.stack([ev_doc.astype(np.uint64), ev_hash]), axis=1) if ev_doc.size else None
-        if combined is None:
+        if not ev_doc.size:
             continue
+        combined = np.unique(np.stack([ev_doc.astype(np.uint64), ev_hash]), axis=1)  # distinct (doc, hash)
         pair_doc, pair_row = index.attribute(combined[0].astype(np.int64), combined[1])
+        if not pair_doc.size:
+            continue
         _, set_code, set_names, labels = index._row_tables
         bounds = np.flatnonzero(np.r_[True, pair_doc[1:] != pair_doc[:-1], True])
         best_unit = {}
@@ -1066,6 +1087,7 @@ def contamination_shard(input_uris: list[str], output_uri: str, params: DeconPar
     return {
         "documents": int(counters["documents"]),
         "contaminated": int(counters["contaminated"]),
+        "contamination_rate": counters["contaminated"] / counters["documents"] if counters["documents"] else 0.0,
         "null_text": int(counters["null_text"]),
         "features": int(counters["features"]),
         "matched_features": int(counters["matched_features"]),

@@ -116,7 +116,8 @@ def test_missing_registry_file_names_the_env_var(tmp_path, monkeypatch):
         (hf().replace("rows = 10", "rows = 10\nsplits = 3"), "one", "splits"),
         (hf(name="Bad-Name"), "Bad-Name", "name"),
         (hf() + hf(repo="org/two"), "one", "name"),
-        (hf().replace('fields = ["question"]', 'fields = ["question"]\npassage_fields = ["question"]'), "one", "fields"),
+        (hf().replace('fields = ["question"]', 'fields = ["question"]\npassage_fields = ["question"]'), "one",
+         "fields"),
         ('\n[[eval]]\nname = "w"\nmandatory = false\nfields = ["q"]\n'
          'provider = { kind = "web", url = "https://x.org/a.zip" }\n', "w", "provider.member"),
         ('\n[[eval]]\nname = "w"\nmandatory = false\nfields = ["q"]\n'
