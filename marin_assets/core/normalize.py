@@ -148,10 +148,13 @@ def _not_utf8(line: bytes) -> bool:
 def read_batches(uri: str, fmt: str, batch_rows: int, counters: dict[str, int]) -> Iterator[pl.DataFrame]:
     """Provider rows of one file, in bounded batches."""
     if fmt == "parquet":
+        local = storage.local_path(uri)
+        if local is not None:  # native streaming reader: parallel decoding, bounded batches
+            yield from pl.scan_parquet(local).collect_batches(chunk_size=batch_rows)
+            return
         fs, path = storage.filesystem(uri)
         with fs.open(path, "rb") as handle:
-            parquet = pq.ParquetFile(storage.local_path(uri) or handle)
-            for batch in parquet.iter_batches(batch_size=batch_rows):
+            for batch in pq.ParquetFile(handle).iter_batches(batch_size=batch_rows):
                 yield pl.from_arrow(batch)  # type: ignore[misc]
         return
     if fmt == "json":
@@ -288,7 +291,8 @@ def gather_shard(input_uris: list[str], output_uri: str, params: GatherParams) -
     """Phase 2 for one shard: sort its pieces by id and split off within-source duplicates."""
     name = f"shard-{params.shard:05d}.arrow"
     frames = [_read_piece(storage.join(d, name)) for d in input_uris if storage.exists(storage.join(d, name))]
-    frame = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame(schema={"id": pl.Utf8, "text": pl.Utf8, "source_id": pl.Utf8})
+    frame = pl.concat(frames, how="diagonal_relaxed", rechunk=False) if frames else pl.DataFrame(schema={"id": pl.Utf8, "text": pl.Utf8, "source_id": pl.Utf8})
+    del frames  # keep one copy of the shard alive while sorting, not two
     frame = frame.sort("id", maintain_order=True)
     duplicates = 0
     if params.exact_dedup and frame.height:
