@@ -41,9 +41,10 @@ class MixtureParams:
     """Default mixture weights over the sampling groups.
 
     ``weighting``: ``"tokens"`` (proportional) or ``"uniform"``. ``token_budget``: the training
-    tokens the mixture is for (``None``: no epoch cap); ``max_epochs``: the cap (8 in the
-    reference hero run). ``block_size``: sequences per mixture block; a group whose weight x
-    block size rounds to 0 gets no sequence at all, which the summary reports.
+    tokens the mixture is for (``None``: no epoch cap); ``max_epochs``: the cap (8, the value
+    used for full-scale Marin training runs). ``block_size``: sequences per mixture block; a
+    group whose weight x block size rounds to 0 gets no sequence at all, which the summary
+    reports.
     """
 
     n_topics: int = 40

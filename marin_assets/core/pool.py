@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from marin_assets.core import storage
 from marin_assets.core.embed import OFFLINE_MODEL, OFFLINE_MODEL_REVISION
-from marin_assets.core.quality import BandEdges, QualityError, band_of, group_name, load_band_edges
+from marin_assets.core.quality import BandEdges, band_of, group_name, load_band_edges
 
 # Token counts of the training data: the Llama-3 tokenizer the Marin models train with, at the
 # revision its tokenized caches were built with (the recorded short pin; the Hub resolves it to
@@ -87,16 +87,18 @@ def load_tokenizer(name: str, revision: str | None, file: str = "tokenizer.json"
     else:
         from huggingface_hub import hf_hub_download  # noqa: PLC0415
 
+        from marin_assets.core import hub  # noqa: PLC0415
+
         try:
-            path = hf_hub_download(name, file, revision=revision)
+            # A short pin is resolved to its full commit (and checked to extend it) first.
+            full = hub.resolve_revision(name, revision, repo_type="model") if revision else None
+            path = hf_hub_download(name, file, revision=full)
         except Exception as exc:  # the hub client raises many kinds; all mean "not available"
             raise PoolError(
                 f"cannot fetch tokenizer {name!r} at revision {revision!r}: {type(exc).__name__}: {exc}. "
                 "Check HF_ENDPOINT/HF_TOKEN and the revision, or count offline with offline_tokenizer_params()"
             ) from exc
-        match = re.search(r"snapshots/([0-9a-f]{40})/", path.replace(os.sep, "/"))
-        if match:
-            label = f"{name}@{match.group(1)}"
+        label = f"{name}@{full}" if full else name
     tokenizer = Tokenizer.from_file(path)
     tokenizer.no_truncation()
     tokenizer.no_padding()
@@ -182,6 +184,12 @@ def _null_mask(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return pc.is_null(column, nan_is_null=False).to_numpy(zero_copy_only=False).astype(bool)
 
 
+def _column_names(uri: str) -> list[str]:
+    fs, path = storage.filesystem(uri)
+    with fs.open(path, "rb") as handle:
+        return list(pq.ParquetFile(handle).schema_arrow.names)
+
+
 def _aligned(ids: pa.ChunkedArray, table: pa.Table, uri: str, normalized_uri: str, source: str, stage: str) -> None:
     if len(table) != len(ids) or not table.column("id").equals(ids):
         raise PoolError(
@@ -202,10 +210,12 @@ def pool_shard(input_uris: list[str], output_uri: str, params: PoolParams) -> di
     normalized_uri, topics_uri, quality_uri, contamination_uri = input_uris
     basename = storage.basename(normalized_uri)
     source = params.source
-    normalized = storage.read_parquet(normalized_uri)
+    available = _column_names(normalized_uri)
     for column in ("id", params.text_column):
-        if column not in normalized.column_names:
+        if column not in available:
             raise PoolError(f"source {source!r}: {normalized_uri} has no {column!r} column; re-run normalized for this source")
+    # Only the pool's columns are read: provider columns can be most of a shard.
+    normalized = storage.read_parquet(normalized_uri, columns=[c for c in ("id", params.text_column, "source_id") if c in available])
     ids = normalized.column("id")
     n = len(ids)
     topics = storage.read_parquet(topics_uri, columns=["id", "topic"])

@@ -479,7 +479,10 @@ def quality_scores_shard(input_uris: list[str], output_uri: str, params: Quality
         texts_table = storage.read_parquet(input_uris[1], columns=["id", params.text_column])
         _check_aligned(table, texts_table, input_uris[0], input_uris[1])
         features = np.asarray([t or "" for t in texts_table.column(params.text_column).to_pylist()], dtype=object)
-    raw, score = model.score(features) if len(table) else (np.zeros(0, np.float32), np.zeros(0, np.float32))
+    try:
+        raw, score = model.score(features) if len(table) else (np.zeros(0, np.float32), np.zeros(0, np.float32))
+    except QualityError as exc:
+        raise QualityError(f"{input_uris[0]}: {exc}") from exc
     out = pa.table(
         {"id": table.column("id"), "raw_score": pa.array(raw, pa.float32()), "score": pa.array(score, pa.float32())}
     )

