@@ -568,6 +568,19 @@ class ScoreHistogram:
     def documents(self) -> np.ndarray:
         return self.counts.sum(axis=1)
 
+    def save(self, uri: str) -> None:
+        """Store as compressed ``.npz`` (partial histograms, e.g. one per source, merge later)."""
+        buf = io.BytesIO()
+        np.savez_compressed(buf, counts=self.counts, invalid=np.int64(self.invalid))
+        storage.write_bytes(uri, buf.getvalue())
+
+    @classmethod
+    def load(cls, uri: str) -> ScoreHistogram:
+        data = np.load(io.BytesIO(storage.read_bytes(uri)), allow_pickle=False)
+        hist = cls(data["counts"].shape[0], data["counts"].shape[1], data["counts"])
+        hist.invalid = int(data["invalid"])
+        return hist
+
     def quantile_edges(self, topic: int, n_bands: int) -> list[float]:
         """Edges that put ``1/n_bands`` of the topic below each, interpolating inside a bin."""
         counts = self.counts[topic]

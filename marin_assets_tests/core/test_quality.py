@@ -258,6 +258,9 @@ def test_band_edges_round_trip_and_histogram_alignment_check(tmp_path) -> None:
     storage.write_parquet(pa.table({"id": ids, "score": pa.array([0.1, 0.2, None, 0.4, 0.5], pa.float32())}), str(tmp_path / "q.parquet"))
     hist, stats = quality.score_histogram([(str(tmp_path / "t.parquet"), str(tmp_path / "q.parquet"))], quality.BandParams(n_topics=4))
     assert stats == {"shards": 1, "rows": 5, "invalid": 1} and hist.documents().tolist() == [2, 1, 0, 1]
+    hist.save(str(tmp_path / "hist.npz"))
+    back = quality.ScoreHistogram.load(str(tmp_path / "hist.npz"))
+    assert np.array_equal(back.counts, hist.counts) and back.invalid == 1
 
 
 def test_group_names() -> None:
