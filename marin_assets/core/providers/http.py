@@ -1,0 +1,313 @@
+"""Plain HTTP(S) for the web and API providers, under the same rules as the Hub client.
+
+* Retries: one ``hub.RetryPolicy`` for every request. 408/429/5xx, dropped connections and
+  short reads are retried with exponential backoff and jitter, waiting at least the server's
+  ``Retry-After``; a cut body resumes with a ``Range`` request and is hashed as a whole.
+* No retries where retrying cannot help: 401/403 (``ProviderAccessError``) and 404/410
+  (``ProviderGoneError``) fail at once with a message that says what to do.
+* Verification: the body must match ``Content-Length``, and the size and sha256 a pin gives;
+  a caller's ``validate`` hook (zstd/zip integrity) can reject a body too. A bad body is
+  fetched again, at most ``policy.integrity_attempts`` times, then ``IntegrityError``.
+* Mirrors: ``MARIN_WEB_MIRROR`` rewrites provider URLs before they are fetched, so tests,
+  air-gapped sites and mirrors serve the same recipes. Its value is a list of
+  ``<origin prefix>=<replacement prefix>`` pairs separated by ``;`` or newlines, e.g.
+  ``https://data.hplt-project.org=http://mirror.internal/hplt``; the longest matching
+  prefix wins; URLs that match nothing are fetched as they are. Links found inside
+  provider answers (manifests, presigned listings) go through the same mapping.
+* Secrets: query strings (presigned signatures) and user-info never appear in logs, errors
+  or manifests (``display_url``). ``HF_TOKEN`` is only sent to the Hugging Face endpoint.
+
+Tests keep the retry rules but not the production waits: ``MARIN_RETRY_WAIT_S`` (seconds)
+replaces every wait when set, like the ``retry_wait_s`` setting of the Dagster resource.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, BinaryIO, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import requests
+
+from marin_assets.core.hub import DEFAULT_POLICY, DownloadError, IntegrityError, RetryPolicy
+
+log = logging.getLogger(__name__)
+
+MIRROR_ENV = "MARIN_WEB_MIRROR"
+RETRY_WAIT_ENV = "MARIN_RETRY_WAIT_S"
+USER_AGENT = "marin-assets/0.1 (+data pipeline; plain HTTP provider client)"
+RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+CHUNK_BYTES = 1 << 20
+
+T = TypeVar("T")
+
+
+class ProviderAccessError(DownloadError):
+    """401/403: the provider refuses the request (expired link, missing credentials). Never retried."""
+
+
+class ProviderGoneError(DownloadError):
+    """404/410: the pinned file is no longer served at that address. Never retried."""
+
+
+class CorruptBody(Exception):
+    """Raised by a ``validate`` hook: the bytes arrived but are not what the provider promised."""
+
+
+class _Retry(Exception):
+    def __init__(self, reason: str, wait_at_least_s: float | None = None, corrupt: bool = False):
+        super().__init__(reason)
+        self.reason, self.wait_at_least_s, self.corrupt = reason, wait_at_least_s, corrupt
+
+
+# --------------------------------------------------------------------------- URLs
+
+
+def mirror_map(env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """The ``MARIN_WEB_MIRROR`` pairs, longest origin first."""
+    value = (env if env is not None else os.environ).get(MIRROR_ENV, "")
+    pairs = []
+    for item in value.replace("\n", ";").split(";"):
+        item = item.strip()
+        if not item:
+            continue
+        origin, sep, replacement = item.partition("=")
+        if not sep or not origin.strip() or not replacement.strip():
+            raise ValueError(f"{MIRROR_ENV}: entry {item!r} is not '<origin prefix>=<replacement prefix>'")
+        pairs.append((origin.strip(), replacement.strip()))
+    return sorted(pairs, key=lambda p: len(p[0]), reverse=True)
+
+
+def mirror_url(url: str, env: Mapping[str, str] | None = None) -> str:
+    """``url`` as this site fetches it (rewritten by the longest matching mirror prefix)."""
+    for origin, replacement in mirror_map(env):
+        if url.startswith(origin):
+            return replacement + url[len(origin) :]
+    return url
+
+
+def display_url(url: str) -> str:
+    """``url`` without query string, fragment or user-info: safe for logs, errors and manifests."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def policy_from_env(default: RetryPolicy = DEFAULT_POLICY) -> RetryPolicy:
+    """The retry policy, with every wait set to ``MARIN_RETRY_WAIT_S`` when that is set."""
+    value = os.environ.get(RETRY_WAIT_ENV, "").strip()
+    if not value:
+        return default
+    wait = max(0.0, float(value))
+    return dataclasses.replace(default, base_wait_s=wait, min_wait_s=wait, max_jitter_s=wait, rate_limit_margin_s=wait)
+
+
+# --------------------------------------------------------------------------- retry loop
+
+
+@dataclasses.dataclass
+class FetchCounters:
+    """Totals over many requests (thread-safe): what the raw manifest reports."""
+
+    retries: int = 0
+    requests: int = 0
+    bytes_fetched: int = 0
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **deltas: int) -> None:
+        with self.lock:
+            for key, value in deltas.items():
+                setattr(self, key, getattr(self, key) + value)
+
+    def as_dict(self) -> dict[str, int]:
+        return {"retries": self.retries, "requests": self.requests, "bytes_fetched": self.bytes_fetched}
+
+
+def retrying(policy: RetryPolicy, what: str, attempt: Callable[[], T], counters: FetchCounters | None = None) -> T:
+    """Run ``attempt`` until it succeeds, waiting per ``policy`` after each transient failure."""
+    corrupt = 0
+    last = "no attempt made"
+    for n in range(max(1, policy.attempts)):
+        try:
+            return attempt()
+        except _Retry as err:
+            last = err.reason
+            if err.corrupt:
+                corrupt += 1
+                if corrupt >= policy.integrity_attempts:
+                    raise IntegrityError(f"{what}: {err.reason} on {corrupt} fetches") from None
+            if n + 1 >= policy.attempts:
+                break
+            wait = policy.wait_s(n, err.wait_at_least_s)
+            if counters is not None:
+                counters.add(retries=1)
+            log.warning("%s: %s; retry %d/%d in %.1fs", what, err.reason, n + 1, policy.attempts - 1, wait)
+            policy.sleep(wait)
+    raise DownloadError(
+        f"{what}: gave up after {policy.attempts} attempts (last error: {last}); "
+        f"rerun later: files already copied are kept and not fetched again"
+    )
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    value = (headers.get("Retry-After") or "").strip()
+    return float(value) if value.replace(".", "", 1).isdigit() else None
+
+
+def _status_error(status: int, headers: Mapping[str, str], what: str, url: str, hint: str) -> Exception:
+    shown = display_url(url)
+    if status in (401, 403):
+        return ProviderAccessError(
+            f"{what}: {shown} refused access (HTTP {status}); {hint or 'check the credentials or the link'}"
+        )
+    if status in (404, 410):
+        return ProviderGoneError(
+            f"{what}: {shown} is not served (HTTP {status}); the provider moved or removed it: point "
+            f"{MIRROR_ENV} at a copy, or update the pin in the catalog"
+        )
+    if status in RETRY_STATUS:
+        return _Retry(f"HTTP {status}", _retry_after(headers))
+    return DownloadError(f"{what}: unexpected HTTP {status} from {shown}")
+
+
+_local = threading.local()
+
+
+def session() -> requests.Session:
+    """One connection pool per thread (requests sessions are not shared across threads)."""
+    current = getattr(_local, "session", None)
+    if current is None:
+        current = requests.Session()
+        current.headers["User-Agent"] = USER_AGENT
+        _local.session = current
+    return current
+
+
+# --------------------------------------------------------------------------- fetching
+
+
+@dataclasses.dataclass(frozen=True)
+class Fetched:
+    """What arrived: the final size and sha256 of the whole body."""
+
+    size: int
+    sha256: str
+
+
+def fetch_into(
+    url: str,
+    out: BinaryIO,
+    *,
+    what: str,
+    policy: RetryPolicy | None = None,
+    headers: Mapping[str, str] | None = None,
+    expected_size: int | None = None,
+    expected_sha256: str | None = None,
+    validate: Callable[[BinaryIO], None] | None = None,
+    access_hint: str = "",
+    counters: FetchCounters | None = None,
+    mirror: bool = True,
+    headers_out: dict[str, str] | None = None,
+) -> Fetched:
+    """Stream ``url`` (through the mirror map) into ``out`` (a seekable ``w+b`` file), verified.
+
+    A cut connection resumes where it stopped; a server that ignores ``Range`` starts over.
+    ``validate(out)`` runs on the finished body and raises ``CorruptBody`` to reject it.
+    ``headers_out`` receives the headers of the answer (pagination links).
+    """
+    policy = policy or policy_from_env()
+    target = mirror_url(url) if mirror else url
+    state: dict[str, Any] = {}
+
+    def restart() -> None:
+        out.seek(0)
+        out.truncate()
+        state.update(written=0, sha256=hashlib.sha256(), total=None)
+
+    restart()
+
+    def attempt() -> Fetched:
+        request_headers = dict(headers or {})
+        request_headers["Accept-Encoding"] = "identity"
+        if state["written"]:
+            request_headers["Range"] = f"bytes={state['written']}-"
+        if counters is not None:
+            counters.add(requests=1)
+        try:
+            with session().get(target, headers=request_headers, stream=True, timeout=(30, policy.timeout_s)) as response:
+                if response.status_code == 416 and state["written"]:
+                    restart()
+                    raise _Retry("the server refused to resume (HTTP 416)")
+                if response.status_code >= 400:
+                    raise _status_error(response.status_code, response.headers, what, target, access_hint)
+                if state["written"] and response.status_code != 206:
+                    restart()  # the server ignored our Range: start over
+                if headers_out is not None:
+                    headers_out.clear()
+                    headers_out.update(response.headers)
+                length = response.headers.get("Content-Length")
+                if length is not None and length.isdigit():
+                    state["total"] = state["written"] + int(length)
+                for chunk in response.raw.stream(CHUNK_BYTES, decode_content=False):
+                    out.write(chunk)
+                    state["sha256"].update(chunk)
+                    state["written"] += len(chunk)
+                    if counters is not None:
+                        counters.add(bytes_fetched=len(chunk))
+        except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as err:
+            raise _Retry(f"connection dropped after {state['written']} bytes ({type(err).__name__})") from None
+        except Exception as err:  # urllib3 protocol errors surface under several names
+            if isinstance(err, (_Retry, DownloadError)):
+                raise
+            if type(err).__module__.startswith(("urllib3", "http.client")):
+                raise _Retry(f"connection dropped after {state['written']} bytes ({type(err).__name__})") from None
+            raise
+        written = state["written"]
+        if state["total"] is not None and written < state["total"]:
+            raise _Retry(f"short read: {written} of {state['total']} bytes")
+        digest = state["sha256"].hexdigest()
+        problem = None
+        if expected_size is not None and written != expected_size:
+            problem = f"size mismatch ({written} bytes, the pin says {expected_size})"
+        elif expected_sha256 and digest != expected_sha256:
+            problem = f"sha256 mismatch (got {digest}, the pin says {expected_sha256})"
+        elif validate is not None:
+            out.flush()
+            out.seek(0)
+            try:
+                validate(out)
+            except CorruptBody as err:
+                problem = f"corrupt body ({err})"
+            out.seek(0, os.SEEK_END)
+        if problem:
+            restart()
+            raise _Retry(problem, corrupt=True)
+        return Fetched(size=written, sha256=digest)
+
+    return retrying(policy, f"{what}: {display_url(target)}", attempt, counters)
+
+
+def fetch_bytes(url: str, **kwargs: Any) -> tuple[bytes, Fetched]:
+    """A small body (listing, manifest) in memory, under the same rules as ``fetch_into``."""
+    import io  # noqa: PLC0415
+
+    buffer = io.BytesIO()
+    fetched = fetch_into(url, buffer, **kwargs)
+    return buffer.getvalue(), fetched
+
+
+def fetch_json(url: str, **kwargs: Any) -> Any:
+    import json  # noqa: PLC0415
+
+    data, _ = fetch_bytes(url, **kwargs)
+    try:
+        return json.loads(data)
+    except ValueError:
+        raise DownloadError(f"{kwargs.get('what', 'request')}: {display_url(mirror_url(url))} did not answer JSON") from None

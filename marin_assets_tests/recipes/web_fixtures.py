@@ -1,0 +1,581 @@
+"""A loopback HTTP server and provider files for the web, API, pre-staged and bucket sources.
+
+``LoopbackServer`` serves byte strings and small API handlers on 127.0.0.1 with ``Range``
+support, records every request and injects faults (HTTP status storms, connections cut
+mid-body, corrupted bodies), so the real provider code runs against it through
+``MARIN_WEB_MIRROR`` (web and API sources) or ``HF_ENDPOINT`` (buckets).
+
+The builders return files in each provider's own format with awkward rows on purpose:
+missing fields, empty records, invalid UTF-8, huge whitespace runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import hashlib
+import io
+import json
+import socket
+import tarfile
+import threading
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import zstandard
+
+# --------------------------------------------------------------------------- server
+
+
+@dataclasses.dataclass
+class Answer:
+    status: int = 200
+    body: bytes = b""
+    headers: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+Handler = Callable[[str, dict[str, list[str]], Mapping[str, str]], Answer]
+
+
+@dataclasses.dataclass
+class Fault:
+    pattern: str
+    kind: str  # "status" | "cut" | "corrupt"
+    times: int | None
+    status: int = 503
+    headers: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    query: str
+    status: int
+    range: str | None
+
+
+class LoopbackServer:
+    """Serve ``files`` (exact paths) and ``handlers`` (path prefixes) with faults on demand."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        self.handlers: dict[str, Handler] = {}
+        self.faults: list[Fault] = []
+        self.requests: list[Request] = []
+        self._lock = threading.Lock()
+        self._httpd: ThreadingHTTPServer | None = None
+
+    # ---- setup
+    def put(self, path: str, data: bytes) -> str:
+        self.files[path] = data
+        return self.url(path)
+
+    def handle(self, prefix: str, handler: Handler) -> None:
+        self.handlers[prefix] = handler
+
+    def fail(self, pattern: str, kind: str, times: int | None = 1, status: int = 503, headers: dict[str, str] | None = None) -> None:
+        self.faults.append(Fault(pattern, kind, times, status, dict(headers or {})))
+
+    @property
+    def base(self) -> str:
+        assert self._httpd is not None
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def url(self, path: str) -> str:
+        return self.base + path
+
+    def count(self, path_glob: str = "*", status: int | None = None) -> int:
+        return sum(1 for r in self.requests if fnmatch.fnmatch(r.path, path_glob) and (status is None or r.status == status))
+
+    # ---- serving
+    def _take_fault(self, path: str) -> Fault | None:
+        with self._lock:
+            for fault in self.faults:
+                if (fault.times is None or fault.times > 0) and fnmatch.fnmatch(path, fault.pattern):
+                    if fault.times is not None:
+                        fault.times -= 1
+                    return fault
+        return None
+
+    def _record(self, request: Request) -> None:
+        with self._lock:
+            self.requests.append(request)
+
+    def start(self) -> LoopbackServer:
+        server = self
+
+        class _Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_HEAD(self) -> None:
+                self._serve(body=False)
+
+            def do_GET(self) -> None:
+                self._serve(body=True)
+
+            def _send(self, answer: Answer, body: bool, cut: bool = False) -> None:
+                self.send_response(answer.status)
+                for key, value in answer.headers.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(answer.body)))
+                if cut:
+                    self.send_header("Connection", "close")
+                self.end_headers()
+                if body and answer.body:
+                    if cut:
+                        self.wfile.write(answer.body[: max(1, len(answer.body) // 2)])
+                        self.wfile.flush()
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        self.close_connection = True
+                        return
+                    self.wfile.write(answer.body)
+
+            def _serve(self, body: bool) -> None:
+                parts = urlsplit(self.path)
+                path, query = parts.path, parts.query
+                rng = self.headers.get("Range")
+                fault = server._take_fault(path)
+                if fault is not None and fault.kind == "status":
+                    server._record(Request(self.command, path, query, fault.status, rng))
+                    self._send(Answer(fault.status, b"fault", fault.headers), body)
+                    return
+                answer = self._answer(path, query)
+                if answer.status == 200 and rng and rng.startswith("bytes="):
+                    start = int(rng.removeprefix("bytes=").split("-", 1)[0] or 0)
+                    total = len(answer.body)
+                    answer = Answer(206, answer.body[start:], answer.headers | {"Content-Range": f"bytes {start}-{total - 1}/{total}"})
+                if fault is not None and fault.kind == "corrupt" and answer.body:
+                    damaged = bytearray(answer.body)
+                    for i in range(len(damaged) // 3, len(damaged), max(1, len(damaged) // 7)):
+                        damaged[i] ^= 0x5A
+                    answer = Answer(answer.status, bytes(damaged), answer.headers)
+                server._record(Request(self.command, path, query, answer.status, rng))
+                self._send(answer, body, cut=fault is not None and fault.kind == "cut")
+
+            def _answer(self, path: str, query: str) -> Answer:
+                if path in server.files:
+                    return Answer(200, server.files[path], {"Content-Type": "application/octet-stream"})
+                for prefix in sorted(server.handlers, key=len, reverse=True):
+                    if path.startswith(prefix):
+                        return server.handlers[prefix](path, parse_qs(query), self.headers)
+                return Answer(404, b"not found")
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._httpd.daemon_threads = True
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+
+
+# --------------------------------------------------------------------------- encoders
+
+
+def jsonl(rows: Sequence[Mapping[str, Any] | bytes]) -> bytes:
+    return b"".join((r if isinstance(r, bytes) else json.dumps(r, ensure_ascii=False).encode()) + b"\n" for r in rows)
+
+
+def zstd(data: bytes) -> bytes:
+    return zstandard.ZstdCompressor(level=3, write_checksum=True).compress(data)
+
+
+def tar_gz(members: Mapping[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def zip_bytes(members: Mapping[str, bytes | None]) -> bytes:
+    """A zip; a member whose content is None is a directory entry."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            if data is None:
+                archive.writestr(zipfile.ZipInfo(name.rstrip("/") + "/"), b"")
+            else:
+                archive.writestr(name, data)
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------- HPLT v3.0
+
+HPLT_ORIGIN = "https://data.hplt-project.org"
+HPLT_DIR = "/hplt/three/sorted/eng_Latn"
+WIDE = "wide00016"
+
+
+def _hplt(doc_id: str, text: str, crawl: str | None = WIDE, registers: dict[str, float] | None = None, **extra: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {"id": doc_id, "text": text, "u": f"https://example.org/{doc_id}", "ts": "2024-05-01T10:00:00Z",
+                           "doc_scores": [9.1, 0.8], "web-register": registers if registers is not None else {"IN": 0.7, "ne": 0.6, "MT": 0.01, "ds": 0.0}}  # fmt: skip
+    if crawl is not None:
+        row["crawl_id"] = crawl
+    return row | extra
+
+
+SPACES = " " * 300
+HPLT_SHARDS: dict[str, list[dict[str, Any] | bytes]] = {
+    # tier 10: every row not rejected is kept
+    "10_1.jsonl.zst": [
+        _hplt("h-keep", "A field report on river otters.\n\nThey returned in 2023."),
+        _hplt("h-cc", "Common Crawl page.", crawl="CC-MAIN-2024-10"),
+        _hplt("h-pii", "Call me at 555 0100.", crawl="survey3", pii=[[11, 19]]),
+        _hplt("h-mt", "Machine translated words.", registers={"MT": 0.25, "IN": 0.6}),
+        _hplt("h-sell", "Buy the best shoes now.", registers={"IN": 0.5, "ds": 0.2}),
+    ],
+    "10_2.jsonl.zst": [
+        _hplt("h-legal", "Terms of service apply.", registers={"IN": 0.8, "lt": 0.9, "ne": 0.1}),
+        _hplt("h-ip", "Our product is the best.", registers={"IP": 0.9, "ob": 0.1}),
+        _hplt("h-ip-news", "A press release with news.", crawl="survey3", registers={"IP": 0.9, "ne": 0.3}),
+        _hplt("h-nocrawl", "No crawl id here.", crawl=None),
+        _hplt("h-empty", "   \n\t "),
+        b"",
+    ],
+    "10_3.jsonl.zst": [
+        _hplt("h-space", "Before" + SPACES + "after."),
+        # invalid UTF-8 inside a JSON string: normalize repairs it and counts the row
+        b'{"id": "h-latin1", "text": "caf\xe9 au lait", "crawl_id": "wide00016", "web-register": {"IN": 0.7, "ne": 0.6}}',
+        _hplt("h-empty-object", "{}"),
+        b"{}",
+    ],
+    # tier 5: kept only for a prose sub-register, or a good top-level register with MT < 0.15
+    "5_1.jsonl.zst": [
+        _hplt("h5-news", "Local news from the valley.", registers={"NA": 0.6, "ne": 0.7, "MT": 0.0}),
+        _hplt("h5-howto", "How to fold a paper boat.", registers={"HI": 0.8, "MT": 0.1}),
+        _hplt("h5-howto-mt", "How to fold, translated.", registers={"HI": 0.8, "MT": 0.16}),
+        _hplt("h5-fiction", "An informational page on fiction.", registers={"IN": 0.8, "fi": 0.6}),
+        {"id": "h5-noreg", "text": "No registers at all.", "crawl_id": WIDE},
+    ],
+}
+HPLT_KEPT = {
+    "h-keep": "A field report on river otters.\n\nThey returned in 2023.",
+    "h-ip-news": "A press release with news.",
+    "h-space": "Before" + " " * 128 + "after.",
+    "h-latin1": "caf\ufffd au lait",
+    "h-empty-object": "{}",
+    "h5-news": "Local news from the valley.",
+    "h5-howto": "How to fold a paper boat.",
+}
+HPLT_DROPPED = {"common_crawl": 1, "pii": 1, "machine_translated": 1, "selling": 1, "legal_terms": 1, "persuasion": 1,
+                "missing_crawl_id": 2, "low_register": 3, "invalid_utf8_repaired": 1}  # fmt: skip
+
+
+def hplt_files() -> dict[str, bytes]:
+    return {f"{HPLT_DIR}/{name}": zstd(jsonl(rows)) for name, rows in HPLT_SHARDS.items()}
+
+
+# --------------------------------------------------------------------------- MASSIVE
+
+MASSIVE_ORIGIN = "https://amazon-massive-nlu-dataset.s3.amazonaws.com"
+MASSIVE_PATH = "/massive/amazon-massive-dataset-1.1.tar.gz"
+
+
+def _utterance(locale: str, massive_id: str, partition: str, intent: str, utt: str, annot: str, scenario: str = "alarm") -> dict[str, Any]:
+    return {"id": massive_id, "locale": locale, "partition": partition, "scenario": scenario, "intent": intent, "utt": utt,
+            "annot_utt": annot, "worker_id": "8", "slot_method": [{"slot": "time", "method": "translation"}],
+            "judgments": [{"worker_id": "8", "intent_score": 1, "slots_score": 1, "grammar_score": 4}]}  # fmt: skip
+
+
+MASSIVE_ROWS: dict[str, list[dict[str, Any] | bytes]] = {
+    "en-US": [
+        _utterance("en-US", "1", "train", "alarm_set", "wake me up at five am this week", "wake me up at [time : five am] [date : this week]"),
+        _utterance("en-US", "2", "dev", "transport_query", "trains from virginia to california",
+                   "trains from [place_name : virginia] to [place_name : california]", "transport"),
+        _utterance("en-US", "3", "test", "general_greet", "hello there", "hello there", "general"),
+        _utterance("en-US", "4", "train", "alarm_snooze", "snooze it", "snooze it"),
+        _utterance("en-US", "5", "train", "alarm_set", "wake me at five", "wake me at [time : five"),
+        _utterance("en-US", "6", "train", "alarm_set", "", ""),
+        {"id": "7", "locale": "en-US", "partition": "train", "intent": "alarm_query"},
+    ],
+    "de-DE": [
+        _utterance("de-DE", "1", "train", "alarm_set", "weck mich um fünf uhr" + SPACES + "bitte", "weck mich um [time : fünf uhr]" + SPACES + "bitte"),
+        b'{"id": "2", "locale": "de-DE", "partition": "test", "scenario": "weather", "intent": "weather_query", "utt": "wetter in m\xfcnchen", "annot_utt": "wetter in [place_name : m\xfcnchen]"}',
+    ],
+}
+MASSIVE_DROPPED = {"unknown_intent": 1, "malformed_annotation": 1, "missing_utterance": 2, "invalid_utf8_repaired": 1}
+
+
+def massive_tarball() -> bytes:
+    members = {f"1.1/data/{locale}.jsonl": jsonl(rows) for locale, rows in MASSIVE_ROWS.items()}
+    members["1.1/LICENSE"] = b"Creative Commons Attribution 4.0 International\n"
+    return tar_gz(members)
+
+
+# --------------------------------------------------------------------------- NSF awards
+
+NSF_API_ORIGIN = "https://api.nsf.gov"
+NSF_S3_ORIGIN = "https://nsf-awards.s3.us-gov-west-1.amazonaws.com"
+PRESIGNED_SECRET = "X-Amz-Credential=AKIAFAKEFIXTURE12345%2Fus&X-Amz-Signature=0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+
+
+def _award(awd_id: str, title: str | None, abstract: str | None, **extra: Any) -> dict[str, Any]:
+    award: dict[str, Any] = {"awd_id": awd_id, "awd_eff_date": "2019-09-01", "awd_exp_date": "2022-08-31", "awd_amount": 249_871.0,
+                             "dir_abbr": "CSE", "org_dir_long_name": "Directorate for Computer and Information Science and Engineering",
+                             "div_abbr": "CCF", "org_div_long_name": "Division of Computing and Communication Foundations",
+                             "pi": [{"pi_first_name": "Ada", "pi_last_name": "Lovelace"}]}  # fmt: skip
+    if title is not None:
+        award["awd_titl_txt"] = title
+    if abstract is not None:
+        award["awd_abstract_narration"] = abstract
+    return award | extra
+
+
+NSF_YEARS: dict[int, dict[str, bytes | None]] = {
+    2019: {
+        "2019/": None,
+        "2019/1900001.json": json.dumps(_award("1900001", "CAREER: Fast Sorting", "This project studies sorting networks.")).encode(),
+        "2019/1900002.json": json.dumps(_award("1900002", "Workshop Travel Support", None)).encode(),
+        "2019/1900003.json": json.dumps(_award("1900003", "Collaborative Research: Rivers", "   ")).encode(),
+        "2019/1900004.json": b'{"awd_id": "1900004", "awd_titl_txt": "Truncated',
+        "2019/1900005.json": b'{"awd_id": "1900005", "awd_titl_txt": "Caf\xe9 Chemistry", "awd_abstract_narration": "Studies of caf\xe9ine."}',
+        "2019/1900006.json": json.dumps(_award("1900006", None, "An award whose title is missing.")).encode(),
+        "2019/README.txt": b"not an award",
+    },
+    2020: {
+        "2020/2000001.json": json.dumps(_award("2000001", "Ocean Sensing", "Buoys measure" + SPACES + "waves.", awd_amount=None)).encode(),
+    },
+}
+NSF_KEPT = {
+    "1900001": "CAREER: Fast Sorting\n\nThis project studies sorting networks.",
+    "1900005": "Caf\ufffd Chemistry\n\nStudies of caf\ufffdine.",
+    "1900006": "An award whose title is missing.",
+    "2000001": "Ocean Sensing\n\nBuoys measure" + " " * 128 + "waves.",
+}
+NSF_DROPPED = {"missing_abstract": 2, "unparseable_award": 1, "invalid_utf8_repaired": 1}
+
+
+def nsf_listing(years: Sequence[int]) -> bytes:
+    files = [{"fileName": f"{y}.zip", "downloadUrl": f"{NSF_S3_ORIGIN}/awards/{y}.zip?{PRESIGNED_SECRET}", "size": 0} for y in years]
+    files.append({"fileName": "README.txt", "downloadUrl": f"{NSF_S3_ORIGIN}/awards/README.txt?{PRESIGNED_SECRET}"})
+    return json.dumps({"files": files}).encode()
+
+
+# --------------------------------------------------------------------------- docx corpus
+
+DOCX_API_ORIGIN = "https://api.docxcorp.us"
+DOCX_ORIGIN = "https://docxcorp.us"
+
+
+def docx_id(n: int) -> str:
+    return hashlib.sha256(f"docx-{n}".encode()).hexdigest()
+
+
+DOCX_TEXTS: dict[str, bytes | None] = {
+    docx_id(1): "Quarterly report\n\nRevenue grew by 4%.".encode(),
+    docx_id(2): None,  # listed, but the site answers 404
+    docx_id(3): b"  \n\t ",
+    docx_id(4): b"R\xe9sum\xe9 of J. Doe",
+    docx_id(5): ("Meeting notes" + SPACES + "end.").encode(),
+}
+DOCX_KEPT = {
+    docx_id(1): "Quarterly report\n\nRevenue grew by 4%.",
+    docx_id(4): "R\ufffdsum\ufffd of J. Doe",
+    docx_id(5): "Meeting notes" + " " * 128 + "end.",
+}
+DOCX_DROPPED = {"document_not_found": 1, "document_empty": 1, "invalid_utf8_repaired": 1}
+
+
+def docx_manifest() -> bytes:
+    lines = [f"{DOCX_ORIGIN}/documents/{doc}.docx" for doc in DOCX_TEXTS]
+    lines += [f"{DOCX_ORIGIN}/documents/{docx_id(1)}.docx", "not a document url", ""]
+    return ("\n".join(lines) + "\n").encode()
+
+
+# --------------------------------------------------------------------------- GitHub Actions logs
+
+
+def spec_partition(path: str) -> str:
+    """The split of a log: keyed BLAKE2b of ``ghalogs:<path>`` into 10,000 buckets (1/1/1/97)."""
+    digest = hashlib.blake2b(f"ghalogs:{path}".encode(), digest_size=8, person=b"diag-log-v1").digest()
+    bucket = int.from_bytes(digest, "big") % 10_000
+    return "holdout" if bucket < 100 else "dev" if bucket < 200 else "test" if bucket < 300 else "train"
+
+
+def log_name(partition: str, start: int = 0) -> str:
+    """The first ``github_run_logs/acme/app/<n>/job.txt`` (n >= start) in ``partition``."""
+    n = start
+    while spec_partition(f"github_run_logs/acme/app/{n}/job.txt") != partition:
+        n += 1
+    return f"github_run_logs/acme/app/{n}/job.txt"
+
+
+# Credentials in the shapes CI logs leak them; none may survive sanitization.
+SECRETS = {
+    "aws_access_key": "AKIAIOSFODNN7EXAMPLE",
+    "aws_session_key": "ASIAY34FZKBOKMUTVV7A",
+    "aws_secret_key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "github_pat_classic": "ghp_R2D2C3POr2d2c3poR2D2C3POr2d2c3po1234",
+    "github_app_token": "ghs_16C7e42F292c6912E7710c838347Ae178B4a",
+    "github_fine_grained": "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz",
+    "hf_token": "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+    "bearer": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "bearer_opaque": "ya29.a0AfH6SMBx7Qz-opaque-token",
+    "url_password": "hunter2-s3cr3t",
+    "private_key_body": "MIIEowIBAAKCAQEA75UPJpH1kxdNLRy0Lr1bW6A9",
+    "password_value": "Tr0ub4dor&3",
+    "cli_password": "correcthorsebattery",
+    "slack": "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
+    "google_api_key": "AIzaSyA1234567890abcdefghijklmnopqrstuv",
+}
+SECRET_LOG = f"""Run aws configure
+export AWS_ACCESS_KEY_ID={SECRETS['aws_access_key']}
+export AWS_SESSION_ACCESS={SECRETS['aws_session_key']}
+aws_secret_access_key = {SECRETS['aws_secret_key']}
+git remote set-url origin https://{SECRETS['github_pat_classic']}@github.com/acme/app.git
+GITHUB_TOKEN: {SECRETS['github_app_token']}
+using {SECRETS['github_fine_grained']} for the release
+huggingface-cli login --token {SECRETS['hf_token']}
+curl -H "Authorization: Bearer {SECRETS['bearer']}" https://api.example.com/v1
+curl -H 'authorization: bearer {SECRETS['bearer_opaque']}' https://api.example.com/v2
+pip install --index-url https://deploy:{SECRETS['url_password']}@pypi.corp.example/simple app
+-----BEGIN OPENSSH PRIVATE KEY-----
+{SECRETS['private_key_body']}
+b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW
+-----END OPENSSH PRIVATE KEY-----
+DB_PASSWORD="{SECRETS['password_value']}"
+mysql --password {SECRETS['cli_password']} -h db
+SLACK_WEBHOOK_TOKEN {SECRETS['slack']}
+maps key {SECRETS['google_api_key']}
+Author: Jane Doe <jane.doe@example.com>
+/home/jdoe42/work/app/build.sh: line 3: permission denied
+jdoe42 retried the job; ping jane
+"""
+PEOPLE = ("jane.doe@example.com", "jdoe42", "Jane", "jane")
+CLEAN_LOG = "Run make test\nok: 12 passed\nDone in /home/runner/work/app/app"
+EMAIL_LOG = "Commit by Alice Smith <alice.smith@corp.example>\nalice.smith approved the change"
+EMAIL_LOG_SANITIZED = "Commit by <USER_0> <USER_0> <<USER_0_EMAIL>>\n<USER_0> approved the change"
+
+
+def ghalogs_members() -> dict[str, bytes | None]:
+    train = [log_name("train", i * 10) for i in range(5)]
+    names = dict.fromkeys(train)
+    assert len(names) == 5, "train log names must differ"
+    return {
+        "github_run_logs/": None,
+        train[0]: SECRET_LOG.encode(),
+        train[1]: ("  \n" + CLEAN_LOG + "\n\n").encode(),
+        train[2]: EMAIL_LOG.encode(),
+        train[3]: b"Compiling caf\xe9.c\nwarning: unused variable",
+        train[4]: b"PK\x03\x04\x14\x00\x00\x00binary artifact",
+        log_name("train", 1000): b"   \n  ",
+        log_name("dev"): b"dev log line",
+        log_name("test"): b"test log line",
+        log_name("holdout"): b"held out log line",
+    }
+
+
+GHALOGS_DROPPED = {"binary_member": 1, "empty_log": 1, "partition_dev": 1, "partition_test": 1, "partition_holdout": 1,
+                   "invalid_utf8_repaired": 1}  # fmt: skip
+
+
+# --------------------------------------------------------------------------- Hub bucket
+
+
+@dataclasses.dataclass
+class BucketFile:
+    path: str
+    data: bytes
+    uploaded_at: str = "2026-07-29T12:00:00.000Z"
+
+
+def xet_hash(data: bytes, scratch: str) -> str:
+    import hf_xet  # the Hub computes the same hash when a file is uploaded
+
+    path = f"{scratch}/{hashlib.sha1(data).hexdigest()}"
+    with open(path, "wb") as handle:
+        handle.write(data)
+    return str(hf_xet.hash_files([path])[0].hash)
+
+
+class BucketApi:
+    """The Hub's bucket API for one bucket: paginated tree listing and resolve redirects."""
+
+    def __init__(self, server: LoopbackServer, bucket_id: str, files: Sequence[BucketFile], scratch: str, page_size: int = 2):
+        self.server, self.bucket_id, self.scratch, self.page_size = server, bucket_id, scratch, page_size
+        self.files: dict[str, BucketFile] = {}
+        self.hashes: dict[str, str] = {}
+        for f in files:
+            self.add(f)
+        server.handle(f"/api/buckets/{bucket_id}/tree", self.tree)
+        server.handle(f"/buckets/{bucket_id}/resolve/", self.resolve)
+        server.handle("/xet-bridge/", self.bridge)
+
+    def add(self, f: BucketFile) -> None:
+        self.files[f.path] = f
+        self.hashes[f.path] = xet_hash(f.data, self.scratch)
+
+    def entry(self, path: str) -> dict[str, Any]:
+        f = self.files[path]
+        return {"type": "file", "path": path, "size": len(f.data), "xetHash": self.hashes[path], "mtime": f.uploaded_at, "uploadedAt": f.uploaded_at}
+
+    def tree(self, path: str, query: dict[str, list[str]], headers: Mapping[str, str]) -> Answer:
+        prefix = path.removeprefix(f"/api/buckets/{self.bucket_id}/tree").strip("/")
+        from urllib.parse import unquote
+
+        prefix = unquote(prefix)
+        paths = sorted(p for p in self.files if not prefix or p.startswith(prefix + "/"))
+        start = int(query.get("cursor", ["0"])[0])
+        page = paths[start : start + self.page_size]
+        headers_out = {"Content-Type": "application/json"}
+        if start + self.page_size < len(paths):
+            headers_out["Link"] = f'<{self.server.base}{path}?recursive=true&cursor={start + self.page_size}>; rel="next"'
+        body = [self.entry(p) for p in page] + ([{"type": "directory", "path": prefix, "uploadedAt": "2026-07-01T00:00:00Z"}] if start == 0 and prefix else [])
+        return Answer(200, json.dumps(body).encode(), headers_out)
+
+    def resolve(self, path: str, query: dict[str, list[str]], headers: Mapping[str, str]) -> Answer:
+        from urllib.parse import unquote
+
+        name = unquote(path.removeprefix(f"/buckets/{self.bucket_id}/resolve/"))
+        if name not in self.files:
+            return Answer(404, b"entry not found", {"X-Error-Code": "EntryNotFound"})
+        return Answer(302, b"", {"Location": f"{self.server.base}/xet-bridge/{self.hashes[name]}", "X-Xet-Hash": self.hashes[name]})
+
+    def bridge(self, path: str, query: dict[str, list[str]], headers: Mapping[str, str]) -> Answer:
+        digest = path.removeprefix("/xet-bridge/")
+        for name, value in self.hashes.items():
+            if value == digest:
+                return Answer(200, self.files[name].data, {"Content-Type": "application/octet-stream"})
+        return Answer(404, b"no such xorb")
+
+    def fingerprint(self, paths: Sequence[str]) -> str:
+        lines = "".join(f"{p}\t{len(self.files[p].data)}\t{self.hashes[p]}\n" for p in sorted(paths))
+        return hashlib.sha256(lines.encode()).hexdigest()
+
+
+BIO_ROWS = {
+    "data/part-000.jsonl.zst": [
+        {"id": "P69905", "text": "MVLSPADKTNVKAAWGKVGAHAGEYGAEALERMFLSFPTTKTYFPHF\n\nFunction: involved in oxygen transport."},
+        {"id": "empty", "text": ""},
+        {"id": "spaces", "text": "ATGGCC" + SPACES + "TAA"},
+    ],
+    "data/part-001.jsonl.zst": [
+        {"id": "Q9Y2X3", "text": "ATGCGTACGTTAGC -> AUGCGUACGUUAGC -> MRT*"},
+        {"text": "A record without an id."},
+    ],
+}
+BIO_KEPT = {
+    "P69905": "MVLSPADKTNVKAAWGKVGAHAGEYGAEALERMFLSFPTTKTYFPHF\n\nFunction: involved in oxygen transport.",
+    "spaces": "ATGGCC" + " " * 128 + "TAA",
+    "Q9Y2X3": "ATGCGTACGTTAGC -> AUGCGUACGUUAGC -> MRT*",
+    None: "A record without an id.",
+}
+
+
+def bio_files() -> list[BucketFile]:
+    files = [BucketFile(path, zstd(jsonl(rows))) for path, rows in BIO_ROWS.items()]
+    files.append(BucketFile("data/notes.txt", b"not selected by the glob"))
+    files.append(BucketFile("README.md", b"# biocorpus"))
+    return files
