@@ -5,7 +5,8 @@ Run: ``python bench/bench_minhash.py`` (about a minute on two cores). Every path
 process on the same generated documents (stdlib docstrings joined into documents of a few
 hundred words), one core each, and includes text cleaning and shingling:
 
-* marin-assets: ``minhash.signatures`` (vectorized, batches of ``BATCH_DOCS`` documents);
+* marin-assets: ``minhash.signatures`` in batches of ``BATCH_DOCS`` documents, on the JIT
+  path (numba; compiled before timing) and on the numpy path (the fallback without numba);
 * datasketch ``update_batch``: a ``MinHash`` per document configured with the same hash
   function and permutations (its fastest route; checked bit-equal to ours here);
 * datasketch ``update``: the same, one shingle per call (its documented usage);
@@ -74,6 +75,14 @@ def ours(docs: list[str]) -> None:
         minhash.signatures(docs[i : i + minhash.BATCH_DOCS])
 
 
+def ours_numpy(docs: list[str]) -> None:
+    jit, minhash.JIT = minhash.JIT, False
+    try:
+        ours(docs)
+    finally:
+        minhash.JIT = jit
+
+
 def datasketch_batch(docs: list[str]) -> None:
     for doc in docs:
         minhash.datasketch_minhash(doc)
@@ -100,16 +109,22 @@ def throughput() -> None:
     docs = documents(2400)
     words = np.mean([len(d.split()) for d in docs])
     minhash.datasketch_minhash(docs[0])  # import datasketch/scipy outside the timings
-    check = minhash.signatures(docs[:50])
+    check = minhash.signatures(docs[:50])  # also compiles the JIT kernels (or loads them)
     assert all(np.array_equal(minhash.datasketch_minhash(d).hashvalues, row) for d, row in zip(docs[:50], check))
-    rows = [
-        ("marin-assets numpy", rate(ours, docs)),
+    rows = [("marin-assets numba JIT" if minhash.JIT else "marin-assets numpy", rate(ours, docs))]
+    if minhash.JIT:
+        # Every document non-ASCII (one "é" in front): the slow lane, str.lower in Python.
+        rows.append(("marin-assets JIT, non-ASCII", rate(ours, ["é " + d for d in docs])))
+        rows.append(("marin-assets numpy path", rate(ours_numpy, docs)))
+    rows += [
         ("datasketch update_batch", rate(datasketch_batch, docs[:400])),
         ("datasketch update", rate(datasketch_update, docs[:40], repeats=1)),
         ("rensa digest_matrix", rate(rensa_bulk, docs[:1200])),
     ]
     print(f"MinHash signatures, 286 permutations, word 5-grams, {words:.0f} words/doc, one core")
     print("  (signatures of the first 50 documents equal datasketch's bit for bit)")
+    if not minhash.JIT:
+        print("  (numba is not installed: the JIT path is not measured)")
     base = rows[0][1]
     for name, value in rows:
         ratio = "" if value == base else f"   marin-assets is {base / value:5.1f}x faster" if base >= value else f"   marin-assets is {value / base:5.1f}x slower"

@@ -16,18 +16,27 @@ The function, fixed by :class:`MinHashParams`:
 * permutations: datasketch's ``affine64`` family. The shingle hash is pre-mixed with the
   MurmurHash3 64-bit finalizer ``fmix64`` (a bijection), then permutation ``k`` maps
   ``h -> (a_k * h + b_k) mod 2**64`` with odd ``a_k`` (a bijection too). We chose this family
-  over the Mersenne-prime one because uint64 wrap-around *is* the modulus: numpy computes it
-  exactly with one multiply and one add per (shingle, permutation), no 128-bit products, no
-  modulo. ``a_k, b_k`` come from numpy's PCG64 seeded with ``seed`` (42);
+  over the Mersenne-prime one because uint64 wrap-around *is* the modulus: one multiply and
+  one add per (shingle, permutation), no 128-bit products, no modulo, which vectorizes to
+  64-bit SIMD lanes. ``a_k, b_k`` come from numpy's PCG64 seeded with ``seed`` (42);
 * signature: per permutation the minimum over the document's shingles (2**64-1 when empty);
 * bands: the first ``bands * rows`` signature values, ``bands`` groups of ``rows``; a band's
   bucket id is xxh3-64 of its ``rows`` values as little-endian u64 bytes (88 bytes for 11).
 
-The fast path hashes every shingle of a batch of documents at once with a numpy port of xxh3
-(exact for inputs up to 128 bytes; longer inputs go through the ``xxhash`` library) and
-applies permutations in cache-sized blocks. :func:`datasketch_minhash` builds the same
-signature with datasketch's ``MinHash`` (``scheme="affine64"``, ``hashfunc=xxh3_64``,
-``permutations=(a, b)``): the two are equal bit for bit, which the tests check.
+Two implementations compute it, equal bit for bit (the tests run both):
+
+* the JIT path (when numba is importable, ``JIT`` true): one compiled pass per batch that
+  cleans each document's UTF-8 bytes straight from an Arrow buffer, finds its words, hashes
+  every shingle with a scalar xxh3 port and takes the permutation minima (shingles innermost,
+  so the compiler turns them into SIMD multiply/add/min over the document's hashes). Only
+  non-ASCII texts visit Python, for ``str.lower`` (Unicode casing stays Python's);
+* the numpy path: the batch is cleaned with ``bytes.translate`` and numpy, all shingles are
+  hashed at once with a numpy port of xxh3 (exact for inputs up to 128 bytes; longer inputs
+  go through the ``xxhash`` library), and permutations are applied in cache-sized blocks.
+
+:func:`datasketch_minhash` builds the same signature with datasketch's ``MinHash``
+(``scheme="affine64"``, ``hashfunc=xxh3_64``, ``permutations=(a, b)``), the reference both are
+checked against.
 """
 
 from __future__ import annotations
@@ -44,6 +53,11 @@ import pyarrow.compute as pc
 import xxhash
 
 from marin_assets.core import storage
+
+try:  # optional accelerator: without it everything runs on the numpy path
+    import numba
+except ImportError:  # pragma: no cover - depends on the environment
+    numba = None
 
 # --------------------------------------------------------------------------- parameters
 
@@ -194,12 +208,14 @@ def collapse_spaces(joined: bytes) -> bytes:
 # --------------------------------------------------------------------------- xxh3-64, vectorized
 
 _M64 = 0xFFFFFFFFFFFFFFFF
-# The first 128 bytes of xxh3's default secret (all that inputs of <= 128 bytes use).
+# xxh3's default secret (192 bytes; inputs of <= 128 bytes use the first 128).
 _SECRET = bytes.fromhex(
     "b8fe6c3923a44bbe7c01812cf721ad1cded46de9839097db7240a4a4b7b3671f"
     "cb79e64eccc0e578825ad07dccff7221b8084674f743248ee03590e6813a264c"
     "3c2852bb91c300cb88d0658b1b532ea371644897a20df94e3819ef46a9deacd8"
     "a8fa763fe39c343ff9dcbbc7c70b4f1d8a51e04bcdb45931c89f7ec9d9787364"
+    "eac5ac8334d3ebc3c581a0fffa1363eb170ddd51b7f0da49d316552629d4689e"
+    "2b16be587d47a1fc8ff8b8d17ad031ce45cb3a8f95160428afd7fbcabb4b407e"
 )
 
 
@@ -262,8 +278,8 @@ def _rrmxmx(h: np.ndarray, length: np.ndarray) -> np.ndarray:
 HASH_BLOCK = 32768  # spans hashed per numpy pass, so the ~40 temporaries stay in cache
 
 
-def xxh3_64_spans(data: bytes | np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """xxh3-64 (seed 0) of ``data[s:s+l]`` for every span, equal to ``xxhash.xxh3_64_intdigest``.
+def _xxh3_64_spans_numpy(data: bytes | np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The numpy path of :func:`xxh3_64_spans`.
 
     Inputs of up to 128 bytes (every shingle but the rare ones made of very long words) are
     hashed in numpy, a handful of array operations per 16 input bytes; longer ones one by one.
@@ -374,8 +390,8 @@ PERM_BLOCK = 16
 SHINGLE_BLOCK = 16384
 
 
-def signatures_from_hashes(hashes: np.ndarray, counts: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """MinHash signatures (docs x perms, uint64) from the shingle hashes of consecutive docs."""
+def _signatures_from_hashes_numpy(hashes: np.ndarray, counts: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The numpy path of :func:`signatures_from_hashes`."""
     num_docs, num_perms = counts.size, a.size
     sig = np.full((num_docs, num_perms), _M64, dtype=np.uint64)
     if hashes.size == 0:
@@ -420,17 +436,10 @@ def band_buckets(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
 
 
 def shingle_hashes(texts: Sequence[str | None], params: MinHashParams) -> tuple[np.ndarray, np.ndarray]:
-    """xxh3-64 of every shingle of a batch of raw texts, and the number per text (None -> 0)."""
+    """xxh3-64 of every shingle of a batch of raw texts, and the number per text (None -> 0); numpy path."""
     joined = clean_batch(texts, params.text_cap_chars)
     starts, lengths, counts = ngram_spans(joined, len(texts), params.ngram_size)
     return xxh3_64_spans(joined, starts, lengths), counts
-
-
-def signatures(texts: Sequence[str | None], params: MinHashParams = MinHashParams()) -> np.ndarray:
-    """MinHash signatures (docs x num_perms, uint64) of raw texts, the fast path."""
-    hashes, counts = shingle_hashes(texts, params)
-    a, b = permutations(params.num_perms, params.seed)
-    return signatures_from_hashes(hashes, counts, a, b)
 
 
 def datasketch_minhash(text: str, params: MinHashParams = MinHashParams()) -> Any:
@@ -443,10 +452,432 @@ def datasketch_minhash(text: str, params: MinHashParams = MinHashParams()) -> An
     return sketch
 
 
+# --------------------------------------------------------------------------- JIT path
+
+JIT = numba is not None  # False forces the numpy path (tests run both)
+# Shingles per pass of the permutation loop: 2048 hashes (16 KiB) stay in L1 across all
+# permutations of a long document.
+JIT_SHINGLE_CHUNK = 2048
+
+
+def _jit(fn: Any) -> Any:
+    """Compile ``fn`` with numba when present (cached on disk, releases the GIL); else as is."""
+    return fn if numba is None else numba.njit(cache=True, nogil=True)(fn)
+
+
+def _readonly(x: Any, dtype: Any) -> np.ndarray:
+    """A read-only contiguous view: kernels see one array type, so each compiles once."""
+    view = np.ascontiguousarray(x, dtype=dtype).view()
+    view.setflags(write=False)
+    return view
+
+
+# uint64 constants: numba types a mixed int64/uint64 expression as float64, so the kernels
+# spell every constant of their 64-bit arithmetic as uint64.
+_U0, _U1, _U2, _U3, _U4, _U5, _U6, _U7, _U8 = (_U(i) for i in range(9))
+_U16, _U24, _U28, _U29, _U32, _U33, _U35, _U37 = (_U(i) for i in (16, 24, 28, 29, 32, 33, 35, 37))
+_U15, _U40, _U47, _U48, _U49, _U56, _U64, _U96 = (_U(i) for i in (15, 40, 47, 48, 49, 56, 64, 96))
+_U128, _U240, _U1024 = _U(128), _U(240), _U(1024)
+_UMAX = _U(_M64)
+_PRIME32_1, _PRIME32_2, _PRIME32_3 = _U(0x9E3779B1), _U(0x85EBCA77), _U(0xC2B2AE3D)
+_PRIME64_4, _PRIME64_5 = _U(0x85EBCA77C2B2AE63), _U(0x27D4EB2F165667C5)
+_BYTES_02 = _U(0x00FF00FF00FF00FF)
+_BYTES_04 = _U(0x0000FFFF0000FFFF)
+# Secret words at every byte offset (xxh3 reads them unaligned), and the short-input keys.
+_SECRET64 = np.array([_secret64(k) for k in range(len(_SECRET) - 7)], dtype=np.uint64)
+_KEY_1TO3 = _U(_secret32(0) ^ _secret32(4))
+_KEY_4TO8 = _U(_secret64(8) ^ _secret64(16))
+_KEY_9TO16_LO = _U(_secret64(24) ^ _secret64(32))
+_KEY_9TO16_HI = _U(_secret64(40) ^ _secret64(48))
+_XXH3_EMPTY = _U(xxhash.xxh3_64_intdigest(b""))
+# Secret offsets passed to the helpers as int64 values (a plain int literal would make numba
+# compile one specialization per offset).
+_KEY_MID_LAST, _KEY_LAST_STRIPE = np.int64(119), np.int64(121)
+
+# Byte flags of the cleaner: ASCII whitespace (str.split's), ASCII punctuation (deleted), any
+# other byte (kept), and the lead bytes of the non-ASCII whitespace characters.
+_IS_SPACE = np.zeros(256, dtype=np.uint64)
+_IS_SPACE[list(b" " + _ASCII_WHITESPACE)] = 1
+_IS_PUNCT = np.zeros(256, dtype=np.uint64)
+_IS_PUNCT[list(_PUNCTUATION_BYTES)] = 1
+_IS_CHAR = 1 - _IS_SPACE - _IS_PUNCT
+_IS_LEAD = np.zeros(256, dtype=np.bool_)
+_IS_LEAD[[0xC2, 0xE1, 0xE2, 0xE3]] = True
+# What a kept byte becomes: ASCII lowercase, and a separator (ASCII whitespace) a space.
+_CLEAN_BYTE = np.frombuffer(bytes(range(256)).lower().translate(_ASCII_TABLE), dtype=np.uint8).copy()
+
+
+if numba is not None:
+    from llvmlite import ir
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def _fold64_jit(typingctx, x, y):  # noqa: ANN001, ANN202, ARG001
+        """Low xor high half of the 128-bit product of two uint64: one native 64x64->128
+        multiply (numba has no 128-bit integers; LLVM IR does)."""
+        if x != numba.types.uint64 or y != numba.types.uint64:
+            return None
+
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
+            wide = ir.IntType(128)
+            product = builder.mul(builder.zext(args[0], wide), builder.zext(args[1], wide))
+            low = builder.trunc(product, ir.IntType(64))
+            high = builder.trunc(builder.lshr(product, ir.Constant(wide, 64)), ir.IntType(64))
+            return builder.xor(low, high)
+
+        return numba.types.uint64(numba.types.uint64, numba.types.uint64), codegen
+
+
+@_jit
+def _read64(p, i):  # noqa: ANN001, ANN202
+    """Little-endian uint64 at byte ``i`` (a uint64 index: no negative-index wrap-around)."""
+    return (
+        _U(p[i]) | (_U(p[i + _U1]) << _U8) | (_U(p[i + _U2]) << _U16) | (_U(p[i + _U3]) << _U24)
+        | (_U(p[i + _U4]) << _U32) | (_U(p[i + _U5]) << _U40) | (_U(p[i + _U6]) << _U48) | (_U(p[i + _U7]) << _U56)
+    )  # fmt: skip
+
+
+@_jit
+def _read32(p, i):  # noqa: ANN001, ANN202
+    return _U(p[i]) | (_U(p[i + _U1]) << _U8) | (_U(p[i + _U2]) << _U16) | (_U(p[i + _U3]) << _U24)
+
+
+@_jit
+def _bswap64(x):  # noqa: ANN001, ANN202
+    x = ((x & _BYTES_02) << _U8) | ((x >> _U8) & _BYTES_02)
+    x = ((x & _BYTES_04) << _U16) | ((x >> _U16) & _BYTES_04)
+    return (x << _U32) | (x >> _U32)
+
+
+@_jit
+def _avalanche_jit(h):  # noqa: ANN001, ANN202
+    h = h ^ (h >> _U37)
+    h = h * _PRIME_MX1
+    return h ^ (h >> _U32)
+
+
+@_jit
+def _mix16_jit(p, i, k):  # noqa: ANN001, ANN202
+    """xxh3's 16-byte mix of input bytes ``i..i+16`` with the secret at offset ``k``."""
+    return _fold64_jit(_read64(p, i) ^ _SECRET64[k], _read64(p, i + _U8) ^ _SECRET64[k + 8])
+
+
+@_jit
+def _accumulate512(acc, p, i, k):  # noqa: ANN001, ANN202
+    for lane in range(8):
+        value = _read64(p, i + _U(8 * lane))
+        keyed = value ^ _SECRET64[k + 8 * lane]
+        acc[lane ^ 1] += value
+        acc[lane] += (keyed & _LO32) * (keyed >> _U32)
+
+
+@_jit
+def _xxh3_long_jit(p, s, n):  # noqa: ANN001, ANN202
+    """xxh3-64 of more than 240 bytes: 64-byte stripes into 8 accumulators, 1 KiB blocks."""
+    acc = np.empty(8, dtype=np.uint64)
+    acc[0], acc[1], acc[2], acc[3] = _PRIME32_3, _PRIME64_1, _PRIME64_2, _PRIME64_3
+    acc[4], acc[5], acc[6], acc[7] = _PRIME64_4, _PRIME32_2, _PRIME64_5, _PRIME32_1
+    blocks = (n - _U1) // _U1024
+    for block in range(int(blocks)):
+        base = s + _U(block) * _U1024
+        for stripe in range(16):
+            _accumulate512(acc, p, base + _U(64 * stripe), 8 * stripe)
+        for lane in range(8):  # scramble
+            x = acc[lane]
+            x = (x ^ (x >> _U47)) ^ _SECRET64[128 + 8 * lane]
+            acc[lane] = x * _PRIME32_1
+    base = s + blocks * _U1024
+    for stripe in range(int(((n - _U1) - blocks * _U1024) // _U64)):
+        _accumulate512(acc, p, base + _U(64 * stripe), 8 * stripe)
+    _accumulate512(acc, p, s + n - _U64, _KEY_LAST_STRIPE)
+    result = n * _PRIME64_1
+    for i in range(4):
+        result += _fold64_jit(acc[2 * i] ^ _SECRET64[11 + 16 * i], acc[2 * i + 1] ^ _SECRET64[19 + 16 * i])
+    return _avalanche_jit(result)
+
+
+@_jit
+def _xxh3_jit(p, s, n):  # noqa: ANN001, ANN202
+    """xxh3-64 (seed 0) of ``p[s:s+n]`` (``s``, ``n`` uint64), every length."""
+    if n <= _U16:
+        if n > _U8:
+            lo = _read64(p, s) ^ _KEY_9TO16_LO
+            hi = _read64(p, s + n - _U8) ^ _KEY_9TO16_HI
+            return _avalanche_jit(n + _bswap64(lo) + hi + _fold64_jit(lo, hi))
+        if n >= _U4:
+            h = (_read32(p, s + n - _U4) + (_read32(p, s) << _U32)) ^ _KEY_4TO8
+            h = h ^ ((h << _U49) | (h >> _U15)) ^ ((h << _U24) | (h >> _U40))
+            h = h * _PRIME_MX2
+            h = h ^ ((h >> _U35) + n)
+            h = h * _PRIME_MX2
+            return h ^ (h >> _U28)
+        if n > _U0:
+            h = (_U(p[s]) << _U16) | (_U(p[s + (n >> _U1)]) << _U24) | _U(p[s + n - _U1]) | (n << _U8)
+            h = h ^ _KEY_1TO3
+            h = (h ^ (h >> _U33)) * _PRIME64_2
+            h = (h ^ (h >> _U29)) * _PRIME64_3
+            return h ^ (h >> _U32)
+        return _XXH3_EMPTY
+    if n <= _U128:
+        acc = n * _PRIME64_1
+        for pair in range(int((n - _U1) >> _U5) + 1):  # 16-byte blocks from both ends, inwards
+            step = _U(16 * pair)
+            acc += _mix16_jit(p, s + step, 32 * pair) + _mix16_jit(p, s + n - step - _U16, 32 * pair + 16)
+        return _avalanche_jit(acc)
+    if n <= _U240:
+        acc = n * _PRIME64_1
+        for i in range(8):
+            acc += _mix16_jit(p, s + _U(16 * i), 16 * i)
+        acc = _avalanche_jit(acc)
+        for i in range(8, int(n >> _U4)):
+            acc += _mix16_jit(p, s + _U(16 * i), 16 * (i - 8) + 3)
+        acc += _mix16_jit(p, s + n - _U16, _KEY_MID_LAST)
+        return _avalanche_jit(acc)
+    return _xxh3_long_jit(p, s, n)
+
+
+@_jit
+def _fmix64_jit(h):  # noqa: ANN001, ANN202
+    h = (h ^ (h >> _U33)) * _FMIX1
+    h = (h ^ (h >> _U33)) * _FMIX2
+    return h ^ (h >> _U33)
+
+
+@_jit
+def _xxh3_spans_kernel(data, starts, lengths, out):  # noqa: ANN001, ANN202
+    for i in range(starts.size):
+        out[i] = _xxh3_jit(data, _U(starts[i]), _U(lengths[i]))
+
+
+# Shingle hashes are padded with copies of the first one (which leaves every minimum as it
+# is) to a multiple of the vector loop's width, so no scalar remainder loop runs.
+_PAD = 32
+
+
+@_jit
+def _min_permuted(hv, count, chunk, a, b, row):  # noqa: ANN001, ANN202
+    """``row[p] = min over hv[:count] of a[p] * h + b[p]`` (mod 2**64), chunk by chunk.
+
+    ``hv`` has room for ``count`` rounded up to ``_PAD``. The inner loop runs over shingles
+    with a uint64 index (no wrap-around check), which the compiler turns into SIMD
+    multiply/add/unsigned-min lanes and one horizontal min per permutation.
+    """
+    for p in range(a.size):
+        row[p] = _UMAX
+    if count == 0:
+        return
+    padded = -(-count // _PAD) * _PAD
+    for i in range(count, padded):
+        hv[i] = hv[0]
+    chunk = -(-chunk // _PAD) * _PAD
+    first = 0
+    while first < padded:
+        last = min(first + chunk, padded)
+        lo, hi = _U(first), _U(last)
+        for p in range(a.size):
+            ap, bp, m = a[p], b[p], row[p]
+            j = lo
+            while j < hi:
+                m = min(m, ap * hv[j] + bp)
+                j += _U1
+            row[p] = m
+        first = last
+
+
+@_jit
+def _unicode_space(data, i, end):  # noqa: ANN001, ANN202
+    """Byte length of the non-ASCII ``str.split`` whitespace character at ``i`` (uint64), else
+    0: U+0085, U+00A0, U+1680, U+2000..U+200A, U+2028, U+2029, U+202F, U+205F, U+3000."""
+    c = data[i]
+    if c == 0xC2:
+        return 2 if i + _U1 < end and (data[i + _U1] == 0x85 or data[i + _U1] == 0xA0) else 0
+    if i + _U2 >= end:
+        return 0
+    c1, c2 = data[i + _U1], data[i + _U2]
+    if c == 0xE1:
+        return 3 if c1 == 0x9A and c2 == 0x80 else 0
+    if c == 0xE2:
+        if c1 == 0x80 and (c2 <= 0x8A or c2 == 0xA8 or c2 == 0xA9 or c2 == 0xAF):
+            return 3
+        return 3 if c1 == 0x81 and c2 == 0x9F else 0
+    return 3 if c1 == 0x80 and c2 == 0x80 else 0  # 0xE3: U+3000
+
+
+@_jit
+def _clean_words(data, start, end, out, spaces):  # noqa: ANN001, ANN202
+    """Clean ``data[start:end]`` into ``out``: ASCII lowercase, punctuation deleted, words
+    joined by one space. Returns ``(size, words)``; ``spaces[:words - 1]`` are the positions
+    of the separators in ``out``.
+
+    Branch-free for ASCII (0/1 flags from tables instead of tests: word boundaries are too
+    irregular to predict): every byte is written, then kept or overwritten, and whitespace is
+    kept, as one space, only right after a word.
+    """
+    size, seps = _U0, _U0
+    after_space = _U1  # at the start or after a separator: more whitespace is dropped
+    i, stop = _U(start), _U(end)
+    while i < stop:
+        c = data[i]
+        i += _U1
+        byte, char, space, punct = _CLEAN_BYTE[c], _IS_CHAR[c], _IS_SPACE[c], _IS_PUNCT[c]
+        if _IS_LEAD[c]:  # rare: a non-ASCII whitespace character?
+            step = _unicode_space(data, i - _U1, stop)
+            if step:
+                byte, char, space = 32, _U0, _U1
+                i += _U(step - 1)
+        separator = space & (after_space ^ _U1)
+        out[size] = byte
+        spaces[seps] = size
+        seps += separator
+        size += char | separator
+        after_space = space | (after_space & punct)
+    if size > _U0 and out[size - _U1] == 32:  # a trailing separator
+        size -= _U1
+        seps -= _U1
+    return np.int64(size), np.int64(seps + _U1 if size > _U0 else _U0)
+
+
+@_jit
+def _signatures_kernel(data, starts, ends, n, chunk, a, b, sig, counts):  # noqa: ANN001, ANN202
+    """Clean, shingle, hash and permute every document ``data[starts[d]:ends[d]]``."""
+    longest = 0
+    for d in range(starts.size):
+        longest = max(longest, ends[d] - starts[d])
+    out = np.empty(longest + 1, dtype=np.uint8)
+    spaces = np.empty(longest // 2 + 2, dtype=np.uint64)
+    hv = np.empty(longest // 2 + 2 + _PAD, dtype=np.uint64)
+    for d in range(starts.size):
+        size, words = _clean_words(data, starts[d], ends[d], out, spaces)
+        count = 0
+        if words >= n:
+            count = words - n + 1
+            for i in range(count):
+                first = _U0 if i == 0 else spaces[i - 1] + _U1
+                last = spaces[i + n - 1] if i + n - 1 < words - 1 else _U(size)
+                hv[i] = _fmix64_jit(_xxh3_jit(out, first, last - first))
+        elif words > 0:
+            count = 1
+            hv[0] = _fmix64_jit(_xxh3_jit(out, _U0, _U(size)))
+        counts[d] = count
+        _min_permuted(hv, count, chunk, a, b, sig[d])
+
+
+@_jit
+def _signatures_from_hashes_kernel(hashes, doc_start, chunk, a, b, sig):  # noqa: ANN001, ANN202
+    longest = 0
+    for d in range(doc_start.size - 1):
+        longest = max(longest, doc_start[d + 1] - doc_start[d])
+    hv = np.empty(longest + _PAD, dtype=np.uint64)
+    for d in range(doc_start.size - 1):
+        first, count = doc_start[d], doc_start[d + 1] - doc_start[d]
+        for i in range(count):
+            hv[i] = _fmix64_jit(hashes[first + i])
+        _min_permuted(hv, count, chunk, a, b, sig[d])
+
+
+def text_spans(texts: Sequence[str | None] | pa.Array | pa.ChunkedArray, cap_chars: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The UTF-8 bytes the JIT cleaner reads: ``(data, starts, ends)``, document ``d`` being
+    ``data[starts[d]:ends[d]]``.
+
+    ASCII texts are read in place from the Arrow buffer, capped at ``cap_chars`` bytes (one
+    byte per character). Other texts are replaced by ``text[:cap_chars].lower()`` encoded, so
+    Unicode casing is Python's; lowercasing never yields whitespace or ASCII punctuation, so
+    the cleaner finishes them the same way. Null texts are empty.
+    """
+    arr = _large_strings(texts)
+    count = len(arr)
+    _, offsets_buf, data_buf = arr.buffers()
+    offsets = np.frombuffer(offsets_buf, np.int64, count + 1, arr.offset * 8) if count else np.zeros(1, np.int64)
+    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None and data_buf.size else np.zeros(0, np.uint8)
+    starts, ends = offsets[:-1].copy(), offsets[1:].copy()
+    if arr.null_count:
+        null = arr.is_null().to_numpy(zero_copy_only=False)
+        ends[null] = starts[null]
+    if isinstance(texts, (list, tuple)):  # str.isascii is O(1): CPython keeps the flag
+        ascii = np.fromiter((t is None or t.isascii() for t in texts), dtype=bool, count=count)
+    else:
+        ascii = pc.fill_null(pc.string_is_ascii(arr), True).to_numpy(zero_copy_only=False)
+    np.minimum(ends, starts + cap_chars, out=ends, where=ascii)
+    other = np.flatnonzero(~ascii)
+    if other.size:
+        if isinstance(texts, (list, tuple)):
+            strs = [texts[i] for i in other.tolist()]
+        else:
+            strs = arr.take(pa.array(other)).to_pylist()
+        pieces = [t[:cap_chars].lower().encode("utf-8") for t in strs]
+        sizes = np.fromiter(map(len, pieces), np.int64, other.size)
+        starts[other] = data.size + np.cumsum(sizes) - sizes
+        ends[other] = starts[other] + sizes
+        data = np.concatenate([data, np.frombuffer(b"".join(pieces), np.uint8)])
+    return _readonly(data, np.uint8), starts, ends
+
+
+def _large_strings(texts: Sequence[str | None] | pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Texts as one ``large_string`` Arrow array (int64 offsets, whatever the batch size)."""
+    if isinstance(texts, pa.ChunkedArray):
+        texts = texts.combine_chunks() if texts.num_chunks != 1 else texts.chunk(0)
+    if not isinstance(texts, pa.Array):
+        texts = pa.array(texts, type=pa.large_string())
+    return texts if texts.type == pa.large_string() else texts.cast(pa.large_string())
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def xxh3_64_spans(data: bytes | np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """xxh3-64 (seed 0) of ``data[s:s+l]`` for every span, equal to ``xxhash.xxh3_64_intdigest``."""
+    if not JIT:
+        return _xxh3_64_spans_numpy(data, starts, lengths)
+    raw = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray, memoryview)) else data
+    starts = _readonly(starts, np.int64)
+    lengths = _readonly(lengths, np.int64)
+    if starts.shape != lengths.shape or starts.ndim != 1:
+        raise ValueError(f"xxh3_64_spans: starts {starts.shape} and lengths {lengths.shape} must be equal 1-d shapes")
+    if starts.size and (int(starts.min()) < 0 or int(lengths.min()) < 0 or int((starts + lengths).max()) > raw.size):
+        raise ValueError(f"xxh3_64_spans: a span falls outside the {raw.size}-byte data")
+    out = np.empty(starts.size, dtype=np.uint64)
+    _xxh3_spans_kernel(_readonly(raw, np.uint8), starts, lengths, out)
+    return out
+
+
+def signatures_from_hashes(hashes: np.ndarray, counts: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """MinHash signatures (docs x perms, uint64) from the shingle hashes of consecutive docs."""
+    if not JIT:
+        return _signatures_from_hashes_numpy(hashes, counts, a, b)
+    doc_start = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=doc_start[1:])
+    if doc_start[-1] != len(hashes):
+        raise ValueError(f"signatures_from_hashes: counts sum to {doc_start[-1]} but there are {len(hashes)} hashes")
+    sig = np.empty((len(counts), len(a)), dtype=np.uint64)
+    a, b = _readonly(a, np.uint64), _readonly(b, np.uint64)
+    _signatures_from_hashes_kernel(_readonly(hashes, np.uint64), _readonly(doc_start, np.int64), max(1, JIT_SHINGLE_CHUNK), a, b, sig)
+    return sig
+
+
+def signatures_and_counts(texts: Sequence[str | None] | pa.Array | pa.ChunkedArray, params: MinHashParams = MinHashParams()) -> tuple[np.ndarray, np.ndarray]:
+    """MinHash signatures (docs x num_perms, uint64) of raw texts and their shingle counts."""
+    a, b = permutations(params.num_perms, params.seed)
+    if not JIT:
+        if isinstance(texts, (pa.Array, pa.ChunkedArray)):
+            texts = texts.to_pylist()
+        hashes, counts = shingle_hashes(texts, params)
+        return _signatures_from_hashes_numpy(hashes, counts, a, b), counts
+    data, starts, ends = text_spans(texts, params.text_cap_chars)
+    sig = np.empty((starts.size, a.size), dtype=np.uint64)
+    counts = np.empty(starts.size, dtype=np.int64)
+    _signatures_kernel(data, _readonly(starts, np.int64), _readonly(ends, np.int64), params.ngram_size, max(1, JIT_SHINGLE_CHUNK), a, b, sig, counts)
+    return sig, counts
+
+
+def signatures(texts: Sequence[str | None] | pa.Array | pa.ChunkedArray, params: MinHashParams = MinHashParams()) -> np.ndarray:
+    """MinHash signatures (docs x num_perms, uint64) of raw texts (None -> no shingles)."""
+    return signatures_and_counts(texts, params)[0]
+
+
 # --------------------------------------------------------------------------- per-shard function
 
-# Documents per vectorized batch: at most BATCH_DOCS and about BATCH_BYTES of text (the
-# batch's shingle arrays take ~10x its text bytes, so a shard's peak memory stays flat).
+# Documents per batch: at most BATCH_DOCS and about BATCH_BYTES of text (the numpy path's
+# shingle arrays take ~10x its text bytes, so a shard's peak memory stays flat).
 BATCH_DOCS = 2048
 BATCH_BYTES = 8 << 20
 
@@ -465,20 +896,22 @@ def batch_bounds(text_bytes: np.ndarray, cap_chars: int) -> list[tuple[int, int]
     return list(zip(starts, ends))
 
 
-def bucket_table(ids: Sequence[str], texts: Sequence[str | None], params: MinHashParams) -> tuple[pa.Table, dict[str, int]]:
+def bucket_table(
+    ids: Sequence[str] | pa.Array | pa.ChunkedArray, texts: Sequence[str | None] | pa.Array | pa.ChunkedArray, params: MinHashParams
+) -> tuple[pa.Table, dict[str, int]]:
     """``id`` + ``buckets`` for a batch; a document without shingles gets an empty list."""
     bands, rows = params.bands_and_rows()
-    hashes, counts = shingle_hashes(texts, params)
-    a, b = permutations(params.num_perms, params.seed)
-    sig = signatures_from_hashes(hashes, counts, a, b)
+    texts = _large_strings(texts)
+    sig, counts = signatures_and_counts(texts, params)
     has_shingles = counts > 0
     buckets = band_buckets(sig[has_shingles], bands, rows)
     per_doc = np.where(has_shingles, bands, 0)
     offsets = np.zeros(len(texts) + 1, np.int32)
     np.cumsum(per_doc, out=offsets[1:])
+    ids = ids.cast(pa.string()) if isinstance(ids, (pa.Array, pa.ChunkedArray)) else pa.array(ids, type=pa.string())
     table = pa.table(
         {
-            "id": pa.array(ids, type=pa.string()),
+            "id": ids,
             "buckets": pa.ListArray.from_arrays(pa.array(offsets), pa.array(buckets.reshape(-1), type=pa.uint64())),
         }
     )
@@ -486,8 +919,8 @@ def bucket_table(ids: Sequence[str], texts: Sequence[str | None], params: MinHas
         "docs": len(texts),
         "docs_without_shingles": int((~has_shingles).sum()),
         "shingles": int(counts.sum()),
-        "null_text": sum(t is None for t in texts),
-        "capped_docs": sum(t is not None and len(t) > params.text_cap_chars for t in texts),
+        "null_text": texts.null_count,
+        "capped_docs": int(pc.sum(pc.greater(pc.utf8_length(texts), params.text_cap_chars)).as_py() or 0),
     }
     return table, stats
 
@@ -513,7 +946,7 @@ def minhash_shard(input_uris: list[str], output_uri: str, params: MinHashParams)
     ids, texts = table.column("id"), table.column("text")
     text_bytes = pc.fill_null(pc.binary_length(texts), 0).to_numpy(zero_copy_only=False)
     for start, end in batch_bounds(text_bytes, params.text_cap_chars):
-        piece, counters = bucket_table(ids.slice(start, end - start).to_pylist(), texts.slice(start, end - start).to_pylist(), params)
+        piece, counters = bucket_table(ids.slice(start, end - start), texts.slice(start, end - start), params)
         pieces.append(piece)
         for key, value in counters.items():
             stats[key] += value

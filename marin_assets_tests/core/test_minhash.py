@@ -26,11 +26,17 @@ STDLIB_MODULES = (
 
 @functools.lru_cache(maxsize=1)
 def stdlib_docstrings() -> tuple[str, ...]:
-    """Distinct docstrings of 30+ words from stdlib modules: real English technical prose."""
+    """Distinct docstrings of 30+ words from stdlib modules: real English technical prose.
+
+    Only the members a module defines itself: its other attributes (submodules, imported
+    names) depend on what else the process has imported, and the pool must not.
+    """
     seen: dict[str, None] = {}
     for name in STDLIB_MODULES:
         module = importlib.import_module(name)
         for _, member in inspect.getmembers(module):
+            if getattr(member, "__module__", None) != name:
+                continue
             doc = inspect.getdoc(member)
             if doc and len(doc.split()) >= 30:
                 seen.setdefault(doc, None)
@@ -71,14 +77,22 @@ def share_bucket(a: str, b: str, params: MinHashParams = MinHashParams()) -> boo
     return bool((buckets[0] == buckets[1]).any())
 
 
+@pytest.fixture(params=["numpy", pytest.param("jit", marks=pytest.mark.skipif(minhash.numba is None, reason="numba is not installed"))])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a test on the numpy path and, where numba is installed, on the JIT path."""
+    monkeypatch.setattr(minhash, "JIT", request.param == "jit")
+    return request.param
+
+
 # --------------------------------------------------------------------------- hashing and text
 
 
-def test_vectorized_xxh3_equals_xxhash_for_every_length() -> None:
+def test_vectorized_xxh3_equals_xxhash_for_every_length(path: str) -> None:
     rng = np.random.default_rng(7)
-    data = rng.integers(0, 256, 4096, dtype=np.uint8).tobytes()
-    lengths = np.repeat(np.arange(0, 300), 3)
-    starts = rng.integers(0, len(data) - 300, lengths.size)
+    data = rng.integers(0, 256, 8192, dtype=np.uint8).tobytes()
+    # Every length through the 240-byte mid size, then long inputs around the 1 KiB blocks.
+    lengths = np.concatenate([np.repeat(np.arange(0, 300), 3), [1023, 1024, 1025, 2047, 2048, 2049, 3100, 4096]])
+    starts = rng.integers(0, len(data) - 4096, lengths.size)
     got = minhash.xxh3_64_spans(data, starts, lengths)
     expected = [xxhash.xxh3_64_intdigest(data[s : s + n]) for s, n in zip(starts.tolist(), lengths.tolist())]
     assert got.tolist() == expected
@@ -100,6 +114,23 @@ def test_batch_cleaning_equals_clean_text_on_awkward_whitespace() -> None:
     expected = "\n".join(minhash.clean_text(t) for t in texts).encode("utf-8")
     assert minhash.clean_batch(texts) == expected
     assert minhash.clean_batch(texts, cap_chars=7) == "\n".join(minhash.clean_text(t, 7) for t in texts).encode("utf-8")
+
+
+def test_awkward_texts_sign_as_datasketch_does(path: str) -> None:
+    """Every cleaning rule matters here: texts of 1-4 words are one shingle, the whole text,
+    so any difference in case, punctuation or whitespace changes the signature."""
+    spaces = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2005\u200a\u2028\u2029\u202f\u205f\u3000"
+    texts = [
+        "  lead and trail  ", "a - b -- c", "a-b c", "tabs\tand\r\nnewlines\x0b\x0cfeeds", "sep\x1cfile\x1dgroup\x1erecord\x1funit",
+        "nul\x00kept", "\n\n\n", "", "UPPER Case, MiXeD!", "nbsp\u00a0ideographic\u3000line\u2028next\x85end",
+        "  ünïcödé   and  ascii  ", "...", "x" * 40 + " . " + "y", "İstanbul ΣΑΣ", "zero\u200bwidth is no space",
+        "\u00c2\u00a0 is not \u00a0", "é\u3000\u3000 ,\u2001 ", "ok\u2029", "日本語の文章 です", "em—dash… ‰ 、 © ½ ‧  ", "\u1680ogham",
+    ]  # fmt: skip
+    texts += [f"left{ch}right" for ch in spaces] + [f"one{ch}{ch}two ,{ch}. three" for ch in spaces]
+    params = MinHashParams(num_perms=16, num_bands=4, rows_per_band=4)
+    ours = minhash.signatures(texts, params)
+    for text, row in zip(texts, ours):
+        assert np.array_equal(minhash.datasketch_minhash(text, params).hashvalues, row), repr(text)
 
 
 def test_short_texts_are_one_shingle_and_spans_match_the_reference() -> None:
@@ -128,7 +159,7 @@ def random_texts(count: int, seed: int) -> list[str]:
     return texts
 
 
-def test_signatures_equal_datasketch_bit_for_bit() -> None:
+def test_signatures_equal_datasketch_bit_for_bit(path: str) -> None:
     texts = random_texts(40, seed=1)
     params = MinHashParams()
     ours = minhash.signatures(texts, params)
@@ -138,7 +169,7 @@ def test_signatures_equal_datasketch_bit_for_bit() -> None:
         assert np.array_equal(reference, row), text[:80]
 
 
-def test_signatures_equal_datasketch_with_other_parameters() -> None:
+def test_signatures_equal_datasketch_with_other_parameters(path: str) -> None:
     params = MinHashParams(num_perms=37, num_bands=6, rows_per_band=6, ngram_size=3, seed=7, text_cap_chars=300)
     texts = random_texts(12, seed=2)
     ours = minhash.signatures(texts, params)
@@ -146,13 +177,47 @@ def test_signatures_equal_datasketch_with_other_parameters() -> None:
         assert np.array_equal(minhash.datasketch_minhash(text, params).hashvalues, row)
 
 
-def test_signatures_do_not_depend_on_batch_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_signatures_do_not_depend_on_batch_layout(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     texts = random_texts(30, seed=3)
     whole = minhash.signatures(texts)
     monkeypatch.setattr(minhash, "SHINGLE_BLOCK", 64)
     monkeypatch.setattr(minhash, "PERM_BLOCK", 5)
+    monkeypatch.setattr(minhash, "JIT_SHINGLE_CHUNK", 40)  # several chunks per long text
     assert np.array_equal(minhash.signatures(texts), whole)
     assert np.array_equal(np.vstack([minhash.signatures([t]) for t in texts]), whole)
+
+
+def test_arrow_input_equals_list_input(path: str) -> None:
+    """Shards hand Arrow arrays over as they are: sliced, chunked, with nulls, string or
+    large_string; the signatures must be those of the same texts as a list."""
+    texts = random_texts(24, seed=6) + [None, "İstanbul ΣΑΣ", None]
+    expected = minhash.signatures(texts)
+    assert np.array_equal(minhash.signatures(pa.chunked_array([pa.array(texts[:10]), pa.array(texts[10:])])), expected)
+    assert np.array_equal(minhash.signatures(pa.array(texts, pa.large_string())), expected)
+    sliced = pa.chunked_array([pa.array(["dropped"] + texts[:13]), pa.array(texts[13:] + ["dropped"])]).slice(1, len(texts))
+    assert np.array_equal(minhash.signatures(sliced), expected)
+    assert np.array_equal(minhash.signatures(pa.array(["a", *texts], pa.string()).slice(1)), expected)
+
+
+def test_jit_and_numpy_paths_agree_and_match_a_direct_minimum(monkeypatch: pytest.MonkeyPatch) -> None:
+    if minhash.numba is None:
+        pytest.skip("numba is not installed")
+    rng = np.random.default_rng(8)
+    counts = np.array([0, 1, 2, 31, 32, 33, 0, 700, 5])
+    hashes = rng.integers(0, 2**64 - 1, int(counts.sum()), dtype=np.uint64, endpoint=True)
+    a, b = minhash.permutations(37, 3)
+    monkeypatch.setattr(minhash, "JIT_SHINGLE_CHUNK", 100)
+    jit = minhash.signatures_from_hashes(hashes, counts, a, b)
+    monkeypatch.setattr(minhash, "JIT", False)
+    assert np.array_equal(minhash.signatures_from_hashes(hashes, counts, a, b), jit)
+    mixed = np.split(minhash.fmix64(hashes), np.cumsum(counts)[:-1])
+    for row, doc in zip(jit, mixed):
+        expected = (a[:, None] * doc[None, :] + b[:, None]).min(axis=1) if doc.size else np.full(37, 2**64 - 1, np.uint64)
+        assert np.array_equal(row, expected)
+    texts = random_texts(20, seed=9)
+    numpy_sig = minhash.signatures(texts)
+    monkeypatch.setattr(minhash, "JIT", True)
+    assert np.array_equal(minhash.signatures(texts), numpy_sig)
 
 
 def test_permutations_are_odd_and_seeded() -> None:
@@ -220,7 +285,7 @@ def test_near_duplicates_by_edit_are_candidates_and_dissimilar_texts_are_not() -
 # --------------------------------------------------------------------------- per-shard function
 
 
-def test_minhash_shard_writes_one_bucket_list_per_row_in_row_order(tmp_path) -> None:
+def test_minhash_shard_writes_one_bucket_list_per_row_in_row_order(tmp_path, path: str) -> None:
     texts = stdlib_documents(5, seed=9) + ["", None, "tiny text"]
     ids = [f"{i:032x}" for i in range(len(texts))][::-1]
     src = str(tmp_path / "normalized" / storage.shard_name(0, 1))
@@ -238,7 +303,7 @@ def test_minhash_shard_writes_one_bucket_list_per_row_in_row_order(tmp_path) -> 
     assert table.column("buckets")[0].as_py() == minhash.band_buckets(sig, 26, 11)[0].tolist()
 
 
-def test_minhash_shard_output_does_not_depend_on_batching(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_minhash_shard_output_does_not_depend_on_batching(tmp_path, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     texts = stdlib_documents(12, seed=4) + [None, ""]
     src = str(tmp_path / storage.shard_name(0, 1))
     storage.write_parquet(pa.table({"id": [f"{i:032x}" for i in range(len(texts))], "text": pa.array(texts, pa.string())}), src)
@@ -252,10 +317,11 @@ def test_minhash_shard_output_does_not_depend_on_batching(tmp_path, monkeypatch:
     assert storage.read_parquet(batched).equals(storage.read_parquet(whole))
 
 
-def test_text_cap_limits_what_is_hashed() -> None:
+def test_text_cap_limits_what_is_hashed(path: str) -> None:
     params = MinHashParams(text_cap_chars=1000)
     base = stdlib_documents(1, per_doc=8, seed=3)[0]
     assert len(base) > 1200
-    tail_changed = base[:1000] + base[1000:].upper() + " extra tail words"
+    # Enough new words that some of the 286 minima surely move when the tail is hashed.
+    tail_changed = base[:1000] + base[1000:].upper() + " " + " ".join(f"tail{i}" for i in range(60))
     assert np.array_equal(minhash.signatures([base], params), minhash.signatures([tail_changed], params))
     assert not np.array_equal(minhash.signatures([base]), minhash.signatures([tail_changed]))
