@@ -1035,6 +1035,12 @@ def mark_documents(
     return DocumentMarks(contaminated, max_overlap, matched_evals, matched_rows, evidence, counters)
 
 
+def _required_index(params: DeconParams, stage: str) -> EvalIndex:
+    if not params.index_uri:
+        raise ValueError(f"{stage}: params.index_uri is empty; pass the eval_ngrams output directory")
+    return load_eval_index(params.index_uri)
+
+
 def _sample_key(doc_id: str) -> int:
     """Deterministic priority of a document in the flagged-document sample (bottom-k merges exactly)."""
     return xxhash.xxh3_64_intdigest(doc_id.encode("utf-8"))
@@ -1047,9 +1053,7 @@ def contamination_shard(input_uris: list[str], output_uri: str, params: DeconPar
     ``params.drop_set_uris`` this source's and the global drop sets. The counters carry flagged
     documents per eval set and a bottom-k sample of flagged excerpts with their eval rows.
     """
-    if not params.index_uri:
-        raise ValueError("contamination_shard: params.index_uri is empty; pass the eval_ngrams output directory")
-    index = load_eval_index(params.index_uri)
+    index = _required_index(params, "contamination_shard")
     drop = load_drop_set(params.drop_set_uris)
     tables = [storage.read_parquet(u, columns=["id", params.text_column]) for u in input_uris]
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
@@ -1142,7 +1146,7 @@ def eval_ngram_frequencies(input_uris: list[str], output_uri: str, params: Decon
     Writes ``hash, head_docs, sample_docs``: documents among the first ``source_sample_docs``
     and the first ``global_sample_docs`` containing the n-gram. Input to both drop sets.
     """
-    index = load_eval_index(params.index_uri)
+    index = _required_index(params, "eval_ngram_frequencies")
     limit = max(params.global_sample_docs, params.source_sample_docs)
     seen = 0
     head_parts: list[np.ndarray] = []
