@@ -8,7 +8,6 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
@@ -51,6 +50,3 @@ def encode(fmt: str, rows: Sequence[Line]) -> bytes:
 def is_json(fmt: str) -> bool:
     return fmt != "parquet"
 
-
-def frame_texts(frame: pl.DataFrame) -> dict[str | None, str]:
-    return dict(zip(frame["source_id"].to_list(), frame["text"].to_list(), strict=True))

@@ -133,7 +133,7 @@ def biocollection_stream(frame: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, i
     text = _string_column(frame, "text")
     ids = frame["id"].cast(pl.Utf8, strict=False) if "id" in frame.columns else pl.Series([None] * frame.height, dtype=pl.Utf8)
     keep = [c for c in frame.columns if c not in ("text", "id", "source_id", "record_type")]
-    out = frame.select(keep).with_columns(text.alias("text"), ids.alias("source_id"))
+    out = pl.DataFrame([text.alias("text"), ids.alias("source_id")]).hstack(frame.select(keep))
     missing = int(out["text"].is_null().sum())
-    out = out.filter(pl.col("text").is_not_null()).select(["text", "source_id", *keep])
+    out = out.filter(pl.col("text").is_not_null())
     return out, ({"missing_text": missing} if missing else {})

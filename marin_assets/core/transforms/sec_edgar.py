@@ -16,6 +16,7 @@ keeping every field it does not touch.
 from __future__ import annotations
 
 import io
+import logging
 import os
 import shutil
 import struct
@@ -29,6 +30,8 @@ import pyarrow.parquet as pq
 from marin_assets.core import normalize, storage
 from marin_assets.core.transforms import register
 from marin_assets.core.transforms.rendering import reads_with
+
+log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------- thrift compact
 
@@ -324,7 +327,7 @@ def read_parquet_tolerant(uri: str, fmt: str, batch_rows: int, counters: dict[st
     """Batches of a Parquet file, repairing oversized page headers when Arrow cannot read them.
 
     Other formats go to the normal reader. The repaired copy lives in a local temporary
-    directory for the duration of the read; ``repaired_files`` counts the files that needed it.
+    directory for the duration of the read (a warning names each file that needed it).
     """
     if fmt != "parquet":
         yield from normalize.read_batches(uri, fmt, batch_rows, counters)
@@ -352,7 +355,7 @@ def read_parquet_tolerant(uri: str, fmt: str, batch_rows: int, counters: dict[st
             skip = emitted
     else:
         skip = 0
-    counters["repaired_files"] = counters.get("repaired_files", 0) + 1
+    log.warning("%s: page headers too large for the Arrow reader; reading a copy without page statistics", uri)
     workdir = tempfile.mkdtemp(prefix="marin-parquet-repair-")
     try:
         local = os.path.join(workdir, "repaired.parquet")
@@ -368,10 +371,6 @@ def read_parquet_tolerant(uri: str, fmt: str, batch_rows: int, counters: dict[st
 
 
 # --------------------------------------------------------------------------- recipe
-
-
-def _string_or_none(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 @register("sec_edgar_reencode")
@@ -393,9 +392,9 @@ def sec_edgar_reencode(frame: pl.DataFrame) -> tuple[pl.DataFrame, Mapping[str, 
         content = pl.Series("content", [None] * frame.height, dtype=pl.Utf8)
     ids = frame["id"].cast(pl.Utf8, strict=False) if "id" in frame.columns else pl.Series([None] * frame.height, dtype=pl.Utf8)
     keep = [c for c in frame.columns if c not in ("content", "id", "text", "source_id")]
-    out = frame.select(keep).with_columns(content.alias("text"), ids.alias("source_id"))
+    out = pl.DataFrame([content.alias("text"), ids.alias("source_id")]).hstack(frame.select(keep))
     missing = int(out["text"].is_null().sum())
     if missing:
         counts["missing_content"] = missing
         out = out.filter(pl.col("text").is_not_null())
-    return out.select(["text", "source_id", *keep]), counts
+    return out, counts
