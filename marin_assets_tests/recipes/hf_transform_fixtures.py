@@ -706,6 +706,6 @@ def sec_edgar_filings(source: Any) -> FixtureCase:
         files={"10-K/part-00000.parquet": parquet(tenk), "8-K/part-00000.parquet": oversized,
                "DEF-14A/part-00000.parquet": parquet([{"id": "decoy", "content": "DECOY"}])},  # fmt: skip
         rows=2, texts=texts, all_texts=list(texts.values()), bad_rows={"missing_content": 1},
-        counters={"empty_dropped": 1}, columns=("filing_type", "cik"), absent_columns=("content",), needs=("read_file",), check=check,
+        counters={"empty_dropped": 1}, columns=("filing_type", "cik"), absent_columns=("content",), check=check,
     )  # fmt: skip
 

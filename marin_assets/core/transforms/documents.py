@@ -9,14 +9,12 @@ import polars as pl
 import xxhash
 
 from marin_assets.core.transforms import register
-from marin_assets.core.transforms.rendering import Skip, empty_output, first_id, nonblank, per_row, text_or_none
+from marin_assets.core.transforms.rendering import Skip, empty_output, first_id, nonblank, per_row, string_column, text_or_none
 
 
-def _string_column(frame: pl.DataFrame, name: str) -> pl.Series:
-    """A column as strings with blanks and non-strings as null (absent: all null)."""
-    if name not in frame.columns:
-        return pl.Series(name, [None] * frame.height, dtype=pl.Utf8)
-    column = frame[name]
+def _text_column(frame: pl.DataFrame, name: str) -> pl.Series:
+    """A text column with blanks and non-strings as null (absent: all null)."""
+    column = frame[name] if name in frame.columns else pl.Series(name, [None] * frame.height, dtype=pl.Utf8)
     if column.dtype != pl.Utf8:
         column = column.cast(pl.Utf8, strict=False) if column.dtype in (pl.Binary, pl.Null) else pl.Series(name, [None] * frame.height, dtype=pl.Utf8)
     has_text = column.str.contains(r"\S").fill_null(False)
@@ -42,9 +40,9 @@ def finetranslations_fold(frame: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, 
     original->English. A row with one side only keeps that side; a row with neither is dropped
     as ``empty_pair``. The row id is kept as ``source_id``; the heavy provider columns are not.
     """
-    original = _string_column(frame, "og_full_text")
-    english = _string_column(frame, "translated_text")
-    ids = frame["id"].cast(pl.Utf8, strict=False) if "id" in frame.columns else pl.Series([None] * frame.height, dtype=pl.Utf8)
+    original = _text_column(frame, "og_full_text")
+    english = _text_column(frame, "translated_text")
+    ids = string_column(frame, "id")
     keys = [i if i is not None else (o or e or "") for i, o, e in zip(ids.to_list(), original.to_list(), english.to_list(), strict=True)]
     flips = pl.Series("english_first", [english_first(k) for k in keys], dtype=pl.Boolean)
     parts = pl.DataFrame({"o": original, "e": english, "flip": flips, "source_id": ids})
@@ -130,8 +128,8 @@ def biocollection_stream(frame: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, i
     """
     if "text" not in frame.columns:
         return empty_output(), ({"missing_text": frame.height} if frame.height else {})
-    text = _string_column(frame, "text")
-    ids = frame["id"].cast(pl.Utf8, strict=False) if "id" in frame.columns else pl.Series([None] * frame.height, dtype=pl.Utf8)
+    text = _text_column(frame, "text")
+    ids = string_column(frame, "id")
     keep = [c for c in frame.columns if c not in ("text", "id", "source_id", "record_type")]
     out = pl.DataFrame([text.alias("text"), ids.alias("source_id")]).hstack(frame.select(keep))
     missing = int(out["text"].is_null().sum())

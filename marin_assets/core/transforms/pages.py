@@ -15,6 +15,7 @@ from marin_assets.core.transforms.rendering import (
     first_id,
     per_row,
     reads_with,
+    string_column,
     text_or_none,
     whole_file,
 )
@@ -52,14 +53,13 @@ def biodiversity_pages(frame: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int
     """
     if not frame.height:
         return empty_output(), {}
-    item = _page_field(frame, "item_id")
-    if item.dtype != pl.Utf8:
-        item = item.cast(pl.Utf8, strict=False)
-    page = _page_field(frame, "page_num").cast(pl.Utf8, strict=False).str.zfill(12)
-    text = _page_field(frame, "text")
-    if text.dtype != pl.Utf8:
-        text = pl.Series("text", [None] * frame.height, dtype=pl.Utf8)
-    pages = pl.DataFrame({"item_id": item, "page": page, "text": text})
+    fields = pl.DataFrame([_page_field(frame, name).alias(name) for name in ("item_id", "page_num", "text")])
+    text = fields["text"] if fields["text"].dtype == pl.Utf8 else pl.Series("text", [None] * frame.height, dtype=pl.Utf8)
+    pages = pl.DataFrame({
+        "item_id": string_column(fields, "item_id"),
+        "page": string_column(fields, "page_num").str.zfill(12),
+        "text": text,
+    })  # fmt: skip
     counts: dict[str, int] = {}
     missing = int(pages["item_id"].is_null().sum())
     if missing:

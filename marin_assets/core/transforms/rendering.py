@@ -131,6 +131,18 @@ def whole_file(uri: str, fmt: str, batch_rows: int, counters: dict[str, int]) ->
 # --------------------------------------------------------------------------- values
 
 
+def string_column(frame: pl.DataFrame, name: str) -> pl.Series:
+    """A column as strings: scalars are cast, nested or absent columns read as null."""
+    if name not in frame.columns:
+        return pl.Series(name, [None] * frame.height, dtype=pl.Utf8)
+    column = frame[name]
+    if column.dtype == pl.Utf8:
+        return column
+    if column.dtype.is_numeric() or column.dtype in (pl.Boolean, pl.Binary, pl.Null, pl.Date, pl.Datetime):
+        return column.cast(pl.Utf8, strict=False)
+    return pl.Series(name, [None] * frame.height, dtype=pl.Utf8)
+
+
 def text_or_none(value: Any) -> str | None:
     """A string value, or None for anything else (missing fields, wrong types)."""
     return value if isinstance(value, str) else None

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 from marin_assets.core import normalize, storage
 from marin_assets.core.transforms import register
-from marin_assets.core.transforms.rendering import reads_with
+from marin_assets.core.transforms.rendering import reads_with, string_column
 
 log = logging.getLogger(__name__)
 
@@ -383,14 +383,15 @@ def sec_edgar_reencode(frame: pl.DataFrame) -> tuple[pl.DataFrame, Mapping[str, 
     """
     counts: dict[str, int] = {}
     if "content" not in frame.columns:
-        counts["missing_content"] = frame.height
+        if frame.height:
+            counts["missing_content"] = frame.height
         return pl.DataFrame(schema={"text": pl.Utf8, "source_id": pl.Utf8}), counts
     content = frame["content"]
     if content.dtype == pl.Binary:
         content = content.cast(pl.Utf8, strict=False)
     elif content.dtype != pl.Utf8:
         content = pl.Series("content", [None] * frame.height, dtype=pl.Utf8)
-    ids = frame["id"].cast(pl.Utf8, strict=False) if "id" in frame.columns else pl.Series([None] * frame.height, dtype=pl.Utf8)
+    ids = string_column(frame, "id")
     keep = [c for c in frame.columns if c not in ("content", "id", "text", "source_id")]
     out = pl.DataFrame([content.alias("text"), ids.alias("source_id")]).hstack(frame.select(keep))
     missing = int(out["text"].is_null().sum())
