@@ -1,0 +1,177 @@
+"""The scheduled pin-drift sensor and the checks it reports on ``source_pins``.
+
+Each tick asks the provider about the next few pins (a cursor walks the catalog, so a tick's
+time stays bounded however many sources there are) and records, per source, a ``pin_drift``
+check result on that ``source_pins`` partition, plus a ``pin_drift_summary`` over the last
+known state of every pin. It never edits the catalog. ``MARIN_DRIFT_INTERVAL_S`` (3600),
+``MARIN_DRIFT_BATCH`` (10 pins per tick) and ``MARIN_DRIFT_BUDGET_S`` (30 s per tick) tune it.
+"""
+
+import datetime as dt
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import dagster as dg
+
+from marin_assets.defs.automation import drift
+from marin_assets.defs.automation.sensors import SOURCE_PINS, default_status
+from marin_assets.defs.metadata import markdown_table
+from marin_assets.defs.partitions import source_partitions
+from marin_assets.defs.resources import MarinResource
+
+DRIFT_CHECK = "pin_drift"
+SUMMARY_CHECK = "pin_drift_summary"
+UNREACHABLE = "the provider is unreachable"
+
+
+def _env_number(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    try:
+        return float(raw) if raw else default
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number") from None
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def drift_verdict(report: drift.PinReport) -> dict[str, Any]:
+    """A report as keyword arguments of a check result/evaluation."""
+    severity = dg.AssetCheckSeverity.ERROR if report.status in drift.BROKEN else dg.AssetCheckSeverity.WARN
+    return dict(
+        passed=report.status == drift.OK,
+        severity=severity,
+        description=f"{report.status}: {report.detail}",
+        metadata={
+            "status": report.status,
+            "pin": report.pin,
+            "resolved": report.resolved or "",
+            "branch": report.branch,
+            "branch_head": report.branch_head or "",
+            "gated": "unknown" if report.gated is None else str(report.gated).lower(),
+        },
+    )
+
+
+def summary_verdict(statuses: dict[str, dict[str, Any]], total_pins: int) -> dict[str, Any]:
+    """``pin_drift_summary`` from the last known status of every checked pin."""
+    counts = Counter(s["status"] for s in statuses.values())
+    broken = sorted(n for n, s in statuses.items() if s["status"] in drift.BROKEN)
+    attention = sorted(n for n, s in statuses.items() if s["status"] in drift.ATTENTION)
+    rows = [
+        {"source": n, "status": s["status"], "checked": s["checked"], "detail": s["detail"]}
+        for n, s in sorted(statuses.items()) if s["status"] != drift.OK
+    ]  # fmt: skip
+    return dict(
+        passed=not broken and not attention,
+        severity=dg.AssetCheckSeverity.ERROR if broken else dg.AssetCheckSeverity.WARN,
+        description=(
+            f"{len(statuses)} of {total_pins} pins checked so far: "
+            + ", ".join(f"{counts[k]} {k}" for k in sorted(counts))
+        ),
+        metadata={
+            **{f"pins_{k.replace('-', '_')}": counts[k] for k in sorted(counts)},
+            "pins_known": len(statuses),
+            "pins_total": total_pins,
+            "not_ok": markdown_table(rows, ["source", "status", "checked", "detail"]),
+        },
+    )
+
+
+def _walk(names: Sequence[str], after: str) -> list[str]:
+    """Names in catalog order starting after ``after`` and wrapping around."""
+    start = next((i for i, n in enumerate(names) if n > after), 0) if after else 0
+    return list(names[start:]) + list(names[:start])
+
+
+def check_batch(sources: Iterable[Any], batch: int, budget_s: float) -> tuple[list[drift.PinReport], str | None]:
+    """Check up to ``batch`` Hub pins within ``budget_s``; stop early when the provider is unreachable.
+
+    Returns the reports and why the walk stopped early (``None`` if it did not).
+    """
+    started = time.monotonic()
+    reports: list[drift.PinReport] = []
+    asked = 0
+    for source in sources:
+        if asked >= batch:
+            return reports, None
+        if time.monotonic() - started > budget_s:
+            return reports, f"time budget of {budget_s:.0f}s used"
+        report = drift.check_source_pin(source)
+        reports.append(report)
+        if report.status != drift.NOT_CHECKED:
+            asked += 1
+        if report.network_failure:
+            return reports, UNREACHABLE
+    return reports, None
+
+
+@dg.sensor(
+    name="pin_drift",
+    minimum_interval_seconds=int(_env_number("MARIN_DRIFT_INTERVAL_S", 3600)),
+    default_status=default_status(),
+    description="Asks each provider whether the pinned revision is still served, whether its branch moved, whether the repo is now gated or gone. Never changes a pin.",
+)
+def pin_drift(context: dg.SensorEvaluationContext, marin: MarinResource) -> dg.SensorResult:
+    batch = int(_env_number("MARIN_DRIFT_BATCH", 10))
+    budget = _env_number("MARIN_DRIFT_BUDGET_S", 30)
+    catalog = marin.catalog()
+    partitions = set(source_partitions.get_partition_keys())
+    sources = [s for s in catalog if s.name in partitions]
+    hub_pins = sum(1 for s in sources if s.provider.kind == "hf" and s.provider.repo_type == "dataset")
+    state = json.loads(context.cursor) if context.cursor else {}
+    statuses: dict[str, dict[str, Any]] = {n: s for n, s in state.get("status", {}).items() if n in partitions}
+    order = _walk([s.name for s in sources], state.get("last", ""))
+    reports, stopped = check_batch((catalog.by_name(n) for n in order), batch, budget)
+    events: list[dg.AssetCheckEvaluation] = []
+    for report in reports:
+        if report.status == drift.NOT_CHECKED:
+            continue
+        if report.status != drift.UNKNOWN or report.source not in statuses:
+            statuses[report.source] = {"status": report.status, "detail": report.detail, "checked": _now()}
+        if report.status != drift.UNKNOWN:  # an unknown answer does not overwrite the last real one
+            events.append(dg.AssetCheckEvaluation(asset_key=SOURCE_PINS, check_name=DRIFT_CHECK, partition=report.source, **drift_verdict(report)))
+    asked = [r for r in reports if r.status != drift.NOT_CHECKED]
+    if asked:
+        events.append(dg.AssetCheckEvaluation(asset_key=SOURCE_PINS, check_name=SUMMARY_CHECK, **summary_verdict(statuses, hub_pins)))
+    done = reports[:-1] if stopped == UNREACHABLE else reports  # retry the unreachable one next tick
+    last = done[-1].source if done else state.get("last", "")
+    counts = Counter(r.status for r in asked)
+    message = (
+        f"checked {len(asked)} of {hub_pins} Hub pins"
+        + (f" ({asked[0].source} .. {asked[-1].source})" if asked else "")
+        + (": " + ", ".join(f"{counts[k]} {k}" for k in sorted(counts)) if counts else "")
+        + "".join(f"; {r.source}: {r.status} ({r.detail})" for r in asked if r.status != drift.OK)
+        + (f"; stopped early: {stopped}" if stopped else "")
+    )
+    if any(r.status in drift.BROKEN for r in asked):
+        context.log.warning(message)
+    return dg.SensorResult(asset_events=events, cursor=json.dumps({"last": last, "status": statuses}, sort_keys=True), skip_reason=message)
+
+
+@dg.asset_check(
+    asset=SOURCE_PINS,
+    name=DRIFT_CHECK,
+    partitions_def=source_partitions,
+    description="The pinned revision is still served, its branch has not moved, the repo is not newly gated or gone.",
+)
+def pin_drift_check(context: dg.AssetCheckExecutionContext, marin: MarinResource) -> dg.AssetCheckResult:
+    report = drift.check_source_pin(marin.catalog().by_name(context.partition_key))
+    return dg.AssetCheckResult(**drift_verdict(report))
+
+
+@dg.asset_check(asset=SOURCE_PINS, name=SUMMARY_CHECK, description="Drift of every Hub pin in the catalog (checks them all; the sensor spreads this over ticks).")
+def pin_drift_summary(marin: MarinResource) -> dg.AssetCheckResult:
+    partitions = set(source_partitions.get_partition_keys())
+    sources = [s for s in marin.catalog() if s.name in partitions]
+    reports = [drift.check_source_pin(s) for s in sources]
+    statuses = {r.source: {"status": r.status, "detail": r.detail, "checked": _now()} for r in reports if r.status != drift.NOT_CHECKED}
+    return dg.AssetCheckResult(**summary_verdict(statuses, len(statuses)))
+
+
+DRIFT_CHECKS = [pin_drift_check, pin_drift_summary]

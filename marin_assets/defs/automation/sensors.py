@@ -1,0 +1,137 @@
+"""The sensors that run marin-assets on its own: declarative automation and catalog changes.
+
+All of them start in the state ``MARIN_AUTOMATION`` names when the code location loads:
+``off`` (the default: a UI opened to explore the demo launches nothing by itself) or ``on``
+(production). Either way each can be switched in the UI (Automation tab).
+"""
+
+import json
+import os
+from typing import Any
+
+import dagster as dg
+
+from marin_assets.core import ingest
+from marin_assets.defs.automation.conditions import catalog_names
+from marin_assets.defs.partitions import source_partitions
+from marin_assets.defs.resources import MarinResource
+
+AUTOMATION_ENV = "MARIN_AUTOMATION"
+SOURCE_PINS = dg.AssetKey("source_pins")
+CATALOG_CHECK = "catalog_in_sync"
+
+
+def automation_enabled(value: str | None = None) -> bool:
+    """``MARIN_AUTOMATION``: on/true/1 or off/false/0 (unset: off)."""
+    raw = (value if value is not None else os.environ.get(AUTOMATION_ENV, "")).strip().lower()
+    if raw in ("", "off", "false", "0", "no"):
+        return False
+    if raw in ("on", "true", "1", "yes"):
+        return True
+    raise ValueError(f"{AUTOMATION_ENV}={raw!r} is not understood: set it to 'on' or 'off'")
+
+
+def default_status() -> dg.DefaultSensorStatus:
+    return dg.DefaultSensorStatus.RUNNING if automation_enabled() else dg.DefaultSensorStatus.STOPPED
+
+
+def automation_sensor() -> dg.AutomationConditionSensorDefinition:
+    """Evaluates every asset's condition (``source_pins`` observations included) every 30 s.
+
+    It runs in the code server because one operand (``in_catalog``) reads the catalog file;
+    requests become asset backfills, so a tick's partitions are grouped into runs per source.
+    """
+    return dg.AutomationConditionSensorDefinition(
+        "marin_automation",
+        target=dg.AssetSelection.all(include_sources=True),
+        use_user_code_server=True,
+        default_status=default_status(),
+        minimum_interval_seconds=30,
+        description=(
+            "Observes source_pins on its cron, rebuilds the chain of every source whose recipe changed, "
+            "then the global steps, then the partitions whose inputs changed. Default from MARIN_AUTOMATION (off)."
+        ),
+    )
+
+
+# --------------------------------------------------------------------------- catalog changes
+
+
+def catalog_state(catalog: Any, partitions: set[str]) -> dict[str, Any]:
+    """What differs between the catalog on disk and the partitions the code location loaded."""
+    names = set(catalog.names)
+    return {
+        "entries": len(names),
+        "new": sorted(names - partitions),  # in the catalog, not yet partitions: reload needed
+        "removed": sorted(partitions - names),  # partitions whose entry left the catalog
+    }
+
+
+def _catalog_message(state: dict[str, Any], changed: list[str]) -> str:
+    parts = []
+    if state["new"]:
+        parts.append(
+            f"{len(state['new'])} catalog entries are not partitions yet: {', '.join(state['new'])}; "
+            "reload the code location (UI: Deployment > Reload, or restart the code server) to build them"
+        )
+    if state["removed"]:
+        parts.append(
+            f"{len(state['removed'])} partitions left the catalog: {', '.join(state['removed'])}; "
+            "source_pins reports them as removed-from-catalog and automation skips them; reload to drop them"
+        )
+    if changed:
+        parts.append(f"recipes changed since the last tick: {', '.join(changed)} (marin_automation rebuilds them after source_pins is observed)")
+    if not parts:
+        parts.append(f"catalog and partitions agree ({state['entries']} entries); no recipe changed")
+    return ". ".join(parts)
+
+
+def catalog_check_result(state: dict[str, Any]) -> dict[str, Any]:
+    """The ``catalog_in_sync`` verdict as keyword arguments for a check result or evaluation."""
+    in_sync = not state["new"] and not state["removed"]
+    return dict(
+        passed=in_sync,
+        severity=dg.AssetCheckSeverity.WARN,
+        description="catalog entries and partitions agree" if in_sync else _catalog_message(state, []),
+        metadata={
+            "entries": state["entries"],
+            "new_entries": ", ".join(state["new"]) or "none",
+            "removed_entries": ", ".join(state["removed"]) or "none",
+        },
+    )
+
+
+@dg.sensor(
+    name="catalog_changes",
+    minimum_interval_seconds=60,
+    default_status=default_status(),
+    description="Reports catalog entries that are not partitions yet (reload needed), partitions that left the catalog, and changed recipes.",
+)
+def catalog_changes(context: dg.SensorEvaluationContext, marin: MarinResource) -> dg.SensorResult:
+    catalog = marin.catalog()
+    partitions = set(source_partitions.get_partition_keys())
+    state = catalog_state(catalog, partitions)
+    previous = json.loads(context.cursor) if context.cursor else {}
+    fingerprints = {s.name: ingest.recipe_fingerprint(s) for s in catalog if s.name in partitions}
+    known = previous.get("fingerprints", {})
+    changed = sorted(n for n, fp in fingerprints.items() if n in known and known[n] != fp)
+    reported = {"new": state["new"], "removed": state["removed"]}
+    events = []
+    if reported != previous.get("reported"):
+        events.append(dg.AssetCheckEvaluation(asset_key=SOURCE_PINS, check_name=CATALOG_CHECK, **catalog_check_result(state)))
+    message = _catalog_message(state, changed)
+    if state["new"] or state["removed"]:
+        context.log.warning(message)
+    return dg.SensorResult(
+        asset_events=events,
+        cursor=json.dumps({"fingerprints": fingerprints, "reported": reported}, sort_keys=True),
+        skip_reason=message,
+    )
+
+
+@dg.asset_check(asset=SOURCE_PINS, name=CATALOG_CHECK, description="Catalog entries and loaded partitions agree (new entries need a code-location reload).")
+def catalog_in_sync(marin: MarinResource) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(**catalog_check_result(catalog_state(marin.catalog(), set(source_partitions.get_partition_keys()))))
+
+
+__all__ = ["automation_sensor", "catalog_changes", "catalog_in_sync", "automation_enabled", "catalog_names"]

@@ -1,0 +1,89 @@
+"""``with_automation`` is generic over the graph: conditions follow an asset's shape, with
+explicit exceptions, and a global step's change reaches only the partitions built before."""
+
+from __future__ import annotations
+
+import dagster as dg
+from dagster._core.definitions.observe import observe
+
+from marin_assets.defs.automation import with_automation
+from marin_assets_tests.automation.sources import LIBRE, PEPS
+
+THIRD = "dolma_code_prose"  # a catalog name (automation skips partitions not in the catalog)
+PARTS = dg.StaticPartitionsDefinition([PEPS, LIBRE, THIRD])
+VERSIONS: dict[str, str] = {}
+
+
+def _version(context) -> dg.MaterializeResult:
+    key = context.asset_key.to_user_string() + (f"[{context.partition_key}]" if context.has_partition_key else "")
+    return dg.MaterializeResult(data_version=dg.DataVersion(VERSIONS.get(key, "v1")))
+
+
+@dg.observable_source_asset(partitions_def=PARTS, automation_condition=dg.AutomationCondition.cron_tick_passed("0 * * * *"))
+def pins(context) -> dg.DataVersionsByPartition:
+    return dg.DataVersionsByPartition({k: VERSIONS.get(f"pins[{k}]", "p1") for k in PARTS.get_partition_keys()})
+
+
+@dg.asset(partitions_def=PARTS, deps=[pins])
+def per_source(context):
+    return _version(context)
+
+
+@dg.asset(deps=[per_source])
+def global_step(context):
+    return _version(context)
+
+
+@dg.asset(partitions_def=PARTS, deps=[per_source, global_step])
+def attribute(context):
+    return _version(context)
+
+
+@dg.asset(deps=[per_source])
+def topic_model(context):  # in EXCEPTIONS: manual
+    return _version(context)
+
+
+ASSETS = with_automation([pins, per_source, global_step, attribute, topic_model])
+DEFS = dg.Definitions(assets=ASSETS)
+
+
+def _condition(name: str):
+    return DEFS.resolve_asset_graph().get(dg.AssetKey(name)).automation_condition
+
+
+def test_conditions_follow_the_shape_of_the_graph() -> None:
+    assert _condition("per_source").get_label() == "marin_per_source"
+    assert _condition("attribute").get_label() == "marin_per_source"
+    assert _condition("global_step").get_label() == "marin_global"
+    assert _condition("topic_model") is None, "model training is an explicit exception: manual"
+    assert _condition("pins") == pins.automation_condition, "an author's own condition is kept"
+
+
+def test_a_global_change_reaches_only_partitions_built_before() -> None:
+    VERSIONS.clear()
+    with dg.instance_for_test() as instance:
+        observe([pins], instance=instance)
+        for key in (PEPS, LIBRE, THIRD):
+            dg.materialize(ASSETS, selection=["per_source"], partition_key=key, instance=instance)
+        dg.materialize(ASSETS, selection=["global_step", "topic_model"], instance=instance)
+        for key in (PEPS, LIBRE):  # THIRD never got its attribute
+            dg.materialize(ASSETS, selection=["attribute"], partition_key=key, instance=instance)
+        cursor = None
+
+        def tick() -> dict[str, set]:
+            nonlocal cursor
+            result = dg.evaluate_automation_conditions(defs=DEFS, instance=instance, cursor=cursor)
+            cursor = result.cursor
+            keys = ["per_source", "global_step", "attribute", "topic_model"]
+            return {k: result.get_requested_partitions(dg.AssetKey(k)) for k in keys if result.get_num_requested(dg.AssetKey(k))}
+
+        assert tick() == {}
+        VERSIONS["per_source[" + THIRD + "]"] = "v2"
+        dg.materialize(ASSETS, selection=["per_source"], partition_key=THIRD, instance=instance)
+        assert tick() == {"global_step": {None}}, "topic_model is manual; THIRD's attribute was never built"
+        VERSIONS["global_step"] = "v2"
+        dg.materialize(ASSETS, selection=["global_step"], instance=instance)
+        assert tick() == {"attribute": {PEPS, LIBRE}}
+        dg.materialize(ASSETS, selection=["global_step"], instance=instance)  # same data version again
+        assert tick() == {}
