@@ -26,10 +26,11 @@ The function, fixed by :class:`MinHashParams`:
 Two implementations compute it, equal bit for bit (the tests run both):
 
 * the JIT path (when numba is importable, ``JIT`` true): one compiled pass per batch that
-  cleans each document's UTF-8 bytes straight from an Arrow buffer, finds its words, hashes
-  every shingle with a scalar xxh3 port and takes the permutation minima (shingles innermost,
-  so the compiler turns them into SIMD multiply/add/min over the document's hashes). Only
-  non-ASCII texts visit Python, for ``str.lower`` (Unicode casing stays Python's);
+  cleans each document's UTF-8 bytes straight from an Arrow buffer (lowercasing non-ASCII
+  characters with a table built from this Python's own ``str.lower``), finds its words,
+  hashes every shingle with a scalar xxh3 port and takes the permutation minima (shingles
+  innermost, so the compiler turns them into SIMD multiply/add/min over the document's
+  hashes). Only texts with a capital sigma or a U+0130 are lowercased by Python first;
 * the numpy path: the batch is cleaned with ``bytes.translate`` and numpy, all shingles are
   hashed at once with a numpy port of xxh3 (exact for inputs up to 128 bytes; longer inputs
   go through the ``xxhash`` library), and permutations are applied in cache-sized blocks.
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import string
 from collections.abc import Sequence
 from typing import Any
@@ -172,6 +174,8 @@ _PUNCTUATION_BYTES = string.punctuation.encode("ascii")
 
 def clean_batch(texts: Sequence[str | None], cap_chars: int = 500_000) -> bytes:
     """``clean_text`` of every text, UTF-8, joined by ``\\n`` (None -> empty text)."""
+    if JIT:
+        return _clean_batch_jit(texts, cap_chars)
     pieces = []
     for text in texts:
         if not text:
@@ -462,7 +466,12 @@ JIT_SHINGLE_CHUNK = 2048
 
 def _jit(fn: Any) -> Any:
     """Compile ``fn`` with numba when present (cached on disk, releases the GIL); else as is."""
-    return fn if numba is None else numba.njit(cache=True, nogil=True)(fn)
+    if numba is None:
+        return fn
+    try:
+        return numba.njit(cache=True, nogil=True)(fn)
+    except RuntimeError:  # no writable cache location (read-only install): compile per process
+        return numba.njit(nogil=True)(fn)
 
 
 def _readonly(x: Any, dtype: Any) -> np.ndarray:
@@ -494,17 +503,56 @@ _XXH3_EMPTY = _U(xxhash.xxh3_64_intdigest(b""))
 # compile one specialization per offset).
 _KEY_MID_LAST, _KEY_LAST_STRIPE = np.int64(119), np.int64(121)
 
-# Byte flags of the cleaner: ASCII whitespace (str.split's), ASCII punctuation (deleted), any
-# other byte (kept), and the lead bytes of the non-ASCII whitespace characters.
-_IS_SPACE = np.zeros(256, dtype=np.uint64)
+# ASCII flags of the cleaner: whitespace (str.split's), punctuation (deleted), other (kept).
+_IS_SPACE = np.zeros(128, dtype=np.uint64)
 _IS_SPACE[list(b" " + _ASCII_WHITESPACE)] = 1
-_IS_PUNCT = np.zeros(256, dtype=np.uint64)
+_IS_PUNCT = np.zeros(128, dtype=np.uint64)
 _IS_PUNCT[list(_PUNCTUATION_BYTES)] = 1
 _IS_CHAR = 1 - _IS_SPACE - _IS_PUNCT
-_IS_LEAD = np.zeros(256, dtype=np.bool_)
-_IS_LEAD[[0xC2, 0xE1, 0xE2, 0xE3]] = True
-# What a kept byte becomes: ASCII lowercase, and a separator (ASCII whitespace) a space.
-_CLEAN_BYTE = np.frombuffer(bytes(range(256)).lower().translate(_ASCII_TABLE), dtype=np.uint8).copy()
+# What an ASCII byte becomes: lowercase, and whitespace a space.
+_CLEAN_BYTE = np.frombuffer(bytes(range(128)).lower().translate(_ASCII_TABLE), dtype=np.uint8).copy()
+
+# Non-ASCII characters: the table gives, per code point, its lowercase as a delta, or a marker.
+_DELTA_SPACE = np.int32(0x7FFFFFFF)  # str.split whitespace
+_DELTA_PYTHON = np.int32(0x7FFFFFFE)  # the text is lowercased by Python (see unicode_lower_table)
+_UNICODE_BLOCK = 256
+
+
+@functools.lru_cache(maxsize=1)
+def unicode_lower_table() -> tuple[np.ndarray, np.ndarray]:
+    """This Python's ``str.lower`` and ``str.split`` whitespace for every code point, as a
+    two-level table the JIT cleaner reads: ``blocks[top[cp >> 8] * 256 + (cp & 255)]`` is the
+    delta from ``cp`` to its lowercase, ``_DELTA_SPACE`` or ``_DELTA_PYTHON``.
+
+    Built from Python itself (``lower()`` over all code points, ~40 ms), so it follows the
+    running Python's Unicode tables exactly. ``_DELTA_PYTHON`` marks what a per-character
+    table cannot express: capital sigma (its lowercase depends on the neighbours), characters
+    whose lowercase is several (U+0130), and surrogates; texts with one are lowercased by
+    Python before the kernel sees them.
+    """
+    cps = np.arange(0x80, 0x110000, dtype=np.int64)
+    cps = cps[(cps < 0xD800) | (cps > 0xDFFF)]
+    chars = cps.astype("<u4").tobytes().decode("utf-32-le")
+    lowered, several = [], []
+    for first in range(0, len(chars), _UNICODE_BLOCK):
+        block = chars[first : first + _UNICODE_BLOCK]
+        low = block.lower()
+        if len(low) != len(block):  # a lowercase of several characters: find it
+            each = [c.lower() for c in block]
+            several += [first + k for k, c in enumerate(each) if len(c) != 1]
+            low = "".join(c[0] for c in each)
+        lowered.append(low)
+    full = np.zeros(0x110000, dtype=np.int32)
+    full[cps] = np.frombuffer("".join(lowered).encode("utf-32-le"), dtype="<u4").astype(np.int64) - cps
+    full[cps[several]] = _DELTA_PYTHON
+    full[0x3A3] = _DELTA_PYTHON  # capital sigma
+    full[0xD800:0xE000] = _DELTA_PYTHON
+    full[cps[[m.start() for m in re.finditer(r"\s", chars)]]] = _DELTA_SPACE
+    rows = full.reshape(-1, _UNICODE_BLOCK)
+    used = rows.any(axis=1)  # the blocks with a lowercase or a marker; the others share block 0
+    top = np.where(used, np.cumsum(used), 0)
+    blocks = np.concatenate([np.zeros((1, _UNICODE_BLOCK), np.int32), rows[used]])
+    return _readonly(top, np.uint16), _readonly(blocks.reshape(-1), np.int32)
 
 
 if numba is not None:
@@ -512,13 +560,13 @@ if numba is not None:
     from numba.extending import intrinsic
 
     @intrinsic
-    def _fold64_jit(typingctx, x, y):  # noqa: ANN001, ANN202, ARG001
+    def _fold64_jit(typingctx, x, y):
         """Low xor high half of the 128-bit product of two uint64: one native 64x64->128
         multiply (numba has no 128-bit integers; LLVM IR does)."""
         if x != numba.types.uint64 or y != numba.types.uint64:
             return None
 
-        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
+        def codegen(context, builder, signature, args):
             wide = ir.IntType(128)
             product = builder.mul(builder.zext(args[0], wide), builder.zext(args[1], wide))
             low = builder.trunc(product, ir.IntType(64))
@@ -529,7 +577,7 @@ if numba is not None:
 
 
 @_jit
-def _read64(p, i):  # noqa: ANN001, ANN202
+def _read64(p, i):
     """Little-endian uint64 at byte ``i`` (a uint64 index: no negative-index wrap-around)."""
     return (
         _U(p[i]) | (_U(p[i + _U1]) << _U8) | (_U(p[i + _U2]) << _U16) | (_U(p[i + _U3]) << _U24)
@@ -538,32 +586,32 @@ def _read64(p, i):  # noqa: ANN001, ANN202
 
 
 @_jit
-def _read32(p, i):  # noqa: ANN001, ANN202
+def _read32(p, i):
     return _U(p[i]) | (_U(p[i + _U1]) << _U8) | (_U(p[i + _U2]) << _U16) | (_U(p[i + _U3]) << _U24)
 
 
 @_jit
-def _bswap64(x):  # noqa: ANN001, ANN202
+def _bswap64(x):
     x = ((x & _BYTES_02) << _U8) | ((x >> _U8) & _BYTES_02)
     x = ((x & _BYTES_04) << _U16) | ((x >> _U16) & _BYTES_04)
     return (x << _U32) | (x >> _U32)
 
 
 @_jit
-def _avalanche_jit(h):  # noqa: ANN001, ANN202
+def _avalanche_jit(h):
     h = h ^ (h >> _U37)
     h = h * _PRIME_MX1
     return h ^ (h >> _U32)
 
 
 @_jit
-def _mix16_jit(p, i, k):  # noqa: ANN001, ANN202
+def _mix16_jit(p, i, k):
     """xxh3's 16-byte mix of input bytes ``i..i+16`` with the secret at offset ``k``."""
     return _fold64_jit(_read64(p, i) ^ _SECRET64[k], _read64(p, i + _U8) ^ _SECRET64[k + 8])
 
 
 @_jit
-def _accumulate512(acc, p, i, k):  # noqa: ANN001, ANN202
+def _accumulate512(acc, p, i, k):
     for lane in range(8):
         value = _read64(p, i + _U(8 * lane))
         keyed = value ^ _SECRET64[k + 8 * lane]
@@ -572,7 +620,7 @@ def _accumulate512(acc, p, i, k):  # noqa: ANN001, ANN202
 
 
 @_jit
-def _xxh3_long_jit(p, s, n):  # noqa: ANN001, ANN202
+def _xxh3_long_jit(p, s, n):
     """xxh3-64 of more than 240 bytes: 64-byte stripes into 8 accumulators, 1 KiB blocks."""
     acc = np.empty(8, dtype=np.uint64)
     acc[0], acc[1], acc[2], acc[3] = _PRIME32_3, _PRIME64_1, _PRIME64_2, _PRIME64_3
@@ -597,7 +645,7 @@ def _xxh3_long_jit(p, s, n):  # noqa: ANN001, ANN202
 
 
 @_jit
-def _xxh3_jit(p, s, n):  # noqa: ANN001, ANN202
+def _xxh3_jit(p, s, n):
     """xxh3-64 (seed 0) of ``p[s:s+n]`` (``s``, ``n`` uint64), every length."""
     if n <= _U16:
         if n > _U8:
@@ -637,14 +685,14 @@ def _xxh3_jit(p, s, n):  # noqa: ANN001, ANN202
 
 
 @_jit
-def _fmix64_jit(h):  # noqa: ANN001, ANN202
+def _fmix64_jit(h):
     h = (h ^ (h >> _U33)) * _FMIX1
     h = (h ^ (h >> _U33)) * _FMIX2
     return h ^ (h >> _U33)
 
 
 @_jit
-def _xxh3_spans_kernel(data, starts, lengths, out):  # noqa: ANN001, ANN202
+def _xxh3_spans_kernel(data, starts, lengths, out):
     for i in range(starts.size):
         out[i] = _xxh3_jit(data, _U(starts[i]), _U(lengths[i]))
 
@@ -655,7 +703,7 @@ _PAD = 32
 
 
 @_jit
-def _min_permuted(hv, count, chunk, a, b, row):  # noqa: ANN001, ANN202
+def _min_permuted(hv, count, chunk, a, b, row):
     """``row[p] = min over hv[:count] of a[p] * h + b[p]`` (mod 2**64), chunk by chunk.
 
     ``hv`` has room for ``count`` rounded up to ``_PAD``. The inner loop runs over shingles
@@ -685,51 +733,96 @@ def _min_permuted(hv, count, chunk, a, b, row):  # noqa: ANN001, ANN202
 
 
 @_jit
-def _unicode_space(data, i, end):  # noqa: ANN001, ANN202
-    """Byte length of the non-ASCII ``str.split`` whitespace character at ``i`` (uint64), else
-    0: U+0085, U+00A0, U+1680, U+2000..U+200A, U+2028, U+2029, U+202F, U+205F, U+3000."""
-    c = data[i]
-    if c == 0xC2:
-        return 2 if i + _U1 < end and (data[i + _U1] == 0x85 or data[i + _U1] == 0xA0) else 0
-    if i + _U2 >= end:
-        return 0
-    c1, c2 = data[i + _U1], data[i + _U2]
-    if c == 0xE1:
-        return 3 if c1 == 0x9A and c2 == 0x80 else 0
-    if c == 0xE2:
-        if c1 == 0x80 and (c2 <= 0x8A or c2 == 0xA8 or c2 == 0xA9 or c2 == 0xAF):
-            return 3
-        return 3 if c1 == 0x81 and c2 == 0x9F else 0
-    return 3 if c1 == 0x80 and c2 == 0x80 else 0  # 0xE3: U+3000
+def _decode_utf8(data, i, stop):
+    """(code point, byte length) of the UTF-8 character at ``i``; (0, 0) if it is not one."""
+    c = np.int64(data[i])
+    if c < 0xC2 or c > 0xF4:
+        return 0, 0
+    if c >= 0xF0:
+        length, cp, least = 4, c & 0x07, 0x10000
+    elif c >= 0xE0:
+        length, cp, least = 3, c & 0x0F, 0x800
+    else:
+        length, cp, least = 2, c & 0x1F, 0x80
+    if i + _U(length) > stop:
+        return 0, 0
+    for k in range(1, length):
+        follow = np.int64(data[i + _U(k)])
+        if follow & 0xC0 != 0x80:
+            return 0, 0
+        cp = (cp << 6) | (follow & 0x3F)
+    if cp < least or cp > 0x10FFFF:
+        return 0, 0
+    return cp, length
 
 
 @_jit
-def _clean_words(data, start, end, out, spaces):  # noqa: ANN001, ANN202
-    """Clean ``data[start:end]`` into ``out``: ASCII lowercase, punctuation deleted, words
-    joined by one space. Returns ``(size, words)``; ``spaces[:words - 1]`` are the positions
-    of the separators in ``out``.
+def _encode_utf8(cp, out, pos):
+    """Write code point ``cp`` as UTF-8 at ``out[pos]``; returns the byte length (uint64)."""
+    if cp < 0x80:
+        out[pos] = cp
+        return _U1
+    if cp < 0x800:
+        out[pos] = 0xC0 | (cp >> 6)
+        out[pos + _U1] = 0x80 | (cp & 0x3F)
+        return _U2
+    if cp < 0x10000:
+        out[pos] = 0xE0 | (cp >> 12)
+        out[pos + _U1] = 0x80 | ((cp >> 6) & 0x3F)
+        out[pos + _U2] = 0x80 | (cp & 0x3F)
+        return _U3
+    out[pos] = 0xF0 | (cp >> 18)
+    out[pos + _U1] = 0x80 | ((cp >> 12) & 0x3F)
+    out[pos + _U2] = 0x80 | ((cp >> 6) & 0x3F)
+    out[pos + _U3] = 0x80 | (cp & 0x3F)
+    return _U4
 
-    Branch-free for ASCII (0/1 flags from tables instead of tests: word boundaries are too
-    irregular to predict): every byte is written, then kept or overwritten, and whitespace is
-    kept, as one space, only right after a word.
+
+@_jit
+def _clean_words(data, start, end, cap, top, blocks, out, spaces):
+    """Clean the first ``cap`` characters of ``data[start:end]`` (UTF-8) into ``out``:
+    lowercase, ASCII punctuation deleted, words joined by one space. Returns ``(size, words)``
+    with ``spaces[:words - 1]`` the separators' positions in ``out``, or ``(-1, -1)`` when the
+    text must be lowercased by Python first (see :func:`unicode_lower_table`).
+
+    ASCII bytes go branch-free (0/1 flags from tables instead of tests: word boundaries are
+    too irregular to predict): every byte is written, then kept or overwritten, and
+    whitespace is kept, as one space, only right after a word. ``out`` needs room for 1.5x
+    the input (a lowercase can take more UTF-8 bytes than its capital).
     """
     size, seps = _U0, _U0
     after_space = _U1  # at the start or after a separator: more whitespace is dropped
+    chars = 0
     i, stop = _U(start), _U(end)
-    while i < stop:
+    while i < stop and chars < cap:
+        chars += 1
         c = data[i]
-        i += _U1
-        byte, char, space, punct = _CLEAN_BYTE[c], _IS_CHAR[c], _IS_SPACE[c], _IS_PUNCT[c]
-        if _IS_LEAD[c]:  # rare: a non-ASCII whitespace character?
-            step = _unicode_space(data, i - _U1, stop)
-            if step:
-                byte, char, space = 32, _U0, _U1
-                i += _U(step - 1)
-        separator = space & (after_space ^ _U1)
-        out[size] = byte
+        if c < 0x80:
+            i += _U1
+            space, punct = _IS_SPACE[c], _IS_PUNCT[c]
+            separator = space & (after_space ^ _U1)
+            out[size] = _CLEAN_BYTE[c]
+            width = _IS_CHAR[c] | separator
+        else:
+            cp, length = _decode_utf8(data, i, stop)
+            if length == 0:
+                return -1, -1
+            i += _U(length)
+            delta = blocks[np.int64(top[cp >> 8]) * _UNICODE_BLOCK + (cp & (_UNICODE_BLOCK - 1))]
+            if delta == _DELTA_PYTHON:
+                return -1, -1
+            punct = _U0
+            if delta == _DELTA_SPACE:
+                space = _U1
+                separator = after_space ^ _U1
+                out[size] = 32
+                width = separator
+            else:
+                space, separator = _U0, _U0
+                width = _encode_utf8(cp + delta, out, size)
         spaces[seps] = size
         seps += separator
-        size += char | separator
+        size += width
         after_space = space | (after_space & punct)
     if size > _U0 and out[size - _U1] == 32:  # a trailing separator
         size -= _U1
@@ -738,16 +831,20 @@ def _clean_words(data, start, end, out, spaces):  # noqa: ANN001, ANN202
 
 
 @_jit
-def _signatures_kernel(data, starts, ends, n, chunk, a, b, sig, counts):  # noqa: ANN001, ANN202
-    """Clean, shingle, hash and permute every document ``data[starts[d]:ends[d]]``."""
+def _signatures_kernel(data, starts, ends, caps, top, blocks, n, chunk, a, b, sig, counts):
+    """Clean, shingle, hash and permute every document ``data[starts[d]:ends[d]]``; a
+    document Python must lowercase first gets ``counts[d] = -1`` (its row is left as is)."""
     longest = 0
     for d in range(starts.size):
         longest = max(longest, ends[d] - starts[d])
-    out = np.empty(longest + 1, dtype=np.uint8)
+    out = np.empty(2 * longest + 8, dtype=np.uint8)
     spaces = np.empty(longest // 2 + 2, dtype=np.uint64)
     hv = np.empty(longest // 2 + 2 + _PAD, dtype=np.uint64)
     for d in range(starts.size):
-        size, words = _clean_words(data, starts[d], ends[d], out, spaces)
+        size, words = _clean_words(data, starts[d], ends[d], caps[d], top, blocks, out, spaces)
+        if words < 0:
+            counts[d] = -1
+            continue
         count = 0
         if words >= n:
             count = words - n + 1
@@ -763,7 +860,22 @@ def _signatures_kernel(data, starts, ends, n, chunk, a, b, sig, counts):  # noqa
 
 
 @_jit
-def _signatures_from_hashes_kernel(hashes, doc_start, chunk, a, b, sig):  # noqa: ANN001, ANN202
+def _clean_kernel(data, starts, ends, caps, top, blocks, out, out_ends):
+    """The cleaned texts one after the other in ``out``, ``out_ends[d]`` where text ``d``
+    ends (-1 where Python must lowercase it first)."""
+    longest = 0
+    for d in range(starts.size):
+        longest = max(longest, ends[d] - starts[d])
+    scratch = np.empty(longest // 2 + 2, dtype=np.uint64)
+    pos = 0
+    for d in range(starts.size):
+        size, _ = _clean_words(data, starts[d], ends[d], caps[d], top, blocks, out[pos:], scratch)
+        out_ends[d] = -1 if size < 0 else pos + size
+        pos += max(size, 0)
+
+
+@_jit
+def _signatures_from_hashes_kernel(hashes, doc_start, chunk, a, b, sig):
     longest = 0
     for d in range(doc_start.size - 1):
         longest = max(longest, doc_start[d + 1] - doc_start[d])
@@ -775,15 +887,10 @@ def _signatures_from_hashes_kernel(hashes, doc_start, chunk, a, b, sig):  # noqa
         _min_permuted(hv, count, chunk, a, b, sig[d])
 
 
-def text_spans(texts: Sequence[str | None] | pa.Array | pa.ChunkedArray, cap_chars: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The UTF-8 bytes the JIT cleaner reads: ``(data, starts, ends)``, document ``d`` being
-    ``data[starts[d]:ends[d]]``.
-
-    ASCII texts are read in place from the Arrow buffer, capped at ``cap_chars`` bytes (one
-    byte per character). Other texts are replaced by ``text[:cap_chars].lower()`` encoded, so
-    Unicode casing is Python's; lowercasing never yields whitespace or ASCII punctuation, so
-    the cleaner finishes them the same way. Null texts are empty.
-    """
+def text_spans(texts: Sequence[str | None] | pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The UTF-8 bytes of a batch of texts as the JIT kernels read them: ``(data, starts,
+    ends)``, text ``d`` being ``data[starts[d]:ends[d]]``, straight from the Arrow buffers
+    (no copy for Arrow input). Null texts are empty."""
     arr = _large_strings(texts)
     count = len(arr)
     _, offsets_buf, data_buf = arr.buffers()
@@ -793,23 +900,22 @@ def text_spans(texts: Sequence[str | None] | pa.Array | pa.ChunkedArray, cap_cha
     if arr.null_count:
         null = arr.is_null().to_numpy(zero_copy_only=False)
         ends[null] = starts[null]
-    if isinstance(texts, (list, tuple)):  # str.isascii is O(1): CPython keeps the flag
-        ascii = np.fromiter((t is None or t.isascii() for t in texts), dtype=bool, count=count)
+    return _readonly(data, np.uint8), _readonly(starts, np.int64), _readonly(ends, np.int64)
+
+
+def _lowered_by_python(texts: Sequence[str | None] | pa.Array | pa.ChunkedArray, rows: np.ndarray, cap_chars: int) -> tuple[np.ndarray, ...]:
+    """Kernel input (data, starts, ends, caps) for the texts ``rows``, capped and lowercased
+    by Python: the rare texts the kernel's per-character table cannot lowercase."""
+    if isinstance(texts, (list, tuple)):
+        strs = [texts[i] for i in rows.tolist()]
     else:
-        ascii = pc.fill_null(pc.string_is_ascii(arr), True).to_numpy(zero_copy_only=False)
-    np.minimum(ends, starts + cap_chars, out=ends, where=ascii)
-    other = np.flatnonzero(~ascii)
-    if other.size:
-        if isinstance(texts, (list, tuple)):
-            strs = [texts[i] for i in other.tolist()]
-        else:
-            strs = arr.take(pa.array(other)).to_pylist()
-        pieces = [t[:cap_chars].lower().encode("utf-8") for t in strs]
-        sizes = np.fromiter(map(len, pieces), np.int64, other.size)
-        starts[other] = data.size + np.cumsum(sizes) - sizes
-        ends[other] = starts[other] + sizes
-        data = np.concatenate([data, np.frombuffer(b"".join(pieces), np.uint8)])
-    return _readonly(data, np.uint8), starts, ends
+        strs = _large_strings(texts).take(pa.array(rows)).to_pylist()
+    pieces = [t[:cap_chars].lower().encode("utf-8") for t in strs]
+    sizes = np.fromiter(map(len, pieces), np.int64, len(pieces))
+    ends = np.cumsum(sizes)
+    caps = np.full(len(pieces), np.iinfo(np.int64).max, dtype=np.int64)  # capped already
+    data = np.frombuffer(b"".join(pieces), np.uint8)
+    return _readonly(data, np.uint8), _readonly(ends - sizes, np.int64), _readonly(ends, np.int64), _readonly(caps, np.int64)
 
 
 def _large_strings(texts: Sequence[str | None] | pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -822,6 +928,22 @@ def _large_strings(texts: Sequence[str | None] | pa.Array | pa.ChunkedArray) -> 
 
 
 # --------------------------------------------------------------------------- entry points
+
+
+def _clean_batch_jit(texts: Sequence[str | None], cap_chars: int) -> bytes:
+    data, starts, ends = text_spans(texts)
+    top, blocks = unicode_lower_table()
+    out = np.empty(2 * int((ends - starts).sum()) + 8, dtype=np.uint8)
+    out_ends = np.empty(starts.size, dtype=np.int64)
+    _clean_kernel(data, starts, ends, _readonly(np.full(starts.size, cap_chars), np.int64), top, blocks, out, out_ends)
+    pieces, pos = [], 0
+    for d, end in enumerate(out_ends.tolist()):
+        if end < 0:
+            pieces.append(clean_text(texts[d], cap_chars).encode("utf-8"))
+        else:
+            pieces.append(out[pos:end].tobytes())
+            pos = end
+    return b"\n".join(pieces)
 
 
 def xxh3_64_spans(data: bytes | np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -862,10 +984,20 @@ def signatures_and_counts(texts: Sequence[str | None] | pa.Array | pa.ChunkedArr
             texts = texts.to_pylist()
         hashes, counts = shingle_hashes(texts, params)
         return _signatures_from_hashes_numpy(hashes, counts, a, b), counts
-    data, starts, ends = text_spans(texts, params.text_cap_chars)
-    sig = np.empty((starts.size, a.size), dtype=np.uint64)
-    counts = np.empty(starts.size, dtype=np.int64)
-    _signatures_kernel(data, _readonly(starts, np.int64), _readonly(ends, np.int64), params.ngram_size, max(1, JIT_SHINGLE_CHUNK), a, b, sig, counts)
+    top, blocks = unicode_lower_table()
+    chunk = max(1, JIT_SHINGLE_CHUNK)
+
+    def run(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, caps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        sig = np.empty((starts.size, a.size), dtype=np.uint64)
+        counts = np.empty(starts.size, dtype=np.int64)
+        _signatures_kernel(data, starts, ends, caps, top, blocks, params.ngram_size, chunk, a, b, sig, counts)
+        return sig, counts
+
+    data, starts, ends = text_spans(texts)
+    sig, counts = run(data, starts, ends, _readonly(np.full(starts.size, params.text_cap_chars), np.int64))
+    redo = np.flatnonzero(counts < 0)
+    if redo.size:
+        sig[redo], counts[redo] = run(*_lowered_by_python(texts, redo, params.text_cap_chars))
     return sig, counts
 
 

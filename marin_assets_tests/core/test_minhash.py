@@ -105,7 +105,7 @@ def test_clean_text_lowercases_strips_punctuation_and_collapses_whitespace() -> 
     assert all(ch not in minhash.clean_text(string.punctuation + " x") for ch in string.punctuation)
 
 
-def test_batch_cleaning_equals_clean_text_on_awkward_whitespace() -> None:
+def test_batch_cleaning_equals_clean_text_on_awkward_whitespace(path: str) -> None:
     texts = [
         "  lead and trail  ", "a - b -- c", "tabs\tand\r\nnewlines\x0b\x0cfeeds", "sep\x1cfile\x1dgroup\x1erecord\x1funit",
         "nul\x00kept as a character", "\n\n\n", "", "UPPER Case, MiXeD!", "nbsp\u00a0ideographic\u3000line\u2028next\x85end",
@@ -114,6 +114,23 @@ def test_batch_cleaning_equals_clean_text_on_awkward_whitespace() -> None:
     expected = "\n".join(minhash.clean_text(t) for t in texts).encode("utf-8")
     assert minhash.clean_batch(texts) == expected
     assert minhash.clean_batch(texts, cap_chars=7) == "\n".join(minhash.clean_text(t, 7) for t in texts).encode("utf-8")
+
+
+def test_batch_cleaning_equals_clean_text_on_every_code_point(path: str) -> None:
+    """Every character (surrogates aside), mixed with ASCII capitals, punctuation and spaces,
+    so each of Python's lowercase and whitespace rules is checked, with caps that fall inside
+    characters of 1 to 4 UTF-8 bytes. The two characters that send a text to Python's
+    str.lower (U+0130, U+03A3) get texts of their own, so the others stay on the kernel."""
+    rng = random.Random(4)
+    points = [c for c in range(1, 0x110000) if not 0xD800 <= c < 0xE000 and c not in (0x130, 0x3A3)]
+    texts = []
+    for i in range(0, len(points), 4096):
+        chunk = [chr(c) for c in points[i : i + 4096]]
+        texts.append("".join(ch + rng.choice(["", "", "A", " ", "-", "  "]) for ch in chunk))
+    assert minhash.clean_batch(texts) == "\n".join(minhash.clean_text(t) for t in texts).encode("utf-8")
+    sample = texts[::23] + ["ÀÉÎ ǅ ẞ σς K Å ꞋꟅ 𐐀𐐨 \U0001e900", "ΣΑΣ. ΌΣΟΣ Σ", "İi İSTANBUL"]
+    for cap in (1, 2, 3, 5, 17, 1000):
+        assert minhash.clean_batch(sample, cap) == "\n".join(minhash.clean_text(t, cap) for t in sample).encode("utf-8")
 
 
 def test_awkward_texts_sign_as_datasketch_does(path: str) -> None:
