@@ -834,9 +834,10 @@ def _clean_words(data, start, end, cap, top, blocks, out, spaces):
 def _signatures_kernel(data, starts, ends, caps, top, blocks, n, chunk, a, b, sig, counts):
     """Clean, shingle, hash and permute every document ``data[starts[d]:ends[d]]``; a
     document Python must lowercase first gets ``counts[d] = -1`` (its row is left as is)."""
-    longest = 0
+    longest = 0  # bytes read from one document: at most 4 per character of the cap
     for d in range(starts.size):
-        longest = max(longest, ends[d] - starts[d])
+        span = ends[d] - starts[d]
+        longest = max(longest, min(span, 4 * min(caps[d], span)))
     out = np.empty(2 * longest + 8, dtype=np.uint8)
     spaces = np.empty(longest // 2 + 2, dtype=np.uint64)
     hv = np.empty(longest // 2 + 2 + _PAD, dtype=np.uint64)
