@@ -39,7 +39,7 @@ def _cmd_sources(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from marin_assets.catalog.status import format_status
+    from marin_assets.core.recipes import format_status
 
     print(format_status(args.catalog))
     return 0
@@ -66,8 +66,12 @@ def _cmd_dev(args: argparse.Namespace) -> int:
     command = ["dagster", "dev", "-w", "workspace.yaml", "-p", str(args.port)]
     if env.get("HF_ENDPOINT"):
         return subprocess.call(command, env=env)
+    from marin_assets.demo.run import DEMO_ENV
+
     with demo_hub() as endpoint:
         env["HF_ENDPOINT"] = endpoint
+        for key, value in DEMO_ENV.items():
+            env.setdefault(key, value)
         print(f"offline demo Hub at {endpoint} (set HF_ENDPOINT to use another Hub)", flush=True)
         try:
             return subprocess.call(command, env=env)

@@ -8,18 +8,27 @@ warnings.filterwarnings("ignore", category=dg.BetaWarning)
 warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 
 from marin_assets.defs.automation import SENSORS, with_automation
+from marin_assets.defs.curate.assets import curated_pool, quality_bands, quality_model, quality_scores, sampling_groups
+from marin_assets.defs.decon.assets import boilerplate_ngrams, contamination, eval_ngrams
 from marin_assets.defs.dedup.assets import exact_duplicates, fuzzy_duplicates, minhash_buckets
 from marin_assets.defs.embed.assets import embeddings, topic_model, topics
 from marin_assets.defs.ingest.assets import raw_files, source_pins
 from marin_assets.defs.jobs import JOBS
 from marin_assets.defs.normalize.assets import normalized
-from marin_assets.defs.resources import EncoderResource, MarinResource
+from marin_assets.defs.resources import CurationResource, EncoderResource, MarinResource
 
 defs = dg.Definitions(
     assets=with_automation(
-        [source_pins, raw_files, normalized, minhash_buckets, exact_duplicates, fuzzy_duplicates, embeddings, topic_model, topics]
+        [
+            source_pins, raw_files, normalized,
+            minhash_buckets, exact_duplicates, fuzzy_duplicates,
+            eval_ngrams, boilerplate_ngrams, contamination,
+            embeddings, topic_model, topics,
+            quality_model, quality_scores, quality_bands,
+            curated_pool, sampling_groups,
+        ]
     ),
     jobs=JOBS,
     sensors=SENSORS,
-    resources={"marin": MarinResource(), "encoder": EncoderResource()},
+    resources={"marin": MarinResource(), "encoder": EncoderResource(), "curation": CurationResource()},
 )

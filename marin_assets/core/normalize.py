@@ -251,7 +251,9 @@ def scatter_file(input_uris: list[str], output_uri: str, params: ScatterParams) 
     counters: dict[str, int] = {"rows_in": 0, "rows_out": 0, "bytes_in": storage.size(uri)}
     bad_rows: dict[str, int] = {}
     pieces: dict[int, list[pl.DataFrame]] = {}
-    for batch in read_batches(uri, fmt, params.normalize.batch_rows, bad_rows):
+    # A transform may bring its own reader (whole files, repaired encodings, smaller batches).
+    reader = getattr(params.transform, "read_file", None) or read_batches
+    for batch in reader(uri, fmt, params.normalize.batch_rows, bad_rows):
         counters["rows_in"] += batch.height
         if params.transform is not None:
             batch, transform_counts = params.transform(batch)

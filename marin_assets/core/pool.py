@@ -191,7 +191,8 @@ def _column_names(uri: str) -> list[str]:
 
 
 def _aligned(ids: pa.ChunkedArray, table: pa.Table, uri: str, normalized_uri: str, source: str, stage: str) -> None:
-    if len(table) != len(ids) or not table.column("id").equals(ids):
+    # string and large_string (polars writes the latter) hold the same ids
+    if len(table) != len(ids) or not table.column("id").cast(pa.large_string()).equals(ids.cast(pa.large_string())):
         raise PoolError(
             f"source {source!r}: {uri} is not row-aligned with {normalized_uri} (different ids or order); "
             f"rebuild the {stage} attribute of this source from its current normalized shards"

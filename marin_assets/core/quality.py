@@ -497,7 +497,7 @@ def quality_scores_shard(input_uris: list[str], output_uri: str, params: Quality
 
 
 def _check_aligned(left: pa.Table, right: pa.Table, left_uri: str, right_uri: str) -> None:
-    if len(left) != len(right) or not left.column("id").equals(right.column("id")):
+    if len(left) != len(right) or not left.column("id").cast(pa.large_string()).equals(right.column("id").cast(pa.large_string())):
         raise QualityError(
             f"{left_uri} and {right_uri} are not co-partitioned (different ids or row order); "
             "rebuild the attribute from the current normalized shards"

@@ -48,6 +48,11 @@ def summed(stats: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     return totals
 
 
+def stage_fingerprint(stage: str, params: Any, code_version: str, inputs: Sequence[StageInput], extra: Any = None) -> str:
+    """The fingerprint ``run_attribute_stage`` gives an output (callers that must know it first use this)."""
+    return storage.fingerprint(stage, {"params": params, "extra": extra}, code_version, [i.fingerprint for i in inputs])
+
+
 def run_attribute_stage(
     *,
     stage: str,
@@ -59,13 +64,16 @@ def run_attribute_stage(
     code_version: str,
     runner: ShardRunner | None = None,
     extra_fingerprint: Any = None,
+    fingerprint_params: Any = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Map ``shard_fn`` over the shards of ``inputs[0]``; each task gets the same-named shard of every input.
 
+    ``fingerprint_params`` replaces ``params`` in the fingerprint when the parameters carry
+    storage paths (which must not be hashed: a moved root keeps its fingerprints).
     Returns the manifest plus ``uri``, ``fingerprint`` and ``reused``.
     """
-    fp = storage.fingerprint(stage, {"params": params, "extra": extra_fingerprint}, code_version, [i.fingerprint for i in inputs])
+    fp = stage_fingerprint(stage, params if fingerprint_params is None else fingerprint_params, code_version, inputs, extra_fingerprint)
     out_dir = layout.attributes(stage, source, fp)
     group = layout.group(stage, source)
     manifest = storage.read_manifest(out_dir)

@@ -11,9 +11,13 @@ from marin_assets.defs.partitions import source_partitions
 
 # (job name, asset keys, partitioned?) in the order a full build runs them.
 BUILD_ORDER: list[tuple[str, list[str], bool]] = [
+    ("eval_index", ["eval_ngrams", "quality_model"], False),
     ("source_chain", ["raw_files", "normalized", "minhash_buckets", "embeddings"], True),
-    ("global_decisions", ["exact_duplicates", "fuzzy_duplicates", "topic_model"], False),
-    ("source_attributes", ["topics"], True),
+    ("global_decisions", ["exact_duplicates", "fuzzy_duplicates", "boilerplate_ngrams", "topic_model"], False),
+    ("source_attributes", ["contamination", "topics", "quality_scores"], True),
+    ("bands", ["quality_bands"], False),
+    ("source_pool", ["curated_pool"], True),
+    ("groups", ["sampling_groups"], False),
 ]
 
 

@@ -85,3 +85,46 @@ class EncoderResource(dg.ConfigurableResource):
             return embed.offline_encoder_params(**overrides)
         revision = self.revision or os.environ.get("MARIN_EMBED_REVISION") or None
         return embed.EncoderParams(model=model, revision=revision, **overrides)
+
+
+class CurationResource(dg.ConfigurableResource):
+    """Choices of the curation stages. Empty fields fall back to environment variables when a
+    step runs: ``MARIN_QUALITY_ANNOTATIONS`` (a local JSONL/Parquet file of ``text``/``score``
+    rows; unset: the pinned Hub annotation set), ``MARIN_TOKENIZER`` (``offline``, or
+    ``repo@revision``; unset: the offline tokenizer with the offline encoder, else the pinned
+    Marin tokenizer), ``MARIN_BAND_METHOD`` (``quantile`` or ``fixed``), ``MARIN_TOKEN_BUDGET``
+    (training tokens the mixture is for; caps epochs at 8).
+    """
+
+    annotations: str = ""
+    tokenizer: str = ""
+    band_method: str = ""
+    token_budget: float = 0.0
+
+    def annotations_path(self) -> str:
+        return self.annotations or os.environ.get("MARIN_QUALITY_ANNOTATIONS", "")
+
+    def tokenizer_params(self) -> Any:
+        from marin_assets.core import pool
+
+        choice = self.tokenizer or os.environ.get("MARIN_TOKENIZER", "")
+        if not choice:
+            offline_encoder = os.environ.get("MARIN_EMBED_MODEL", "offline") in ("", "offline")
+            choice = "offline" if offline_encoder else ""
+        if choice == "offline":
+            return pool.offline_tokenizer_params()
+        if choice:
+            name, _, revision = choice.partition("@")
+            return pool.TokenizerParams(name=name, revision=revision or None)
+        return pool.TokenizerParams()
+
+    def band_params(self) -> Any:
+        from marin_assets.core import quality
+
+        return quality.BandParams(method=self.band_method or os.environ.get("MARIN_BAND_METHOD", "quantile"))
+
+    def mixture_params(self) -> Any:
+        from marin_assets.core import mixture
+
+        budget = self.token_budget or float(os.environ.get("MARIN_TOKEN_BUDGET", "0") or 0)
+        return mixture.MixtureParams(token_budget=budget or None)

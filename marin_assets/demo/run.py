@@ -18,7 +18,15 @@ from typing import Any
 from marin_assets.catalog.sources import load_catalog
 from marin_assets.demo.sample import DEMO_SOURCES, build_sample_files
 
-SAMPLE_VERSION = "1"
+SAMPLE_VERSION = "2"
+DEMO_DIR = Path(__file__).parent
+# The embedded default runs offline: demo eval set, bundled quality labels, offline encoder.
+DEMO_ENV = {
+    "MARIN_EVALS": str(DEMO_DIR / "evals.toml"),
+    "MARIN_QUALITY_ANNOTATIONS": str(DEMO_DIR / "quality_labels.jsonl"),
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+}
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 EVALS_FILE = Path(__file__).with_name("evals_demo.jsonl")
 
@@ -88,6 +96,8 @@ def run_demo(sources: Sequence[str] | None = None) -> int:
     with demo_hub() as endpoint, dg.DagsterInstance.get() as instance:
         os.environ["HF_ENDPOINT"] = endpoint
         os.environ.pop("HF_TOKEN", None)
+        for key, value in DEMO_ENV.items():
+            os.environ.setdefault(key, value)
         print(f"offline Hub at {endpoint}; data under {os.environ.get('MARIN_PREFIX', '.marin_data')}", flush=True)
         from marin_assets.defs.jobs import BUILD_ORDER
 

@@ -1,15 +1,18 @@
 """The scheduled pin-drift sensor and the checks it reports on ``source_pins``.
 
 Each tick asks the provider about the next few pins (a cursor walks the catalog, so a tick's
-time stays bounded however many sources there are) and records, per source, a ``pin_drift``
-check result on that ``source_pins`` partition, plus a ``pin_drift_summary`` over the last
-known state of every pin. It never edits the catalog. ``MARIN_DRIFT_INTERVAL_S`` (3600),
+time stays bounded however many sources there are) and records, per source, a result of that
+source's check ``pin_drift_<source>`` on ``source_pins`` (one check per Hub pin, so the
+asset's Checks tab lists every source with its last verdict), plus ``pin_drift_summary`` over
+the last known state of every pin. It never edits the catalog. ``MARIN_DRIFT_INTERVAL_S`` (3600),
 ``MARIN_DRIFT_BATCH`` (10 pins per tick) and ``MARIN_DRIFT_BUDGET_S`` (30 s per tick) tune it.
 """
 
 import datetime as dt
+import hashlib
 import json
 import os
+import re
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -23,7 +26,7 @@ from marin_assets.defs.metadata import markdown_table
 from marin_assets.defs.partitions import source_partitions
 from marin_assets.defs.resources import MarinResource
 
-DRIFT_CHECK = "pin_drift"
+DRIFT_PREFIX = "pin_drift_"
 SUMMARY_CHECK = "pin_drift_summary"
 UNREACHABLE = "the provider is unreachable"
 
@@ -34,6 +37,24 @@ def _env_number(name: str, default: float) -> float:
         return float(raw) if raw else default
     except ValueError:
         raise ValueError(f"{name}={raw!r} is not a number") from None
+
+
+def _is_hub_pin(source: Any) -> bool:
+    return source.provider.kind == "hf" and source.provider.repo_type == "dataset"
+
+
+def drift_check_names(names: Iterable[str]) -> dict[str, str]:
+    """Check name per source: ``pin_drift_`` + the name with every other character as ``_``
+    (a short hash is appended when two names would collide)."""
+    out: dict[str, str] = {}
+    taken = {SUMMARY_CHECK}
+    for name in sorted(names):
+        check = DRIFT_PREFIX + re.sub(r"[^A-Za-z0-9_]", "_", name)
+        if check in taken:
+            check += "_" + hashlib.sha1(name.encode()).hexdigest()[:6]
+        taken.add(check)
+        out[name] = check
+    return out
 
 
 def _now() -> str:
@@ -123,7 +144,8 @@ def pin_drift(context: dg.SensorEvaluationContext, marin: MarinResource) -> dg.S
     catalog = marin.catalog()
     partitions = set(source_partitions.get_partition_keys())
     sources = [s for s in catalog if s.name in partitions]
-    hub_pins = sum(1 for s in sources if s.provider.kind == "hf" and s.provider.repo_type == "dataset")
+    hub_pins = sum(1 for s in sources if _is_hub_pin(s))
+    checks = _CHECK_NAMES
     state = json.loads(context.cursor) if context.cursor else {}
     statuses: dict[str, dict[str, Any]] = {n: s for n, s in state.get("status", {}).items() if n in partitions}
     order = _walk([s.name for s in sources], state.get("last", ""))
@@ -134,8 +156,8 @@ def pin_drift(context: dg.SensorEvaluationContext, marin: MarinResource) -> dg.S
             continue
         if report.status != drift.UNKNOWN or report.source not in statuses:
             statuses[report.source] = {"status": report.status, "detail": report.detail, "checked": _now()}
-        if report.status != drift.UNKNOWN:  # an unknown answer does not overwrite the last real one
-            events.append(dg.AssetCheckEvaluation(asset_key=SOURCE_PINS, check_name=DRIFT_CHECK, partition=report.source, **drift_verdict(report)))
+        if report.status != drift.UNKNOWN and report.source in checks:  # unknown keeps the last real verdict
+            events.append(dg.AssetCheckEvaluation(asset_key=SOURCE_PINS, check_name=checks[report.source], **drift_verdict(report)))
     asked = [r for r in reports if r.status != drift.NOT_CHECKED]
     if asked:
         events.append(dg.AssetCheckEvaluation(asset_key=SOURCE_PINS, check_name=SUMMARY_CHECK, **summary_verdict(statuses, hub_pins)))
@@ -154,24 +176,45 @@ def pin_drift(context: dg.SensorEvaluationContext, marin: MarinResource) -> dg.S
     return dg.SensorResult(asset_events=events, cursor=json.dumps({"last": last, "status": statuses}, sort_keys=True), skip_reason=message)
 
 
-@dg.asset_check(
-    asset=SOURCE_PINS,
-    name=DRIFT_CHECK,
-    partitions_def=source_partitions,
-    description="The pinned revision is still served, its branch has not moved, the repo is not newly gated or gone.",
+def _hub_pins_at_load() -> list[str]:
+    """Hub pins of the catalog as the code location loads it (like the partitions)."""
+    from marin_assets.catalog.sources import load_catalog
+
+    partitions = set(source_partitions.get_partition_keys())
+    return [s.name for s in load_catalog() if s.name in partitions and _is_hub_pin(s)]
+
+
+SOURCE_NAMES_AT_LOAD = _hub_pins_at_load()
+_CHECK_NAMES = drift_check_names(SOURCE_NAMES_AT_LOAD)
+_SOURCE_OF = {check: name for name, check in _CHECK_NAMES.items()}
+
+
+@dg.multi_asset_check(
+    name="pin_drift",
+    specs=[
+        dg.AssetCheckSpec(check, asset=SOURCE_PINS, description=f"{name}: the pinned revision is still served, its branch has not moved, the repo is not newly gated or gone.")
+        for name, check in _CHECK_NAMES.items()
+    ],
+    can_subset=True,
 )
-def pin_drift_check(context: dg.AssetCheckExecutionContext, marin: MarinResource) -> dg.AssetCheckResult:
-    report = drift.check_source_pin(marin.catalog().by_name(context.partition_key))
-    return dg.AssetCheckResult(**drift_verdict(report))
+def pin_drift_checks(context: dg.AssetCheckExecutionContext, marin: MarinResource) -> Iterable[dg.AssetCheckResult]:
+    catalog = marin.catalog()
+    for key in sorted(context.selected_asset_check_keys, key=lambda k: k.name):
+        name = _SOURCE_OF[key.name]
+        if name not in catalog.names:
+            yield dg.AssetCheckResult(check_name=key.name, asset_key=SOURCE_PINS, passed=False, severity=dg.AssetCheckSeverity.WARN,
+                                      description=f"{name} is no longer in the catalog")  # fmt: skip
+            continue
+        yield dg.AssetCheckResult(check_name=key.name, asset_key=SOURCE_PINS, **drift_verdict(drift.check_source_pin(catalog.by_name(name))))
 
 
 @dg.asset_check(asset=SOURCE_PINS, name=SUMMARY_CHECK, description="Drift of every Hub pin in the catalog (checks them all; the sensor spreads this over ticks).")
 def pin_drift_summary(marin: MarinResource) -> dg.AssetCheckResult:
     partitions = set(source_partitions.get_partition_keys())
     sources = [s for s in marin.catalog() if s.name in partitions]
-    reports = [drift.check_source_pin(s) for s in sources]
+    reports = [drift.check_source_pin(s) for s in sources if _is_hub_pin(s)]
     statuses = {r.source: {"status": r.status, "detail": r.detail, "checked": _now()} for r in reports if r.status != drift.NOT_CHECKED}
     return dg.AssetCheckResult(**summary_verdict(statuses, len(statuses)))
 
 
-DRIFT_CHECKS = [pin_drift_check, pin_drift_summary]
+DRIFT_CHECKS = [pin_drift_checks, pin_drift_summary]

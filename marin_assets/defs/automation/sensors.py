@@ -43,7 +43,7 @@ def automation_sensor() -> dg.AutomationConditionSensorDefinition:
     """
     return dg.AutomationConditionSensorDefinition(
         "marin_automation",
-        target=dg.AssetSelection.all(include_sources=True),
+        target=dg.AssetSelection.all(include_sources=True) - dg.AssetSelection.all_asset_checks(),
         use_user_code_server=True,
         default_status=default_status(),
         minimum_interval_seconds=30,

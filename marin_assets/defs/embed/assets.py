@@ -111,7 +111,7 @@ def topics(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.Materi
         stage="topics", source=source.name, layout=layout,
         inputs=[stages.current_input(layout, "embeddings", source.name)],
         shard_fn=topic_core.assign_topics_shard, params=topic_core.AssignParams(model.uri),
-        code_version=TOPICS_CODE_VERSION, extra_fingerprint={"topic_model": model.fingerprint},
+        code_version=TOPICS_CODE_VERSION, extra_fingerprint={"topic_model": model.fingerprint}, fingerprint_params={},
         runner=marin.runner(), progress=context.log.info,
     )
     counts: dict[int, int] = {}

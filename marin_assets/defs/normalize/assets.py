@@ -25,9 +25,11 @@ def normalized(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.Ma
     layout = marin.layout()
     raw = ingest.locate_raw(source, layout)
     params = ingest.normalize_params(source, marin.shard_bytes())
+    transform = get_transform(source.transform) if source.transform else None
     fp = storage.fingerprint(
         "normalized",
-        {"params": params.fingerprint_params(), "transform": source.transform, "subdir": source.provider.subdir,
+        {"params": params.fingerprint_params(), "transform": source.transform,
+         "transform_version": getattr(transform, "version", "1"), "subdir": source.provider.subdir,
          "allow": source.provider.allow, "exclude": source.provider.exclude},
         normalize.CODE_VERSION,
         [raw["fingerprint"]],
@@ -40,7 +42,7 @@ def normalized(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.Ma
         out_dir,
         params,
         fmt=ingest.input_format(source),
-        transform=get_transform(source.transform) if source.transform else None,
+        transform=transform,
         runner=marin.runner(),
         fingerprint=fp,
         progress=context.log.info,

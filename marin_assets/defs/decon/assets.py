@@ -1,0 +1,145 @@
+"""13-gram decontamination: the eval index, boilerplate drop sets, per-document contamination."""
+
+import hashlib
+
+import dagster as dg
+
+from marin_assets.catalog.evals import load_evals
+from marin_assets.core import decon, eval_sources, stages, storage
+from marin_assets.defs.metadata import markdown_table, stage_metadata
+from marin_assets.defs.normalize.assets import normalized
+from marin_assets.defs.partitions import source_partitions
+from marin_assets.defs.resources import MarinResource, source_or_fail
+
+DECON_CODE_VERSION = "1"
+GLOBAL_DROP = "global_drop.parquet"
+
+
+@dg.asset(
+    group_name="decon",
+    kinds={"numpy"},
+    code_version=DECON_CODE_VERSION,
+    description="Exact sorted index of the pinned eval sets' 13-gram features, with attribution to eval set and row.",
+)
+def eval_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
+    layout = marin.layout()
+    registry = eval_sources.lock_branch_pins(load_evals())
+    params = decon.DeconParams()
+    skipped: list[dict] = []
+    inputs = {"registry": stages.StageInput(registry.lock_path or "packaged", eval_sources.registry_digest(registry))}
+
+    def build(out: str) -> dict:
+        rows = decon.registry_rows(
+            registry,
+            lambda eval_set: eval_sources.fetch_eval_set(eval_set, registry, layout, marin.retry_policy()),
+            on_skip=lambda eval_set, exc: skipped.append({"eval set": eval_set.name, "reason": str(exc)[:200]}),
+        )
+        return decon.build_eval_index(rows, out, params, registry.expected_rows())
+
+    manifest = stages.run_global_stage(
+        stage="eval_ngrams", layout=layout, inputs=inputs, params=params.rule(), code_version=DECON_CODE_VERSION,
+        extra_fingerprint={"hash": decon.HASH_SCHEME}, build=build,
+    )
+    stats = manifest["stats"]
+    for row in skipped:
+        context.log.warning(f"best-effort eval set skipped: {row['eval set']}: {row['reason']}")
+    return dg.MaterializeResult(
+        metadata=stage_metadata(
+            uri=manifest["uri"], fingerprint=manifest["fingerprint"], reused=manifest["reused"],
+            rows=stats.get("rows") if isinstance(stats.get("rows"), int) else None,
+            counters={k: v for k, v in stats.items() if isinstance(v, (int, float))},
+            eval_sets=len(registry.sets), skipped_sets=markdown_table(skipped) if skipped else None,
+        ),
+        data_version=dg.DataVersion(manifest["fingerprint"]),
+    )
+
+
+def _file_digest(uri: str) -> str:
+    return hashlib.sha256(storage.read_bytes(uri)).hexdigest()[:16]
+
+
+@dg.asset(
+    deps=[normalized, eval_ngrams],
+    group_name="decon",
+    kinds={"parquet"},
+    code_version=DECON_CODE_VERSION,
+    description="Eval n-grams common in the corpus (per source: >= max(5, 0.5%) of its first 5,000 documents; "
+    "global: >= 50 documents in >= 3 sources), left out of both numerator and denominator.",
+)
+def boilerplate_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
+    layout = marin.layout()
+    index = stages.current_input(layout, "eval_ngrams")
+    found, missing = stages.current_inputs(layout, "normalized", marin.catalog().names)
+    if not found:
+        raise dg.Failure("no source has a normalized output yet; materialize normalized for some partitions first")
+    params = decon.DeconParams(index_uri=index.uri)
+
+    def build(out: str) -> dict:
+        per_source = {}
+        for name, inp in sorted(found.items()):
+            freq = storage.join(out, name, "frequencies.parquet")
+            decon.eval_ngram_frequencies(storage.list_shards(inp.uri), freq, params)
+            per_source[name] = decon.source_drop_set(freq, storage.join(out, name, "drop.parquet"), params)
+        overall = decon.global_drop_set([storage.join(out, n, "frequencies.parquet") for n in sorted(found)], storage.join(out, GLOBAL_DROP), params)
+        return {"per_source": per_source, "global": overall}
+
+    manifest = stages.run_global_stage(
+        stage="boilerplate_ngrams", layout=layout, inputs={"eval_ngrams": index, **found}, params=params.rule(),
+        code_version=DECON_CODE_VERSION, build=build,
+    )
+    stats = manifest["stats"]
+    rows = [{"source": s, "dropped n-grams": v["dropped_ngrams"], "head documents": v["head_documents"]} for s, v in stats["per_source"].items()]
+    return dg.MaterializeResult(
+        metadata=stage_metadata(
+            uri=manifest["uri"], fingerprint=manifest["fingerprint"], reused=manifest["reused"], rows=None,
+            global_dropped_ngrams=stats["global"]["dropped_ngrams"], per_source=markdown_table(rows),
+            sources_without_normalized=len(missing),
+        ),
+        data_version=dg.DataVersion(manifest["fingerprint"]),
+    )
+
+
+@dg.asset(
+    partitions_def=source_partitions,
+    deps=[normalized, eval_ngrams, boilerplate_ngrams],
+    group_name="decon",
+    kinds={"parquet"},
+    code_version=DECON_CODE_VERSION,
+    description="Per document: contaminated, max overlap, matched eval sets and rows (co-partitioned evidence).",
+)
+def contamination(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
+    source = source_or_fail(marin, context.partition_key)
+    layout = marin.layout()
+    index = stages.current_input(layout, "eval_ngrams")
+    drops = stages.current_input(layout, "boilerplate_ngrams")
+    own_drop = storage.join(drops.uri, source.name, "drop.parquet")
+    drop_uris = tuple(u for u in (own_drop, storage.join(drops.uri, GLOBAL_DROP)) if storage.exists(u))
+    if own_drop not in drop_uris:
+        raise dg.Failure(f"boilerplate_ngrams has no drop set for '{source.name}' (it was built before this source was normalized); re-materialize boilerplate_ngrams")
+    params = decon.DeconParams(index_uri=index.uri, drop_set_uris=drop_uris)
+    manifest = stages.run_attribute_stage(
+        stage="contamination", source=source.name, layout=layout,
+        inputs=[stages.current_input(layout, "normalized", source.name)],
+        shard_fn=decon.contamination_shard, params=params, fingerprint_params=params.rule(),
+        extra_fingerprint={"index": index.fingerprint, "drop_sets": [_file_digest(u) for u in drop_uris]},
+        code_version=DECON_CODE_VERSION, runner=marin.runner(), progress=context.log.info,
+    )
+    summary = decon.summarize_contamination(manifest["per_shard"])
+    rows = int(summary["documents"])
+    flagged = summary["flagged_by_eval"]
+    samples = [
+        {"document": s["id"][:10], "eval rows": ", ".join(s["matched_rows"]), "overlap": s["max_overlap"],
+         "excerpt": s["excerpt"][:200], "eval excerpt": (s["eval_excerpts"] or [""])[0][:160]}
+        for s in summary["flagged_sample"]
+    ]
+    return dg.MaterializeResult(
+        metadata=stage_metadata(
+            uri=manifest["uri"], fingerprint=manifest["fingerprint"], reused=manifest["reused"], rows=rows,
+            counters={k: v for k, v in summary.items() if isinstance(v, (int, float))},
+            flagged_by_eval=markdown_table([{"eval set": k, "documents": v} for k, v in sorted(flagged.items())]),
+            flagged_sample=markdown_table(samples),
+            summary=f"  {source.name}: {summary['contaminated']} of {rows} documents flagged "
+            + (f"({', '.join(f'{k}: {v}' for k, v in sorted(flagged.items()))})" if flagged else ""),
+        ),
+        data_version=dg.DataVersion(manifest["fingerprint"]),
+    )
