@@ -26,7 +26,8 @@ class MarinResource(dg.ConfigurableResource):
     shard_processes: int = 0
     target_shard_bytes: int = 0
     # Waits between download retries; negative keeps the production policy (5 s doubling,
-    # 15 min cap, at least the rate-limit reset + 10 s after a 429).
+    # 15 min cap, at least the rate-limit reset + 10 s after a 429) unless MARIN_RETRY_WAIT_S
+    # sets every wait.
     retry_wait_s: float = -1.0
 
     def layout(self) -> storage.Layout:
@@ -44,7 +45,9 @@ class MarinResource(dg.ConfigurableResource):
 
     def retry_policy(self) -> hub.RetryPolicy:
         if self.retry_wait_s < 0:
-            return hub.DEFAULT_POLICY
+            from marin_assets.core.providers.http import policy_from_env
+
+            return policy_from_env()
         wait = self.retry_wait_s
         return hub.RetryPolicy(base_wait_s=wait, min_wait_s=wait, max_jitter_s=wait, rate_limit_margin_s=wait)
 

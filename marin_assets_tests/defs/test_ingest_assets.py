@@ -166,8 +166,8 @@ def test_storage_on_gcs_emulator(pipeline, hub_store, gcs_prefix) -> None:
     assert normalize.read_normalized(meta["uri"]).height == len(PEP_ROWS)
 
 
-def test_recipe_not_implemented_is_named(pipeline) -> None:
-    result = pipeline.materialize(["raw_files"], partition="nsf_awards", raise_on_error=False)
-    if result.success:  # the api provider exists in this version
-        pytest.skip("nsf_awards has a working recipe")
-    assert "recipe not implemented yet" in _failure_message(result)
+def test_recipe_not_implemented_is_named(pipeline, tmp_path) -> None:
+    pipeline.catalog_path = str(catalog_with(tmp_path / "c.toml", keep=[PEPS], edit={PEPS: {"transform": "no_such_transform"}}))
+    result = pipeline.materialize(["normalized"], partition=PEPS, raise_on_error=False)
+    message = _failure_message(result)
+    assert "recipe not implemented yet" in message and "no_such_transform" in message and PEPS in message
