@@ -35,3 +35,14 @@ def markdown_table(rows: list[Mapping[str, Any]], columns: list[str] | None = No
         cells = [str(row.get(c, "")).replace("|", "\\|").replace("\n", " ") for c in columns]
         lines.append("| " + " | ".join(cells) + " |")
     return dg.MetadataValue.md("\n".join(lines))
+
+
+def materialized(manifest: Mapping[str, Any], *, rows: int | None = None, counters: Mapping[str, Any] | None = None,
+                 check_results: list[dg.AssetCheckResult] | None = None, uri: str | None = None, **extra: Any) -> dg.MaterializeResult:
+    """The result of a stage run: its metadata, and its fingerprint as the Dagster data version."""
+    return dg.MaterializeResult(
+        metadata=stage_metadata(uri=uri or manifest["uri"], fingerprint=manifest["fingerprint"], reused=manifest["reused"],
+                                rows=rows, counters=counters, **extra),
+        check_results=check_results,
+        data_version=dg.DataVersion(manifest["fingerprint"]),
+    )

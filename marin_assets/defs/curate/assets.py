@@ -7,7 +7,7 @@ from marin_assets.core import topics as topic_core
 from marin_assets.defs.decon.assets import contamination
 from marin_assets.defs.dedup.assets import exact_duplicates, fuzzy_duplicates
 from marin_assets.defs.embed.assets import embeddings, topic_model, topics
-from marin_assets.defs.metadata import markdown_table, stage_metadata
+from marin_assets.defs.metadata import markdown_table, materialized
 from marin_assets.defs.normalize.assets import normalized
 from marin_assets.defs.partitions import source_partitions
 from marin_assets.defs.resources import CurationResource, EncoderResource, MarinResource, source_or_fail
@@ -51,15 +51,13 @@ def quality_model(context: dg.AssetExecutionContext, marin: MarinResource, encod
     )
     stats = manifest["stats"]
     held = stats.get("heldout", {})
-    return dg.MaterializeResult(
-        metadata=stage_metadata(
-            uri=manifest["uri"], fingerprint=manifest["fingerprint"], reused=manifest["reused"], rows=stats.get("n_labels"),
+    return materialized(
+        manifest,
+        rows=stats.get("n_labels"),
             annotations=label_source, encoder=encoder_params.model, scorer=stats.get("scorer"),
             heldout_spearman=held.get("spearman"), heldout_f1_at_3=held.get("f1"), heldout_mae=held.get("mae"),
             n_train=stats.get("n_train"), n_heldout=stats.get("n_heldout"),
             summary=f"  trained on {stats.get('n_train')} labels from {label_source}; held-out Spearman {held.get('spearman', 0):.3f}, F1@3 {held.get('f1', 0):.3f}",
-        ),
-        data_version=dg.DataVersion(manifest["fingerprint"]),
     )
 
 
@@ -83,10 +81,7 @@ def quality_scores(context: dg.AssetExecutionContext, marin: MarinResource) -> d
         runner=marin.runner(), progress=context.log.info,
     )
     totals = manifest["totals"]
-    return dg.MaterializeResult(
-        metadata=stage_metadata(uri=manifest["uri"], fingerprint=manifest["fingerprint"], reused=manifest["reused"], rows=int(totals.get("rows", 0)), counters=totals),
-        data_version=dg.DataVersion(manifest["fingerprint"]),
-    )
+    return materialized(manifest, rows=int(totals.get("rows", 0)), counters=totals)
 
 
 @dg.asset(
@@ -123,12 +118,10 @@ def quality_bands(context: dg.AssetExecutionContext, marin: MarinResource, curat
     manifest = stages.run_global_stage(stage="quality_bands", layout=layout, inputs=inputs, params=params, code_version=QUALITY_CODE_VERSION, build=build)
     summary = manifest["stats"].get("band_summary", {})
     rows = summary.get("rows", []) if isinstance(summary, dict) else []
-    return dg.MaterializeResult(
-        metadata=stage_metadata(
-            uri=manifest["uri"], fingerprint=manifest["fingerprint"], reused=manifest["reused"], rows=None,
+    return materialized(
+        manifest,
+        rows=None,
             method=params.method, sources=len(sources), band_sizes=markdown_table(rows[:200]) if rows else None,
-        ),
-        data_version=dg.DataVersion(manifest["fingerprint"]),
     )
 
 
@@ -169,12 +162,9 @@ def curated_pool(context: dg.AssetExecutionContext, marin: MarinResource, curati
     )
     totals = manifest["totals"]
     per_shard = manifest["per_shard"]
-    return dg.MaterializeResult(
-        metadata=stage_metadata(
-            uri=params.pool_dir, fingerprint=manifest["fingerprint"], reused=manifest["reused"], rows=int(totals.get("kept", 0)),
-            counters=totals, tokenizer=per_shard[0].get("tokenizer", "") if per_shard else "", index=dg.MetadataValue.path(manifest["uri"]),
-        ),
-        data_version=dg.DataVersion(manifest["fingerprint"]),
+    return materialized(
+        manifest, uri=params.pool_dir, rows=int(totals.get("kept", 0)), counters=totals,
+        tokenizer=per_shard[0].get("tokenizer", "") if per_shard else "", index=dg.MetadataValue.path(manifest["uri"]),
     )
 
 
@@ -219,14 +209,12 @@ def sampling_groups(context: dg.AssetExecutionContext, marin: MarinResource, cur
     summary_lines = [f"  {'group':6s} {'documents':>9s} {'tokens':>9s} {'weight':>7s}  topic"]
     for row in table.iter_rows(named=True):
         summary_lines.append(f"  {row['group']:6s} {row['documents']:>9,} {row['tokens']:>9,} {row['weight']:>7.4f}  {str(row.get('topic_label', ''))[:40]}")
-    return dg.MaterializeResult(
-        metadata=stage_metadata(
-            uri=manifest["uri"], fingerprint=manifest["fingerprint"], reused=manifest["reused"], rows=int(groups["documents"].sum()),
+    return materialized(
+        manifest,
+        rows=int(groups["documents"].sum()),
             groups_with_documents=table.height, total_tokens=int(groups["tokens"].sum()), weight_sum=float(groups["weight"].sum()),
             sources=len(found), sources_without_pool=len(missing),
             groups_table=markdown_table(table.select("group", "topic_label", "documents", "tokens", "weight").to_dicts()),
             **{k: dg.MetadataValue.md(v) for k, v in images.items()},
             summary="\n".join(summary_lines),
-        ),
-        data_version=dg.DataVersion(manifest["fingerprint"]),
     )

@@ -6,7 +6,7 @@ import dagster as dg
 
 from marin_assets.catalog.evals import load_evals
 from marin_assets.core import decon, eval_sources, stages, storage
-from marin_assets.defs.metadata import markdown_table, stage_metadata
+from marin_assets.defs.metadata import markdown_table, materialized
 from marin_assets.defs.normalize.assets import normalized
 from marin_assets.defs.partitions import source_partitions
 from marin_assets.defs.resources import MarinResource, source_or_fail
@@ -43,14 +43,11 @@ def eval_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.M
     stats = manifest["stats"]
     for row in skipped:
         context.log.warning(f"best-effort eval set skipped: {row['eval set']}: {row['reason']}")
-    return dg.MaterializeResult(
-        metadata=stage_metadata(
-            uri=manifest["uri"], fingerprint=manifest["fingerprint"], reused=manifest["reused"],
-            rows=stats.get("rows") if isinstance(stats.get("rows"), int) else None,
+    return materialized(
+        manifest,
+        rows=stats.get("rows") if isinstance(stats.get("rows"), int) else None,
             counters={k: v for k, v in stats.items() if isinstance(v, (int, float))},
             eval_sets=len(registry.sets), skipped_sets=markdown_table(skipped) if skipped else None,
-        ),
-        data_version=dg.DataVersion(manifest["fingerprint"]),
     )
 
 
@@ -89,13 +86,11 @@ def boilerplate_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) 
     )
     stats = manifest["stats"]
     rows = [{"source": s, "dropped n-grams": v["dropped_ngrams"], "head documents": v["head_documents"]} for s, v in stats["per_source"].items()]
-    return dg.MaterializeResult(
-        metadata=stage_metadata(
-            uri=manifest["uri"], fingerprint=manifest["fingerprint"], reused=manifest["reused"], rows=None,
+    return materialized(
+        manifest,
+        rows=None,
             global_dropped_ngrams=stats["global"]["dropped_ngrams"], per_source=markdown_table(rows),
             sources_without_normalized=len(missing),
-        ),
-        data_version=dg.DataVersion(manifest["fingerprint"]),
     )
 
 
@@ -132,14 +127,12 @@ def contamination(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
          "excerpt": s["excerpt"][:200], "eval excerpt": (s["eval_excerpts"] or [""])[0][:160]}
         for s in summary["flagged_sample"]
     ]
-    return dg.MaterializeResult(
-        metadata=stage_metadata(
-            uri=manifest["uri"], fingerprint=manifest["fingerprint"], reused=manifest["reused"], rows=rows,
+    return materialized(
+        manifest,
+        rows=rows,
             counters={k: v for k, v in summary.items() if isinstance(v, (int, float))},
             flagged_by_eval=markdown_table([{"eval set": k, "documents": v} for k, v in sorted(flagged.items())]),
             flagged_sample=markdown_table(samples),
             summary=f"  {source.name}: {summary['contaminated']} of {rows} documents flagged "
             + (f"({', '.join(f'{k}: {v}' for k, v in sorted(flagged.items()))})" if flagged else ""),
-        ),
-        data_version=dg.DataVersion(manifest["fingerprint"]),
     )

@@ -3,7 +3,7 @@
 import dagster as dg
 
 from marin_assets.core import dedup, minhash, stages, storage
-from marin_assets.defs.metadata import markdown_table, stage_metadata
+from marin_assets.defs.metadata import markdown_table, materialized
 from marin_assets.defs.normalize.assets import normalized
 from marin_assets.defs.partitions import source_partitions
 from marin_assets.defs.resources import MarinResource, source_or_fail
@@ -36,10 +36,7 @@ def minhash_buckets(context: dg.AssetExecutionContext, marin: MarinResource) -> 
         progress=context.log.info,
     )
     totals = manifest["totals"]
-    return dg.MaterializeResult(
-        metadata=stage_metadata(uri=manifest["uri"], fingerprint=manifest["fingerprint"], reused=manifest["reused"], rows=int(totals.get("rows", 0)), counters=totals),
-        data_version=dg.DataVersion(manifest["fingerprint"]),
-    )
+    return materialized(manifest, rows=int(totals.get("rows", 0)), counters=totals)
 
 
 def _normalized_inputs(marin: MarinResource, context) -> dict[str, stages.StageInput]:
@@ -105,15 +102,13 @@ def exact_duplicates(context: dg.AssetExecutionContext, marin: MarinResource) ->
     check = _removal_check("removal_ratio", "exact_duplicates", rows)
     if not check.passed:
         context.log.warning(f"exact dedup would remove more than half of some sources: {check.metadata}")
-    return dg.MaterializeResult(
-        metadata=stage_metadata(
-            uri=manifest["uri"], fingerprint=manifest["fingerprint"], reused=manifest["reused"], rows=int(stats.get("removed", 0)),
+    return materialized(
+        manifest,
+        rows=int(stats.get("removed", 0)),
             counters={k: v for k, v in stats.items() if isinstance(v, (int, float))},
             sources=len(inputs), removed_per_source=markdown_table(rows), summary=_summary(rows),
             per_source_digest=dg.MetadataValue.json(stats.get("removed_ids_digest", {})),
-        ),
         check_results=[check],
-        data_version=dg.DataVersion(manifest["fingerprint"]),
     )
 
 
@@ -155,16 +150,14 @@ def fuzzy_duplicates(context: dg.AssetExecutionContext, marin: MarinResource) ->
          "containment": e["containment"], "jaccard": e["jaccard"], "excerpt": e["excerpt"][:160]}
         for e in stats.get("examples", [])
     ]
-    return dg.MaterializeResult(
-        metadata=stage_metadata(
-            uri=manifest["uri"], fingerprint=manifest["fingerprint"], reused=manifest["reused"], rows=int(stats.get("removed", 0)),
+    return materialized(
+        manifest,
+        rows=int(stats.get("removed", 0)),
             counters={k: v for k, v in stats.items() if isinstance(v, (int, float))},
             sources=len(buckets), sources_without_buckets=len(missing), exempt_sources=", ".join(exempt) or "none",
             removed_per_source=markdown_table(rows),
             cluster_size_histogram=markdown_table([{"size": k, "clusters": v} for k, v in stats.get("cluster_size_histogram", {}).items()]),
             example_pairs=markdown_table(examples), summary=_summary(rows),
             per_source_digest=dg.MetadataValue.json(stats.get("removed_ids_digest", {})),
-        ),
         check_results=[check],
-        data_version=dg.DataVersion(manifest["fingerprint"]),
     )

@@ -4,7 +4,7 @@ import dagster as dg
 
 from marin_assets.core import embed, stages, storage
 from marin_assets.core import topics as topic_core
-from marin_assets.defs.metadata import markdown_table, stage_metadata
+from marin_assets.defs.metadata import markdown_table, materialized
 from marin_assets.defs.normalize.assets import normalized
 from marin_assets.defs.partitions import source_partitions
 from marin_assets.defs.resources import EncoderResource, MarinResource, source_or_fail
@@ -37,16 +37,14 @@ def embeddings(context: dg.AssetExecutionContext, marin: MarinResource, encoder:
     rows = int(manifest["totals"].get("rows", 0))
     fidelity_mean = sum(s.get("fidelity_mean_cosine", 0) * s.get("rows", 0) for s in shards) / max(1, rows)
     fidelity_min = min((s.get("fidelity_min_cosine", 1.0) for s in shards), default=1.0)
-    return dg.MaterializeResult(
-        metadata=stage_metadata(
-            uri=manifest["uri"], fingerprint=manifest["fingerprint"], reused=manifest["reused"], rows=rows,
+    return materialized(
+        manifest,
+        rows=rows,
             counters={k: v for k, v in manifest["totals"].items() if not k.startswith("fidelity") and k not in ("docs_per_second", "dim")},
             model=params.encoder.model, revision=params.encoder.revision or "", storage=params.storage,
             dim=int(shards[0].get("dim", 0)) if shards else 0,
             int8_fidelity_mean_cosine=round(fidelity_mean, 6), int8_fidelity_min_cosine=round(fidelity_min, 6),
             resumed_shards=manifest.get("resumed_shards", 0),
-        ),
-        data_version=dg.DataVersion(manifest["fingerprint"]),
     )
 
 
@@ -83,15 +81,13 @@ def topic_model(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.M
     )
     labels = _labels_table(manifest["uri"])
     stats = manifest["stats"]
-    return dg.MaterializeResult(
-        metadata=stage_metadata(
-            uri=manifest["uri"], fingerprint=manifest["fingerprint"], reused=manifest["reused"], rows=None,
+    return materialized(
+        manifest,
+        rows=None,
             counters={k: v for k, v in stats.items() if isinstance(v, (int, float))},
             topics=len(labels), sources=len(found), sources_without_embeddings=len(missing),
             topic_labels=markdown_table(labels),
             summary="\n".join(f"  {r['topic']:>2} {r['weight']:>6}  {r['label']}" for r in labels),
-        ),
-        data_version=dg.DataVersion(manifest["fingerprint"]),
     )
 
 
@@ -118,12 +114,9 @@ def topics(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.Materi
     for shard in manifest["per_shard"]:
         for topic, n in enumerate(shard.get("topic_rows", [])):
             counts[topic] = counts.get(topic, 0) + int(n)
-    return dg.MaterializeResult(
-        metadata=stage_metadata(
-            uri=manifest["uri"], fingerprint=manifest["fingerprint"], reused=manifest["reused"],
-            rows=int(manifest["totals"].get("rows", 0)),
+    return materialized(
+        manifest,
+        rows=int(manifest["totals"].get("rows", 0)),
             counters={"mean_distance": manifest["totals"].get("mean_distance", 0) / max(1, len(manifest["per_shard"]))},
             documents_per_topic=markdown_table([{"topic": t, "documents": n} for t, n in sorted(counts.items()) if n]),
-        ),
-        data_version=dg.DataVersion(manifest["fingerprint"]),
     )

@@ -4,7 +4,7 @@
 import dagster as dg
 
 from marin_assets.core import hub, ingest
-from marin_assets.defs.metadata import stage_metadata
+from marin_assets.defs.metadata import materialized
 from marin_assets.defs.partitions import source_partitions
 from marin_assets.defs.resources import MarinResource, source_or_fail
 
@@ -52,18 +52,11 @@ def raw_files(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.Mat
         resolve=lambda repo, rev, repo_type: hub.resolve_revision(repo, rev, repo_type, policy=policy),
         progress=context.log.info,
     )
-    counters = manifest.get("counters", {})
-    return dg.MaterializeResult(
-        metadata=stage_metadata(
-            uri=manifest["uri"],
-            fingerprint=manifest["fingerprint"],
-            reused=manifest["reused"],
-            rows=None,
-            counters=counters,
-            repo=source.provider.repo_id,
-            pin=source.provider.revision,
-            revision=manifest.get("revision") or manifest.get("resolved_revision"),
-            files=len(manifest.get("files", [])),
-        ),
-        data_version=dg.DataVersion(manifest["fingerprint"]),
+    return materialized(
+        manifest,
+        counters=manifest.get("counters", {}),
+        repo=source.provider.repo_id,
+        pin=source.provider.revision,
+        revision=manifest.get("revision") or manifest.get("resolved_revision"),
+        files=len(manifest.get("files", [])),
     )

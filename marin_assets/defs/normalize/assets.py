@@ -6,7 +6,7 @@ import dagster as dg
 from marin_assets.core import ingest, normalize, storage
 from marin_assets.core.transforms import get_transform, known_transforms
 from marin_assets.defs.ingest.assets import raw_files
-from marin_assets.defs.metadata import markdown_table, stage_metadata
+from marin_assets.defs.metadata import markdown_table, materialized
 from marin_assets.defs.partitions import source_partitions
 from marin_assets.defs.resources import MarinResource, source_or_fail
 
@@ -49,16 +49,11 @@ def normalized(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.Ma
     )
     storage.publish_current(layout.group("normalized", source.name), fp, out_dir)
     bad = manifest.get("bad_rows", {})
-    return dg.MaterializeResult(
-        metadata=stage_metadata(
-            uri=out_dir,
-            fingerprint=fp,
-            reused=manifest["reused"],
-            rows=manifest["rows"],
-            counters=manifest["counters"],
-            shards=len(manifest["shards"]),
-            bad_rows=markdown_table([{"reason": k, "rows": v} for k, v in sorted(bad.items())]) if bad else None,
-            bad_rows_total=sum(bad.values()),
-        ),
-        data_version=dg.DataVersion(fp),
+    return materialized(
+        manifest | {"uri": out_dir, "fingerprint": fp},
+        rows=manifest["rows"],
+        counters=manifest["counters"],
+        shards=len(manifest["shards"]),
+        bad_rows=markdown_table([{"reason": k, "rows": v} for k, v in sorted(bad.items())]) if bad else None,
+        bad_rows_total=sum(bad.values()),
     )
