@@ -579,3 +579,220 @@ def bio_files() -> list[BucketFile]:
     files.append(BucketFile("data/notes.txt", b"not selected by the glob"))
     files.append(BucketFile("README.md", b"# biocorpus"))
     return files
+
+
+# --------------------------------------------------------------------------- registered cases
+#
+# The cases below are registered in the recipe fixture registry (``covered_sources``). Their
+# files are not Hub repos: ``PLACEMENTS`` says where the harness in ``test_web_sources`` puts
+# them (served on the loopback server, staged under MARIN_PREFIX, or held by the bucket API)
+# and which catalog edits scale the entry down to the fixture.
+
+from marin_assets_tests.recipes import FixtureCase, register_fixture  # noqa: E402
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    where: str  # "served": server paths | "staged": paths under MARIN_PREFIX | "bucket": bucket paths
+    edit: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # catalog edit for the fixture
+
+
+HPLT_EDIT = {"provider": {"allow": ["5_*.jsonl.zst", "10_*.jsonl.zst"], "exclude": ["5_[2-9]*.jsonl.zst", "5_1?*.jsonl.zst"], "expected_shards": 4}}
+GHALOGS_ARCHIVE = "raw/diagnostic_logs/ghalogs/zenodo-14796970/zenodo.org/records/14796970/files/github_run_logs.zip"
+
+
+def _column_values(frame: Any, column: str) -> dict[Any, Any]:
+    return dict(zip(frame["source_id"].to_list(), frame[column].to_list(), strict=True))
+
+
+def check_hplt(frame: Any) -> None:
+    tiers = _column_values(frame, "hplt_wds_tier")
+    assert tiers["h5-news"] == 5 and tiers["h-keep"] == 10
+    assert _column_values(frame, "hplt_crawl_id")["h-keep"] == WIDE
+
+
+@register_fixture("hplt_v3")
+def hplt_case(source: Any) -> FixtureCase:
+    return FixtureCase(files=hplt_files(), rows=len(HPLT_KEPT), texts=HPLT_KEPT, bad_rows=HPLT_DROPPED,
+                       counters={"empty_dropped": 1, "whitespace_compacted": 1},
+                       columns=("hplt_wds_tier", "hplt_crawl_id", "hplt_url", "hplt_web_register"), check=check_hplt)  # fmt: skip
+
+
+def check_massive(frame: Any) -> None:
+    from marin_assets.core.transforms.web_sources import tool_selection
+
+    rows = {r["source_id"]: r for r in frame.iter_rows(named=True)}
+    assert set(rows) == {"en-US/1/train", "en-US/2/validation", "en-US/3/test", "de-DE/1/train", "de-DE/2/test"}
+    tools_line, request, call = rows["en-US/2/validation"]["text"].split("\n")
+    assert request == "Request: trains from virginia to california"
+    assert json.loads(call.removeprefix("tool_call: ")) == {
+        "type": "function_call", "call_id": "call_en-US_2", "name": "transport_query",
+        "arguments": json.dumps({"place_name": ["virginia", "california"]}),
+    }  # fmt: skip
+    tools = json.loads(tools_line.removeprefix("Tools: "))
+    names = [t["name"] for t in tools]
+    assert 21 <= len(tools) <= 61 and len(set(names)) == len(names) and "transport_query" in names
+    gold = tools[names.index("transport_query")]
+    assert gold["type"] == "function" and gold["parameters"]["properties"]["place_name"]["type"] == "array"
+    assert names == tool_selection("transport_query", "en-US/2/validation")  # seeded: the same list every run
+    greet = rows["en-US/3/test"]["text"].split("\n")
+    assert greet[1] == "Request: hello there" and json.loads(json.loads(greet[2].removeprefix("tool_call: "))["arguments"]) == {}
+    assert rows["de-DE/1/train"]["text"].split("\n")[1] == "Request: weck mich um fünf uhr" + " " * 128 + "bitte"
+    german_call = json.loads(rows["de-DE/2/test"]["text"].split("\n")[2].removeprefix("tool_call: "))
+    assert german_call["arguments"] == json.dumps({"place_name": ["m\ufffdnchen"]}, ensure_ascii=False)
+    assert {r["split"] for r in rows.values()} == {"train", "validation", "test"}
+
+
+@register_fixture("massive_function_calling")
+def massive_case(source: Any) -> FixtureCase:
+    return FixtureCase(files={MASSIVE_PATH: massive_tarball()}, rows=5, bad_rows=MASSIVE_DROPPED,
+                       counters={"whitespace_compacted": 1}, columns=("locale", "split", "intent"), check=check_massive)  # fmt: skip
+
+
+def check_nsf(frame: Any) -> None:
+    amounts = _column_values(frame, "awd_amount")
+    assert amounts["1900001"] == 249_871.0 and amounts["2000001"] is None
+    assert _column_values(frame, "div_abbr")["1900001"] == "CCF"
+
+
+@register_fixture("nsf_awards")
+def nsf_case(source: Any) -> FixtureCase:
+    files = {"/nsf-api/services/v2/s3/list-files": nsf_listing((2019, 2020))}
+    files |= {f"/nsf-s3/awards/{year}.zip": zip_bytes(members) for year, members in NSF_YEARS.items()}
+    return FixtureCase(files=files, rows=len(NSF_KEPT), texts=NSF_KEPT, bad_rows=NSF_DROPPED,
+                       counters={"whitespace_compacted": 1}, columns=("awd_amount", "awd_titl_txt", "year"), check=check_nsf)  # fmt: skip
+
+
+def check_docx(frame: Any) -> None:
+    doc = docx_id(1)
+    assert _column_values(frame, "url")[doc] == f"{DOCX_ORIGIN}/extracted/{doc}.txt"
+    assert set(frame["language"].to_list()) == {"en"} and set(frame["source"].to_list()) == {"superdoc-dev/docx-corpus"}
+
+
+@register_fixture("docx-corpus/en")
+def docx_case(source: Any) -> FixtureCase:
+    files = {"/docx-api/manifest": docx_manifest()}
+    files |= {f"/docx/extracted/{doc}.txt": text for doc, text in DOCX_TEXTS.items() if text is not None}
+    return FixtureCase(files=files, rows=len(DOCX_KEPT), texts=DOCX_KEPT, bad_rows=DOCX_DROPPED,
+                       columns=("url", "raw_url", "source", "language"), check=check_docx)  # fmt: skip
+
+
+def ghalogs_train_names() -> list[str]:
+    return [name for name, data in ghalogs_members().items() if data and spec_partition(name) == "train"]
+
+
+def check_ghalogs(frame: Any) -> None:
+    everything = "\n".join(frame["text"].to_list())
+    for kind, secret in SECRETS.items():
+        assert secret not in everything, kind
+    secret_log = frame.filter(frame["archive_path"] == ghalogs_train_names()[0])["text"].item()
+    for person in PEOPLE:
+        assert person not in secret_log, person
+    for marker in ("<REDACTED_AWS_ACCESS_KEY>", "<REDACTED_AWS_SECRET_KEY>", "<REDACTED_GITHUB_TOKEN>", "<REDACTED_HF_TOKEN>",
+                   "<REDACTED_TOKEN>", "<REDACTED_PASSWORD>", "<REDACTED_PRIVATE_KEY>", "<REDACTED_SECRET>"):  # fmt: skip
+        assert marker in secret_log, marker
+    assert set(frame["partition"].to_list()) == {"train"}
+
+
+@register_fixture("ghalogs/public")
+def ghalogs_case(source: Any) -> FixtureCase:
+    train = ghalogs_train_names()
+
+    def sid(name: str) -> str:
+        return hashlib.sha256(f"ghalogs:{name}".encode()).hexdigest()
+
+    known = {sid(train[1]): CLEAN_LOG, sid(train[2]): EMAIL_LOG_SANITIZED, sid(train[3]): "Compiling caf\ufffd.c\nwarning: unused variable"}
+    return FixtureCase(files={GHALOGS_ARCHIVE: zip_bytes(ghalogs_members())}, rows=4, texts=known, bad_rows=GHALOGS_DROPPED,
+                       columns=("archive_path", "partition"), check=check_ghalogs)  # fmt: skip
+
+
+def code_shard(rows: list[dict[str, Any]]) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([("sha1_git", pa.binary()), ("sha1", pa.binary()), ("content", pa.binary()), ("present", pa.bool_())])
+    buf = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), buf, compression="zstd")
+    return buf.getvalue()
+
+
+CODE_SHARDS = {
+    "part-00000.parquet": [
+        {"sha1_git": bytes.fromhex("aa" * 20), "sha1": b"x", "content": b"def main():\n    return 0\n", "present": True},
+        {"sha1_git": bytes.fromhex("bb" * 20), "sha1": b"y", "content": None, "present": False},
+    ],
+    "part-00001.parquet": [{"sha1_git": bytes.fromhex("cc" * 20), "sha1": b"z", "content": b"s = 'caf\xe9'\n", "present": True}],
+    "part-00002.parquet": [{"sha1_git": bytes.fromhex("dd" * 20), "sha1": b"w", "content": b"x = 1" + b" " * 300 + b"# end", "present": True}],
+}
+
+
+@register_fixture("nemotron_code_v1/content", "nemotron_code_v2/content")
+def code_content_case(source: Any) -> FixtureCase:
+    return FixtureCase(
+        files={f"{source.provider.staged_path}/{name}": code_shard(rows) for name, rows in CODE_SHARDS.items()},
+        rows=3,
+        texts={"aa" * 20: "def main():\n    return 0\n", "cc" * 20: "s = 'caf\ufffd'\n", "dd" * 20: "x = 1" + " " * 128 + "# end"},
+        bad_rows={"content_missing": 1, "invalid_utf8_repaired": 1},
+        counters={"whitespace_compacted": 1},
+        absent_columns=("content", "sha1_git", "present"),
+    )
+
+
+FOCUS_SHARDS = {
+    "outputs/main/shard-0000.parquet": [
+        {"source_id": "urn:uuid:5b0e6f5c-0001", "text": "Main text of a focused page.", "url": "https://example.org/a"},
+        {"source_id": "urn:uuid:5b0e6f5c-0002", "text": "", "url": "https://example.org/empty"},
+    ],
+    "outputs/main/shard-0001.parquet": [
+        {"source_id": "urn:uuid:5b0e6f5c-0003", "text": "Main text of a focused page.", "url": "https://example.org/a-again"},
+        {"source_id": "urn:uuid:5b0e6f5c-0004", "text": "Another page" + SPACES + "ends.", "url": None},
+    ],
+}
+
+
+@register_fixture("common-crawl-focus-2026-22")
+def focus_case(source: Any) -> FixtureCase:
+    import polars as pl
+
+    def shard(rows: list[dict[str, Any]]) -> bytes:
+        buf = io.BytesIO()
+        pl.DataFrame(rows, schema={"source_id": pl.Utf8, "text": pl.Utf8, "url": pl.Utf8}).write_parquet(buf)
+        return buf.getvalue()
+
+    files = {f"{source.provider.staged_path}/{name}": shard(rows) for name, rows in FOCUS_SHARDS.items()}
+    files[f"{source.provider.staged_path}/outputs/logs/run.txt"] = b"extraction log, not a shard"
+    return FixtureCase(files=files, rows=2,
+                       texts={"urn:uuid:5b0e6f5c-0001": "Main text of a focused page.",
+                              "urn:uuid:5b0e6f5c-0004": "Another page" + " " * 128 + "ends."},
+                       counters={"empty_dropped": 1, "duplicates": 1, "whitespace_compacted": 1}, columns=("url",))  # fmt: skip
+
+
+@register_fixture("biocorpus")
+def biocorpus_case(source: Any) -> FixtureCase:
+    return FixtureCase(files={f.path: f.data for f in bio_files()}, rows=len(BIO_KEPT), texts=BIO_KEPT,
+                       counters={"empty_dropped": 1, "whitespace_compacted": 1})  # fmt: skip
+
+
+def bucket_fingerprint(files: Mapping[str, bytes], selected: Sequence[str]) -> str:
+    """The snapshot pin of ``selected``: sha256 of ``path\\tsize\\txet hash`` lines by path."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        lines = "".join(f"{p}\t{len(files[p])}\t{xet_hash(files[p], scratch)}\n" for p in sorted(selected))
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def placements() -> dict[str, Placement]:
+    """How each registered web/API/staged/bucket case is presented to the assets."""
+    bio = {f.path: f.data for f in bio_files()}
+    return {
+        "hplt_v3": Placement("served", HPLT_EDIT),
+        "massive_function_calling": Placement("served", {"provider": {"expected_shards": 2}}),
+        "nsf_awards": Placement("served", {"provider": {"revision": "2019-2021"}}),
+        "docx-corpus/en": Placement("served", {"provider": {"sha256": hashlib.sha256(docx_manifest()).hexdigest()}}),
+        "ghalogs/public": Placement("staged"),
+        "nemotron_code_v1/content": Placement("staged", {"provider": {"expected_shards": 3}}),
+        "nemotron_code_v2/content": Placement("staged", {"provider": {"expected_shards": 3}}),
+        "common-crawl-focus-2026-22": Placement("staged", {"provider": {"expected_shards": 2}}),
+        "biocorpus": Placement("bucket", {"provider": {"sha256": bucket_fingerprint(bio, list(BIO_ROWS))}}),
+    }

@@ -27,6 +27,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+import socket
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO, TypeVar
@@ -53,6 +54,10 @@ class ProviderAccessError(DownloadError):
 
 class ProviderGoneError(DownloadError):
     """404/410: the pinned file is no longer served at that address. Never retried."""
+
+
+class ProviderUnreachable(DownloadError):
+    """The provider's host name does not resolve: no network, or a mirror is needed. Never retried."""
 
 
 class CorruptBody(Exception):
@@ -161,6 +166,21 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
     return float(value) if value.replace(".", "", 1).isdigit() else None
 
 
+def _unresolvable(err: BaseException) -> bool:
+    """Whether a connection error is a failed host-name lookup (retrying cannot help)."""
+    seen: set[int] = set()
+    stack: list[Any] = [err]
+    while stack:
+        current = stack.pop()
+        if not isinstance(current, BaseException) or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if type(current).__name__ == "NameResolutionError" or isinstance(current, socket.gaierror):
+            return True
+        stack.extend([getattr(current, "reason", None), current.__cause__, current.__context__, *getattr(current, "args", ())[:1]])
+    return False
+
+
 def _status_error(status: int, headers: Mapping[str, str], what: str, url: str, hint: str) -> Exception:
     shown = display_url(url)
     if status in (401, 403):
@@ -262,6 +282,11 @@ def fetch_into(
                     if counters is not None:
                         counters.add(bytes_fetched=len(chunk))
         except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as err:
+            if _unresolvable(err):
+                host = urlsplit(target).hostname
+                fix = (f"point {MIRROR_ENV} at a reachable copy (e.g. {MIRROR_ENV}='{urlsplit(url).scheme}://{urlsplit(url).hostname}=<mirror url>')"
+                       if mirror else "set HF_ENDPOINT to a reachable Hub mirror")  # fmt: skip
+                raise ProviderUnreachable(f"{what}: cannot resolve host {host!r}: this machine cannot reach the provider; run where it can, or {fix}") from None
             raise _Retry(f"connection dropped after {state['written']} bytes ({type(err).__name__})") from None
         except Exception as err:  # urllib3 protocol errors surface under several names
             if isinstance(err, (_Retry, DownloadError)):

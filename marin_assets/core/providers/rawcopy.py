@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from marin_assets.core import storage
-from marin_assets.core.providers.http import ProviderAccessError, ProviderGoneError
+from marin_assets.core.providers.http import ProviderAccessError, ProviderGoneError, ProviderUnreachable
 
 CODE_VERSION = "1"
 PARTIAL_DIR = "_partial"
@@ -118,7 +118,7 @@ def staging_dir(prefix: str) -> Iterator[str]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-FATAL = (ProviderAccessError, ProviderGoneError, ProviderError)
+FATAL = (ProviderAccessError, ProviderGoneError, ProviderUnreachable, ProviderError)
 
 
 def run_tasks(tasks: Sequence[Callable[[], dict[str, Any]]], workers: int) -> tuple[list[dict[str, Any]], list[Exception]]:
