@@ -1,0 +1,99 @@
+"""Stage checks run with their assets on real fixture sources; damaged outputs make them fail."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import dagster as dg
+
+from marin_assets.core import storage
+from marin_assets.defs.automation import CHECKS
+from marin_assets_tests.automation.sources import LIBRE, PEPS, publish_source
+
+
+def run(pipeline, selection, partition: str, raise_on_error: bool = False) -> dg.ExecuteInProcessResult:
+    """Run like the UI does: the selected assets with their checks (or checks alone), in one run."""
+    from marin_assets.definitions import defs
+    from marin_assets.defs.partitions import source_partitions
+
+    assets = [a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition) and a.is_executable]
+    job = dg.define_asset_job("under_test", selection=selection, partitions_def=source_partitions)
+    with_checks = dg.Definitions(assets=assets, asset_checks=CHECKS, jobs=[job], resources={**(defs.resources or {}), "marin": pipeline.resource})
+    # the partition goes in as its run tag: a run of checks alone has no asset to validate a key against
+    return with_checks.resolve_job_def("under_test").execute_in_process(
+        instance=pipeline.instance, tags={"dagster/partition": partition}, raise_on_error=raise_on_error
+    )
+
+
+def verdicts(result: dg.ExecuteInProcessResult) -> dict[str, dg.AssetCheckEvaluation]:
+    return {f"{e.asset_key.to_user_string()}:{e.check_name}": e for e in result.get_asset_check_evaluations()}
+
+
+def checks_of(*assets: str) -> dg.AssetSelection:
+    return dg.AssetSelection.checks_for_assets(*assets)
+
+
+def output(pipeline, result, asset: str) -> str:
+    return pipeline.metadata(result, asset)["uri"]
+
+
+def test_normalized_and_minhash_checks_pass_then_catch_damage(pipeline, hub_store) -> None:
+    publish_source(hub_store, PEPS)
+    result = run(pipeline, ["raw_files", "normalized", "minhash_buckets"], PEPS, raise_on_error=True)
+    found = verdicts(result)
+    assert {k for k, v in found.items() if v.passed} == {"normalized:rows", "normalized:schema", "minhash_buckets:co_partitioned"}
+    assert found["normalized:rows"].metadata["rows"].value == 6
+
+    shard = storage.list_shards(output(pipeline, result, "normalized"))[0]
+    table = storage.read_parquet(shard)
+    storage.write_parquet(table.take(list(reversed(range(table.num_rows)))), shard)  # same rows, wrong order
+    minhash = storage.list_shards(output(pipeline, result, "minhash_buckets"))[0]
+    storage.write_parquet(storage.read_parquet(minhash).slice(1), minhash)  # a row short
+    damaged = verdicts(run(pipeline, checks_of("normalized", "minhash_buckets"), PEPS))
+    assert not damaged["normalized:schema"].passed and "not sorted by id" in damaged["normalized:schema"].description
+    assert damaged["normalized:rows"].passed
+    assert not damaged["minhash_buckets:co_partitioned"].passed and "input has 6" in damaged["minhash_buckets:co_partitioned"].description
+
+
+def test_a_failed_blocking_check_stops_the_rest_of_the_chain(pipeline, hub_store) -> None:
+    publish_source(hub_store, LIBRE)
+    first = run(pipeline, ["raw_files", "normalized"], LIBRE, raise_on_error=True)
+    shard = storage.list_shards(output(pipeline, first, "normalized"))[0]
+    table = storage.read_parquet(shard)
+    storage.write_parquet(table.select(["text", "id", "source_id"]), shard)  # damaged on disk after the fact
+    result = run(pipeline, ["normalized", "minhash_buckets"], LIBRE)
+    assert pipeline.metadata(result, "normalized")["reused"] is True, "the stored output is reused as it is..."
+    schema = verdicts(result)["normalized:schema"]
+    assert not schema.passed and "columns start with ['text', 'id', 'source_id']" in schema.description
+    built = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    assert built == {"normalized"}, "...and the blocking check keeps minhash_buckets from running on it"
+
+
+def test_embedding_checks_know_the_model_dimension_and_unit_length(pipeline, hub_store) -> None:
+    publish_source(hub_store, PEPS)
+    result = run(pipeline, ["raw_files", "normalized", "embeddings"], PEPS, raise_on_error=True)
+    found = verdicts(result)
+    assert all(found[f"embeddings:{c}"].passed for c in ("dimension", "unit_norm", "co_partitioned"))
+    assert found["embeddings:dimension"].metadata["dim"].value == 384
+
+    shard = storage.list_shards(output(pipeline, result, "embeddings"))[0]
+    table = storage.read_parquet(shard)
+    vectors = np.asarray(table.column("embedding").to_pylist(), dtype=np.float32)
+    doubled = pa.FixedSizeListArray.from_arrays(pa.array((vectors * 2).reshape(-1).clip(-127, 127).astype(np.int8)), vectors.shape[1])
+    storage.write_parquet(table.set_column(1, pa.field("embedding", doubled.type), doubled).replace_schema_metadata(table.schema.metadata), shard)
+    damaged = verdicts(run(pipeline, checks_of("embeddings"), PEPS))
+    assert not damaged["embeddings:unit_norm"].passed
+    assert damaged["embeddings:dimension"].passed
+
+    short = pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(table.num_rows * 16, dtype=np.int8) + 8), 16)
+    storage.write_parquet(table.set_column(1, pa.field("embedding", short.type), short).replace_schema_metadata(table.schema.metadata), shard)
+    damaged = verdicts(run(pipeline, checks_of("embeddings"), PEPS))
+    assert not damaged["embeddings:dimension"].passed and "384" in damaged["embeddings:dimension"].description
+
+
+@pytest.mark.parametrize("asset", ["normalized", "embeddings"])
+def test_a_check_without_an_output_says_what_to_run(pipeline, asset) -> None:
+    found = verdicts(run(pipeline, checks_of(asset), PEPS))
+    assert found and all(not v.passed and "materialize it first" in v.description for v in found.values())
