@@ -304,3 +304,25 @@ def test_gone_file_fails_at_once_and_retries_run_out(web_server, monkeypatch) ->
         http.fetch_bytes(web_server.url("/pinned.bin"), what="test", expected_sha256="0" * 64)
     data, fetched = http.fetch_bytes(web_server.url("/pinned.bin"), what="test", expected_size=5000)
     assert data == body and fetched.size == 5000
+
+
+def test_drift_checks_of_web_and_bucket_pins(web, web_server, tmp_path) -> None:
+    from marin_assets.catalog.sources import load_catalog as load
+    from marin_assets.core.providers import pins
+
+    layout = storage.Layout(web.prefix)
+    api = place(web, web_server, tmp_path, BIO, case_of(BIO))
+    bio = load(web.catalog_path).by_name(BIO)
+    assert pins.check_pin(bio, layout)[0] == pins.OK
+    api.add(fx.BucketFile("data/part-009.jsonl.zst", b"late"))
+    status, detail = pins.check_pin(bio, layout)
+    assert status == pins.REVISION_GONE and bio.provider.sha256 in detail
+    place(web, web_server, tmp_path, DOCX, case_of(DOCX), {})  # the packaged pin, another manifest served
+    assert pins.check_pin(load(web.catalog_path).by_name(DOCX), layout)[0] == pins.REVISION_GONE
+    place(web, web_server, tmp_path, HPLT, case_of(HPLT))
+    assert pins.check_pin(load(web.catalog_path).by_name(HPLT), layout)[0] == pins.OK
+    del web_server.files[f"{fx.HPLT_DIR}/10_3.jsonl.zst"]
+    assert pins.check_pin(load(web.catalog_path).by_name(HPLT), layout)[0] == pins.REVISION_GONE
+    web.catalog_path = str(catalog_with(tmp_path / "catalog.toml", keep=[GHALOGS]))
+    status, detail = pins.check_pin(load(web.catalog_path).by_name(GHALOGS), layout)
+    assert status == pins.UNKNOWN and "not staged" in detail

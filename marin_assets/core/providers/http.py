@@ -293,6 +293,8 @@ def fetch_into(
                 raise
             if type(err).__module__.startswith(("urllib3", "http.client")):
                 raise _Retry(f"connection dropped after {state['written']} bytes ({type(err).__name__})") from None
+            if isinstance(err, requests.RequestException):  # its message may hold a presigned query: drop it
+                raise DownloadError(f"{what}: {type(err).__name__} requesting {display_url(target)}") from None
             raise
         written = state["written"]
         if state["total"] is not None and written < state["total"]:
