@@ -326,3 +326,17 @@ def test_drift_checks_of_web_and_bucket_pins(web, web_server, tmp_path) -> None:
     web.catalog_path = str(catalog_with(tmp_path / "catalog.toml", keep=[GHALOGS]))
     status, detail = pins.check_pin(load(web.catalog_path).by_name(GHALOGS), layout)
     assert status == pins.UNKNOWN and "not staged" in detail
+
+
+def test_log_chunks_are_contiguous_and_bounded() -> None:
+    import zipfile
+
+    from marin_assets.core.providers.ghalogs import plan_chunks
+
+    members = []
+    for i, size in enumerate([40, 70, 10, 200, 5, 5, 90]):
+        info = zipfile.ZipInfo(f"m{i}")
+        info.file_size = size
+        members.append(info)
+    assert plan_chunks(members, 100) == [(0, 1), (1, 3), (3, 4), (4, 7)]
+    assert plan_chunks(members, 10_000) == [(0, 7)]

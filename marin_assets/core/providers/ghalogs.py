@@ -98,10 +98,10 @@ def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, pol
     uri = rawcopy.dest_uri(layout, rawcopy.url_key(p.url), p.revision, fp)
     if (stored := rawcopy.reused(uri)) is not None:
         return stored
-    handle, archive_zip = _open_zip(source, archive)
-    with handle, archive_zip:
-        members = [m for m in archive_zip.infolist() if not m.is_dir()]
+    handle, archive_zip = _open_zip(source, archive)  # one central directory, shared by the chunk threads
+    members = [m for m in archive_zip.infolist() if not m.is_dir()]
     if not members:
+        handle.close()
         raise ProviderError(f"source '{source.name}': the staged archive {archive} holds no files; stage it again")
     chunks = plan_chunks(members, CHUNK_BYTES)
     stem = os.path.basename(archive).removesuffix(".zip")
@@ -114,11 +114,10 @@ def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, pol
     def task(index: int) -> dict[str, Any]:
         start, end = chunks[index]
         counts = {"members": 0, "binary": 0, "utf8_repaired": 0, "bytes": 0}
-        zip_handle, zip_file = _open_zip(source, archive)
-        with zip_handle, zip_file, storage.open_atomic(storage.join(uri, paths[index])) as out:
+        with storage.open_atomic(storage.join(uri, paths[index])) as out:
             writer = zstandard.ZstdCompressor(level=3, write_checksum=True).stream_writer(out, closefd=False)
             for member in members[start:end]:
-                with zip_file.open(member) as stream:
+                with archive_zip.open(member) as stream:  # zipfile serializes reads of the shared handle
                     content = stream.read()  # CRC-checked by zipfile at the end of the member
                 row = member_row(member.filename, content)
                 counts["members"] += 1
@@ -133,7 +132,8 @@ def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, pol
         return record
 
     todo = [i for i, path in enumerate(paths) if path not in done]
-    records, errors = rawcopy.run_tasks([lambda i=i: task(i) for i in todo], WORKERS)
+    with handle, archive_zip:
+        records, errors = rawcopy.run_tasks([lambda i=i: task(i) for i in todo], WORKERS)
     rawcopy.raise_first(errors, what=f"source '{source.name}'", done=len(done) + len(records), total=len(paths), uri=uri)
     by_path = done | {r["path"]: r for r in records}
     files = [by_path[path] for path in paths]
