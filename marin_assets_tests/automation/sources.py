@@ -44,3 +44,20 @@ def entry_like(name: str, new_name: str) -> dict[str, Any]:
     table["provider"] = dict(table["provider"])
     table["name"] = new_name
     return table
+
+
+def run_with_checks(pipeline: Any, selection: Any, partition: str, raise_on_error: bool = False) -> Any:
+    """Run like the UI does: the selected assets with their checks (or checks alone), in one run."""
+    import dagster as dg
+
+    from marin_assets.definitions import defs
+    from marin_assets.defs.automation import CHECKS
+    from marin_assets.defs.partitions import source_partitions
+
+    assets = [a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition) and a.is_executable]
+    job = dg.define_asset_job("under_test", selection=selection, partitions_def=source_partitions)
+    with_checks = dg.Definitions(assets=assets, asset_checks=CHECKS, jobs=[job], resources={**(defs.resources or {}), "marin": pipeline.resource})
+    # the partition goes in as its run tag: a run of checks alone has no asset to validate a key against
+    return with_checks.resolve_job_def("under_test").execute_in_process(
+        instance=pipeline.instance, tags={"dagster/partition": partition}, raise_on_error=raise_on_error
+    )

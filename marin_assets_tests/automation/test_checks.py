@@ -9,22 +9,8 @@ import pytest
 import dagster as dg
 
 from marin_assets.core import storage
-from marin_assets.defs.automation import CHECKS
 from marin_assets_tests.automation.sources import LIBRE, PEPS, publish_source
-
-
-def run(pipeline, selection, partition: str, raise_on_error: bool = False) -> dg.ExecuteInProcessResult:
-    """Run like the UI does: the selected assets with their checks (or checks alone), in one run."""
-    from marin_assets.definitions import defs
-    from marin_assets.defs.partitions import source_partitions
-
-    assets = [a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition) and a.is_executable]
-    job = dg.define_asset_job("under_test", selection=selection, partitions_def=source_partitions)
-    with_checks = dg.Definitions(assets=assets, asset_checks=CHECKS, jobs=[job], resources={**(defs.resources or {}), "marin": pipeline.resource})
-    # the partition goes in as its run tag: a run of checks alone has no asset to validate a key against
-    return with_checks.resolve_job_def("under_test").execute_in_process(
-        instance=pipeline.instance, tags={"dagster/partition": partition}, raise_on_error=raise_on_error
-    )
+from marin_assets_tests.automation.sources import run_with_checks as run
 
 
 def verdicts(result: dg.ExecuteInProcessResult) -> dict[str, dg.AssetCheckEvaluation]:
