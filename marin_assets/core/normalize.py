@@ -22,7 +22,7 @@ import gzip
 import io
 import json
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import polars as pl
@@ -239,22 +239,20 @@ class ScatterParams:
     transform: BatchTransform | None = None
 
 
-def scatter_file(input_uris: list[str], output_uri: str, params: ScatterParams) -> dict[str, Any]:
-    """Phase 1 for one input file: write its rows as N shard pieces under ``output_uri``."""
-    (uri,) = input_uris
+def _file_rows(uri: str, params: ScatterParams, counters: dict[str, int]) -> Iterator[pl.DataFrame]:
+    """Canonical rows of one input file, batch by batch; counts go into ``counters``."""
     fmt = params.fmt or input_format_of(uri)
     if fmt not in SUPPORTED_FORMATS:
         raise NormalizeError(
             f"source '{params.source}': file '{uri}' has unsupported format '{fmt}'; "
             f"supported: {', '.join(SUPPORTED_FORMATS)} (set input_format in the catalog entry)"
         )
-    counters: dict[str, int] = {"rows_in": 0, "rows_out": 0, "bytes_in": storage.size(uri)}
+    counters["bytes_in"] = counters.get("bytes_in", 0) + storage.size(uri)
     bad_rows: dict[str, int] = {}
-    pieces: dict[int, list[pl.DataFrame]] = {}
     # A transform may bring its own reader (whole files, repaired encodings, smaller batches).
     reader = getattr(params.transform, "read_file", None) or read_batches
     for batch in reader(uri, fmt, params.normalize.batch_rows, bad_rows):
-        counters["rows_in"] += batch.height
+        counters["rows_in"] = counters.get("rows_in", 0) + batch.height
         if params.transform is not None:
             batch, transform_counts = params.transform(batch)
             for reason, n in transform_counts.items():
@@ -262,18 +260,55 @@ def scatter_file(input_uris: list[str], output_uri: str, params: ScatterParams) 
         rows, row_counts = canonical_rows(batch, params.normalize, source=params.source, file=uri)
         for key, n in row_counts.items():
             counters[key] = counters.get(key, 0) + n
-        counters["rows_out"] += rows.height
-        if not rows.height:
-            continue
+        counters["rows_out"] = counters.get("rows_out", 0) + rows.height
+        if rows.height:
+            yield rows
+    for reason, n in bad_rows.items():
+        counters[f"bad_rows.{reason}"] = counters.get(f"bad_rows.{reason}", 0) + n
+
+
+def scatter_file(input_uris: list[str], output_uri: str, params: ScatterParams) -> dict[str, Any]:
+    """Phase 1 for one input file: write its rows as N shard pieces under ``output_uri``."""
+    (uri,) = input_uris
+    counters: dict[str, int] = {"rows_in": 0, "rows_out": 0}
+    pieces: dict[int, list[pl.DataFrame]] = {}
+    for rows in _file_rows(uri, params, counters):
         rows = rows.with_columns(shard_of(rows["id"], params.shards).alias("_shard"))
         for (shard,), part in rows.partition_by("_shard", as_dict=True).items():
             pieces.setdefault(int(shard), []).append(part.drop("_shard"))
     for shard, frames in pieces.items():
         with storage.open_atomic(storage.join(output_uri, f"shard-{shard:05d}.arrow")) as handle:
             pl.concat(frames, how="diagonal_relaxed").write_ipc(handle, compression="uncompressed")
-    counters.update({f"bad_rows.{k}": v for k, v in bad_rows.items()})
     storage.write_json(storage.join(output_uri, "_done.json"), counters)
     return counters
+
+
+def single_shard(input_uris: list[str], output_uri: str, params: ScatterParams) -> dict[str, Any]:
+    """A source that makes one shard: read every file and write the shard, no scatter round trip.
+
+    The shard is held in memory either way, so skipping the pieces costs no memory.
+    """
+    counters: dict[str, int] = {"rows_in": 0, "rows_out": 0}
+    frames = [rows for uri in input_uris for rows in _file_rows(uri, params, counters)]
+    _require_rows(params.source, len(input_uris), counters)
+    return counters | _write_shard(frames, output_uri, params.normalize.exact_dedup)
+
+
+def _sum_ints(stats: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for shard in stats:
+        for key, value in shard.items():
+            if isinstance(value, int) and not isinstance(value, bool):
+                totals[key] = totals.get(key, 0) + value
+    return totals
+
+
+def _require_rows(source: str, files: int, counters: Mapping[str, int]) -> None:
+    if counters.get("rows_out", 0) == 0:
+        raise NormalizeError(
+            f"source '{source}': every row was empty or filtered ({counters.get('rows_in', 0)} rows read from "
+            f"{files} files); check the text field and the transform in the catalog entry"
+        )
 
 
 def _read_piece(uri: str) -> pl.DataFrame:
@@ -293,11 +328,16 @@ def gather_shard(input_uris: list[str], output_uri: str, params: GatherParams) -
     """Phase 2 for one shard: sort its pieces by id and split off within-source duplicates."""
     name = f"shard-{params.shard:05d}.arrow"
     frames = [_read_piece(storage.join(d, name)) for d in input_uris if storage.exists(storage.join(d, name))]
+    return _write_shard(frames, output_uri, params.exact_dedup)
+
+
+def _write_shard(frames: list[pl.DataFrame], output_uri: str, exact_dedup: bool) -> dict[str, Any]:
+    """Sort a shard's rows by id (stable: the first copy in input order wins) and write it."""
     frame = pl.concat(frames, how="diagonal_relaxed", rechunk=False) if frames else pl.DataFrame(schema={"id": pl.Utf8, "text": pl.Utf8, "source_id": pl.Utf8})
-    del frames  # keep one copy of the shard alive while sorting, not two
+    frames.clear()  # keep one copy of the shard alive while sorting, not two
     frame = frame.sort("id", maintain_order=True)
     duplicates = 0
-    if params.exact_dedup and frame.height:
+    if exact_dedup and frame.height:
         first = frame["id"].is_first_distinct()
         dups = frame.filter(~first)
         frame = frame.filter(first)
@@ -338,27 +378,25 @@ def normalize_source(
     sizes = [storage.size(u) for u in input_uris]
     shards = plan_shards(sizes, params.target_shard_bytes)
     scatter_root = storage.join(out_dir, SCATTER_DIR)
-    scatter_tasks = [
-        ShardTask(scatter_file, (uri,), storage.join(scatter_root, f"file-{i:05d}"), ScatterParams(params, shards, source, fmt, transform))
-        for i, uri in enumerate(input_uris)
-    ]
-    scattered = runner.map(scatter_tasks, on_done=lambda r: say(f"{source}: read {storage.basename(r.output)} rows={r.stats.get('rows_in')}"))
-    totals: dict[str, int] = {}
-    for result in scattered:
-        for key, value in result.stats.items():
-            if isinstance(value, int):
-                totals[key] = totals.get(key, 0) + value
-    if totals.get("rows_out", 0) == 0:
-        raise NormalizeError(
-            f"source '{source}': every row was empty or filtered ({totals.get('rows_in', 0)} rows read from "
-            f"{len(input_uris)} files); check the text field and the transform in the catalog entry"
-        )
-    piece_dirs = tuple(t.output for t in scatter_tasks)
-    gather_tasks = [
-        ShardTask(gather_shard, piece_dirs, storage.join(out_dir, storage.shard_name(s, shards)), GatherParams(s, params.exact_dedup))
-        for s in range(shards)
-    ]
-    gathered = runner.map(gather_tasks, on_done=lambda r: say(f"{source}: wrote {storage.basename(r.output)} rows={r.stats['rows']}"))
+    scatter_params = ScatterParams(params, shards, source, fmt, transform)
+    wrote = lambda r: say(f"{source}: wrote {storage.basename(r.output)} rows={r.stats['rows']}")  # noqa: E731
+    if shards == 1:
+        single = ShardTask(single_shard, tuple(input_uris), storage.join(out_dir, storage.shard_name(0, 1)), scatter_params)
+        scattered = gathered = runner.map([single], on_done=wrote)
+    else:
+        scatter_tasks = [
+            ShardTask(scatter_file, (uri,), storage.join(scatter_root, f"file-{i:05d}"), scatter_params)
+            for i, uri in enumerate(input_uris)
+        ]
+        scattered = runner.map(scatter_tasks, on_done=lambda r: say(f"{source}: read {storage.basename(r.output)} rows={r.stats.get('rows_in')}"))
+        _require_rows(source, len(input_uris), _sum_ints(r.stats for r in scattered))
+        piece_dirs = tuple(t.output for t in scatter_tasks)
+        gather_tasks = [
+            ShardTask(gather_shard, piece_dirs, storage.join(out_dir, storage.shard_name(s, shards)), GatherParams(s, params.exact_dedup))
+            for s in range(shards)
+        ]
+        gathered = runner.map(gather_tasks, on_done=wrote)
+    totals = _sum_ints(r.stats for r in scattered)
     rows = sum(r.stats["rows"] for r in gathered)
     duplicates = sum(r.stats["duplicates"] for r in gathered)
     manifest = {
@@ -380,7 +418,7 @@ def normalize_source(
             "bytes_out": sum(r.stats["bytes_out"] for r in gathered),
         },
         "bad_rows": {k.removeprefix("bad_rows."): v for k, v in totals.items() if k.startswith("bad_rows.")},
-        "resumed_tasks": sum(r.reused for r in scattered) + sum(r.reused for r in gathered),
+        "resumed_tasks": sum(r.reused for r in scattered) + (0 if gathered is scattered else sum(r.reused for r in gathered)),
     }
     storage.write_manifest(out_dir, manifest)
     storage.remove(scatter_root, recursive=True)
