@@ -44,7 +44,19 @@ def topic_model(context):  # in EXCEPTIONS: manual
     return _version(context)
 
 
-ASSETS = with_automation([pins, per_source, global_step, attribute, topic_model])
+@dg.asset(deps=[per_source])
+def decision(context):
+    """A global step that decides per source, like dedup: its metadata says which source's part changed."""
+    digests = {k: VERSIONS.get(f"decision[{k}]", "d1") for k in PARTS.get_partition_keys()}
+    return dg.MaterializeResult(data_version=dg.DataVersion(str(sorted(digests.items()))), metadata={"per_source_digest": dg.MetadataValue.json(digests)})
+
+
+@dg.asset(partitions_def=PARTS, deps=[per_source, decision])
+def pool(context):
+    return _version(context)
+
+
+ASSETS = with_automation([pins, per_source, global_step, attribute, topic_model, decision, pool])
 DEFS = dg.Definitions(assets=ASSETS)
 
 
@@ -60,30 +72,31 @@ def test_conditions_follow_the_shape_of_the_graph() -> None:
     assert _condition("pins") == pins.automation_condition, "an author's own condition is kept"
 
 
-def test_a_global_change_reaches_only_partitions_built_before() -> None:
+def test_a_global_change_reaches_only_partitions_built_before_and_changed() -> None:
     VERSIONS.clear()
     with dg.instance_for_test() as instance:
         observe([pins], instance=instance)
         for key in (PEPS, LIBRE, THIRD):
             dg.materialize(ASSETS, selection=["per_source"], partition_key=key, instance=instance)
-        dg.materialize(ASSETS, selection=["global_step", "topic_model"], instance=instance)
-        for key in (PEPS, LIBRE):  # THIRD never got its attribute
-            dg.materialize(ASSETS, selection=["attribute"], partition_key=key, instance=instance)
+        dg.materialize(ASSETS, selection=["global_step", "topic_model", "decision"], instance=instance)
+        for key in (PEPS, LIBRE):  # THIRD never got its attribute or pool
+            dg.materialize(ASSETS, selection=["attribute", "pool"], partition_key=key, instance=instance)
         cursor = None
 
         def tick() -> dict[str, set]:
             nonlocal cursor
             result = dg.evaluate_automation_conditions(defs=DEFS, instance=instance, cursor=cursor)
             cursor = result.cursor
-            keys = ["per_source", "global_step", "attribute", "topic_model"]
+            keys = ["per_source", "global_step", "attribute", "topic_model", "decision", "pool"]
             return {k: result.get_requested_partitions(dg.AssetKey(k)) for k in keys if result.get_num_requested(dg.AssetKey(k))}
 
         assert tick() == {}
         VERSIONS["per_source[" + THIRD + "]"] = "v2"
         dg.materialize(ASSETS, selection=["per_source"], partition_key=THIRD, instance=instance)
-        assert tick() == {"global_step": {None}}, "topic_model is manual; THIRD's attribute was never built"
+        assert tick() == {"global_step": {None}, "decision": {None}}, "topic_model is manual; THIRD's attribute was never built"
         VERSIONS["global_step"] = "v2"
-        dg.materialize(ASSETS, selection=["global_step"], instance=instance)
-        assert tick() == {"attribute": {PEPS, LIBRE}}
-        dg.materialize(ASSETS, selection=["global_step"], instance=instance)  # same data version again
+        VERSIONS[f"decision[{LIBRE}]"] = "d2"
+        dg.materialize(ASSETS, selection=["global_step", "decision"], instance=instance)
+        assert tick() == {"attribute": {PEPS, LIBRE}, "pool": {LIBRE}}, "a per-source decision reaches only the sources it changed for"
+        dg.materialize(ASSETS, selection=["global_step", "decision"], instance=instance)  # same data versions again
         assert tick() == {}

@@ -5,10 +5,13 @@ The rule is generic so that new stages are automated without touching this modul
 * a **per-source** (partitioned) asset is rebuilt when a dependency's *data version* changed
   (our data versions are content fingerprints, so a re-run that reused its output changes
   nothing downstream), or when its dependency will be rebuilt on the same tick (so a pin
-  change becomes one run of the source's whole chain). Only partitions that were built
-  before are rebuilt: the first build of a source is a backfill. A partition added by a
-  code-location reload (a new catalog entry) is built as soon as its inputs exist. A
-  partition whose name left the catalog is never requested.
+  change becomes one run of the source's whole chain). A global dependency counts for the
+  sources whose part of it changed: a global step that decides per source publishes
+  ``per_source_digest`` ({source: digest}) in its metadata (the dedup steps do), and only
+  the sources whose digest moved are rebuilt; a global step without it counts for all.
+  Only partitions that were built before are rebuilt: the first build of a source is a
+  backfill. A partition added by a code-location reload (a new catalog entry) is built as
+  soon as its inputs exist. A partition whose name left the catalog is never requested.
 * a **global** (unpartitioned) asset is rebuilt when the data version of any partition of
   its dependencies changed, once none of them is in progress or about to be requested (the
   global steps run after the per-source chains of that tick, in their own run).
@@ -19,6 +22,7 @@ The rule is generic so that new stages are automated without touching this modul
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -83,6 +87,63 @@ class InCatalog(dg.AutomationCondition):
         return dg.AutomationResult(context=context, true_subset=subset)
 
 
+SLICE_METADATA = "per_source_digest"
+
+
+def _latest_version_and_slices(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict[str, Any] | None:
+    record = instance.get_latest_data_version_record(key)
+    if record is None:
+        return None
+    event = record.asset_materialization or record.asset_observation
+    if event is None:
+        return None
+    digests = event.metadata.get(SLICE_METADATA)
+    value = getattr(digests, "value", digests)
+    return {"version": event.tags.get("dagster/data_version") if event.tags else None,
+            "slices": {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else None}  # fmt: skip
+
+
+class GlobalInputChanged(dg.AutomationCondition):
+    """True for partitions whose part of an unpartitioned dependency changed since the last tick.
+
+    The dependency's data version is compared with the one seen on the previous tick (kept in
+    this condition's cursor); when it moved, the partitions affected are those whose entry of
+    its ``per_source_digest`` metadata moved, or every partition if it publishes none.
+    """
+
+    @property
+    def name(self) -> str:
+        return "global_input_changed_for_source"
+
+    @property
+    def description(self) -> str:
+        return "This source's part of a global dependency changed"
+
+    def evaluate(self, context):  # type: ignore[override]
+        graph = context.asset_graph
+        instance = context.asset_graph_view.instance
+        seen = {
+            parent.to_user_string(): _latest_version_and_slices(instance, parent)
+            for parent in sorted(graph.get(context.key).parent_keys)
+            if graph.get(parent).partitions_def is None
+        }
+        previous = json.loads(context.cursor) if context.cursor else None
+        changed: set[str] = set()
+        everything = False
+        for parent, now in seen.items():
+            before = (previous or {}).get(parent)
+            if previous is None or now is None or before is None or now["version"] == before["version"]:
+                continue
+            if now["slices"] is None or before["slices"] is None:
+                everything = True
+            else:
+                changed |= {k for k in set(now["slices"]) | set(before["slices"]) if now["slices"].get(k) != before["slices"].get(k)}
+        subset = context.candidate_subset
+        if not everything:
+            subset = subset.compute_intersection_with_partition_keys(changed) if subset.is_partitioned else context.get_empty_subset()
+        return dg.AutomationResult(context=context, true_subset=subset, cursor=json.dumps(seen, sort_keys=True))
+
+
 # --------------------------------------------------------------------------- the two conditions
 
 
@@ -98,9 +159,18 @@ def _no_dep_failed_blocking_check() -> dg.AutomationCondition:
     )
 
 
-def per_source_condition() -> dg.AutomationCondition:
-    """For partitioned assets: rebuild the partitions whose inputs changed (see module doc)."""
-    inputs_changed = AC.any_deps_match(_dep_data_changed() | AC.will_be_requested()).with_label("any_dep_changed_or_requested")
+def per_source_condition(global_deps: Iterable[str] = ()) -> dg.AutomationCondition:
+    """For partitioned assets: rebuild the partitions whose inputs changed (see module doc).
+
+    ``global_deps`` are the unpartitioned dependencies: they are judged per source by
+    ``GlobalInputChanged`` instead of by their data version alone.
+    """
+    per_source_deps = AC.any_deps_match(_dep_data_changed() | AC.will_be_requested())
+    if global_deps:
+        per_source_deps = per_source_deps.ignore(dg.AssetSelection.assets(*sorted(global_deps)))
+        inputs_changed = (per_source_deps | GlobalInputChanged()).with_label("any_dep_changed_or_requested")
+    else:
+        inputs_changed = per_source_deps.with_label("any_dep_changed_or_requested")
     rebuild = (inputs_changed & ~AC.missing()).with_label("built_before_and_inputs_changed")
     new_partition = AC.newly_missing().with_label("new_partition")
     return (
@@ -124,21 +194,39 @@ def global_condition() -> dg.AutomationCondition:
     ).with_label("marin_global")
 
 
-def condition_for(spec: dg.AssetSpec, exceptions: Mapping[str, Any] = EXCEPTIONS) -> dg.AutomationCondition | None:
-    """The condition an asset gets: its own, an exception, or the rule for its shape."""
+def condition_for(spec: dg.AssetSpec, unpartitioned: set[dg.AssetKey] = frozenset(),  # type: ignore[assignment]
+                  exceptions: Mapping[str, Any] = EXCEPTIONS) -> dg.AutomationCondition | None:  # fmt: skip
+    """The condition an asset gets: its own, an exception, or the rule for its shape.
+
+    ``unpartitioned`` are the keys of the graph's unpartitioned assets (to tell global deps).
+    """
     name = spec.key.to_user_string()
     if spec.automation_condition is not None:
         return spec.automation_condition
     if name in exceptions:
         return exceptions[name]
-    return per_source_condition() if spec.partitions_def is not None else global_condition()
+    if spec.partitions_def is None:
+        return global_condition()
+    return per_source_condition(sorted(d.asset_key.to_user_string() for d in spec.deps if d.asset_key in unpartitioned))
+
+
+def _unpartitioned_keys(assets: list[Any]) -> set[dg.AssetKey]:
+    keys: set[dg.AssetKey] = set()
+    for asset in assets:
+        if isinstance(asset, dg.AssetsDefinition):
+            keys |= {spec.key for spec in asset.specs if spec.partitions_def is None}
+        elif isinstance(asset, dg.SourceAsset) and asset.partitions_def is None:
+            keys.add(asset.key)
+    return keys
 
 
 def with_conditions(assets: Iterable[Any], exceptions: Mapping[str, Any] = EXCEPTIONS) -> list[Any]:
     """The assets with a condition on every executable asset spec (source assets unchanged)."""
+    assets = list(assets)
+    unpartitioned = _unpartitioned_keys(assets)
     out: list[Any] = []
     for asset in assets:
         if isinstance(asset, dg.AssetsDefinition) and asset.is_executable and not asset.is_observable:
-            asset = asset.map_asset_specs(lambda spec: spec.replace_attributes(automation_condition=condition_for(spec, exceptions)))
+            asset = asset.map_asset_specs(lambda spec: spec.replace_attributes(automation_condition=condition_for(spec, unpartitioned, exceptions)))
         out.append(asset)
     return out

@@ -1,8 +1,10 @@
 """Pin drift: what a provider says today about each pinned revision (no dagster here).
 
-For a Hugging Face pin the questions are: is the pinned revision still served, has the
+For a Hugging Face dataset pin the questions are: is the pinned revision still served, has the
 moving branch advanced past it, is the repository now gated (when the catalog does not say
-so), or is it gone. The answer never changes a pin; it is reported, and a person decides.
+so), or is it gone. Other pins (buckets, web, API, pre-staged) are asked by
+``core.providers.pins.check_pin``. The answer never changes a pin; it is reported, and a
+person decides.
 
 A missing ``HF_TOKEN`` or an unreachable provider makes the answer ``unknown``, never an
 exception: the drift sensor must keep running on a laptop without network.
@@ -73,13 +75,26 @@ def _repo_gating(repo_id: str, repo_type: str, endpoint: str | None, token: str 
     return bool(getattr(info, "gated", False))
 
 
-def check_source_pin(source: Any, *, branch: str = "main", policy: hub.RetryPolicy = QUICK_POLICY,
+def is_hub_dataset(source: Any) -> bool:
+    return source.provider.kind == "hf" and source.provider.repo_type == "dataset"
+
+
+def check_source_pin(source: Any, *, layout: Any = None, branch: str = "main", policy: hub.RetryPolicy = QUICK_POLICY,
                      endpoint: str | None = None, token: str | None = None) -> PinReport:  # fmt: skip
-    """Ask the provider about ``source``'s pin. Never raises for provider or network trouble."""
+    """Ask the provider about ``source``'s pin. Never raises for provider or network trouble.
+
+    ``layout`` (the storage layout) is needed for pins other than Hub datasets (pre-staged
+    copies live under it); without it they are ``not-checked``.
+    """
     p = source.provider
     report = dict(source=source.name, pin=p.pin, branch=branch)
-    if p.kind != "hf" or p.repo_type != "dataset":
-        return PinReport(**report, status=NOT_CHECKED, detail=f"no drift check for {p.kind} {p.repo_type or ''} pins".replace("  ", " "))
+    if not is_hub_dataset(source):
+        if layout is None:
+            return PinReport(**report, status=NOT_CHECKED, detail=f"no storage layout given to check a {p.kind} pin")
+        from marin_assets.core.providers import pins
+
+        status, detail = pins.check_pin(source, layout, policy=policy)
+        return PinReport(**report, status=status, detail=detail)
     try:
         gated = _repo_gating(p.repo_id, p.repo_type, endpoint, token, policy.timeout_s)
         status = hub.check_pin(p.repo_id, p.revision, branch, repo_type=p.repo_type, policy=policy, endpoint=endpoint, token=token)

@@ -2,7 +2,7 @@
 
 Each tick asks the provider about the next few pins (a cursor walks the catalog, so a tick's
 time stays bounded however many sources there are) and records, per source, a result of that
-source's check ``pin_drift_<source>`` on ``source_pins`` (one check per Hub pin, so the
+source's check ``pin_drift_<source>`` on ``source_pins`` (one check per source, so the
 asset's Checks tab lists every source with its last verdict), plus ``pin_drift_summary`` over
 the last known state of every pin. It never edits the catalog. ``MARIN_DRIFT_INTERVAL_S`` (3600),
 ``MARIN_DRIFT_BATCH`` (10 pins per tick) and ``MARIN_DRIFT_BUDGET_S`` (30 s per tick) tune it.
@@ -37,10 +37,6 @@ def _env_number(name: str, default: float) -> float:
         return float(raw) if raw else default
     except ValueError:
         raise ValueError(f"{name}={raw!r} is not a number") from None
-
-
-def _is_hub_pin(source: Any) -> bool:
-    return source.provider.kind == "hf" and source.provider.repo_type == "dataset"
 
 
 def drift_check_names(names: Iterable[str]) -> dict[str, str]:
@@ -110,8 +106,8 @@ def _walk(names: Sequence[str], after: str) -> list[str]:
     return list(names[start:]) + list(names[:start])
 
 
-def check_batch(sources: Iterable[Any], batch: int, budget_s: float) -> tuple[list[drift.PinReport], str | None]:
-    """Check up to ``batch`` Hub pins within ``budget_s``; stop early when the provider is unreachable.
+def check_batch(sources: Iterable[Any], batch: int, budget_s: float, layout: Any = None) -> tuple[list[drift.PinReport], str | None]:
+    """Check up to ``batch`` pins within ``budget_s``; stop early when a provider is unreachable.
 
     Returns the reports and why the walk stopped early (``None`` if it did not).
     """
@@ -123,7 +119,7 @@ def check_batch(sources: Iterable[Any], batch: int, budget_s: float) -> tuple[li
             return reports, None
         if time.monotonic() - started > budget_s:
             return reports, f"time budget of {budget_s:.0f}s used"
-        report = drift.check_source_pin(source)
+        report = drift.check_source_pin(source, layout=layout)
         reports.append(report)
         if report.status != drift.NOT_CHECKED:
             asked += 1
@@ -144,12 +140,12 @@ def pin_drift(context: dg.SensorEvaluationContext, marin: MarinResource) -> dg.S
     catalog = marin.catalog()
     partitions = set(source_partitions.get_partition_keys())
     sources = [s for s in catalog if s.name in partitions]
-    hub_pins = sum(1 for s in sources if _is_hub_pin(s))
+    total = len(sources)
     checks = _CHECK_NAMES
     state = json.loads(context.cursor) if context.cursor else {}
     statuses: dict[str, dict[str, Any]] = {n: s for n, s in state.get("status", {}).items() if n in partitions}
     order = _walk([s.name for s in sources], state.get("last", ""))
-    reports, stopped = check_batch((catalog.by_name(n) for n in order), batch, budget)
+    reports, stopped = check_batch((catalog.by_name(n) for n in order), batch, budget, marin.layout())
     events: list[dg.AssetCheckEvaluation] = []
     for report in reports:
         if report.status == drift.NOT_CHECKED:
@@ -160,12 +156,12 @@ def pin_drift(context: dg.SensorEvaluationContext, marin: MarinResource) -> dg.S
             events.append(dg.AssetCheckEvaluation(asset_key=SOURCE_PINS, check_name=checks[report.source], **drift_verdict(report)))
     asked = [r for r in reports if r.status != drift.NOT_CHECKED]
     if asked:
-        events.append(dg.AssetCheckEvaluation(asset_key=SOURCE_PINS, check_name=SUMMARY_CHECK, **summary_verdict(statuses, hub_pins)))
+        events.append(dg.AssetCheckEvaluation(asset_key=SOURCE_PINS, check_name=SUMMARY_CHECK, **summary_verdict(statuses, total)))
     done = reports[:-1] if stopped == UNREACHABLE else reports  # retry the unreachable one next tick
     last = done[-1].source if done else state.get("last", "")
     counts = Counter(r.status for r in asked)
     message = (
-        f"checked {len(asked)} of {hub_pins} Hub pins"
+        f"checked {len(asked)} of {total} pins"
         + (f" ({asked[0].source} .. {asked[-1].source})" if asked else "")
         + (": " + ", ".join(f"{counts[k]} {k}" for k in sorted(counts)) if counts else "")
         + "".join(f"; {r.source}: {r.status} ({r.detail})" for r in asked if r.status != drift.OK)
@@ -176,15 +172,7 @@ def pin_drift(context: dg.SensorEvaluationContext, marin: MarinResource) -> dg.S
     return dg.SensorResult(asset_events=events, cursor=json.dumps({"last": last, "status": statuses}, sort_keys=True), skip_reason=message)
 
 
-def _hub_pins_at_load() -> list[str]:
-    """Hub pins of the catalog as the code location loads it (like the partitions)."""
-    from marin_assets.catalog.sources import load_catalog
-
-    partitions = set(source_partitions.get_partition_keys())
-    return [s.name for s in load_catalog() if s.name in partitions and _is_hub_pin(s)]
-
-
-SOURCE_NAMES_AT_LOAD = _hub_pins_at_load()
+SOURCE_NAMES_AT_LOAD = list(source_partitions.get_partition_keys())  # one check per source, like the partitions
 _CHECK_NAMES = drift_check_names(SOURCE_NAMES_AT_LOAD)
 _SOURCE_OF = {check: name for name, check in _CHECK_NAMES.items()}
 
@@ -192,7 +180,7 @@ _SOURCE_OF = {check: name for name, check in _CHECK_NAMES.items()}
 @dg.multi_asset_check(
     name="pin_drift",
     specs=[
-        dg.AssetCheckSpec(check, asset=SOURCE_PINS, description=f"{name}: the pinned revision is still served, its branch has not moved, the repo is not newly gated or gone.")
+        dg.AssetCheckSpec(check, asset=SOURCE_PINS, description=f"{name}: the provider still serves what the catalog pins (for Hub repos: revision served, branch not moved, not newly gated or gone).")
         for name, check in _CHECK_NAMES.items()
     ],
     can_subset=True,
@@ -205,14 +193,15 @@ def pin_drift_checks(context: dg.AssetCheckExecutionContext, marin: MarinResourc
             yield dg.AssetCheckResult(check_name=key.name, asset_key=SOURCE_PINS, passed=False, severity=dg.AssetCheckSeverity.WARN,
                                       description=f"{name} is no longer in the catalog")  # fmt: skip
             continue
-        yield dg.AssetCheckResult(check_name=key.name, asset_key=SOURCE_PINS, **drift_verdict(drift.check_source_pin(catalog.by_name(name))))
+        report = drift.check_source_pin(catalog.by_name(name), layout=marin.layout())
+        yield dg.AssetCheckResult(check_name=key.name, asset_key=SOURCE_PINS, **drift_verdict(report))
 
 
-@dg.asset_check(asset=SOURCE_PINS, name=SUMMARY_CHECK, description="Drift of every Hub pin in the catalog (checks them all; the sensor spreads this over ticks).")
+@dg.asset_check(asset=SOURCE_PINS, name=SUMMARY_CHECK, description="Drift of every pin in the catalog (checks them all; the sensor spreads this over ticks).")
 def pin_drift_summary(marin: MarinResource) -> dg.AssetCheckResult:
     partitions = set(source_partitions.get_partition_keys())
     sources = [s for s in marin.catalog() if s.name in partitions]
-    reports = [drift.check_source_pin(s) for s in sources if _is_hub_pin(s)]
+    reports = [drift.check_source_pin(s, layout=marin.layout()) for s in sources]
     statuses = {r.source: {"status": r.status, "detail": r.detail, "checked": _now()} for r in reports if r.status != drift.NOT_CHECKED}
     return dg.AssetCheckResult(**summary_verdict(statuses, len(statuses)))
 
