@@ -83,3 +83,37 @@ def test_embedding_checks_know_the_model_dimension_and_unit_length(pipeline, hub
 def test_a_check_without_an_output_says_what_to_run(pipeline, asset) -> None:
     found = verdicts(run(pipeline, checks_of(asset), PEPS))
     assert found and all(not v.passed and "materialize it first" in v.description for v in found.values())
+
+
+def _recorded_output(pipeline, asset: str, manifest: dict, partition: str | None = None) -> None:
+    """An output folder with ``manifest`` and a materialization that names it (no run needed)."""
+    uri = storage.join(pipeline.prefix, "checks-fixture", asset, partition or "global")
+    storage.write_manifest(uri, manifest)
+    pipeline.instance.report_runless_asset_event(dg.AssetMaterialization(asset, partition=partition, metadata={"uri": dg.MetadataValue.path(uri)}))
+
+
+@pytest.mark.parametrize(("flagged", "passed", "severity"), [(4, True, "WARN"), (50, False, "WARN"), (200, False, "ERROR")])
+def test_contamination_rate_warns_then_blocks(pipeline, flagged, passed, severity) -> None:
+    shards = [{"documents": 500, "contaminated": flagged // 2, "flagged_by_eval": {"gpqa_diamond": flagged // 2}}] * 2
+    _recorded_output(pipeline, "contamination", {"per_shard": shards}, PEPS)
+    verdict = verdicts(run(pipeline, checks_of("contamination"), PEPS))["contamination:contamination_rate"]
+    assert verdict.passed is passed and verdict.severity.value == severity
+    assert verdict.metadata["contaminated"].value == flagged
+
+
+def test_band_sizes_flag_a_band_that_holds_most_documents(pipeline) -> None:
+    from marin_assets.defs.automation import CHECKS
+
+    even = [[20, 20, 20, 20, 20], [10, 10, 10, 10, 10]]
+    skewed = [[0, 5, 85, 8, 2], [0, 5, 80, 10, 5]]  # an empty bottom band, 82% in the middle
+    results = {}
+    for name, per_topic in (("even", even), ("skewed", skewed)):
+        _recorded_output(pipeline, "quality_bands", {"stats": {"band_summary": {"documents_per_band": per_topic}}})
+        job = dg.define_asset_job("bands", selection=checks_of("quality_bands"))
+        from marin_assets.definitions import defs
+
+        assets = [a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition) and a.is_executable]
+        result = dg.Definitions(assets=assets, asset_checks=CHECKS, jobs=[job], resources=defs.resources).resolve_job_def("bands").execute_in_process(instance=pipeline.instance)
+        results[name] = verdicts(result)["quality_bands:band_sizes"]
+    assert results["even"].passed
+    assert not results["skewed"].passed and "q0: 0.0%, q2: 82.5%" in results["skewed"].description

@@ -7,6 +7,7 @@ of that run's chain for the source.
 """
 
 from marin_assets.defs.checks.attributes import ATTRIBUTE_CHECKS
+from marin_assets.defs.checks.curation import CURATION_CHECKS
 from marin_assets.defs.checks.normalized import NORMALIZED_CHECKS
 
-STAGE_CHECKS = [*NORMALIZED_CHECKS, *ATTRIBUTE_CHECKS]
+STAGE_CHECKS = [*NORMALIZED_CHECKS, *ATTRIBUTE_CHECKS, *CURATION_CHECKS]

@@ -10,7 +10,7 @@ from marin_assets.defs.checks.output import NoOutput, missing_output, output_uri
 from marin_assets.defs.partitions import source_partitions
 
 # Attribute stages joined shard by shard with their input (same basenames, same row counts).
-CO_PARTITIONED = ("minhash_buckets", "embeddings", "topics")
+CO_PARTITIONED = ("minhash_buckets", "contamination", "embeddings", "topics", "quality_scores")
 
 # Output dimension of the encoders we know; another model is checked for consistency only.
 KNOWN_DIMENSIONS = {"microsoft/harrier-oss-v1-0.6b": 1024, embed.OFFLINE_MODEL: 384}
