@@ -67,7 +67,8 @@ def test_core_and_catalog_never_import_dagster() -> None:
     assert out == "False"
 
 
-def test_dagster_cli_validates_the_code_location() -> None:
+def test_dagster_cli_validates_the_code_location(tmp_path) -> None:
     exe = pathlib.Path(sys.executable).with_name("dagster")
-    done = subprocess.run([str(exe), "definitions", "validate", "-m", "marin_assets.definitions"], capture_output=True, text=True, cwd=PACKAGE.parent)
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
+    done = subprocess.run([str(exe), "definitions", "validate", "-m", "marin_assets.definitions"], capture_output=True, text=True, cwd=PACKAGE.parent, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
