@@ -8,7 +8,7 @@ warnings.filterwarnings("ignore", category=dg.BetaWarning)
 warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 
 from marin_assets.defs.automation import SENSORS, with_automation
-from marin_assets.defs.curate.assets import curated_pool, quality_bands, quality_model, quality_scores, sampling_groups
+from marin_assets.defs.curate.assets import pool, quality_bands, quality_model, quality_scores, sampling_groups
 from marin_assets.defs.decon.assets import boilerplate_ngrams, contamination, eval_ngrams
 from marin_assets.defs.dedup.assets import exact_duplicates, fuzzy_duplicates, minhash_buckets
 from marin_assets.defs.embed.assets import embeddings, topic_model, topics
@@ -25,7 +25,7 @@ defs = dg.Definitions(
             eval_ngrams, boilerplate_ngrams, contamination,
             embeddings, topic_model, topics,
             quality_model, quality_scores, quality_bands,
-            curated_pool, sampling_groups,
+            pool, sampling_groups,
         ]
     ),
     jobs=JOBS,

@@ -16,7 +16,7 @@ BUILD_ORDER: list[tuple[str, list[str], bool]] = [
     ("global_decisions", ["exact_duplicates", "fuzzy_duplicates", "boilerplate_ngrams", "topic_model"], False),
     ("source_attributes", ["contamination", "topics", "quality_scores"], True),
     ("bands", ["quality_bands"], False),
-    ("source_pool", ["curated_pool"], True),
+    ("source_pool", ["pool"], True),
     ("groups", ["sampling_groups"], False),
 ]
 

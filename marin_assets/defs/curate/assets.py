@@ -2,7 +2,8 @@
 
 import dagster as dg
 
-from marin_assets.core import embed, hub, mixture, pool, quality, report, stages, storage
+from marin_assets.core import embed, hub, mixture, quality, report, stages, storage
+from marin_assets.core import pool as pool_core
 from marin_assets.core import topics as topic_core
 from marin_assets.defs.decon.assets import contamination
 from marin_assets.defs.dedup.assets import exact_duplicates, fuzzy_duplicates
@@ -134,7 +135,7 @@ def quality_bands(context: dg.AssetExecutionContext, marin: MarinResource, curat
     description="The source's surviving documents (contaminated, then near-duplicate, then exact-duplicate documents "
     "dropped), each filed under its group c00q0..c39q4 with its token count.",
 )
-def curated_pool(context: dg.AssetExecutionContext, marin: MarinResource, curation: CurationResource) -> dg.MaterializeResult:
+def pool(context: dg.AssetExecutionContext, marin: MarinResource, curation: CurationResource) -> dg.MaterializeResult:
     source = source_or_fail(marin, context.partition_key)
     layout = marin.layout()
     name = source.name
@@ -151,13 +152,13 @@ def curated_pool(context: dg.AssetExecutionContext, marin: MarinResource, curati
     fp = stages.stage_fingerprint("pool", {}, POOL_CODE_VERSION, upstream, extra)
     from marin_assets.core import dedup
 
-    params = pool.PoolParams(
+    params = pool_core.PoolParams(
         source=name, pool_dir=storage.join(layout.root, "pool", name, fp), band_edges_uri=bands.uri,
         exact_removed_uri=dedup.removed_uri(exact.uri, name), fuzzy_removed_uri=dedup.removed_uri(fuzzy.uri, name),
         fuzzy_exempt=source.fuzzy_exempt, tokenizer=tokenizer,
     )
     manifest = stages.run_attribute_stage(
-        stage="pool", source=name, layout=layout, inputs=upstream, shard_fn=pool.pool_shard, params=params,
+        stage="pool", source=name, layout=layout, inputs=upstream, shard_fn=pool_core.pool_shard, params=params,
         fingerprint_params={}, extra_fingerprint=extra, code_version=POOL_CODE_VERSION, runner=marin.runner(), progress=context.log.info,
     )
     totals = manifest["totals"]
@@ -169,7 +170,7 @@ def curated_pool(context: dg.AssetExecutionContext, marin: MarinResource, curati
 
 
 @dg.asset(
-    deps=[curated_pool, topic_model],
+    deps=[pool, topic_model],
     group_name="pool",
     kinds={"parquet", "csv"},
     code_version=POOL_CODE_VERSION,
@@ -179,14 +180,14 @@ def sampling_groups(context: dg.AssetExecutionContext, marin: MarinResource, cur
     layout = marin.layout()
     found, missing = stages.current_inputs(layout, "pool", marin.catalog().names)
     if not found:
-        raise dg.Failure("no source has a curated pool yet; materialize curated_pool first")
+        raise dg.Failure("no source has a curated pool yet; materialize pool first")
     model = stages.current_input(layout, "topic_model")
     params = curation.mixture_params()
     labels = topic_core.topic_labels(topic_core.load_topic_model(model.uri))
     state: dict = {}
 
     def build(out: str) -> dict:
-        index = pool.read_pool_index([u for inp in found.values() for u in storage.list_shards(inp.uri)])
+        index = pool_core.read_pool_index([u for inp in found.values() for u in storage.list_shards(inp.uri)])
         result = mixture.sampling_groups(mixture.group_counts_from_index(index), labels, params)
         written = mixture.write_sampling_groups(result, out)
         files: dict[str, list[str]] = {}
