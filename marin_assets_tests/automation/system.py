@@ -141,6 +141,9 @@ class DagsterDev:
             "HF_ENDPOINT": hub_endpoint,
             "HF_HUB_DISABLE_TELEMETRY": "1",
             "MARIN_AUTOMATION": "off",
+            # Steps run inside the run worker: one process per run instead of one per step
+            # (the definitions read it through executor_from_env; the UI and daemon paths are the same).
+            "MARIN_EXECUTOR": "in_process",
             "PYTHONUNBUFFERED": "1",
         }
         self.env.pop("HF_TOKEN", None)

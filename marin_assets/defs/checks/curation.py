@@ -9,18 +9,16 @@ from marin_assets.defs.metadata import markdown_table
 from marin_assets.defs.partitions import source_partitions
 
 # Over the whole pool about 0.04% of documents match an eval set. A source far above that is
-# usually flagged on boilerplate shared with an eval (a drop set to review), so the check
-# warns, and stops the source's pool when a tenth of it would be dropped.
+# usually flagged on boilerplate shared with an eval (a drop set to review). The flagged
+# documents leave the pool either way, so the check warns rather than stops anything.
 WARN_CONTAMINATION_RATE = 0.01
-BLOCK_CONTAMINATION_RATE = 0.10
 # Bands that hold (almost) nothing or most of the documents mean the edges or the scorer drifted.
 MIN_BAND_SHARE = 0.005
 MAX_BAND_SHARE = 0.60
 
 
-@dg.asset_check(asset="contamination", name="contamination_rate", blocking=True, partitions_def=source_partitions,
-                description=f"At most {WARN_CONTAMINATION_RATE:.0%} of the source's documents are flagged (warn); "
-                            f"above {BLOCK_CONTAMINATION_RATE:.0%} its pool waits for a review (error).")  # fmt: skip
+@dg.asset_check(asset="contamination", name="contamination_rate", partitions_def=source_partitions,
+                description=f"At most {WARN_CONTAMINATION_RATE:.0%} of the source's documents are flagged; more asks for a review.")  # fmt: skip
 def contamination_rate(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     try:
         uri = output_uri(context, "contamination")
@@ -28,11 +26,10 @@ def contamination_rate(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckR
         return missing_output("contamination", err)
     summary = decon.summarize_contamination((storage.read_manifest(uri) or {}).get("per_shard", []))
     rate = float(summary["contamination_rate"])
-    severity = dg.AssetCheckSeverity.ERROR if rate > BLOCK_CONTAMINATION_RATE else dg.AssetCheckSeverity.WARN
     flagged = summary["flagged_by_eval"]
     return dg.AssetCheckResult(
         passed=rate <= WARN_CONTAMINATION_RATE,
-        severity=severity,
+        severity=dg.AssetCheckSeverity.WARN,
         description=f"{summary['contaminated']} of {summary['documents']} documents flagged ({rate:.3%})"
         + ("" if rate <= WARN_CONTAMINATION_RATE else "; review the flagged sample and the boilerplate drop sets"),
         metadata={
