@@ -166,4 +166,5 @@ def test_drift_sensor_degrades_to_unknown_when_the_provider_is_unreachable(drift
         assert _drift(offline) == {}, "an unknown answer records no verdict"
         after = json.loads(sensor.cursor)
         assert after["status"][LIBRE]["status"] == "branch-moved", "the last real answer is kept"
-        assert after["last"] == cursor["last"], "the walk resumes where it stopped"
+        assert cursor["last"] == DOCS, "the first tick walked every pin (the default batch is 10)"
+        assert after["last"] == LIBRE, "the walk wrapped to the first pin, found it unreachable, and moves on next tick"

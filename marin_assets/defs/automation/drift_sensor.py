@@ -157,8 +157,9 @@ def pin_drift(context: dg.SensorEvaluationContext, marin: MarinResource) -> dg.S
     asked = [r for r in reports if r.status != drift.NOT_CHECKED]
     if asked:
         events.append(dg.AssetCheckEvaluation(asset_key=SOURCE_PINS, check_name=SUMMARY_CHECK, **summary_verdict(statuses, total)))
-    done = reports[:-1] if stopped == UNREACHABLE else reports  # retry the unreachable one next tick
-    last = done[-1].source if done else state.get("last", "")
+    # The walk moves past an unreachable pin (its last real verdict stays): one provider that
+    # is always down, or blocked in an air-gapped site, must not stall every other pin.
+    last = reports[-1].source if reports else state.get("last", "")
     counts = Counter(r.status for r in asked)
     message = (
         f"checked {len(asked)} of {total} pins"
