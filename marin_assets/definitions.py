@@ -7,7 +7,7 @@ import dagster as dg
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
 warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 
-from marin_assets.defs.automation import SENSORS, with_automation
+from marin_assets.defs.automation import CHECKS, SENSORS, executor_from_env, with_automation
 from marin_assets.defs.curate.assets import pool, quality_bands, quality_model, quality_scores, sampling_groups
 from marin_assets.defs.decon.assets import boilerplate_ngrams, contamination, eval_ngrams
 from marin_assets.defs.dedup.assets import exact_duplicates, fuzzy_duplicates, minhash_buckets
@@ -28,7 +28,9 @@ defs = dg.Definitions(
             pool, sampling_groups,
         ]
     ),
+    asset_checks=CHECKS,
     jobs=JOBS,
     sensors=SENSORS,
+    executor=executor_from_env(),
     resources={"marin": MarinResource(), "encoder": EncoderResource(), "curation": CurationResource()},
 )
