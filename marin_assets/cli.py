@@ -63,7 +63,9 @@ def _cmd_dev(args: argparse.Namespace) -> int:
     from marin_assets.demo.run import demo_hub
 
     env = dict(os.environ)
-    command = ["dagster", "dev", "-w", "workspace.yaml", "-p", str(args.port)]
+    # The dagster next to this interpreter: `make dev` runs without an activated venv.
+    dagster = os.path.join(os.path.dirname(sys.executable), "dagster")
+    command = [dagster if os.path.exists(dagster) else "dagster", "dev", "-w", "workspace.yaml", "-p", str(args.port)]
     if env.get("HF_ENDPOINT"):
         return subprocess.call(command, env=env)
     from marin_assets.demo.run import DEMO_ENV
