@@ -39,7 +39,12 @@ def markdown_table(rows: list[Mapping[str, Any]], columns: list[str] | None = No
 
 def materialized(manifest: Mapping[str, Any], *, rows: int | None = None, counters: Mapping[str, Any] | None = None,
                  check_results: list[dg.AssetCheckResult] | None = None, uri: str | None = None, **extra: Any) -> dg.MaterializeResult:
-    """The result of a stage run: its metadata, and its fingerprint as the Dagster data version."""
+    """The result of a stage run: its metadata, and its fingerprint as the Dagster data version.
+
+    A ``summary`` (the lines the demo prints) is shown as a preformatted block in the UI.
+    """
+    if isinstance(extra.get("summary"), str):
+        extra["summary"] = dg.MetadataValue.md(f"```\n{extra['summary']}\n```")
     return dg.MaterializeResult(
         metadata=stage_metadata(uri=uri or manifest["uri"], fingerprint=manifest["fingerprint"], reused=manifest["reused"],
                                 rows=rows, counters=counters, **extra),

@@ -110,7 +110,8 @@ def run_demo(sources: Sequence[str] | None = None) -> int:
                 meta = _materializations(result)
                 if job_name == "source_chain":
                     rows.append(_normalized_row(name, meta.get("normalized", {})))
-                    print(f"  {name}: {rows[-1]}", flush=True)
+                    row = rows[-1]
+                    print(f"  {name}: {row['rows']} documents ({row['empty']} empty dropped, {row['dups']} copies set aside)", flush=True)
                 else:
                     _print_summaries(meta)
     print("\nnormalized sources:")
@@ -131,4 +132,5 @@ def _print_summaries(meta: dict[str, dict[str, Any]]) -> None:
     for key in sorted(meta):
         summary = meta[key].get("summary")
         if summary:
-            print(f"\n{key}:\n{summary}")
+            lines = [line for line in str(summary).splitlines() if not line.startswith("```")]
+            print(f"\n{key}:\n" + "\n".join(lines))
