@@ -12,7 +12,6 @@ import json
 import os
 
 import polars as pl
-import pytest
 import zstandard
 
 from marin_assets.core import normalize, storage

@@ -32,8 +32,7 @@ class FixtureCase:
     every normalized text. ``bad_rows`` are the exact bad-row counters (an empty mapping means
     none may be reported); ``counters`` are normalize counters to check exactly (e.g.
     ``empty_dropped``, ``whitespace_compacted``, ``duplicates``). ``columns`` must be present
-    in the normalized shards (``absent_columns`` must not). ``needs`` names capabilities the
-    harness must have (e.g. ``"read_file"``: normalize honours a transform's file reader).
+    in the normalized shards (``absent_columns`` must not).
     """
 
     files: Mapping[str, bytes]
@@ -44,7 +43,6 @@ class FixtureCase:
     counters: Mapping[str, int] = dataclasses.field(default_factory=dict)
     columns: Sequence[str] = ()
     absent_columns: Sequence[str] = ()
-    needs: Sequence[str] = ()
     check: Callable[[pl.DataFrame], None] | None = None
 
 

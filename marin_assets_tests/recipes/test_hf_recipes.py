@@ -13,9 +13,7 @@ its family, so the assets re-read a small catalog on every call.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,28 +41,6 @@ for _s in HF_SOURCES:
         GROUPS.setdefault(_s.provider.share_key, []).append(_s.name)
 
 
-@functools.cache
-def supports_file_readers() -> bool:
-    """Whether normalize reads a file through ``transform.read_file`` when a transform has one."""
-    used: list[str] = []
-
-    def reader(uri: str, fmt: str, batch_rows: int, counters: dict[str, int]) -> Iterator[pl.DataFrame]:
-        used.append(uri)
-        yield pl.DataFrame({"text": ["probe"], "source_id": ["1"]})
-
-    def transform(frame: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
-        return frame, {}
-
-    transform.read_file = reader  # type: ignore[attr-defined]
-    with tempfile.TemporaryDirectory() as tmp:
-        probe = Path(tmp, "probe.jsonl")
-        probe.write_text('{"text": "probe", "source_id": "1"}\n')
-        params = normalize.ScatterParams(normalize.NormalizeParams(id_field="source_id"), 1, "probe", "jsonl", transform)
-        normalize.scatter_file([str(probe)], str(Path(tmp, "out")), params)
-    return bool(used)
-
-
-CAPABILITIES = {"read_file": supports_file_readers}
 
 
 @dataclasses.dataclass
@@ -165,9 +141,6 @@ def check_case(name: str, case: FixtureCase, meta: dict[str, Any]) -> None:
 @pytest.mark.parametrize("family", sorted(GROUPS), ids=lambda key: key.replace("/", "_"))
 def test_fixture_through_assets(recipe_env: RecipeEnv, family: str) -> None:
     members = GROUPS[family]
-    missing = sorted({n for name in members for n in recipe_env.cases[name].needs if not CAPABILITIES[n]()})
-    if missing:
-        pytest.skip(f"needs normalize support for: {', '.join(missing)} (transform.read_file)")
     catalog_path = str(catalog_with(recipe_env.root / f"catalog-{re.sub(r'[^A-Za-z0-9]+', '-', family)}.toml", keep=members))
     shared_uri = None
     for name in members:
@@ -190,8 +163,6 @@ def test_every_hf_entry_has_a_fixture() -> None:
 def test_sec_edgar_on_object_storage_reads_its_oversized_page_headers(pipeline, hub_store, gcs_prefix) -> None:
     """On ``gs://`` normalize reads Parquet through Arrow, which refuses the provider's page
     headers; the recipe's own reader must take over (``transform.read_file``)."""
-    if not supports_file_readers():
-        pytest.skip("normalize does not yet read files through transform.read_file; SEC-EDGAR on object storage needs it")
     source = CATALOG.by_name("sec-edgar")
     case = BUILDERS["sec-edgar"](source)
     hub_store.publish(source.provider.repo_id, dict(case.files), commit=source.provider.revision)
