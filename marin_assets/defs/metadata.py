@@ -8,7 +8,9 @@ from typing import Any
 import dagster as dg
 
 
-def stage_metadata(*, uri: str, fingerprint: str, reused: bool, rows: int | None, counters: Mapping[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+def stage_metadata(
+    *, uri: str, fingerprint: str, reused: bool, rows: int | None, counters: Mapping[str, Any] | None = None, **extra: Any
+) -> dict[str, Any]:
     """The metadata every asset reports: row count, output URI, fingerprint, reuse, counters."""
     meta: dict[str, Any] = {
         "uri": dg.MetadataValue.path(uri),
@@ -37,8 +39,15 @@ def markdown_table(rows: list[Mapping[str, Any]], columns: list[str] | None = No
     return dg.MetadataValue.md("\n".join(lines))
 
 
-def materialized(manifest: Mapping[str, Any], *, rows: int | None = None, counters: Mapping[str, Any] | None = None,
-                 check_results: list[dg.AssetCheckResult] | None = None, uri: str | None = None, **extra: Any) -> dg.MaterializeResult:
+def materialized(
+    manifest: Mapping[str, Any],
+    *,
+    rows: int | None = None,
+    counters: Mapping[str, Any] | None = None,
+    check_results: list[dg.AssetCheckResult] | None = None,
+    uri: str | None = None,
+    **extra: Any,
+) -> dg.MaterializeResult:
     """The result of a stage run: its metadata, and its fingerprint as the Dagster data version.
 
     A ``summary`` (the lines the demo prints) is shown as a preformatted block in the UI.
@@ -46,8 +55,14 @@ def materialized(manifest: Mapping[str, Any], *, rows: int | None = None, counte
     if isinstance(extra.get("summary"), str):
         extra["summary"] = dg.MetadataValue.md(f"```\n{extra['summary']}\n```")
     return dg.MaterializeResult(
-        metadata=stage_metadata(uri=uri or manifest["uri"], fingerprint=manifest["fingerprint"], reused=manifest["reused"],
-                                rows=rows, counters=counters, **extra),
+        metadata=stage_metadata(
+            uri=uri or manifest["uri"],
+            fingerprint=manifest["fingerprint"],
+            reused=manifest["reused"],
+            rows=rows,
+            counters=counters,
+            **extra,
+        ),
         check_results=check_results,
         data_version=dg.DataVersion(manifest["fingerprint"]),
     )

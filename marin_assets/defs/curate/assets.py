@@ -23,7 +23,9 @@ def _annotation_files(curation: CurationResource, marin: MarinResource, params: 
     if local:
         return [local], f"file:{local}"
     dest = marin.layout().raw("annotations__" + params.annotations_repo.replace("/", "__"), params.annotations_revision)
-    manifest = hub.download_snapshot(params.annotations_repo, params.annotations_revision, ["**/*.parquet", "*.parquet"], None, dest, marin.retry_policy())
+    manifest = hub.download_snapshot(
+        params.annotations_repo, params.annotations_revision, ["**/*.parquet", "*.parquet"], None, dest, marin.retry_policy()
+    )
     return [storage.join(dest, f["path"]) for f in manifest["files"]], f"{params.annotations_repo}@{params.annotations_revision}"
 
 
@@ -33,7 +35,9 @@ def _annotation_files(curation: CurationResource, marin: MarinResource, params: 
     code_version=QUALITY_CODE_VERSION,
     description="A regression head over document embeddings trained on a pinned annotation set, calibrated to [0, 1].",
 )
-def quality_model(context: dg.AssetExecutionContext, marin: MarinResource, encoder: EncoderResource, curation: CurationResource) -> dg.MaterializeResult:
+def quality_model(
+    context: dg.AssetExecutionContext, marin: MarinResource, encoder: EncoderResource, curation: CurationResource
+) -> dg.MaterializeResult:
     layout = marin.layout()
     params = quality.QualityParams()
     encoder_params = encoder.params()
@@ -43,22 +47,34 @@ def quality_model(context: dg.AssetExecutionContext, marin: MarinResource, encod
 
     def build(out: str) -> dict:
         texts, labels, bad = quality.read_annotations(files, params)
-        metrics = quality.train_quality_model(texts, labels, lambda batch: embed.encode_texts(batch, encoder_params)[0], out, params)
+        metrics = quality.train_quality_model(
+            texts, labels, lambda batch: embed.encode_texts(batch, encoder_params)[0], out, params
+        )
         return metrics | {"bad_annotation_rows": bad}
 
     manifest = stages.run_global_stage(
-        stage="quality_model", layout=layout, inputs=inputs, params=params, code_version=QUALITY_CODE_VERSION,
-        extra_fingerprint={"encoder": encoder_params}, build=build,
+        stage="quality_model",
+        layout=layout,
+        inputs=inputs,
+        params=params,
+        code_version=QUALITY_CODE_VERSION,
+        extra_fingerprint={"encoder": encoder_params},
+        build=build,
     )
     stats = manifest["stats"]
     held = stats.get("heldout", {})
     return materialized(
         manifest,
         rows=stats.get("n_labels"),
-            annotations=label_source, encoder=encoder_params.model, scorer=stats.get("scorer"),
-            heldout_spearman=held.get("spearman"), heldout_f1_at_3=held.get("f1"), heldout_mae=held.get("mae"),
-            n_train=stats.get("n_train"), n_heldout=stats.get("n_heldout"),
-            summary=f"  trained on {stats.get('n_train')} labels from {label_source}; held-out Spearman {held.get('spearman', 0):.3f}, F1@3 {held.get('f1', 0):.3f}",
+        annotations=label_source,
+        encoder=encoder_params.model,
+        scorer=stats.get("scorer"),
+        heldout_spearman=held.get("spearman"),
+        heldout_f1_at_3=held.get("f1"),
+        heldout_mae=held.get("mae"),
+        n_train=stats.get("n_train"),
+        n_heldout=stats.get("n_heldout"),
+        summary=f"  trained on {stats.get('n_train')} labels from {label_source}; held-out Spearman {held.get('spearman', 0):.3f}, F1@3 {held.get('f1', 0):.3f}",
     )
 
 
@@ -75,11 +91,17 @@ def quality_scores(context: dg.AssetExecutionContext, marin: MarinResource) -> d
     layout = marin.layout()
     model = stages.current_input(layout, "quality_model")
     manifest = stages.run_attribute_stage(
-        stage="quality_scores", source=source.name, layout=layout,
+        stage="quality_scores",
+        source=source.name,
+        layout=layout,
         inputs=[stages.current_input(layout, "embeddings", source.name)],
-        shard_fn=quality.quality_scores_shard, params=quality.QualityScoreParams(model.uri), fingerprint_params={},
-        extra_fingerprint={"quality_model": model.fingerprint}, code_version=QUALITY_CODE_VERSION,
-        runner=marin.runner(), progress=context.log.info,
+        shard_fn=quality.quality_scores_shard,
+        params=quality.QualityScoreParams(model.uri),
+        fingerprint_params={},
+        extra_fingerprint={"quality_model": model.fingerprint},
+        code_version=QUALITY_CODE_VERSION,
+        runner=marin.runner(),
+        progress=context.log.info,
     )
     totals = manifest["totals"]
     return materialized(manifest, rows=int(totals.get("rows", 0)), counters=totals)
@@ -103,26 +125,28 @@ def quality_bands(context: dg.AssetExecutionContext, marin: MarinResource, curat
     params = curation.band_params()
     pairs = [
         (storage.join(topic_inputs[s].uri, storage.basename(u)), u)
-        for s in sources for u in storage.list_shards(score_inputs[s].uri)
+        for s in sources
+        for u in storage.list_shards(score_inputs[s].uri)
     ]
     inputs = {f"{s}/topics": topic_inputs[s] for s in sources} | {f"{s}/quality": score_inputs[s] for s in sources}
-    state: dict = {}
 
     def build(out: str) -> dict:
         hist, counters = quality.score_histogram(pairs, params)
         edges = quality.band_edges(hist, params)
         quality.save_band_edges(edges, out)
-        summary = quality.band_summary(hist, edges)
-        state["summary"] = summary
-        return {**counters, "band_summary": summary}
+        return {**counters, "band_summary": quality.band_summary(hist, edges)}
 
-    manifest = stages.run_global_stage(stage="quality_bands", layout=layout, inputs=inputs, params=params, code_version=QUALITY_CODE_VERSION, build=build)
+    manifest = stages.run_global_stage(
+        stage="quality_bands", layout=layout, inputs=inputs, params=params, code_version=QUALITY_CODE_VERSION, build=build
+    )
     summary = manifest["stats"].get("band_summary", {})
     rows = summary.get("rows", []) if isinstance(summary, dict) else []
     return materialized(
         manifest,
         rows=None,
-            method=params.method, sources=len(sources), band_sizes=markdown_table(rows[:200]) if rows else None,
+        method=params.method,
+        sources=len(sources),
+        band_sizes=markdown_table(rows[:200]) if rows else None,
     )
 
 
@@ -139,7 +163,9 @@ def pool(context: dg.AssetExecutionContext, marin: MarinResource, curation: Cura
     source = source_or_fail(marin, context.partition_key)
     layout = marin.layout()
     name = source.name
-    upstream = [stages.current_input(layout, stage, name) for stage in ("normalized", "topics", "quality_scores", "contamination")]
+    upstream = [
+        stages.current_input(layout, stage, name) for stage in ("normalized", "topics", "quality_scores", "contamination")
+    ]
     bands = stages.current_input(layout, "quality_bands")
     exact = stages.current_input(layout, "exact_duplicates")
     fuzzy = stages.current_input(layout, "fuzzy_duplicates")
@@ -148,24 +174,47 @@ def pool(context: dg.AssetExecutionContext, marin: MarinResource, curation: Cura
     tokenizer = curation.tokenizer_params()
     # The source's pool depends on the global decisions only through its own removal lists, so
     # a dedup change elsewhere leaves this source's pool (and its fingerprint) as it was.
-    extra = {"bands": bands.fingerprint, "exact": exact_digest, "fuzzy": fuzzy_digest, "exempt": source.fuzzy_exempt, "tokenizer": tokenizer}
+    extra = {
+        "bands": bands.fingerprint,
+        "exact": exact_digest,
+        "fuzzy": fuzzy_digest,
+        "exempt": source.fuzzy_exempt,
+        "tokenizer": tokenizer,
+    }
     fp = stages.stage_fingerprint("pool", {}, POOL_CODE_VERSION, upstream, extra)
     from marin_assets.core import dedup
 
     params = pool_core.PoolParams(
-        source=name, pool_dir=storage.join(layout.root, "pool", name, fp), band_edges_uri=bands.uri,
-        exact_removed_uri=dedup.removed_uri(exact.uri, name), fuzzy_removed_uri=dedup.removed_uri(fuzzy.uri, name),
-        fuzzy_exempt=source.fuzzy_exempt, tokenizer=tokenizer,
+        source=name,
+        pool_dir=storage.join(layout.root, "pool", name, fp),
+        band_edges_uri=bands.uri,
+        exact_removed_uri=dedup.removed_uri(exact.uri, name),
+        fuzzy_removed_uri=dedup.removed_uri(fuzzy.uri, name),
+        fuzzy_exempt=source.fuzzy_exempt,
+        tokenizer=tokenizer,
     )
     manifest = stages.run_attribute_stage(
-        stage="pool", source=name, layout=layout, inputs=upstream, shard_fn=pool_core.pool_shard, params=params,
-        fingerprint_params={}, extra_fingerprint=extra, code_version=POOL_CODE_VERSION, runner=marin.runner(), progress=context.log.info,
+        stage="pool",
+        source=name,
+        layout=layout,
+        inputs=upstream,
+        shard_fn=pool_core.pool_shard,
+        params=params,
+        fingerprint_params={},
+        extra_fingerprint=extra,
+        code_version=POOL_CODE_VERSION,
+        runner=marin.runner(),
+        progress=context.log.info,
     )
     totals = manifest["totals"]
     per_shard = manifest["per_shard"]
     return materialized(
-        manifest, uri=params.pool_dir, rows=int(totals.get("kept", 0)), counters=totals,
-        tokenizer=per_shard[0].get("tokenizer", "") if per_shard else "", index=dg.MetadataValue.path(manifest["uri"]),
+        manifest,
+        uri=params.pool_dir,
+        rows=int(totals.get("kept", 0)),
+        counters=totals,
+        tokenizer=per_shard[0].get("tokenizer", "") if per_shard else "",
+        index=dg.MetadataValue.path(manifest["uri"]),
     )
 
 
@@ -184,21 +233,26 @@ def sampling_groups(context: dg.AssetExecutionContext, marin: MarinResource, cur
     model = stages.current_input(layout, "topic_model")
     params = curation.mixture_params()
     labels = topic_core.topic_labels(topic_core.load_topic_model(model.uri))
-    state: dict = {}
 
     def build(out: str) -> dict:
         index = pool_core.read_pool_index([u for inp in found.values() for u in storage.list_shards(inp.uri)])
         result = mixture.sampling_groups(mixture.group_counts_from_index(index), labels, params)
         written = mixture.write_sampling_groups(result, out)
         files: dict[str, list[str]] = {}
-        for group, file, source in zip(index.column("group").to_pylist(), index.column("file").to_pylist(), index.column("source").to_pylist()):
+        for group, file, source in zip(
+            index.column("group").to_pylist(), index.column("file").to_pylist(), index.column("source").to_pylist()
+        ):
             files.setdefault(group, []).append(storage.join(layout.root, "pool", source, found[source].fingerprint, file))
         storage.write_json(storage.join(out, "pool_files.json"), files)
-        state["result"] = result
         return {**result.summary, **written}
 
     manifest = stages.run_global_stage(
-        stage="sampling_groups", layout=layout, inputs={**found, "topic_model": model}, params=params, code_version=POOL_CODE_VERSION, build=build,
+        stage="sampling_groups",
+        layout=layout,
+        inputs={**found, "topic_model": model},
+        params=params,
+        code_version=POOL_CODE_VERSION,
+        build=build,
     )
     groups, group_sources = mixture.read_sampling_groups(manifest["uri"])
     table = groups.filter(groups["documents"] > 0).sort("group")
@@ -209,13 +263,18 @@ def sampling_groups(context: dg.AssetExecutionContext, marin: MarinResource, cur
     }
     summary_lines = [f"  {'group':6s} {'documents':>9s} {'tokens':>9s} {'weight':>7s}  topic"]
     for row in table.iter_rows(named=True):
-        summary_lines.append(f"  {row['group']:6s} {row['documents']:>9,} {row['tokens']:>9,} {row['weight']:>7.4f}  {str(row.get('topic_label', ''))[:40]}")
+        summary_lines.append(
+            f"  {row['group']:6s} {row['documents']:>9,} {row['tokens']:>9,} {row['weight']:>7.4f}  {str(row.get('topic_label', ''))[:40]}"
+        )
     return materialized(
         manifest,
         rows=int(groups["documents"].sum()),
-            groups_with_documents=table.height, total_tokens=int(groups["tokens"].sum()), weight_sum=float(groups["weight"].sum()),
-            sources=len(found), sources_without_pool=len(missing),
-            groups_table=markdown_table(table.select("group", "topic_label", "documents", "tokens", "weight").to_dicts()),
-            **{k: dg.MetadataValue.md(v) for k, v in images.items()},
-            summary="\n".join(summary_lines),
+        groups_with_documents=table.height,
+        total_tokens=int(groups["tokens"].sum()),
+        weight_sum=float(groups["weight"].sum()),
+        sources=len(found),
+        sources_without_pool=len(missing),
+        groups_table=markdown_table(table.select("group", "topic_label", "documents", "tokens", "weight").to_dicts()),
+        **{k: dg.MetadataValue.md(v) for k, v in images.items()},
+        summary="\n".join(summary_lines),
     )

@@ -37,8 +37,13 @@ def eval_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.M
         return decon.build_eval_index(rows, out, params, registry.expected_rows())
 
     manifest = stages.run_global_stage(
-        stage="eval_ngrams", layout=layout, inputs=inputs, params=params.rule(), code_version=DECON_CODE_VERSION,
-        extra_fingerprint={"hash": decon.HASH_SCHEME}, build=build,
+        stage="eval_ngrams",
+        layout=layout,
+        inputs=inputs,
+        params=params.rule(),
+        code_version=DECON_CODE_VERSION,
+        extra_fingerprint={"hash": decon.HASH_SCHEME},
+        build=build,
     )
     stats = manifest["stats"]
     for row in skipped:
@@ -46,8 +51,9 @@ def eval_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.M
     return materialized(
         manifest,
         rows=stats.get("rows") if isinstance(stats.get("rows"), int) else None,
-            counters={k: v for k, v in stats.items() if isinstance(v, (int, float))},
-            eval_sets=len(registry.sets), skipped_sets=markdown_table(skipped) if skipped else None,
+        counters={k: v for k, v in stats.items() if isinstance(v, (int, float))},
+        eval_sets=len(registry.sets),
+        skipped_sets=markdown_table(skipped) if skipped else None,
     )
 
 
@@ -77,20 +83,30 @@ def boilerplate_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) 
             freq = storage.join(out, name, "frequencies.parquet")
             decon.eval_ngram_frequencies(storage.list_shards(inp.uri), freq, params)
             per_source[name] = decon.source_drop_set(freq, storage.join(out, name, "drop.parquet"), params)
-        overall = decon.global_drop_set([storage.join(out, n, "frequencies.parquet") for n in sorted(found)], storage.join(out, GLOBAL_DROP), params)
+        overall = decon.global_drop_set(
+            [storage.join(out, n, "frequencies.parquet") for n in sorted(found)], storage.join(out, GLOBAL_DROP), params
+        )
         return {"per_source": per_source, "global": overall}
 
     manifest = stages.run_global_stage(
-        stage="boilerplate_ngrams", layout=layout, inputs={"eval_ngrams": index, **found}, params=params.rule(),
-        code_version=DECON_CODE_VERSION, build=build,
+        stage="boilerplate_ngrams",
+        layout=layout,
+        inputs={"eval_ngrams": index, **found},
+        params=params.rule(),
+        code_version=DECON_CODE_VERSION,
+        build=build,
     )
     stats = manifest["stats"]
-    rows = [{"source": s, "dropped n-grams": v["dropped_ngrams"], "head documents": v["head_documents"]} for s, v in stats["per_source"].items()]
+    rows = [
+        {"source": s, "dropped n-grams": v["dropped_ngrams"], "head documents": v["head_documents"]}
+        for s, v in stats["per_source"].items()
+    ]
     return materialized(
         manifest,
         rows=None,
-            global_dropped_ngrams=stats["global"]["dropped_ngrams"], per_source=markdown_table(rows),
-            sources_without_normalized=len(missing),
+        global_dropped_ngrams=stats["global"]["dropped_ngrams"],
+        per_source=markdown_table(rows),
+        sources_without_normalized=len(missing),
     )
 
 
@@ -110,29 +126,42 @@ def contamination(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
     own_drop = storage.join(drops.uri, source.name, "drop.parquet")
     drop_uris = tuple(u for u in (own_drop, storage.join(drops.uri, GLOBAL_DROP)) if storage.exists(u))
     if own_drop not in drop_uris:
-        raise dg.Failure(f"boilerplate_ngrams has no drop set for '{source.name}' (it was built before this source was normalized); re-materialize boilerplate_ngrams")
+        raise dg.Failure(
+            f"boilerplate_ngrams has no drop set for '{source.name}' (it was built before this source was normalized); re-materialize boilerplate_ngrams"
+        )
     params = decon.DeconParams(index_uri=index.uri, drop_set_uris=drop_uris)
     manifest = stages.run_attribute_stage(
-        stage="contamination", source=source.name, layout=layout,
+        stage="contamination",
+        source=source.name,
+        layout=layout,
         inputs=[stages.current_input(layout, "normalized", source.name)],
-        shard_fn=decon.contamination_shard, params=params, fingerprint_params=params.rule(),
+        shard_fn=decon.contamination_shard,
+        params=params,
+        fingerprint_params=params.rule(),
         extra_fingerprint={"index": index.fingerprint, "drop_sets": [_file_digest(u) for u in drop_uris]},
-        code_version=DECON_CODE_VERSION, runner=marin.runner(), progress=context.log.info,
+        code_version=DECON_CODE_VERSION,
+        runner=marin.runner(),
+        progress=context.log.info,
     )
     summary = decon.summarize_contamination(manifest["per_shard"])
     rows = int(summary["documents"])
     flagged = summary["flagged_by_eval"]
     samples = [
-        {"document": s["id"][:10], "eval rows": ", ".join(s["matched_rows"]), "overlap": s["max_overlap"],
-         "excerpt": s["excerpt"][:200], "eval excerpt": (s["eval_excerpts"] or [""])[0][:160]}
+        {
+            "document": s["id"][:10],
+            "eval rows": ", ".join(s["matched_rows"]),
+            "overlap": s["max_overlap"],
+            "excerpt": s["excerpt"][:200],
+            "eval excerpt": (s["eval_excerpts"] or [""])[0][:160],
+        }
         for s in summary["flagged_sample"]
     ]
     return materialized(
         manifest,
         rows=rows,
-            counters={k: v for k, v in summary.items() if isinstance(v, (int, float))},
-            flagged_by_eval=markdown_table([{"eval set": k, "documents": v} for k, v in sorted(flagged.items())]),
-            flagged_sample=markdown_table(samples),
-            summary=f"  {source.name}: {summary['contaminated']} of {rows} documents flagged "
-            + (f"({', '.join(f'{k}: {v}' for k, v in sorted(flagged.items()))})" if flagged else ""),
+        counters={k: v for k, v in summary.items() if isinstance(v, (int, float))},
+        flagged_by_eval=markdown_table([{"eval set": k, "documents": v} for k, v in sorted(flagged.items())]),
+        flagged_sample=markdown_table(samples),
+        summary=f"  {source.name}: {summary['contaminated']} of {rows} documents flagged "
+        + (f"({', '.join(f'{k}: {v}' for k, v in sorted(flagged.items()))})" if flagged else ""),
     )

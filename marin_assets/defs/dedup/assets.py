@@ -69,7 +69,10 @@ def _removal_check(check_name: str, asset: str, rows: list[dict]) -> dg.AssetChe
         asset_key=asset,
         passed=not over,
         severity=dg.AssetCheckSeverity.ERROR,
-        metadata={"sources_over_limit": markdown_table([{"source": k, "removed": v} for k, v in over.items()]), "limit": MAX_REMOVAL_RATIO},
+        metadata={
+            "sources_over_limit": markdown_table([{"source": k, "removed": v} for k, v in over.items()]),
+            "limit": MAX_REMOVAL_RATIO,
+        },
         description=f"no source loses more than {MAX_REMOVAL_RATIO:.0%} of its documents",
     )
 
@@ -92,7 +95,11 @@ def exact_duplicates(context: dg.AssetExecutionContext, marin: MarinResource) ->
     params = dedup.ExactDedupParams()
     shards = {s: storage.list_shards(i.uri) for s, i in inputs.items()}
     manifest = stages.run_global_stage(
-        stage="exact_duplicates", layout=layout, inputs=inputs, params=params, code_version=DEDUP_CODE_VERSION,
+        stage="exact_duplicates",
+        layout=layout,
+        inputs=inputs,
+        params=params,
+        code_version=DEDUP_CODE_VERSION,
         build=lambda out: dedup.find_exact_duplicates(shards, out, params),
     )
     stats = manifest["stats"]
@@ -105,9 +112,11 @@ def exact_duplicates(context: dg.AssetExecutionContext, marin: MarinResource) ->
     return materialized(
         manifest,
         rows=int(stats.get("removed", 0)),
-            counters={k: v for k, v in stats.items() if isinstance(v, (int, float))},
-            sources=len(inputs), removed_per_source=markdown_table(rows), summary=_summary(rows),
-            per_source_digest=dg.MetadataValue.json(stats.get("removed_ids_digest", {})),
+        counters={k: v for k, v in stats.items() if isinstance(v, (int, float))},
+        sources=len(inputs),
+        removed_per_source=markdown_table(rows),
+        summary=_summary(rows),
+        per_source_digest=dg.MetadataValue.json(stats.get("removed_ids_digest", {})),
         check_results=[check],
     )
 
@@ -130,12 +139,18 @@ def fuzzy_duplicates(context: dg.AssetExecutionContext, marin: MarinResource) ->
     exempt = sorted(s.name for s in catalog if s.fuzzy_exempt and s.name in buckets)
     params = dedup.FuzzyDedupParams()
     manifest = stages.run_global_stage(
-        stage="fuzzy_duplicates", layout=layout, inputs=buckets, params=params, code_version=DEDUP_CODE_VERSION,
+        stage="fuzzy_duplicates",
+        layout=layout,
+        inputs=buckets,
+        params=params,
+        code_version=DEDUP_CODE_VERSION,
         extra_fingerprint={"exempt": exempt},
         build=lambda out: dedup.find_fuzzy_duplicates(
             {s: storage.list_shards(i.uri) for s, i in buckets.items()},
             {s: storage.list_shards(i.uri) for s, i in norm.items()},
-            exempt, out, params,
+            exempt,
+            out,
+            params,
         ),
     )
     stats = manifest["stats"]
@@ -146,18 +161,28 @@ def fuzzy_duplicates(context: dg.AssetExecutionContext, marin: MarinResource) ->
     if not check.passed:
         context.log.warning(f"fuzzy dedup would remove more than half of some sources: {check.metadata}")
     examples = [
-        {"removed": f"{e['source']}:{e['id'][:8]}", "kept": f"{e['representative_source']}:{e['representative_id'][:8]}",
-         "containment": e["containment"], "jaccard": e["jaccard"], "excerpt": e["excerpt"][:160]}
+        {
+            "removed": f"{e['source']}:{e['id'][:8]}",
+            "kept": f"{e['representative_source']}:{e['representative_id'][:8]}",
+            "containment": e["containment"],
+            "jaccard": e["jaccard"],
+            "excerpt": e["excerpt"][:160],
+        }
         for e in stats.get("examples", [])
     ]
     return materialized(
         manifest,
         rows=int(stats.get("removed", 0)),
-            counters={k: v for k, v in stats.items() if isinstance(v, (int, float))},
-            sources=len(buckets), sources_without_buckets=len(missing), exempt_sources=", ".join(exempt) or "none",
-            removed_per_source=markdown_table(rows),
-            cluster_size_histogram=markdown_table([{"size": k, "clusters": v} for k, v in stats.get("cluster_size_histogram", {}).items()]),
-            example_pairs=markdown_table(examples), summary=_summary(rows),
-            per_source_digest=dg.MetadataValue.json(stats.get("removed_ids_digest", {})),
+        counters={k: v for k, v in stats.items() if isinstance(v, (int, float))},
+        sources=len(buckets),
+        sources_without_buckets=len(missing),
+        exempt_sources=", ".join(exempt) or "none",
+        removed_per_source=markdown_table(rows),
+        cluster_size_histogram=markdown_table(
+            [{"size": k, "clusters": v} for k, v in stats.get("cluster_size_histogram", {}).items()]
+        ),
+        example_pairs=markdown_table(examples),
+        summary=_summary(rows),
+        per_source_digest=dg.MetadataValue.json(stats.get("removed_ids_digest", {})),
         check_results=[check],
     )

@@ -28,10 +28,15 @@ def embeddings(context: dg.AssetExecutionContext, marin: MarinResource, encoder:
     layout = marin.layout()
     params = embed.EmbedParams(encoder=encoder.params())
     manifest = stages.run_attribute_stage(
-        stage="embeddings", source=source.name, layout=layout,
+        stage="embeddings",
+        source=source.name,
+        layout=layout,
         inputs=[stages.current_input(layout, "normalized", source.name)],
-        shard_fn=embed.embed_shard, params=params, code_version=EMBED_CODE_VERSION,
-        runner=marin.runner(), progress=context.log.info,
+        shard_fn=embed.embed_shard,
+        params=params,
+        code_version=EMBED_CODE_VERSION,
+        runner=marin.runner(),
+        progress=context.log.info,
     )
     shards = manifest["per_shard"]
     rows = int(manifest["totals"].get("rows", 0))
@@ -40,19 +45,29 @@ def embeddings(context: dg.AssetExecutionContext, marin: MarinResource, encoder:
     return materialized(
         manifest,
         rows=rows,
-            counters={k: v for k, v in manifest["totals"].items() if not k.startswith("fidelity") and k not in ("docs_per_second", "dim")},
-            model=params.encoder.model, revision=params.encoder.revision or "", storage=params.storage,
-            dim=int(shards[0].get("dim", 0)) if shards else 0,
-            int8_fidelity_mean_cosine=round(fidelity_mean, 6), int8_fidelity_min_cosine=round(fidelity_min, 6),
-            resumed_shards=manifest.get("resumed_shards", 0),
+        counters={
+            k: v for k, v in manifest["totals"].items() if not k.startswith("fidelity") and k not in ("docs_per_second", "dim")
+        },
+        model=params.encoder.model,
+        revision=params.encoder.revision or "",
+        storage=params.storage,
+        dim=int(shards[0].get("dim", 0)) if shards else 0,
+        int8_fidelity_mean_cosine=round(fidelity_mean, 6),
+        int8_fidelity_min_cosine=round(fidelity_min, 6),
+        resumed_shards=manifest.get("resumed_shards", 0),
     )
 
 
 def _labels_table(model_uri: str) -> list[dict]:
     model = topic_core.load_topic_model(model_uri)
     return [
-        {"topic": t.topic, "label": t.label, "weight": f"{t.weight_fraction:.1%}", "terms": ", ".join(t.terms[:8]),
-         "nearest excerpt": (t.excerpts[0] if t.excerpts else "")[:140]}
+        {
+            "topic": t.topic,
+            "label": t.label,
+            "weight": f"{t.weight_fraction:.1%}",
+            "terms": ", ".join(t.terms[:8]),
+            "nearest excerpt": (t.excerpts[0] if t.excerpts else "")[:140],
+        }
         for t in model.topics
     ]
 
@@ -76,7 +91,11 @@ def topic_model(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.M
         emb = storage.list_shards(inp.uri)
         shards.append(topic_core.SourceShards(name, tuple(emb), tuple(storage.join(texts_dir, storage.basename(u)) for u in emb)))
     manifest = stages.run_global_stage(
-        stage="topic_model", layout=layout, inputs=found, params=params, code_version=TOPICS_CODE_VERSION,
+        stage="topic_model",
+        layout=layout,
+        inputs=found,
+        params=params,
+        code_version=TOPICS_CODE_VERSION,
         build=lambda out: topic_core.train_topic_model(shards, out, params),
     )
     labels = _labels_table(manifest["uri"])
@@ -84,10 +103,12 @@ def topic_model(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.M
     return materialized(
         manifest,
         rows=None,
-            counters={k: v for k, v in stats.items() if isinstance(v, (int, float))},
-            topics=len(labels), sources=len(found), sources_without_embeddings=len(missing),
-            topic_labels=markdown_table(labels),
-            summary="\n".join(f"  {r['topic']:>2} {r['weight']:>6}  {r['label']}" for r in labels),
+        counters={k: v for k, v in stats.items() if isinstance(v, (int, float))},
+        topics=len(labels),
+        sources=len(found),
+        sources_without_embeddings=len(missing),
+        topic_labels=markdown_table(labels),
+        summary="\n".join(f"  {r['topic']:>2} {r['weight']:>6}  {r['label']}" for r in labels),
     )
 
 
@@ -104,11 +125,17 @@ def topics(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.Materi
     layout = marin.layout()
     model = stages.current_input(layout, "topic_model")
     manifest = stages.run_attribute_stage(
-        stage="topics", source=source.name, layout=layout,
+        stage="topics",
+        source=source.name,
+        layout=layout,
         inputs=[stages.current_input(layout, "embeddings", source.name)],
-        shard_fn=topic_core.assign_topics_shard, params=topic_core.AssignParams(model.uri),
-        code_version=TOPICS_CODE_VERSION, extra_fingerprint={"topic_model": model.fingerprint}, fingerprint_params={},
-        runner=marin.runner(), progress=context.log.info,
+        shard_fn=topic_core.assign_topics_shard,
+        params=topic_core.AssignParams(model.uri),
+        code_version=TOPICS_CODE_VERSION,
+        extra_fingerprint={"topic_model": model.fingerprint},
+        fingerprint_params={},
+        runner=marin.runner(),
+        progress=context.log.info,
     )
     counts: dict[int, int] = {}
     for shard in manifest["per_shard"]:
@@ -117,6 +144,6 @@ def topics(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.Materi
     return materialized(
         manifest,
         rows=int(manifest["totals"].get("rows", 0)),
-            counters={"mean_distance": manifest["totals"].get("mean_distance", 0) / max(1, len(manifest["per_shard"]))},
-            documents_per_topic=markdown_table([{"topic": t, "documents": n} for t, n in sorted(counts.items()) if n]),
+        counters={"mean_distance": manifest["totals"].get("mean_distance", 0) / max(1, len(manifest["per_shard"]))},
+        documents_per_topic=markdown_table([{"topic": t, "documents": n} for t, n in sorted(counts.items()) if n]),
     )

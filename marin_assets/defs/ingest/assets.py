@@ -1,6 +1,5 @@
 """``source_pins`` (observed from the catalog) and ``raw_files`` (provider files at the pin)."""
 
-
 import dagster as dg
 
 from marin_assets.core import hub, ingest
@@ -47,7 +46,13 @@ def raw_files(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.Mat
         marin.catalog(),
         marin.layout(),
         download=lambda repo, rev, allow, exclude, dest, progress: hub.download_snapshot(
-            repo, rev, allow=list(allow) or None, exclude=list(exclude) or None, dest_uri=dest, on_progress=progress, policy=policy
+            repo,
+            rev,
+            allow=list(allow) or None,
+            exclude=list(exclude) or None,
+            dest_uri=dest,
+            on_progress=progress,
+            policy=policy,
         ),
         resolve=lambda repo, rev, repo_type: hub.resolve_revision(repo, rev, repo_type, policy=policy),
         progress=context.log.info,

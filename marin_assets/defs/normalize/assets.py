@@ -1,6 +1,5 @@
 """``normalized``: canonical Parquet shards of each source."""
 
-
 import dagster as dg
 
 from marin_assets.core import ingest, normalize, storage
@@ -28,9 +27,14 @@ def normalized(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.Ma
     transform = get_transform(source.transform) if source.transform else None
     fp = storage.fingerprint(
         "normalized",
-        {"params": params.fingerprint_params(), "transform": source.transform,
-         "transform_version": getattr(transform, "version", "1"), "subdir": source.provider.subdir,
-         "allow": source.provider.allow, "exclude": source.provider.exclude},
+        {
+            "params": params.fingerprint_params(),
+            "transform": source.transform,
+            "transform_version": getattr(transform, "version", "1"),
+            "subdir": source.provider.subdir,
+            "allow": source.provider.allow,
+            "exclude": source.provider.exclude,
+        },
         normalize.CODE_VERSION,
         [raw["fingerprint"]],
     )
