@@ -32,6 +32,7 @@ demo: install home
 
 ## The Dagster UI (webserver + daemon) on the embedded default.
 dev: install home
+	$(BIN)/dagster instance concurrency set hf_download 4 >/dev/null
 	$(BIN)/marin-assets dev
 
 test: install
