@@ -530,6 +530,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.hub._log(RequestRecord(self._method, self._path, status, self.headers.get("Range"), fault))
 
     def _send(self, status: int, body: bytes, headers: Mapping[str, str] | None = None, content_type: str = "application/json") -> None:
+        # Logged before the client can see the answer, so a test that counts requests right
+        # after its call returns never races the server thread.
+        self._record(status)
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -539,7 +542,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self._method != "HEAD":
             self.wfile.write(body)
-        self._record(status)
 
     def _send_json(self, payload: Any, headers: Mapping[str, str] | None = None) -> None:
         self._send(200, json.dumps(payload).encode(), headers)
@@ -596,6 +598,7 @@ class _Handler(BaseHTTPRequestHandler):
             headers["Retry-After"] = str(fault.reset_s)
         headers["X-Error-Message"] = message
         body = json.dumps({"error": message}).encode()
+        self._record(status, fault=fault.kind)
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -604,7 +607,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self._method != "HEAD":
             self.wfile.write(body)
-        self._record(status, fault=fault.kind)
 
     def _route(self, method: str, body: bytes) -> None:
         segs = self._segments
@@ -805,6 +807,7 @@ class _Handler(BaseHTTPRequestHandler):
             status = 206
             headers["Content-Range"] = f"bytes {start}-{end - 1}/{stored.size}"
         fault = self.hub.faults.take(self._method, self._path, body=True) if self._method == "GET" else None
+        self._record(status, fault=fault.kind if fault else None)
         self.send_response(status)
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Content-Length", str(end - start))
@@ -812,7 +815,6 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(key, value)
         self.end_headers()
         if self._method == "HEAD":
-            self._record(status)
             return
         length = end - start
         limit = int(length * fault.cut_fraction) if fault and fault.kind == "cut" else length
@@ -837,7 +839,6 @@ class _Handler(BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-        self._record(status, fault=fault.kind if fault else None)
 
 
 def _valid_repo(repo_id: str) -> bool:

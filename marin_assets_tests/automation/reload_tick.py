@@ -24,7 +24,8 @@ def main(cursor_file: str) -> None:
     from marin_assets.defs.partitions import source_partitions
     from marin_assets.defs.resources import MarinResource
 
-    keys = defs.resolve_asset_graph().get_all_asset_keys()
+    # source_pins is observed on its own 5-minute cron, independent of what this test changes
+    keys = [k for k in defs.resolve_asset_graph().get_all_asset_keys() if k.to_user_string() != "source_pins"]
     cursor = deserialize_value(open(cursor_file).read())
     out: dict = {"partitions_include_new": set(load_catalog().names) <= set(source_partitions.get_partition_keys())}
     with dg.DagsterInstance.get() as instance:
