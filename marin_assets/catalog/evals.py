@@ -24,6 +24,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from marin_assets.catalog.sources import EntryError
+
 EVALS_ENV = "MARIN_EVALS"
 PACKAGED_EVALS = "evals.toml"
 LOCK_SUFFIX = ".lock.json"
@@ -41,14 +43,8 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 Resolver = Callable[[str, str], str]  # (repo, branch) -> 40-hex commit
 
 
-class EvalRegistryError(ValueError):
-    """A registry or lock that cannot be used; the message names the entry, the field and the file."""
-
-    def __init__(self, message: str, *, entry: str | None = None, field: str | None = None, path: str = ""):
-        super().__init__(message)
-        self.entry = entry
-        self.field = field
-        self.path = path
+class EvalRegistryError(EntryError):
+    """An eval registry or lock that cannot be used."""
 
 
 # ----------------------------------------------------------------------------- model

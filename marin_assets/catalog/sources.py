@@ -37,14 +37,18 @@ _RECIPE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
-class CatalogError(ValueError):
-    """A catalog file that cannot be used; the message names the entry, the field and the file."""
+class EntryError(ValueError):
+    """A data file entry that cannot be used; the message names the entry, the field and the file."""
 
     def __init__(self, message: str, *, entry: str | None = None, field: str | None = None, path: str = ""):
         super().__init__(message)
         self.entry = entry
         self.field = field
         self.path = path
+
+
+class CatalogError(EntryError):
+    """A source catalog that cannot be used."""
 
 
 # ----------------------------------------------------------------------------- model

@@ -77,9 +77,11 @@ def share_bucket(a: str, b: str, params: MinHashParams = MinHashParams()) -> boo
     return bool((buckets[0] == buckets[1]).any())
 
 
-@pytest.fixture(params=["numpy", pytest.param("jit", marks=pytest.mark.skipif(minhash.numba is None, reason="numba is not installed"))])
+@pytest.fixture(params=["numpy", "jit"])
 def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Runs a test on the numpy path and, where numba is installed, on the JIT path."""
+    """Runs a test on the numpy fallback and on the JIT path (numba is a dependency)."""
+    if request.param == "jit":
+        assert minhash.numba is not None, "numba is a dependency of marin-assets; reinstall with `make install`"
     monkeypatch.setattr(minhash, "JIT", request.param == "jit")
     return request.param
 
@@ -217,8 +219,7 @@ def test_arrow_input_equals_list_input(path: str) -> None:
 
 
 def test_jit_and_numpy_paths_agree_and_match_a_direct_minimum(monkeypatch: pytest.MonkeyPatch) -> None:
-    if minhash.numba is None:
-        pytest.skip("numba is not installed")
+    assert minhash.numba is not None, "numba is a dependency of marin-assets"
     rng = np.random.default_rng(8)
     counts = np.array([0, 1, 2, 31, 32, 33, 0, 700, 5])
     hashes = rng.integers(0, 2**64 - 1, int(counts.sum()), dtype=np.uint64, endpoint=True)
