@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from marin_assets.catalog.evals import EvalRegistry, EvalSet, HuggingFaceProvider, LocalFileProvider, WebArchiveProvider, resolve_pins, write_lock
-from marin_assets.core import hub, storage
+from marin_assets.core import hub, stages, storage
 
 
 def lock_branch_pins(registry: EvalRegistry, resolve: Callable[[str, str], str] | None = None) -> EvalRegistry:
@@ -41,7 +41,7 @@ def fetch_eval_set(eval_set: EvalSet, registry: EvalRegistry, layout: storage.La
     if isinstance(provider, HuggingFaceProvider):
         revision = registry.revision(eval_set)
         dest = layout.raw("evals__" + provider.repo.replace("/", "__"), revision)
-        manifest = hub.download_snapshot(provider.repo, revision, list(provider.files) or None, None, dest, policy)
+        manifest = stages.commit_copy(dest, lambda: hub.download_snapshot(provider.repo, revision, list(provider.files) or None, None, dest, policy))
         paths = [f["path"] for f in manifest["files"]]
         return [storage.join(dest, p) for p in sorted(paths) if not p.endswith((".md", ".gitattributes", ".py"))]
     if isinstance(provider, WebArchiveProvider):

@@ -11,8 +11,8 @@ server (``HF_ENDPOINT``). What this module adds on top:
 * verification of every file against the Hub's metadata (size, and sha256 for LFS files or the
   git blob sha1 otherwise); a corrupted body is fetched again, then reported;
 * resumable, shareable copies: each finished file leaves a marker, a rerun fetches only what is
-  missing, and ``_manifest.json`` is written last. A complete destination makes a repeated call
-  a no-op that returns the stored manifest.
+  missing, and the stage runner writes ``_manifest.json`` last (``stages.commit_copy``). A
+  complete destination makes a repeated call a no-op that returns the stored manifest.
 
 ``HF_TOKEN`` is read when a call is made and only ever sent as a header: it never appears in
 logs, errors or manifests. Nothing here imports dagster.
@@ -56,7 +56,7 @@ except ImportError:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
-PARTIAL_DIR = "_partial"  # per-file completion markers, removed once the manifest is written
+PARTIAL_DIR = storage.PARTIAL_DIR  # per-file completion markers, removed once the manifest is written
 MANIFEST_KIND = "hf_snapshot"
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _HEX_PIN = re.compile(r"^[0-9a-f]{7,40}$")
@@ -598,14 +598,15 @@ def download_snapshot(
     workers: int = 4,
     staging_dir: str | None = None,
 ) -> dict[str, Any]:
-    """Copy the selected files of ``repo_id@revision`` to ``dest_uri`` and return the manifest.
+    """Copy the selected files of ``repo_id@revision`` to ``dest_uri`` and return its manifest.
 
     ``dest_uri`` is any fsspec URI, chosen by the caller (``Layout.raw(key, sha)``), so sources
     asking for the same repo, revision and files share one copy. Files keep their repo paths
     under it. Each file is staged in a local temp dir, verified, then stored atomically; a
     marker under ``_partial/`` records it, so a rerun after a crash fetches only the rest.
-    ``_manifest.json`` is written last; calling again with the same arguments returns it
-    (``"reused": True``) without fetching anything. ``on_progress`` gets one line per file.
+    The caller records the copy (``stages.commit_copy`` writes ``_manifest.json`` last); once
+    recorded, calling again with the same arguments returns it (``"reused": True``) without
+    fetching anything. ``on_progress`` gets one line per file.
 
     Raises ``HubAuthError`` (gated, 401/403) and ``RevisionGoneError`` at once,
     ``IntegrityError`` when a file stays corrupt, ``DownloadError`` when retries run out.
@@ -733,6 +734,4 @@ def download_snapshot(
         },
         "reused": False,
     }
-    storage.write_manifest(dest_uri, manifest)
-    storage.remove(storage.join(dest_uri, PARTIAL_DIR), recursive=True)
-    return manifest
+    return manifest  # recorded (manifest written last, markers dropped) by stages.commit_copy

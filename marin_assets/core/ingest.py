@@ -4,8 +4,9 @@ A source's raw copy is addressed by content: provider repo, resolved revision an
 selection. Sources of one family download (the same ``share_key``) download the union of their
 selections once and share that copy; each then normalizes only its own subset.
 
-A small pin record ``raw/<key>/_pins/<pin>-<selection>.json`` maps the catalog pin to the
-resolved revision, so later stages find the raw copy without asking the provider again.
+A small pin record ``raw/_pins/<source>/<recipe fingerprint>.json`` maps the catalog pin to the
+resolved revision and the copy, so later stages find the raw copy without asking the provider
+again (the stage runner writes it, with the copy's manifest).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from marin_assets.core import storage
+from marin_assets.core import stages, storage
 from marin_assets.core.hub import select_paths
 from marin_assets.core.normalize import NormalizeParams, input_format_of
 
@@ -61,17 +62,6 @@ def pin_record_uri(layout: storage.Layout, source: Any) -> str:
     return storage.join(layout.root, "raw", "_pins", source.name, recipe_fingerprint(source) + ".json")
 
 
-def _reuse(layout: storage.Layout, source: Any) -> dict[str, Any] | None:
-    record_uri = pin_record_uri(layout, source)
-    if not storage.exists(record_uri):
-        return None
-    record = storage.read_json(record_uri)
-    manifest = storage.read_manifest(record["uri"])
-    if manifest is None:
-        return None
-    return manifest | record | {"reused": True}
-
-
 def fetch_raw(
     source: Any,
     catalog: Any,
@@ -80,17 +70,15 @@ def fetch_raw(
     download: Callable[..., dict[str, Any]],
     resolve: Callable[..., str],
     progress: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
-    """Fetch ``source``'s provider files at its pin (reusing a complete copy).
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Fetch ``source``'s provider files at its pin (a complete shared copy is reused).
 
     Hugging Face sources download their family's selection with the injected hub client
     (``download_snapshot`` and ``resolve_revision``: callers choose endpoint, token and retry
     policy). Other provider kinds go through ``marin_assets.core.providers``.
-    Returns the raw manifest plus ``uri``, ``revision``, ``fingerprint`` and ``reused``.
+    Returns the copy's manifest and its pin record (``uri``, ``revision``, ``fingerprint``,
+    ``pin``); ``stages.run_copy`` records both.
     """
-    reused = _reuse(layout, source)
-    if reused is not None:
-        return reused
     provider = source.provider
     if provider.kind == "hf" and provider.repo_type != "bucket":
         allow, exclude = family_selection(source, catalog)
@@ -113,14 +101,12 @@ def fetch_raw(
             )
         manifest = fetch(source, layout, progress)
         dest, revision, fp = manifest["uri"], manifest.get("revision", provider.revision), manifest["fingerprint"]
-    record = {"uri": dest, "revision": revision, "fingerprint": fp, "pin": provider.revision}
-    storage.write_json(pin_record_uri(layout, source), record)
-    return manifest | record | {"reused": bool(manifest.get("reused", False))}
+    return manifest, {"uri": dest, "revision": revision, "fingerprint": fp, "pin": provider.revision}
 
 
 def locate_raw(source: Any, layout: storage.Layout) -> dict[str, Any]:
     """The raw copy a previous ``fetch_raw`` made for ``source``'s current recipe."""
-    found = _reuse(layout, source)
+    found = stages.recorded_copy(pin_record_uri(layout, source))
     if found is None:
         raise RawFilesMissing(
             f"source '{source.name}': no complete raw files for its current pin ({source.provider.revision}) "

@@ -360,16 +360,13 @@ def normalize_source(
     fmt: str | None = None,
     transform: BatchTransform | None = None,
     runner: ShardRunner | None = None,
-    fingerprint: str = "",
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Normalize ``input_uris`` into ``out_dir``; returns the manifest (written last).
+    """Normalize ``input_uris`` into ``out_dir``; returns the body of its manifest (counters, shards).
 
-    Reuses a complete output; resumes an interrupted one shard by shard.
+    Resumes an interrupted run shard by shard; the stage runner (``stages.run_stage``) reuses a
+    complete output and writes the manifest.
     """
-    existing = storage.read_manifest(out_dir)
-    if existing is not None:
-        return existing | {"reused": True}
     if not input_uris:
         raise NormalizeError(f"source '{source}': no input files to normalize; check the catalog entry's file selection")
     runner = runner or ShardRunner()
@@ -400,7 +397,6 @@ def normalize_source(
     duplicates = sum(r.stats["duplicates"] for r in gathered)
     manifest = {
         "source": source,
-        "fingerprint": fingerprint,
         "code_version": CODE_VERSION,
         "params": params.fingerprint_params(),
         "inputs": list(input_uris),
@@ -419,9 +415,8 @@ def normalize_source(
         "bad_rows": {k.removeprefix("bad_rows."): v for k, v in totals.items() if k.startswith("bad_rows.")},
         "resumed_tasks": sum(r.reused for r in scattered) + (0 if gathered is scattered else sum(r.reused for r in gathered)),
     }
-    storage.write_manifest(out_dir, manifest)
-    storage.remove(scatter_root, recursive=True)
-    return manifest | {"reused": False}
+    storage.remove(scatter_root, recursive=True)  # every shard is stored: the pieces are not needed again
+    return manifest
 
 
 def read_normalized(out_dir: str, columns: Sequence[str] | None = None) -> pl.DataFrame:

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 MANIFEST = "_manifest.json"
+PARTIAL_DIR = "_partial"  # per-file completion markers of a provider copy, dropped once its manifest is written
 SHARD_STATS_DIR = "_shards"
 DEFAULT_PREFIX = ".marin_data"
 
@@ -292,32 +293,13 @@ def fingerprint(stage: str, params: Any = None, code_version: str = "1", inputs:
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    """Where each kind of output lives under the root (DESIGN section 3)."""
+    """Where each kind of output lives under the root (DESIGN section 3); a stage's own folders
+    come from its spec (``core.stages.StageSpec``)."""
 
     root: str
 
-    def group(self, stage: str, source: str | None = None) -> str:
-        """The folder holding every fingerprinted output of a stage (for one source)."""
-        if stage == "normalized":
-            return join(self.root, "normalized", source or "")
-        if source is None:
-            return join(self.root, "global", stage)
-        return join(self.root, "attributes", stage, source)
-
     def raw(self, key: str, revision: str) -> str:
         return join(self.root, "raw", key, revision)
-
-    def normalized(self, source: str, fp: str) -> str:
-        return join(self.root, "normalized", source, fp)
-
-    def attributes(self, stage: str, source: str, fp: str) -> str:
-        return join(self.root, "attributes", stage, source, fp)
-
-    def global_(self, asset: str, fp: str) -> str:
-        return join(self.root, "global", asset, fp)
-
-    def pool(self, fp: str) -> str:
-        return join(self.root, "pool", fp)
 
     def staged(self, relative_path: str) -> str:
         return join(self.root, relative_path)

@@ -7,17 +7,22 @@ phases in ``BUILD_ORDER``; an asset backfill from the UI over the whole graph do
 
 import dagster as dg
 
+from marin_assets.core import specs as S
 from marin_assets.defs.partitions import source_partitions
 
-# (job name, asset keys, partitioned?) in the order a full build runs them.
+# (job name, stages) in the order a full build runs them; a phase is all per-source or all global.
+PHASES: list[tuple[str, tuple[S.StageSpec, ...]]] = [
+    ("eval_index", (S.EVAL_NGRAMS, S.QUALITY_MODEL)),
+    ("source_chain", (S.RAW_FILES, S.NORMALIZED, S.MINHASH_BUCKETS, S.EMBEDDINGS)),
+    ("global_decisions", (S.EXACT_DUPLICATES, S.FUZZY_DUPLICATES, S.BOILERPLATE_NGRAMS, S.TOPIC_MODEL)),
+    ("source_attributes", (S.CONTAMINATION, S.TOPICS, S.QUALITY_SCORES)),
+    ("bands", (S.QUALITY_BANDS,)),
+    ("source_pool", (S.POOL,)),
+    ("groups", (S.SAMPLING_GROUPS,)),
+]
+# (job name, asset keys, partitioned?)
 BUILD_ORDER: list[tuple[str, list[str], bool]] = [
-    ("eval_index", ["eval_ngrams", "quality_model"], False),
-    ("source_chain", ["raw_files", "normalized", "minhash_buckets", "embeddings"], True),
-    ("global_decisions", ["exact_duplicates", "fuzzy_duplicates", "boilerplate_ngrams", "topic_model"], False),
-    ("source_attributes", ["contamination", "topics", "quality_scores"], True),
-    ("bands", ["quality_bands"], False),
-    ("source_pool", ["pool"], True),
-    ("groups", ["sampling_groups"], False),
+    (name, [s.name for s in stages], stages[0].partitioned) for name, stages in PHASES
 ]
 
 

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from marin_assets.core import hub, storage
+from marin_assets.core import hub, stages, storage
 
 REPO = "org/corpus"
 FILES = {
@@ -43,7 +43,10 @@ def waits() -> list[float]:
 def download(dest, waits, revision="060fca9", allow=("data/*.parquet",), exclude=None, **kwargs):
     policy = kwargs.pop("policy", None) or tiny_policy(waits)
     kwargs.setdefault("workers", 1)
-    return hub.download_snapshot(REPO, revision, list(allow) if allow else None, exclude, str(dest), policy, **kwargs)
+    # the stage runner records the copy (manifest last, markers dropped), as raw_files does
+    return stages.commit_copy(
+        str(dest), lambda: hub.download_snapshot(REPO, revision, list(allow) if allow else None, exclude, str(dest), policy, **kwargs)
+    )
 
 
 def file_gets(server, path: str = "*") -> int:
@@ -91,7 +94,7 @@ def test_download_verifies_and_writes_the_manifest_last(hub_server, sha, waits, 
     for path, data in FILES.items():
         assert (dest / path).read_bytes() == data
     stored = json.loads((dest / "_manifest.json").read_text())
-    assert stored == manifest and manifest["resolved_revision"] == sha and manifest["requested_revision"] == "060fca9"
+    assert stored | {"reused": False} == manifest and manifest["resolved_revision"] == sha and manifest["requested_revision"] == "060fca9"
     assert {f["path"]: f["sha256"] for f in manifest["files"]} == {
         p: hashlib.sha256(d).hexdigest() for p, d in FILES.items()
     }
@@ -212,7 +215,7 @@ def test_downloads_to_an_fsspec_uri(hub_server, sha, waits):
     manifest = download(dest, waits)
     for path in PARQUETS:
         assert storage.read_bytes(storage.join(dest, path)) == FILES[path]
-    assert storage.read_manifest(dest) == manifest
+    assert storage.read_manifest(dest) | {"reused": False} == manifest
     hub_server.clear_requests()
     assert download(dest, waits)["reused"] is True and hub_server.count() == 0
 

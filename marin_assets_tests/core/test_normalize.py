@@ -10,7 +10,7 @@ import pytest
 import xxhash
 import zstandard
 
-from marin_assets.core import normalize, storage
+from marin_assets.core import normalize, specs, stages, storage
 from marin_assets.core.runner import ShardRunner
 
 TEXTS = [f"Document number {i} about topic {i % 7}.\nIt has two lines." for i in range(40)]
@@ -114,10 +114,19 @@ class _Killed(RuntimeError):
     pass
 
 
+def _normalized_stage(layout: storage.Layout, files: list[str], params: normalize.NormalizeParams, **kwargs) -> dict:
+    """The normalize stage as the asset runs it: the stage runner reuses, records and points."""
+    return stages.run_stage(
+        specs.NORMALIZED, layout, source="s", inputs=[], decided_by=params.fingerprint_params(),
+        build=lambda out: normalize.normalize_source("s", files, out.uri, params, **kwargs),
+    )  # fmt: skip
+
+
 def test_killed_run_resumes_without_redoing_finished_work(tmp_path, monkeypatch) -> None:
     files = [_write(tmp_path / f"in{i}.jsonl", "jsonl", [{"id": j, "text": TEXTS[j]} for j in range(i, 40, 4)]) for i in range(4)]
-    out = str(tmp_path / "out")
+    layout = storage.Layout(str(tmp_path / "root"))
     params = normalize.NormalizeParams(target_shard_bytes=400)
+    out = specs.NORMALIZED.output_uri(layout, "s", stages.fingerprint_of(specs.NORMALIZED, params.fingerprint_params(), []))
     reads: list[str] = []
     real_read = normalize.read_batches
     real_gather = normalize.gather_shard
@@ -134,7 +143,7 @@ def test_killed_run_resumes_without_redoing_finished_work(tmp_path, monkeypatch)
     monkeypatch.setattr(normalize, "read_batches", counting_read)
     monkeypatch.setattr(normalize, "gather_shard", dying_gather)
     with pytest.raises(_Killed):
-        normalize.normalize_source("s", files, out, params, runner=ShardRunner())
+        _normalized_stage(layout, files, params, runner=ShardRunner())
     assert not storage.is_complete(out)
     assert sorted(reads) == sorted(files)
 
@@ -146,12 +155,14 @@ def test_killed_run_resumes_without_redoing_finished_work(tmp_path, monkeypatch)
         return real_gather(inputs, output, gp)
 
     monkeypatch.setattr(normalize, "gather_shard", counting_gather)
-    manifest = normalize.normalize_source("s", files, out, params, runner=ShardRunner())
+    manifest = _normalized_stage(layout, files, params, runner=ShardRunner())
+    assert manifest["uri"] == out and storage.is_complete(out)
+    assert storage.read_current(specs.NORMALIZED.group_uri(layout, "s"))["uri"] == out
     assert reads == []  # every input file was already scattered
     assert gathered == list(range(1, len(manifest["shards"])))  # shard 0 had finished
     assert manifest["rows"] == 40
     assert manifest["resumed_tasks"] == len(files) + 1
-    again = normalize.normalize_source("s", files, out, params)
+    again = _normalized_stage(layout, files, params)
     assert again["reused"] is True
 
 

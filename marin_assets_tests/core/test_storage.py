@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from marin_assets.core import storage
+from marin_assets.core import specs, storage
 
 
 @pytest.fixture(params=["local", "gcs"])
@@ -59,5 +59,7 @@ def test_layout_is_rooted_and_prefix_resolution(monkeypatch, tmp_path) -> None:
     assert storage.resolve_prefix() == "gs://bucket/prefix"
     monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / "rel"))
     layout = storage.Layout(storage.resolve_prefix())
-    assert layout.normalized("cp/pubmed", "fp") == f"{tmp_path}/rel/normalized/cp/pubmed/fp"
-    assert layout.attributes("minhash", "s", "fp").endswith("/attributes/minhash/s/fp")
+    assert specs.NORMALIZED.output_uri(layout, "cp/pubmed", "fp") == f"{tmp_path}/rel/normalized/cp/pubmed/fp"
+    assert specs.MINHASH_BUCKETS.output_uri(layout, "s", "fp").endswith("/attributes/minhash_buckets/s/fp")
+    assert specs.TOPIC_MODEL.output_uri(layout, None, "fp") == f"{tmp_path}/rel/global/topic_model/fp"
+    assert specs.POOL.data_uri(layout, "cp/peps", "fp") == f"{tmp_path}/rel/pool/cp/peps/fp"

@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from marin_assets.catalog.sources import load_catalog
-from marin_assets.core import dedup, stages, storage
+from marin_assets.core import dedup, specs, stages, storage
 from marin_assets.demo.run import run_demo
 from marin_assets.demo.sample import DEMO_SOURCES
 
@@ -33,7 +33,7 @@ def _read(uri: str, columns: list[str] | None = None) -> pl.DataFrame:
     return pl.from_arrow(storage.read_parquet(uri, columns))  # type: ignore[return-value]
 
 
-def _attribute(layout: storage.Layout, stage: str, source: str, columns: list[str]) -> pl.DataFrame:
+def _attribute(layout: storage.Layout, stage: specs.StageSpec, source: str, columns: list[str]) -> pl.DataFrame:
     found = stages.current_input(layout, stage, source)
     return pl.concat([_read(u, columns) for u in storage.list_shards(found.uri)])
 
@@ -41,19 +41,19 @@ def _attribute(layout: storage.Layout, stage: str, source: str, columns: list[st
 def test_pool_holds_every_surviving_document_exactly_once(demo_root: str) -> None:
     layout = storage.Layout(demo_root)
     catalog = load_catalog()
-    exact = stages.current_input(layout, "exact_duplicates").uri
-    fuzzy = stages.current_input(layout, "fuzzy_duplicates").uri
+    exact = stages.current_input(layout, specs.EXACT_DUPLICATES).uri
+    fuzzy = stages.current_input(layout, specs.FUZZY_DUPLICATES).uri
     flagged_total = 0
     for source in DEMO_SOURCES:
-        docs = _attribute(layout, "normalized", source, ["id"])
-        contaminated = _attribute(layout, "contamination", source, ["id", "contaminated"]).filter(pl.col("contaminated"))["id"]
+        docs = _attribute(layout, specs.NORMALIZED, source, ["id"])
+        contaminated = _attribute(layout, specs.CONTAMINATION, source, ["id", "contaminated"]).filter(pl.col("contaminated"))["id"]
         flagged_total += contaminated.len()
         removed = set(contaminated.to_list()) | set(_read(dedup.removed_uri(exact, source), ["id"])["id"].to_list())
         if not catalog.by_name(source).fuzzy_exempt:
             removed |= set(_read(dedup.removed_uri(fuzzy, source), ["id"])["id"].to_list())
-        pool_dir = storage.read_current(layout.group("pool", source))
-        assert pool_dir is not None
-        files = storage.glob(storage.join(demo_root, "pool", source, pool_dir["fingerprint"], "*", "*.parquet"))
+        pool = stages.current_input(layout, specs.POOL, source)
+        assert pool.data_uri == storage.join(demo_root, "pool", source, pool.fingerprint)
+        files = storage.glob(storage.join(pool.data_uri, "*", "*.parquet"))
         pooled = pl.concat([_read(f, ["id", "source", "topic", "band", "tokens"]) for f in files])
         assert pooled["id"].n_unique() == pooled.height  # exactly once
         assert set(pooled["id"].to_list()) == set(docs["id"].to_list()) - removed
@@ -65,7 +65,7 @@ def test_pool_holds_every_surviving_document_exactly_once(demo_root: str) -> Non
 
 def test_sampling_groups_count_the_pool_and_weights_sum_to_one(demo_root: str) -> None:
     layout = storage.Layout(demo_root)
-    out = stages.current_input(layout, "sampling_groups").uri
+    out = stages.current_input(layout, specs.SAMPLING_GROUPS).uri
     groups = _read(storage.join(out, "groups.parquet"))
     assert groups.height == 200
     assert sorted(groups["group"].to_list())[:2] == ["c00q0", "c00q1"]

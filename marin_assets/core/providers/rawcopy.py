@@ -1,9 +1,9 @@
 """A provider's copy under ``raw/``: resumable file by file, complete once its manifest exists.
 
 Every provider here writes the same way: each finished file leaves a marker under
-``_partial/``, so a killed run fetches only what is missing; ``_manifest.json`` is written
-last (``uri``, ``files``, ``revision``, ``fingerprint``, ``counters``) and makes a repeated
-call a no-op that returns the stored manifest with ``reused``.
+``_partial/``, so a killed run fetches only what is missing; the provider returns the
+manifest (``uri``, ``files``, ``revision``, ``fingerprint``, ``counters``), the stage runner
+writes it last, and a repeated call is a no-op that returns the stored manifest with ``reused``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from marin_assets.core import storage
 from marin_assets.core.providers.http import ProviderAccessError, ProviderGoneError, ProviderUnreachable
 
 CODE_VERSION = "1"
-PARTIAL_DIR = "_partial"
+PARTIAL_DIR = storage.PARTIAL_DIR
 
 Progress = Callable[[str], None] | None
 
@@ -102,10 +102,8 @@ class RawCopy:
         storage.write_json(self._marker(record["path"]), record)
 
     def complete(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        payload = {k: v for k, v in manifest.items() if k != "reused"} | {"uri": self.uri}
-        storage.write_manifest(self.uri, payload)
-        storage.remove(storage.join(self.uri, PARTIAL_DIR), recursive=True)
-        return payload | {"reused": False}
+        """The copy's manifest; ``stages.commit_copy`` writes it last and drops the markers."""
+        return {k: v for k, v in manifest.items() if k != "reused"} | {"uri": self.uri, "reused": False}
 
 
 @contextmanager

@@ -31,6 +31,7 @@ import dagster as dg
 from dagster import AutomationCondition as AC
 
 from marin_assets.catalog.sources import default_catalog_path, load_catalog
+from marin_assets.core.specs import QUALITY_MODEL, TOPIC_MODEL
 
 MANUAL = None  # an exception that means: never automated, rebuilt by hand or backfill
 
@@ -38,8 +39,8 @@ MANUAL = None  # an exception that means: never automated, rebuilt by hand or ba
 # source downstream of it, so it is a deliberate act (UI, backfill), never a side effect of a
 # pin change; the sources whose inputs changed are still re-assigned with the current model.
 EXCEPTIONS: dict[str, dg.AutomationCondition | None] = {
-    "topic_model": MANUAL,
-    "quality_model": MANUAL,
+    TOPIC_MODEL.name: MANUAL,
+    QUALITY_MODEL.name: MANUAL,
 }
 
 

@@ -11,13 +11,13 @@ from typing import Any
 
 import dagster as dg
 
-from marin_assets.core import ingest
+from marin_assets.core import ingest, specs
 from marin_assets.defs.automation.conditions import catalog_names
 from marin_assets.defs.partitions import source_partitions
 from marin_assets.defs.resources import MarinResource
 
 AUTOMATION_ENV = "MARIN_AUTOMATION"
-SOURCE_PINS = dg.AssetKey("source_pins")
+SOURCE_PINS = dg.AssetKey(specs.SOURCE_PINS.name)
 CATALOG_CHECK = "catalog_in_sync"
 
 

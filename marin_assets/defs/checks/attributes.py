@@ -6,11 +6,12 @@ import numpy as np
 import dagster as dg
 
 from marin_assets.core import embed, storage
+from marin_assets.core.specs import CONTAMINATION, EMBEDDINGS, MINHASH_BUCKETS, QUALITY_SCORES, TOPICS
 from marin_assets.defs.checks.output import NoOutput, missing_output, output_uri, parquet_schema
 from marin_assets.defs.partitions import source_partitions
 
 # Attribute stages joined shard by shard with their input (same basenames, same row counts).
-CO_PARTITIONED = ("minhash_buckets", "contamination", "embeddings", "topics", "quality_scores")
+CO_PARTITIONED = tuple(s.name for s in (MINHASH_BUCKETS, CONTAMINATION, EMBEDDINGS, TOPICS, QUALITY_SCORES))
 
 # Output dimension of the encoders we know; another model is checked for consistency only.
 KNOWN_DIMENSIONS = {"microsoft/harrier-oss-v1-0.6b": 1024, embed.OFFLINE_MODEL: 384}
@@ -51,13 +52,13 @@ def co_partitioned_check(asset: str) -> dg.AssetChecksDefinition:
     return _check
 
 
-@dg.asset_check(asset="embeddings", name="dimension", blocking=True, partitions_def=source_partitions,
+@dg.asset_check(asset=EMBEDDINGS.name, name="dimension", blocking=True, partitions_def=source_partitions,
                 description="Every shard stores vectors of one dimension, the model's own.")  # fmt: skip
 def embeddings_dimension(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     try:
-        uri = output_uri(context, "embeddings")
+        uri = output_uri(context, EMBEDDINGS.name)
     except NoOutput as err:
-        return missing_output("embeddings", err)
+        return missing_output(EMBEDDINGS.name, err)
     dims: dict[str, int] = {}
     models: set[str] = set()
     for shard in storage.list_shards(uri):
@@ -85,13 +86,13 @@ def embeddings_dimension(context: dg.AssetCheckExecutionContext) -> dg.AssetChec
     )
 
 
-@dg.asset_check(asset="embeddings", name="unit_norm", blocking=True, partitions_def=source_partitions,
+@dg.asset_check(asset=EMBEDDINGS.name, name="unit_norm", blocking=True, partitions_def=source_partitions,
                 description=f"Stored vectors dequantize to unit length (|norm - 1| <= {NORM_TOLERANCE} for 99% of a sample), none empty or NaN.")  # fmt: skip
 def embeddings_unit_norm(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     try:
-        uri = output_uri(context, "embeddings")
+        uri = output_uri(context, EMBEDDINGS.name)
     except NoOutput as err:
-        return missing_output("embeddings", err)
+        return missing_output(EMBEDDINGS.name, err)
     norms = []
     for shard in storage.list_shards(uri):
         table = storage.read_parquet(shard, columns=["id", "embedding"])

@@ -4,6 +4,7 @@ quality bands split the documents."""
 import dagster as dg
 
 from marin_assets.core import decon, storage
+from marin_assets.core.specs import CONTAMINATION, QUALITY_BANDS
 from marin_assets.defs.checks.output import NoOutput, missing_output, output_uri
 from marin_assets.defs.metadata import markdown_table
 from marin_assets.defs.partitions import source_partitions
@@ -17,13 +18,13 @@ MIN_BAND_SHARE = 0.005
 MAX_BAND_SHARE = 0.60
 
 
-@dg.asset_check(asset="contamination", name="contamination_rate", partitions_def=source_partitions,
+@dg.asset_check(asset=CONTAMINATION.name, name="contamination_rate", partitions_def=source_partitions,
                 description=f"At most {WARN_CONTAMINATION_RATE:.0%} of the source's documents are flagged; more asks for a review.")  # fmt: skip
 def contamination_rate(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     try:
-        uri = output_uri(context, "contamination")
+        uri = output_uri(context, CONTAMINATION.name)
     except NoOutput as err:
-        return missing_output("contamination", err)
+        return missing_output(CONTAMINATION.name, err)
     summary = decon.summarize_contamination((storage.read_manifest(uri) or {}).get("per_shard", []))
     rate = float(summary["contamination_rate"])
     flagged = summary["flagged_by_eval"]
@@ -41,13 +42,13 @@ def contamination_rate(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckR
     )
 
 
-@dg.asset_check(asset="quality_bands", name="band_sizes",
+@dg.asset_check(asset=QUALITY_BANDS.name, name="band_sizes",
                 description=f"Every quality band holds between {MIN_BAND_SHARE:.1%} and {MAX_BAND_SHARE:.0%} of the documents.")  # fmt: skip
 def band_sizes(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     try:
-        uri = output_uri(context, "quality_bands")
+        uri = output_uri(context, QUALITY_BANDS.name)
     except NoOutput as err:
-        return missing_output("quality_bands", err)
+        return missing_output(QUALITY_BANDS.name, err)
     summary = ((storage.read_manifest(uri) or {}).get("stats") or {}).get("band_summary") or {}
     per_topic = summary.get("documents_per_band") or []
     bands = max((len(row) for row in per_topic), default=0)

@@ -6,10 +6,11 @@ import dagster as dg
 import pyarrow as pa
 
 from marin_assets.core import storage
+from marin_assets.core.specs import NORMALIZED
 from marin_assets.defs.checks.output import NoOutput, missing_output, output_uri, parquet_schema
 from marin_assets.defs.partitions import source_partitions
 
-ASSET = "normalized"
+ASSET = NORMALIZED.name
 LEADING_COLUMNS = ("id", "text", "source_id")
 _ID = re.compile(r"^[0-9a-f]{32}$")
 

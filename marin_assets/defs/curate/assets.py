@@ -2,19 +2,26 @@
 
 import dagster as dg
 
-from marin_assets.core import embed, hub, mixture, quality, report, stages, storage
+from marin_assets.core import dedup, embed, hub, mixture, quality, report, stages, storage
 from marin_assets.core import pool as pool_core
 from marin_assets.core import topics as topic_core
-from marin_assets.defs.decon.assets import contamination
-from marin_assets.defs.dedup.assets import exact_duplicates, fuzzy_duplicates
-from marin_assets.defs.embed.assets import embeddings, topic_model, topics
+from marin_assets.core.specs import (
+    CONTAMINATION,
+    EMBEDDINGS,
+    EXACT_DUPLICATES,
+    FUZZY_DUPLICATES,
+    NORMALIZED,
+    POOL,
+    QUALITY_BANDS,
+    QUALITY_MODEL,
+    QUALITY_SCORES,
+    SAMPLING_GROUPS,
+    TOPIC_MODEL,
+    TOPICS,
+)
 from marin_assets.defs.metadata import markdown_table, materialized
-from marin_assets.defs.normalize.assets import normalized
-from marin_assets.defs.partitions import source_partitions
 from marin_assets.defs.resources import CurationResource, EncoderResource, MarinResource, source_or_fail
-
-QUALITY_CODE_VERSION = "1"
-POOL_CODE_VERSION = "1"
+from marin_assets.defs.stage_assets import stage_asset
 
 
 def _annotation_files(curation: CurationResource, marin: MarinResource, params: quality.QualityParams) -> tuple[list[str], str]:
@@ -23,16 +30,18 @@ def _annotation_files(curation: CurationResource, marin: MarinResource, params: 
     if local:
         return [local], f"file:{local}"
     dest = marin.layout().raw("annotations__" + params.annotations_repo.replace("/", "__"), params.annotations_revision)
-    manifest = hub.download_snapshot(
-        params.annotations_repo, params.annotations_revision, ["**/*.parquet", "*.parquet"], None, dest, marin.retry_policy()
+    manifest = stages.commit_copy(
+        dest,
+        lambda: hub.download_snapshot(
+            params.annotations_repo, params.annotations_revision, ["**/*.parquet", "*.parquet"], None, dest, marin.retry_policy()
+        ),
     )
     return [storage.join(dest, f["path"]) for f in manifest["files"]], f"{params.annotations_repo}@{params.annotations_revision}"
 
 
-@dg.asset(
-    group_name="quality",
+@stage_asset(
+    QUALITY_MODEL,
     kinds={"scikitlearn"},
-    code_version=QUALITY_CODE_VERSION,
     description="A regression head over document embeddings trained on a pinned annotation set, calibrated to [0, 1].",
 )
 def quality_model(
@@ -42,8 +51,7 @@ def quality_model(
     params = quality.QualityParams()
     encoder_params = encoder.params()
     files, label_source = _annotation_files(curation, marin, params)
-    digest = storage.fingerprint("annotations", [storage.size(f) for f in files] + [label_source])
-    inputs = {"annotations": stages.StageInput(label_source, digest)}
+    inputs = {"annotations": stages.external_input("annotations", label_source, [storage.size(f) for f in files] + [label_source])}
 
     def build(out: str) -> dict:
         texts, labels, bad = quality.read_annotations(files, params)
@@ -52,12 +60,11 @@ def quality_model(
         )
         return metrics | {"bad_annotation_rows": bad}
 
-    manifest = stages.run_global_stage(
-        stage="quality_model",
-        layout=layout,
+    manifest = stages.run_global(
+        QUALITY_MODEL,
+        layout,
         inputs=inputs,
         params=params,
-        code_version=QUALITY_CODE_VERSION,
         extra_fingerprint={"encoder": encoder_params},
         build=build,
     )
@@ -78,28 +85,24 @@ def quality_model(
     )
 
 
-@dg.asset(
-    partitions_def=source_partitions,
-    deps=[embeddings, quality_model],
-    group_name="quality",
+@stage_asset(
+    QUALITY_SCORES,
     kinds={"parquet"},
-    code_version=QUALITY_CODE_VERSION,
     description="Raw and calibrated quality score per document, co-partitioned.",
 )
 def quality_scores(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
     source = source_or_fail(marin, context.partition_key)
     layout = marin.layout()
-    model = stages.current_input(layout, "quality_model")
-    manifest = stages.run_attribute_stage(
-        stage="quality_scores",
+    model = stages.current_input(layout, QUALITY_MODEL)
+    manifest = stages.run_shards(
+        QUALITY_SCORES,
+        layout,
         source=source.name,
-        layout=layout,
-        inputs=[stages.current_input(layout, "embeddings", source.name)],
+        inputs=[stages.current_input(layout, EMBEDDINGS, source.name)],
         shard_fn=quality.quality_scores_shard,
         params=quality.QualityScoreParams(model.uri),
         fingerprint_params={},
-        extra_fingerprint={"quality_model": model.fingerprint},
-        code_version=QUALITY_CODE_VERSION,
+        extra_fingerprint={QUALITY_MODEL.name: model.fingerprint},
         runner=marin.runner(),
         progress=context.log.info,
     )
@@ -107,18 +110,16 @@ def quality_scores(context: dg.AssetExecutionContext, marin: MarinResource) -> d
     return materialized(manifest, rows=int(totals.get("rows", 0)), counters=totals)
 
 
-@dg.asset(
-    deps=[topics, quality_scores],
-    group_name="quality",
+@stage_asset(
+    QUALITY_BANDS,
     kinds={"json"},
-    code_version=QUALITY_CODE_VERSION,
     description="Band edges: quintiles of the calibrated score within each topic over all sources (or fixed 0.2/0.4/0.6/0.8).",
 )
 def quality_bands(context: dg.AssetExecutionContext, marin: MarinResource, curation: CurationResource) -> dg.MaterializeResult:
     layout = marin.layout()
     names = marin.catalog().names
-    topic_inputs, _ = stages.current_inputs(layout, "topics", names)
-    score_inputs, _ = stages.current_inputs(layout, "quality_scores", names)
+    topic_inputs, _ = stages.current_inputs(layout, TOPICS, names)
+    score_inputs, _ = stages.current_inputs(layout, QUALITY_SCORES, names)
     sources = sorted(set(topic_inputs) & set(score_inputs))
     if not sources:
         raise dg.Failure("no source has both topics and quality_scores yet; materialize them first")
@@ -136,9 +137,7 @@ def quality_bands(context: dg.AssetExecutionContext, marin: MarinResource, curat
         quality.save_band_edges(edges, out)
         return {**counters, "band_summary": quality.band_summary(hist, edges)}
 
-    manifest = stages.run_global_stage(
-        stage="quality_bands", layout=layout, inputs=inputs, params=params, code_version=QUALITY_CODE_VERSION, build=build
-    )
+    manifest = stages.run_global(QUALITY_BANDS, layout, inputs=inputs, params=params, build=build)
     summary = manifest["stats"].get("band_summary", {})
     rows = summary.get("rows", []) if isinstance(summary, dict) else []
     return materialized(
@@ -150,12 +149,9 @@ def quality_bands(context: dg.AssetExecutionContext, marin: MarinResource, curat
     )
 
 
-@dg.asset(
-    partitions_def=source_partitions,
-    deps=[normalized, contamination, fuzzy_duplicates, exact_duplicates, topics, quality_scores, quality_bands],
-    group_name="pool",
+@stage_asset(
+    POOL,
     kinds={"parquet"},
-    code_version=POOL_CODE_VERSION,
     description="The source's surviving documents (contaminated, then near-duplicate, then exact-duplicate documents "
     "dropped), each filed under its group c00q0..c39q4 with its token count.",
 )
@@ -163,46 +159,38 @@ def pool(context: dg.AssetExecutionContext, marin: MarinResource, curation: Cura
     source = source_or_fail(marin, context.partition_key)
     layout = marin.layout()
     name = source.name
-    upstream = [
-        stages.current_input(layout, stage, name) for stage in ("normalized", "topics", "quality_scores", "contamination")
-    ]
-    bands = stages.current_input(layout, "quality_bands")
-    exact = stages.current_input(layout, "exact_duplicates")
-    fuzzy = stages.current_input(layout, "fuzzy_duplicates")
-    exact_digest = storage.read_manifest(exact.uri)["stats"]["removed_ids_digest"].get(name, "")
-    fuzzy_digest = storage.read_manifest(fuzzy.uri)["stats"]["removed_ids_digest"].get(name, "")
+    upstream = [stages.current_input(layout, stage, name) for stage in (NORMALIZED, TOPICS, QUALITY_SCORES, CONTAMINATION)]
+    bands = stages.current_input(layout, QUALITY_BANDS)
+    exact = stages.current_input(layout, EXACT_DUPLICATES)
+    fuzzy = stages.current_input(layout, FUZZY_DUPLICATES)
     tokenizer = curation.tokenizer_params()
     # The source's pool depends on the global decisions only through its own removal lists, so
     # a dedup change elsewhere leaves this source's pool (and its fingerprint) as it was.
     extra = {
         "bands": bands.fingerprint,
-        "exact": exact_digest,
-        "fuzzy": fuzzy_digest,
+        "exact": stages.stats_of(exact)["removed_ids_digest"].get(name, ""),
+        "fuzzy": stages.stats_of(fuzzy)["removed_ids_digest"].get(name, ""),
         "exempt": source.fuzzy_exempt,
         "tokenizer": tokenizer,
     }
-    fp = stages.stage_fingerprint("pool", {}, POOL_CODE_VERSION, upstream, extra)
-    from marin_assets.core import dedup
-
-    params = pool_core.PoolParams(
+    manifest = stages.run_shards(
+        POOL,
+        layout,
         source=name,
-        pool_dir=storage.join(layout.root, "pool", name, fp),
-        band_edges_uri=bands.uri,
-        exact_removed_uri=dedup.removed_uri(exact.uri, name),
-        fuzzy_removed_uri=dedup.removed_uri(fuzzy.uri, name),
-        fuzzy_exempt=source.fuzzy_exempt,
-        tokenizer=tokenizer,
-    )
-    manifest = stages.run_attribute_stage(
-        stage="pool",
-        source=name,
-        layout=layout,
         inputs=upstream,
         shard_fn=pool_core.pool_shard,
-        params=params,
+        params=None,
+        bind_params=lambda out: pool_core.PoolParams(
+            source=name,
+            pool_dir=out.data_uri,
+            band_edges_uri=bands.uri,
+            exact_removed_uri=dedup.removed_uri(exact.uri, name),
+            fuzzy_removed_uri=dedup.removed_uri(fuzzy.uri, name),
+            fuzzy_exempt=source.fuzzy_exempt,
+            tokenizer=tokenizer,
+        ),
         fingerprint_params={},
         extra_fingerprint=extra,
-        code_version=POOL_CODE_VERSION,
         runner=marin.runner(),
         progress=context.log.info,
     )
@@ -210,7 +198,7 @@ def pool(context: dg.AssetExecutionContext, marin: MarinResource, curation: Cura
     per_shard = manifest["per_shard"]
     return materialized(
         manifest,
-        uri=params.pool_dir,
+        uri=manifest["data_uri"],
         rows=int(totals.get("kept", 0)),
         counters=totals,
         tokenizer=per_shard[0].get("tokenizer", "") if per_shard else "",
@@ -218,19 +206,17 @@ def pool(context: dg.AssetExecutionContext, marin: MarinResource, curation: Cura
     )
 
 
-@dg.asset(
-    deps=[pool, topic_model],
-    group_name="pool",
+@stage_asset(
+    SAMPLING_GROUPS,
     kinds={"parquet", "csv"},
-    code_version=POOL_CODE_VERSION,
     description="Documents and tokens per sampling group (and per source within each), with token-proportional mixture weights.",
 )
 def sampling_groups(context: dg.AssetExecutionContext, marin: MarinResource, curation: CurationResource) -> dg.MaterializeResult:
     layout = marin.layout()
-    found, missing = stages.current_inputs(layout, "pool", marin.catalog().names)
+    found, missing = stages.current_inputs(layout, POOL, marin.catalog().names)
     if not found:
         raise dg.Failure("no source has a curated pool yet; materialize pool first")
-    model = stages.current_input(layout, "topic_model")
+    model = stages.current_input(layout, TOPIC_MODEL)
     params = curation.mixture_params()
     labels = topic_core.topic_labels(topic_core.load_topic_model(model.uri))
 
@@ -242,16 +228,15 @@ def sampling_groups(context: dg.AssetExecutionContext, marin: MarinResource, cur
         for group, file, source in zip(
             index.column("group").to_pylist(), index.column("file").to_pylist(), index.column("source").to_pylist()
         ):
-            files.setdefault(group, []).append(storage.join(layout.root, "pool", source, found[source].fingerprint, file))
+            files.setdefault(group, []).append(storage.join(found[source].data_uri, file))
         storage.write_json(storage.join(out, "pool_files.json"), files)
         return {**result.summary, **written}
 
-    manifest = stages.run_global_stage(
-        stage="sampling_groups",
-        layout=layout,
-        inputs={**found, "topic_model": model},
+    manifest = stages.run_global(
+        SAMPLING_GROUPS,
+        layout,
+        inputs={**found, TOPIC_MODEL.name: model},
         params=params,
-        code_version=POOL_CODE_VERSION,
         build=build,
     )
     groups, group_sources = mixture.read_sampling_groups(manifest["uri"])

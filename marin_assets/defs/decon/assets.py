@@ -6,19 +6,17 @@ import dagster as dg
 
 from marin_assets.catalog.evals import load_evals
 from marin_assets.core import decon, eval_sources, stages, storage
+from marin_assets.core.specs import BOILERPLATE_NGRAMS, CONTAMINATION, EVAL_NGRAMS, NORMALIZED
 from marin_assets.defs.metadata import markdown_table, materialized
-from marin_assets.defs.normalize.assets import normalized
-from marin_assets.defs.partitions import source_partitions
 from marin_assets.defs.resources import MarinResource, source_or_fail
+from marin_assets.defs.stage_assets import stage_asset
 
-DECON_CODE_VERSION = "1"
 GLOBAL_DROP = "global_drop.parquet"
 
 
-@dg.asset(
-    group_name="decon",
+@stage_asset(
+    EVAL_NGRAMS,
     kinds={"numpy"},
-    code_version=DECON_CODE_VERSION,
     description="Exact sorted index of the pinned eval sets' 13-gram features, with attribution to eval set and row.",
 )
 def eval_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
@@ -36,12 +34,11 @@ def eval_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.M
         )
         return decon.build_eval_index(rows, out, params, registry.expected_rows())
 
-    manifest = stages.run_global_stage(
-        stage="eval_ngrams",
-        layout=layout,
+    manifest = stages.run_global(
+        EVAL_NGRAMS,
+        layout,
         inputs=inputs,
         params=params.rule(),
-        code_version=DECON_CODE_VERSION,
         extra_fingerprint={"hash": decon.HASH_SCHEME},
         build=build,
     )
@@ -61,18 +58,16 @@ def _file_digest(uri: str) -> str:
     return hashlib.sha256(storage.read_bytes(uri)).hexdigest()[:16]
 
 
-@dg.asset(
-    deps=[normalized, eval_ngrams],
-    group_name="decon",
+@stage_asset(
+    BOILERPLATE_NGRAMS,
     kinds={"parquet"},
-    code_version=DECON_CODE_VERSION,
     description="Eval n-grams common in the corpus (per source: >= max(5, 0.5%) of its first 5,000 documents; "
     "global: >= 50 documents in >= 3 sources), left out of both numerator and denominator.",
 )
 def boilerplate_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
     layout = marin.layout()
-    index = stages.current_input(layout, "eval_ngrams")
-    found, missing = stages.current_inputs(layout, "normalized", marin.catalog().names)
+    index = stages.current_input(layout, EVAL_NGRAMS)
+    found, missing = stages.current_inputs(layout, NORMALIZED, marin.catalog().names)
     if not found:
         raise dg.Failure("no source has a normalized output yet; materialize normalized for some partitions first")
     params = decon.DeconParams(index_uri=index.uri)
@@ -88,12 +83,11 @@ def boilerplate_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) 
         )
         return {"per_source": per_source, "global": overall}
 
-    manifest = stages.run_global_stage(
-        stage="boilerplate_ngrams",
-        layout=layout,
-        inputs={"eval_ngrams": index, **found},
+    manifest = stages.run_global(
+        BOILERPLATE_NGRAMS,
+        layout,
+        inputs={EVAL_NGRAMS.name: index, **found},
         params=params.rule(),
-        code_version=DECON_CODE_VERSION,
         build=build,
     )
     stats = manifest["stats"]
@@ -110,19 +104,16 @@ def boilerplate_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) 
     )
 
 
-@dg.asset(
-    partitions_def=source_partitions,
-    deps=[normalized, eval_ngrams, boilerplate_ngrams],
-    group_name="decon",
+@stage_asset(
+    CONTAMINATION,
     kinds={"parquet"},
-    code_version=DECON_CODE_VERSION,
     description="Per document: contaminated, max overlap, matched eval sets and rows (co-partitioned evidence).",
 )
 def contamination(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
     source = source_or_fail(marin, context.partition_key)
     layout = marin.layout()
-    index = stages.current_input(layout, "eval_ngrams")
-    drops = stages.current_input(layout, "boilerplate_ngrams")
+    index = stages.current_input(layout, EVAL_NGRAMS)
+    drops = stages.current_input(layout, BOILERPLATE_NGRAMS)
     own_drop = storage.join(drops.uri, source.name, "drop.parquet")
     drop_uris = tuple(u for u in (own_drop, storage.join(drops.uri, GLOBAL_DROP)) if storage.exists(u))
     if own_drop not in drop_uris:
@@ -130,16 +121,15 @@ def contamination(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
             f"boilerplate_ngrams has no drop set for '{source.name}' (it was built before this source was normalized); re-materialize boilerplate_ngrams"
         )
     params = decon.DeconParams(index_uri=index.uri, drop_set_uris=drop_uris)
-    manifest = stages.run_attribute_stage(
-        stage="contamination",
+    manifest = stages.run_shards(
+        CONTAMINATION,
+        layout,
         source=source.name,
-        layout=layout,
-        inputs=[stages.current_input(layout, "normalized", source.name)],
+        inputs=[stages.current_input(layout, NORMALIZED, source.name)],
         shard_fn=decon.contamination_shard,
         params=params,
         fingerprint_params=params.rule(),
         extra_fingerprint={"index": index.fingerprint, "drop_sets": [_file_digest(u) for u in drop_uris]},
-        code_version=DECON_CODE_VERSION,
         runner=marin.runner(),
         progress=context.log.info,
     )

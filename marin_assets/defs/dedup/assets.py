@@ -3,35 +3,29 @@
 import dagster as dg
 
 from marin_assets.core import dedup, minhash, stages, storage
+from marin_assets.core.specs import EXACT_DUPLICATES, FUZZY_DUPLICATES, MINHASH_BUCKETS, NORMALIZED
 from marin_assets.defs.metadata import markdown_table, materialized
-from marin_assets.defs.normalize.assets import normalized
-from marin_assets.defs.partitions import source_partitions
 from marin_assets.defs.resources import MarinResource, source_or_fail
+from marin_assets.defs.stage_assets import stage_asset
 
-MINHASH_CODE_VERSION = "1"
-DEDUP_CODE_VERSION = "1"
 MAX_REMOVAL_RATIO = 0.5
 
 
-@dg.asset(
-    partitions_def=source_partitions,
-    deps=[normalized],
-    group_name="dedup",
+@stage_asset(
+    MINHASH_BUCKETS,
     kinds={"parquet"},
-    code_version=MINHASH_CODE_VERSION,
     description="Co-partitioned LSH band buckets (26 bands x 11 rows of a 286-permutation MinHash) per document.",
 )
 def minhash_buckets(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
     source = source_or_fail(marin, context.partition_key)
     layout = marin.layout()
-    manifest = stages.run_attribute_stage(
-        stage="minhash",
+    manifest = stages.run_shards(
+        MINHASH_BUCKETS,
+        layout,
         source=source.name,
-        layout=layout,
-        inputs=[stages.current_input(layout, "normalized", source.name)],
+        inputs=[stages.current_input(layout, NORMALIZED, source.name)],
         shard_fn=minhash.minhash_shard,
         params=minhash.MinHashParams(),
-        code_version=MINHASH_CODE_VERSION,
         runner=marin.runner(),
         progress=context.log.info,
     )
@@ -40,7 +34,7 @@ def minhash_buckets(context: dg.AssetExecutionContext, marin: MarinResource) -> 
 
 
 def _normalized_inputs(marin: MarinResource, context) -> dict[str, stages.StageInput]:
-    found, missing = stages.current_inputs(marin.layout(), "normalized", marin.catalog().names)
+    found, missing = stages.current_inputs(marin.layout(), NORMALIZED, marin.catalog().names)
     if missing:
         context.log.info(f"{len(missing)} catalog sources have no normalized output yet and are not part of this decision")
     if not found:
@@ -81,12 +75,10 @@ def _summary(rows: list[dict]) -> str:
     return "\n".join(f"  {r['source']:28s} removed {r['removed']:>6} of {r['documents']:>7} ({r['ratio']})" for r in rows)
 
 
-@dg.asset(
-    deps=[normalized],
-    group_name="dedup",
+@stage_asset(
+    EXACT_DUPLICATES,
     kinds={"parquet"},
-    code_version=DEDUP_CODE_VERSION,
-    check_specs=[dg.AssetCheckSpec("removal_ratio", asset="exact_duplicates", blocking=True)],
+    check_specs=[dg.AssetCheckSpec("removal_ratio", asset=EXACT_DUPLICATES.name, blocking=True)],
     description="Ids present in several sources; every source but the keeper (first in catalog-name order) lists them as removed.",
 )
 def exact_duplicates(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
@@ -94,19 +86,18 @@ def exact_duplicates(context: dg.AssetExecutionContext, marin: MarinResource) ->
     inputs = _normalized_inputs(marin, context)
     params = dedup.ExactDedupParams()
     shards = {s: storage.list_shards(i.uri) for s, i in inputs.items()}
-    manifest = stages.run_global_stage(
-        stage="exact_duplicates",
-        layout=layout,
+    manifest = stages.run_global(
+        EXACT_DUPLICATES,
+        layout,
         inputs=inputs,
         params=params,
-        code_version=DEDUP_CODE_VERSION,
         build=lambda out: dedup.find_exact_duplicates(shards, out, params),
     )
     stats = manifest["stats"]
     docs = {s: sum(storage.parquet_num_rows(u) for u in us) for s, us in shards.items()}
     chars = {s: stages.removed_text_chars(dedup.removed_uri(manifest["uri"], s), inputs[s].uri) for s in inputs}
     rows = _removal_rows(stats, docs, chars)
-    check = _removal_check("removal_ratio", "exact_duplicates", rows)
+    check = _removal_check("removal_ratio", EXACT_DUPLICATES.name, rows)
     if not check.passed:
         context.log.warning(f"exact dedup would remove more than half of some sources: {check.metadata}")
     return materialized(
@@ -121,29 +112,26 @@ def exact_duplicates(context: dg.AssetExecutionContext, marin: MarinResource) ->
     )
 
 
-@dg.asset(
-    deps=[minhash_buckets, normalized],
-    group_name="dedup",
+@stage_asset(
+    FUZZY_DUPLICATES,
     kinds={"parquet"},
-    code_version=DEDUP_CODE_VERSION,
-    check_specs=[dg.AssetCheckSpec("removal_ratio", asset="fuzzy_duplicates", blocking=True)],
+    check_specs=[dg.AssetCheckSpec("removal_ratio", asset=FUZZY_DUPLICATES.name, blocking=True)],
     description="Verified near-duplicates across all sources (word 3-gram containment >= 0.75 in a retained, at least as long copy).",
 )
 def fuzzy_duplicates(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
     layout = marin.layout()
     catalog = marin.catalog()
-    buckets, missing = stages.current_inputs(layout, "minhash", catalog.names)
+    buckets, missing = stages.current_inputs(layout, MINHASH_BUCKETS, catalog.names)
     if not buckets:
         raise dg.Failure("no source has minhash_buckets yet; materialize minhash_buckets for some partitions first")
-    norm = {s: stages.current_input(layout, "normalized", s) for s in buckets}
+    norm = {s: stages.current_input(layout, NORMALIZED, s) for s in buckets}
     exempt = sorted(s.name for s in catalog if s.fuzzy_exempt and s.name in buckets)
     params = dedup.FuzzyDedupParams()
-    manifest = stages.run_global_stage(
-        stage="fuzzy_duplicates",
-        layout=layout,
+    manifest = stages.run_global(
+        FUZZY_DUPLICATES,
+        layout,
         inputs=buckets,
         params=params,
-        code_version=DEDUP_CODE_VERSION,
         extra_fingerprint={"exempt": exempt},
         build=lambda out: dedup.find_fuzzy_duplicates(
             {s: storage.list_shards(i.uri) for s, i in buckets.items()},
@@ -157,7 +145,7 @@ def fuzzy_duplicates(context: dg.AssetExecutionContext, marin: MarinResource) ->
     docs = {s: sum(storage.parquet_num_rows(u) for u in storage.list_shards(i.uri)) for s, i in norm.items()}
     chars = {s: stages.removed_text_chars(dedup.removed_uri(manifest["uri"], s), norm[s].uri) for s in norm}
     rows = _removal_rows(stats, docs, chars)
-    check = _removal_check("removal_ratio", "fuzzy_duplicates", rows)
+    check = _removal_check("removal_ratio", FUZZY_DUPLICATES.name, rows)
     if not check.passed:
         context.log.warning(f"fuzzy dedup would remove more than half of some sources: {check.metadata}")
     examples = [

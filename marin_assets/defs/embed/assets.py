@@ -4,22 +4,16 @@ import dagster as dg
 
 from marin_assets.core import embed, stages, storage
 from marin_assets.core import topics as topic_core
+from marin_assets.core.specs import EMBEDDINGS, NORMALIZED, TOPIC_MODEL, TOPICS
 from marin_assets.defs.metadata import markdown_table, materialized
-from marin_assets.defs.normalize.assets import normalized
-from marin_assets.defs.partitions import source_partitions
 from marin_assets.defs.resources import EncoderResource, MarinResource, source_or_fail
-
-EMBED_CODE_VERSION = "1"
-TOPICS_CODE_VERSION = "1"
+from marin_assets.defs.stage_assets import stage_asset
 
 
-@dg.asset(
-    partitions_def=source_partitions,
-    deps=[normalized],
-    group_name="embed",
+@stage_asset(
+    EMBEDDINGS,
     pool="gpu",
     kinds={"pytorch", "parquet"},
-    code_version=EMBED_CODE_VERSION,
     op_tags={"dagster-k8s/config": {"container_config": {"resources": {"limits": {"nvidia.com/gpu": "1"}}}}},
     description="One L2-normalized vector per document (int8 with range +-0.3 by default), co-partitioned; resumable per shard.",
 )
@@ -27,14 +21,13 @@ def embeddings(context: dg.AssetExecutionContext, marin: MarinResource, encoder:
     source = source_or_fail(marin, context.partition_key)
     layout = marin.layout()
     params = embed.EmbedParams(encoder=encoder.params())
-    manifest = stages.run_attribute_stage(
-        stage="embeddings",
+    manifest = stages.run_shards(
+        EMBEDDINGS,
+        layout,
         source=source.name,
-        layout=layout,
-        inputs=[stages.current_input(layout, "normalized", source.name)],
+        inputs=[stages.current_input(layout, NORMALIZED, source.name)],
         shard_fn=embed.embed_shard,
         params=params,
-        code_version=EMBED_CODE_VERSION,
         runner=marin.runner(),
         progress=context.log.info,
     )
@@ -72,30 +65,27 @@ def _labels_table(model_uri: str) -> list[dict]:
     ]
 
 
-@dg.asset(
-    deps=[embeddings, normalized],
-    group_name="embed",
+@stage_asset(
+    TOPIC_MODEL,
     kinds={"faiss"},
-    code_version=TOPICS_CODE_VERSION,
     description="Spherical k-means over a sample proportional to the sources' rows, coarsened to 40 topics of >= 1% weight, with labels.",
 )
 def topic_model(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
     layout = marin.layout()
-    found, missing = stages.current_inputs(layout, "embeddings", marin.catalog().names)
+    found, missing = stages.current_inputs(layout, EMBEDDINGS, marin.catalog().names)
     if not found:
         raise dg.Failure("no source has embeddings yet; materialize embeddings for some partitions first")
     params = topic_core.TopicParams()
     shards = []
     for name, inp in sorted(found.items()):
-        texts_dir = stages.current_input(layout, "normalized", name).uri
+        texts_dir = stages.current_input(layout, NORMALIZED, name).uri
         emb = storage.list_shards(inp.uri)
         shards.append(topic_core.SourceShards(name, tuple(emb), tuple(storage.join(texts_dir, storage.basename(u)) for u in emb)))
-    manifest = stages.run_global_stage(
-        stage="topic_model",
-        layout=layout,
+    manifest = stages.run_global(
+        TOPIC_MODEL,
+        layout,
         inputs=found,
         params=params,
-        code_version=TOPICS_CODE_VERSION,
         build=lambda out: topic_core.train_topic_model(shards, out, params),
     )
     labels = _labels_table(manifest["uri"])
@@ -112,27 +102,23 @@ def topic_model(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.M
     )
 
 
-@dg.asset(
-    partitions_def=source_partitions,
-    deps=[embeddings, topic_model],
-    group_name="embed",
+@stage_asset(
+    TOPICS,
     kinds={"parquet"},
-    code_version=TOPICS_CODE_VERSION,
     description="Nearest fine centroid, its squared distance and the topic (0-39) of every document, co-partitioned.",
 )
 def topics(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
     source = source_or_fail(marin, context.partition_key)
     layout = marin.layout()
-    model = stages.current_input(layout, "topic_model")
-    manifest = stages.run_attribute_stage(
-        stage="topics",
+    model = stages.current_input(layout, TOPIC_MODEL)
+    manifest = stages.run_shards(
+        TOPICS,
+        layout,
         source=source.name,
-        layout=layout,
-        inputs=[stages.current_input(layout, "embeddings", source.name)],
+        inputs=[stages.current_input(layout, EMBEDDINGS, source.name)],
         shard_fn=topic_core.assign_topics_shard,
         params=topic_core.AssignParams(model.uri),
-        code_version=TOPICS_CODE_VERSION,
-        extra_fingerprint={"topic_model": model.fingerprint},
+        extra_fingerprint={TOPIC_MODEL.name: model.fingerprint},
         fingerprint_params={},
         runner=marin.runner(),
         progress=context.log.info,

@@ -2,17 +2,20 @@
 
 import dagster as dg
 
-from marin_assets.core import hub, ingest
+from marin_assets.core import hub, ingest, stages
+from marin_assets.core.specs import RAW_FILES, SOURCE_PINS
 from marin_assets.defs.metadata import materialized
 from marin_assets.defs.partitions import source_partitions
 from marin_assets.defs.resources import MarinResource, source_or_fail
+from marin_assets.defs.stage_assets import stage_asset
 
 REMOVED = "removed-from-catalog"
 
 
 @dg.observable_source_asset(
+    name=SOURCE_PINS.name,
     partitions_def=source_partitions,
-    group_name="ingest",
+    group_name=SOURCE_PINS.group,
     description="Each source's recipe as the catalog pins it; the data version is the recipe fingerprint.",
     automation_condition=dg.AutomationCondition.cron_tick_passed("*/5 * * * *"),
 )
@@ -29,33 +32,34 @@ def source_pins(context, marin: MarinResource) -> dg.DataVersionsByPartition:
     return dg.DataVersionsByPartition(versions)
 
 
-@dg.asset(
-    partitions_def=source_partitions,
-    deps=[source_pins],
-    group_name="ingest",
+@stage_asset(
+    RAW_FILES,
     pool="hf_download",
     kinds={"huggingface", "parquet"},
-    code_version=ingest.CODE_VERSION,
     description="Provider files as published at the pinned revision, verified, shared by content address.",
 )
 def raw_files(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
     source = source_or_fail(marin, context.partition_key)
     policy = marin.retry_policy()
-    manifest = ingest.fetch_raw(
-        source,
-        marin.catalog(),
-        marin.layout(),
-        download=lambda repo, rev, allow, exclude, dest, progress: hub.download_snapshot(
-            repo,
-            rev,
-            allow=list(allow) or None,
-            exclude=list(exclude) or None,
-            dest_uri=dest,
-            on_progress=progress,
-            policy=policy,
+    layout = marin.layout()
+    manifest = stages.run_copy(
+        record_uri=ingest.pin_record_uri(layout, source),
+        fetch=lambda: ingest.fetch_raw(
+            source,
+            marin.catalog(),
+            layout,
+            download=lambda repo, rev, allow, exclude, dest, progress: hub.download_snapshot(
+                repo,
+                rev,
+                allow=list(allow) or None,
+                exclude=list(exclude) or None,
+                dest_uri=dest,
+                on_progress=progress,
+                policy=policy,
+            ),
+            resolve=lambda repo, rev, repo_type: hub.resolve_revision(repo, rev, repo_type, policy=policy),
+            progress=context.log.info,
         ),
-        resolve=lambda repo, rev, repo_type: hub.resolve_revision(repo, rev, repo_type, policy=policy),
-        progress=context.log.info,
     )
     return materialized(
         manifest,

@@ -2,20 +2,17 @@
 
 import dagster as dg
 
-from marin_assets.core import ingest, normalize, storage
+from marin_assets.core import ingest, normalize, stages
+from marin_assets.core.specs import NORMALIZED, RAW_FILES
 from marin_assets.core.transforms import get_transform, known_transforms
-from marin_assets.defs.ingest.assets import raw_files
 from marin_assets.defs.metadata import markdown_table, materialized
-from marin_assets.defs.partitions import source_partitions
 from marin_assets.defs.resources import MarinResource, source_or_fail
+from marin_assets.defs.stage_assets import stage_asset
 
 
-@dg.asset(
-    partitions_def=source_partitions,
-    deps=[raw_files],
-    group_name="normalize",
+@stage_asset(
+    NORMALIZED,
     kinds={"parquet"},
-    code_version=normalize.CODE_VERSION,
     description="Canonical rows (id, text, source_id, provider columns), about 256 MiB zstd shards sorted by id.",
 )
 def normalized(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
@@ -25,9 +22,13 @@ def normalized(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.Ma
     raw = ingest.locate_raw(source, layout)
     params = ingest.normalize_params(source, marin.shard_bytes())
     transform = get_transform(source.transform) if source.transform else None
-    fp = storage.fingerprint(
-        "normalized",
-        {
+    files = ingest.source_inputs(source, raw)
+    manifest = stages.run_stage(
+        NORMALIZED,
+        layout,
+        source=source.name,
+        inputs=[stages.StageInput(raw["uri"], raw["fingerprint"], RAW_FILES.name)],
+        decided_by={
             "params": params.fingerprint_params(),
             "transform": source.transform,
             "transform_version": getattr(transform, "version", "1"),
@@ -35,26 +36,20 @@ def normalized(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.Ma
             "allow": source.provider.allow,
             "exclude": source.provider.exclude,
         },
-        normalize.CODE_VERSION,
-        [raw["fingerprint"]],
+        build=lambda out: normalize.normalize_source(
+            source.name,
+            files,
+            out.uri,
+            params,
+            fmt=ingest.input_format(source),
+            transform=transform,
+            runner=marin.runner(),
+            progress=context.log.info,
+        ),
     )
-    inputs = ingest.source_inputs(source, raw)
-    out_dir = layout.normalized(source.name, fp)
-    manifest = normalize.normalize_source(
-        source.name,
-        inputs,
-        out_dir,
-        params,
-        fmt=ingest.input_format(source),
-        transform=transform,
-        runner=marin.runner(),
-        fingerprint=fp,
-        progress=context.log.info,
-    )
-    storage.publish_current(layout.group("normalized", source.name), fp, out_dir)
     bad = manifest.get("bad_rows", {})
     return materialized(
-        manifest | {"uri": out_dir, "fingerprint": fp},
+        manifest,
         rows=manifest["rows"],
         counters=manifest["counters"],
         shards=len(manifest["shards"]),

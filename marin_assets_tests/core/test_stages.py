@@ -1,0 +1,134 @@
+"""The stage runner: fingerprints, reuse, manifests written last, pointers, declared inputs."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pyarrow as pa
+import pytest
+
+from marin_assets.core import specs, stages, storage
+from marin_assets.core.runner import ShardRunner
+
+SOURCE = stages.StageSpec("source_rows", folder="normalized/{source}")
+DOUBLED = stages.StageSpec("doubled", (SOURCE,), data_folder="doubled_data/{source}")
+TOTAL = stages.StageSpec("total", (DOUBLED,), partitioned=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Factor:
+    factor: int = 2
+
+
+def _double(inputs: list[str], output: str, params: Factor) -> dict:
+    values = storage.read_parquet(inputs[0]).column("x").to_pylist()
+    storage.write_parquet(pa.table({"x": [v * params.factor for v in values]}), output)
+    return {"rows": len(values), "sum": sum(values) * params.factor}
+
+
+def _source(layout: storage.Layout, values: list[list[int]]) -> stages.StageInput:
+    def build(out: stages.Output) -> dict:
+        for i, chunk in enumerate(values):
+            storage.write_parquet(pa.table({"x": chunk}), storage.join(out.uri, storage.shard_name(i, len(values))))
+        return {"rows": sum(map(len, values))}
+
+    stages.run_stage(SOURCE, layout, source="s", inputs=[], decided_by={"values": values}, build=build)
+    return stages.current_input(layout, SOURCE, "s")
+
+
+def _run_double(layout: storage.Layout, source: stages.StageInput, calls: list[str], factor: int = 2) -> dict:
+    def counting(inputs, output, params):
+        calls.append(storage.basename(output))
+        return _double(inputs, output, params)
+
+    return stages.run_shards(DOUBLED, layout, source="s", inputs=[source], shard_fn=counting, params=Factor(factor), runner=ShardRunner())
+
+
+def test_runner_records_output_reuses_it_and_points_at_it(tmp_path) -> None:
+    layout = storage.Layout(str(tmp_path))
+    source = _source(layout, [[1, 2], [3]])
+    calls: list[str] = []
+    first = _run_double(layout, source, calls)
+    assert first["reused"] is False and sorted(calls) == ["part-00000-of-00002.parquet", "part-00001-of-00002.parquet"]
+    assert first["uri"] == DOUBLED.output_uri(layout, "s", first["fingerprint"]) == storage.join(str(tmp_path), "attributes/doubled/s", first["fingerprint"])
+    stored = storage.read_manifest(first["uri"])
+    assert stored["stage"] == "doubled" and stored["source"] == "s" and stored["totals"] == {"rows": 3, "sum": 12}
+    assert stored["inputs"] == [dataclasses.asdict(source)]  # the co-partitioned input first, as the checks read it
+    assert storage.read_current(DOUBLED.group_uri(layout, "s"))["uri"] == first["uri"]
+
+    calls.clear()
+    again = _run_double(layout, source, calls)
+    assert again["reused"] is True and calls == [] and again["fingerprint"] == first["fingerprint"]
+    changed = _run_double(layout, source, calls, factor=3)
+    assert changed["fingerprint"] != first["fingerprint"] and changed["totals"]["sum"] == 18
+    assert stages.current_input(layout, DOUBLED, "s").uri == changed["uri"]  # the pointer follows the last run
+
+
+def test_a_changed_input_changes_every_fingerprint_downstream(tmp_path) -> None:
+    layout = storage.Layout(str(tmp_path))
+    one = _run_double(layout, _source(layout, [[1]]), [])
+    two = _run_double(layout, _source(layout, [[2]]), [])
+    assert one["fingerprint"] != two["fingerprint"]
+    totals = [
+        stages.run_global(TOTAL, layout, inputs={"s": stages.current_input(layout, DOUBLED, "s")}, params={}, build=lambda out: {"n": 1})
+        for _ in range(2)
+    ]
+    assert [t["reused"] for t in totals] == [False, True]
+    assert totals[0]["uri"] == storage.join(str(tmp_path), "global/total", totals[0]["fingerprint"])
+
+
+def test_data_tree_is_placed_by_the_runner_and_found_by_readers(tmp_path) -> None:
+    layout = storage.Layout(str(tmp_path))
+    source = _source(layout, [[5]])
+    placed: list[str] = []
+
+    def write(inputs, output, params):
+        placed.append(params)
+        return {"rows": 1}
+
+    result = stages.run_shards(
+        DOUBLED, layout, source="s", inputs=[source], shard_fn=write, params=None, fingerprint_params={},
+        bind_params=lambda out: out.data_uri,
+    )  # fmt: skip
+    assert placed == [storage.join(str(tmp_path), "doubled_data/s", result["fingerprint"])] == [result["data_uri"]]
+    assert stages.current_input(layout, DOUBLED, "s").data_uri == result["data_uri"]
+
+
+def test_a_stage_reads_only_its_declared_inputs(tmp_path) -> None:
+    layout = storage.Layout(str(tmp_path))
+    _run_double(layout, _source(layout, [[1]]), [])
+    undeclared = stages.current_input(layout, DOUBLED, "s")
+    with pytest.raises(stages.UndeclaredInput, match="'total' reads doubled"):
+        stages.run_global(dataclasses.replace(TOTAL, inputs=()), layout, inputs={"s": undeclared}, params={}, build=lambda out: {})
+    with pytest.raises(stages.MissingInput, match="materialize doubled for partition 'other' first"):
+        stages.current_input(layout, DOUBLED, "other")
+
+
+def test_a_copy_is_complete_only_once_the_runner_records_it(tmp_path) -> None:
+    uri = str(tmp_path / "raw/copy")
+    record_uri = str(tmp_path / "raw/_pins/s/recipe.json")
+    calls: list[int] = []
+
+    def fetch() -> tuple[dict, dict]:
+        calls.append(1)
+        storage.write_bytes(storage.join(uri, "a.txt"), b"a")
+        storage.write_json(storage.join(uri, storage.PARTIAL_DIR, "a.json"), {"path": "a.txt"})
+        assert not storage.is_complete(uri)  # nothing marks it complete before the runner does
+        return {"files": ["a.txt"], "reused": False}, {"uri": uri, "revision": "r", "fingerprint": "f", "pin": "p"}
+
+    first = stages.run_copy(record_uri=record_uri, fetch=fetch)
+    assert first["reused"] is False and storage.read_manifest(uri) == {"files": ["a.txt"]}
+    assert not storage.exists(storage.join(uri, storage.PARTIAL_DIR))
+    assert storage.read_json(record_uri) == {"uri": uri, "revision": "r", "fingerprint": "f", "pin": "p"}
+    again = stages.run_copy(record_uri=record_uri, fetch=fetch)
+    assert again["reused"] is True and calls == [1] and again["revision"] == "r"
+
+
+def test_specs_name_their_assets_and_only_declared_stages() -> None:
+    names = [s.name for s in specs.ALL]
+    assert len(names) == len(set(names))
+    for spec in specs.ALL:
+        assert all(i in specs.ALL for i in spec.inputs), spec.name
+        assert spec.params is None or spec.params.__dataclass_params__.frozen, spec.name  # type: ignore[attr-defined]
+    assert specs.MINHASH_BUCKETS.name == "minhash_buckets"
+    assert specs.FUZZY_DUPLICATES.reads(specs.MINHASH_BUCKETS)

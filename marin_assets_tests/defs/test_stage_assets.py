@@ -1,0 +1,29 @@
+"""The asset wiring follows the stage specs: one asset per spec, its deps exactly the declared inputs."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from marin_assets.core import specs
+from marin_assets.defs.stage_assets import stage_asset
+
+
+def test_every_asset_is_a_spec_with_deps_group_partitions_and_code_version_from_it() -> None:
+    from marin_assets.definitions import defs
+
+    graph = defs.resolve_asset_graph()
+    assets = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    assert assets == {s.name for s in specs.ALL}
+    for spec in specs.ALL:
+        node = graph.get(dg.AssetKey(spec.name))
+        assert sorted(p.to_user_string() for p in node.parent_keys) == sorted(i.name for i in spec.inputs), spec.name
+        assert node.group_name == spec.group, spec.name
+        assert (node.partitions_def is not None) == spec.partitioned, spec.name
+        if node.is_materializable:
+            assert node.code_version == spec.code_version, spec.name
+
+
+def test_wiring_cannot_be_declared_twice() -> None:
+    with pytest.raises(TypeError, match="'deps' comes from the stage spec"):
+        stage_asset(specs.POOL, deps=["normalized"])

@@ -1,0 +1,94 @@
+"""Compare two data roots (``MARIN_PREFIX``) file by file, e.g. a ``make demo`` before and after a change.
+
+Files are matched by relative path with fingerprint folder names (16 hex chars) replaced by
+``<fp>`` and renamed stage folders mapped (``--rename attributes/minhash=attributes/minhash_buckets``).
+Data files are compared byte for byte; JSON and text files after replacing each root by
+``<root>`` (some record absolute paths). JSON keys that differ between any two runs (timings
+``*_seconds``, ``docs_per_second``, the eval index ``build_id``) are compared as present, not by
+value. Records of the runner (``_manifest.json``, ``_current.json``, pin records) hold
+fingerprints and are listed apart, not compared. Use one demo Hub (``MARIN_DEMO_HUB``) for both
+runs: the demo Hub's commit ids depend on when it was built, and every fingerprint on them.
+
+    .venv/bin/python scripts/compare_roots.py BEFORE AFTER [--rename OLD=NEW ...]
+
+Exits 1 when a data file differs or exists on one side only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import re
+import sys
+
+FP = re.compile(r"^[0-9a-f]{16}$")
+RECORDS = ("_manifest.json", "_current.json")
+TEXT = (".json", ".csv", ".txt", ".md", ".jsonl")
+VOLATILE = re.compile(r"(_seconds|^docs_per_second|^build_id)$")
+
+
+def key(rel: str, renames: list[tuple[str, str]]) -> str:
+    for old, new in renames:
+        if rel == old or rel.startswith(old + "/"):
+            rel = new + rel[len(old):]
+    return "/".join("<fp>" if FP.match(p) else p for p in rel.split("/"))
+
+
+def is_record(rel: str) -> bool:
+    return rel.rsplit("/", 1)[-1] in RECORDS or rel.startswith("raw/_pins/")
+
+
+def files(root: pathlib.Path, renames: list[tuple[str, str]]) -> dict[str, pathlib.Path]:
+    found: dict[str, pathlib.Path] = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            k = key(path.relative_to(root).as_posix(), renames)
+            if k in found:
+                raise SystemExit(f"two files map to {k}: {found[k]} and {path}; compare roots with one output per stage")
+            found[k] = path
+    return found
+
+
+def _steady(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: "<volatile>" if VOLATILE.search(k) else _steady(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_steady(v) for v in value]
+    return value
+
+
+def content(path: pathlib.Path, root: pathlib.Path) -> bytes:
+    data = path.read_bytes()
+    if path.suffix not in TEXT:
+        return data
+    data = data.replace(str(root).encode(), b"<root>")
+    if path.suffix == ".json":
+        return json.dumps(_steady(json.loads(data)), sort_keys=True).encode()
+    return data
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("before", type=pathlib.Path)
+    parser.add_argument("after", type=pathlib.Path)
+    parser.add_argument("--rename", action="append", default=[], help="OLD=NEW relative folder of a renamed stage")
+    args = parser.parse_args()
+    renames = [tuple(r.split("=", 1)) for r in args.rename]
+    before, after = files(args.before, renames), files(args.after, [])
+    data = sorted(k for k in set(before) | set(after) if not is_record(k))
+    same = [k for k in data if k in before and k in after and content(before[k], args.before) == content(after[k], args.after)]
+    differ = [k for k in data if k in before and k in after and k not in same]
+    only_before = [k for k in data if k not in after]
+    only_after = [k for k in data if k not in before]
+    records = sorted(k for k in set(before) | set(after) if is_record(k))
+    for label, keys in (("DIFFER", differ), ("ONLY BEFORE", only_before), ("ONLY AFTER", only_after)):
+        for k in keys:
+            print(f"{label}: {k}")
+    print(f"data files: {len(data)}, byte-identical: {len(same)}, differ: {len(differ)}, "
+          f"only before: {len(only_before)}, only after: {len(only_after)}; runner records not compared: {len(records)}")
+    return 1 if differ or only_before or only_after else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
