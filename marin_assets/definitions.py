@@ -14,6 +14,7 @@ from marin_assets.defs.dedup.assets import exact_duplicates, fuzzy_duplicates, m
 from marin_assets.defs.embed.assets import embeddings, topic_model, topics
 from marin_assets.defs.ingest.assets import raw_files, source_pins
 from marin_assets.defs.jobs import JOBS
+from marin_assets.defs.mixture import MIXTURE_ASSETS, MIXTURE_JOBS, MIXTURE_SENSORS
 from marin_assets.defs.normalize.assets import normalized
 from marin_assets.defs.resources import CurationResource, EncoderResource, MarinResource
 
@@ -38,10 +39,11 @@ defs = dg.Definitions(
             pool,
             sampling_groups,
         ]
-    ),
+    )
+    + MIXTURE_ASSETS,
     asset_checks=CHECKS,
-    jobs=JOBS,
-    sensors=SENSORS,
+    jobs=JOBS + MIXTURE_JOBS,
+    sensors=SENSORS + MIXTURE_SENSORS,
     executor=executor_from_env(),
     resources={"marin": MarinResource(), "encoder": EncoderResource(), "curation": CurationResource()},
 )

@@ -75,6 +75,7 @@ class StudyParams:
     """One mixture study. Defaults are the Marin hero run's: two phases (pretraining 15T,
     cooldown 3.75T tokens, so 0.8 / 0.2), an 8-epoch cap summed over phases, KL weight 0.05 to
     the token-proportional mix, mixture blocks of 49,152 sequences of 4,096 tokens.
+    ``search_candidates`` / ``search_rounds``: the optimizer's proposals per round and rounds.
     """
 
     name: str
@@ -91,6 +92,8 @@ class StudyParams:
     concentration: tuple[float, float] = (0.1, 5.0)
     trainer: str = "builtin"
     target_metric: str = "macro_bpb"
+    search_candidates: int = 20_000
+    search_rounds: int = 8
     proxy: ProxyTrainerParams = ProxyTrainerParams()
 
     def phase_budgets(self, budget: float) -> np.ndarray:
@@ -136,6 +139,8 @@ def validate_study(params: StudyParams, where: str = "study") -> StudyParams:
         fail("concentration must be (low, high) with 0 < low <= high")
     if params.trainer not in TRAINERS:
         fail(f"trainer {params.trainer!r} is not one of {TRAINERS}")
+    if params.search_candidates < 100 or params.search_rounds < 0:
+        fail("search_candidates must be >= 100 and search_rounds >= 0")
     if params.proxy.order < 1 or params.proxy.holdout_mod < 2:
         fail("proxy.order must be >= 1 and proxy.holdout_mod >= 2")
     return params
@@ -158,7 +163,7 @@ def study_from_mapping(raw: Mapping[str, Any], where: str = "study") -> StudyPar
         for key in ("target_budget", "proxy_budget", "max_epochs", "kl_weight", "sparse_share"):
             if key in values:
                 values[key] = float(values[key])
-        for key in ("n_runs", "seed", "block_size", "seq_len"):
+        for key in ("n_runs", "seed", "block_size", "seq_len", "search_candidates", "search_rounds"):
             if key in values:
                 values[key] = int(values[key])
         params = StudyParams(**values)
@@ -547,11 +552,13 @@ def build_swarm(groups: pl.DataFrame, pool_files: Mapping[str, Sequence[str]], p
     return Swarm(group_table, mixtures, runs, configs, summary)
 
 
-def write_swarm(swarm: Swarm, out_dir: str) -> dict[str, str]:
-    """Parquet tables plus one JSON and one YAML trainer config per run under ``configs/``."""
+def write_swarm(swarm: Swarm, out_dir: str, pool_files: Mapping[str, Sequence[str]]) -> dict[str, str]:
+    """Parquet tables, the pool files of every group (the built-in trainer's evaluation text
+    comes from all of them), and one JSON and one YAML trainer config per run under ``configs/``."""
     import yaml  # noqa: PLC0415
 
-    written = {}
+    written = {"pool_files": storage.join(out_dir, "pool_files.json")}
+    storage.write_json(written["pool_files"], {g: list(f) for g, f in pool_files.items()})
     for name in ("groups", "mixtures", "runs"):
         uri = storage.join(out_dir, f"{name}.parquet")
         storage.write_parquet(getattr(swarm, name), uri)

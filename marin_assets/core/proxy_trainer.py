@@ -26,6 +26,7 @@ from marin_assets.core import storage
 from marin_assets.core.mixture_swarm import ProxyTrainerParams
 
 DOC_SEPARATOR = b"\n\n"
+EVAL_FILE = "eval_texts.parquet"
 
 
 def is_heldout(ids: pl.Series, holdout_mod: int) -> pl.Series:
@@ -139,6 +140,20 @@ def evaluation_texts(pool_files: Mapping[str, Sequence[str]], params: ProxyTrain
                 break
         out[str(source)] = DOC_SEPARATOR.join(chunks)[: params.max_eval_bytes_per_domain]
     return dict(sorted(out.items()))
+
+
+def write_evaluation_texts(texts: Mapping[str, bytes], out_dir: str) -> str:
+    uri = storage.join(out_dir, EVAL_FILE)
+    storage.write_parquet(pl.DataFrame({"domain": list(texts), "text": list(texts.values())}, schema={"domain": pl.Utf8, "text": pl.Binary}), uri)
+    return uri
+
+
+def read_evaluation_texts(out_dir: str) -> dict[str, bytes] | None:
+    uri = storage.join(out_dir, EVAL_FILE)
+    if not storage.exists(uri):
+        return None
+    frame = pl.from_arrow(storage.read_parquet(uri))
+    return {str(d): bytes(t) for d, t in frame.iter_rows()}  # type: ignore[union-attr]
 
 
 def train_proxy(config: Mapping[str, Any], eval_texts: Mapping[str, bytes], params: ProxyTrainerParams) -> dict[str, Any]:

@@ -1,0 +1,6 @@
+"""Mixture search: studies, proxy runs, surrogates and optimized weights (assets, jobs, sensor)."""
+
+from marin_assets.defs.mixture.assets import MIXTURE_ASSETS
+from marin_assets.defs.mixture.sensors import MIXTURE_JOBS, MIXTURE_SENSORS
+
+__all__ = ["MIXTURE_ASSETS", "MIXTURE_JOBS", "MIXTURE_SENSORS"]

@@ -1,0 +1,28 @@
+"""Partitions of mixture studies: one per study, and one per (study, proxy run).
+
+Both dimensions are dynamic: a study becomes a partition when its spec is found (the
+``mixture_studies`` sensor, or ``add_study``), and ``mixture_swarm`` adds its run ids
+(``r0000``...) when it proposes the runs. Runs are shared keys across studies; a study uses the
+first ``n_runs`` of them.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+STUDIES = "mixture_studies"
+RUNS = "mixture_runs"
+
+study_partitions = dg.DynamicPartitionsDefinition(name=STUDIES)
+run_partitions = dg.DynamicPartitionsDefinition(name=RUNS)
+proxy_run_partitions = dg.MultiPartitionsDefinition({"study": study_partitions, "run": run_partitions})
+
+
+def proxy_run_key(study: str, run: str) -> dg.MultiPartitionKey:
+    return dg.MultiPartitionKey({"study": study, "run": run})
+
+
+def add_study(instance: dg.DagsterInstance, study: str) -> None:
+    """Register a study (its spec must exist under ``<root>/mixture/<study>/study.yaml``)."""
+    if not instance.has_dynamic_partition(STUDIES, study):
+        instance.add_dynamic_partitions(STUDIES, [study])

@@ -1,0 +1,63 @@
+"""The demo's mixture study: a handful of built-in proxies on the demo pool, fitted and optimized.
+
+The study spec is written once under ``<root>/mixture/demo/study.yaml``; every stage is
+fingerprinted, so a second ``make demo`` reuses the swarm, the proxies, the model and the weights.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marin_assets.core import mixture_swarm as swarm_core
+from marin_assets.core import storage
+
+DEMO_STUDY = swarm_core.StudyParams(
+    name="demo",
+    target_budget=1.0e6,  # about 3 epochs of the demo pool's ~340k tokens
+    proxy_budget=1.0e5,
+    n_runs=12,
+    seed=0,
+    phases=(swarm_core.Phase("main", 1.0),),
+    seq_len=64,  # the demo's groups are small: short sequences keep most of them in a proxy
+    search_candidates=4_000,
+    search_rounds=4,
+    proxy=swarm_core.ProxyTrainerParams(order=3),
+)
+
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+def _metadata(result: Any, asset: str) -> dict[str, Any]:
+    for event in result.all_events:
+        if event.event_type_value == "ASSET_MATERIALIZATION":
+            mat = event.event_specific_data.materialization
+            if mat.asset_key.to_user_string() == asset:
+                return {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+    return {}
+
+
+def run_mixture_demo(defs: Any, instance: Any, study: swarm_core.StudyParams = DEMO_STUDY) -> dict[str, Any]:
+    """Propose, train every proxy, fit and optimize the demo study; print what each step found."""
+    from marin_assets.defs.mixture.partitions import add_study, proxy_run_key
+
+    root = storage.resolve_prefix()
+    if swarm_core.current_study_output(root, study.name, "swarm") is None or not storage.exists(
+        storage.join(swarm_core.study_dir(root, study.name), swarm_core.STUDY_FILE)
+    ):
+        swarm_core.write_study(root, study)
+    add_study(instance, study.name)
+    print(f"\n== mixture study '{study.name}' ==", flush=True)
+    swarm = defs.resolve_job_def("mixture_proposal").execute_in_process(partition_key=study.name, instance=instance, run_config=QUIET)
+    print(str(_metadata(swarm, "mixture_swarm").get("summary", "")).replace("```", "").strip("\n"), flush=True)
+    proxies = defs.resolve_job_def("mixture_proxies")
+    values = []
+    for run in study.run_ids():
+        result = proxies.execute_in_process(partition_key=proxy_run_key(study.name, run), instance=instance, run_config=QUIET)
+        meta = _metadata(result, "proxy_results")
+        values.append(f"{run} {meta.get('target_value', float('nan')):.4f}")
+    print(f"  proxies ({study.target_metric}): " + ", ".join(values), flush=True)
+    fitted = defs.resolve_job_def("mixture_fit").execute_in_process(partition_key=study.name, instance=instance, run_config=QUIET)
+    model, weights = _metadata(fitted, "mixture_model"), _metadata(fitted, "mixture_weights")
+    for meta in (model, weights):
+        print(str(meta.get("summary", "")).replace("```", "").strip("\n"), flush=True)
+    return {"model": model, "weights": weights}
