@@ -295,7 +295,7 @@ def epochs(weights: np.ndarray, tokens: np.ndarray, phase_budgets: np.ndarray) -
     weights = np.atleast_2d(np.asarray(weights, dtype=np.float64))
     tokens = np.asarray(tokens, dtype=np.float64)
     seen = (np.asarray(phase_budgets, dtype=np.float64)[:, None] * weights).sum(axis=0)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         out = np.where(tokens > 0, seen / np.maximum(tokens, 1e-300), np.where(seen > 0, np.inf, 0.0))
     return out
 

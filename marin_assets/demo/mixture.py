@@ -41,10 +41,8 @@ def run_mixture_demo(defs: Any, instance: Any, study: swarm_core.StudyParams = D
     from marin_assets.defs.mixture.partitions import add_study, proxy_run_key
 
     root = storage.resolve_prefix()
-    if swarm_core.current_study_output(root, study.name, "swarm") is None or not storage.exists(
-        storage.join(swarm_core.study_dir(root, study.name), swarm_core.STUDY_FILE)
-    ):
-        swarm_core.write_study(root, study)
+    if not storage.exists(storage.join(swarm_core.study_dir(root, study.name), swarm_core.STUDY_FILE)):
+        swarm_core.write_study(root, study)  # an edited spec is kept
     add_study(instance, study.name)
     print(f"\n== mixture study '{study.name}' ==", flush=True)
     swarm = defs.resolve_job_def("mixture_proposal").execute_in_process(partition_key=study.name, instance=instance, run_config=QUIET)

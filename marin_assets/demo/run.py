@@ -114,6 +114,9 @@ def run_demo(sources: Sequence[str] | None = None) -> int:
                     print(f"  {name}: {row['rows']} documents ({row['empty']} empty dropped, {row['dups']} copies set aside)", flush=True)
                 else:
                     _print_summaries(meta)
+        from marin_assets.demo.mixture import run_mixture_demo
+
+        run_mixture_demo(defs, instance)
     print("\nnormalized sources:")
     print(f"  {'source':28s} {'rows in':>8s} {'empty':>6s} {'dups':>5s} {'rows':>6s} reused")
     for row in rows:
