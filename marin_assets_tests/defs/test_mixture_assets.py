@@ -1,0 +1,180 @@
+"""Mixture studies on a real Dagster instance: the sensor picks up external results and refits;
+the built-in trainer runs a study end to end with metadata and pictures.
+
+The pool is a small real one (Parquet group files and a ``sampling_groups`` output written by
+the core functions the pipeline uses), so these tests do not run the whole pipeline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import dagster as dg
+import numpy as np
+import polars as pl
+import pytest
+
+from marin_assets.core import mixture, storage
+from marin_assets.core import mixture_swarm as ms
+from marin_assets.defs.mixture.partitions import RUNS, STUDIES, proxy_run_key
+from marin_assets.defs.mixture.sensors import mixture_studies
+from marin_assets.defs.resources import MarinResource
+
+WORDS = {
+    0: "kernel thread mutex lock scheduler queue process signal".split(),
+    1: "river mill grain harvest valley farmer season rain".split(),
+    2: "theorem lemma proof integral matrix vector prime field".split(),
+}
+
+
+def _write_pool(root: str) -> None:
+    """Three topics x five bands of small documents, and the sampling_groups output over them."""
+    rng = np.random.default_rng(0)
+    files: dict[str, list[str]] = {}
+    rows = []
+    for topic, words in WORDS.items():
+        for band in range(5):
+            group = f"c{topic:02d}q{band}"
+            n_docs = 6 + 3 * band
+            texts = [" ".join(rng.choice(words, size=int(rng.integers(20, 60)))) for _ in range(n_docs)]
+            ids = [hashlib.sha256(f"{group}-{i}".encode()).hexdigest()[:32] for i in range(n_docs)]
+            frame = pl.DataFrame({"id": ids, "text": texts, "source": [f"src{topic}"] * n_docs, "tokens": [len(t.split()) for t in texts]})
+            uri = storage.join(root, "pool", f"src{topic}", "fp", group, "part-0.parquet")
+            storage.write_parquet(frame, uri)
+            files[group] = [uri]
+            rows.append((group, f"src{topic}", n_docs, int(frame["tokens"].sum())))
+    counts = pl.DataFrame(rows, schema={"group": pl.Utf8, "source": pl.Utf8, "documents": pl.Int64, "tokens": pl.Int64}, orient="row")
+    result = mixture.sampling_groups(counts, {t: " ".join(w[:3]) for t, w in WORDS.items()})
+    layout = storage.Layout(root)
+    out = layout.global_("sampling_groups", "testfp")
+    mixture.write_sampling_groups(result, out)
+    storage.write_json(storage.join(out, "pool_files.json"), files)
+    storage.write_manifest(out, {"stage": "sampling_groups", "fingerprint": "testfp", "stats": result.summary})
+    storage.publish_current(layout.group("sampling_groups"), "testfp", out)
+
+
+@pytest.fixture()
+def env(tmp_path, monkeypatch):
+    root = str(tmp_path / "data")
+    monkeypatch.setenv("MARIN_PREFIX", root)
+    _write_pool(root)
+    from marin_assets.definitions import defs
+
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        yield root, defs, instance
+
+
+def _tick(instance, cursor):
+    context = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"marin": MarinResource()})
+    result = mixture_studies(context)
+    for request in result.dynamic_partitions_requests or []:
+        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+    return result.run_requests or [], result.cursor
+
+
+def _execute(defs, instance, request) -> dict:
+    job = defs.resolve_job_def(request.job_name)
+    result = job.execute_in_process(partition_key=request.partition_key, instance=instance, tags=request.tags)
+    assert result.success
+    return {
+        e.event_specific_data.materialization.asset_key.to_user_string(): {k: getattr(v, "value", v) for k, v in e.event_specific_data.materialization.metadata.items()}
+        for e in result.all_events
+        if e.event_type_value == "ASSET_MATERIALIZATION"
+    }
+
+
+def _results_rows(root: str, study: str, runs: list[str]) -> list[str]:
+    """Results as an external trainer writes them: two steps per run, the last one final."""
+    swarm_uri, _ = ms.current_study_output(root, study, "swarm")
+    lines = []
+    for rid in runs:
+        config = ms.read_config(swarm_uri, rid)
+        share = sum(w for g, w in config["phases"][0]["weights"].items() if g.startswith("c00"))
+        for step, value in ((50, 3.0 - share), (100, 2.0 - share)):
+            lines.append(json.dumps({"run_id": rid, "mixture_id": config["mixture_id"], "step": step, "tokens": step * 1000, "metric": "macro_bpb", "value": value}))
+    return lines
+
+
+def test_sensor_picks_up_external_results_and_refits(env) -> None:
+    root, defs, instance = env
+    study = ms.StudyParams(name="ext", target_budget=20_000.0, proxy_budget=2_000.0, n_runs=8, seq_len=16, trainer="external",
+                           phases=(ms.Phase("main", 1.0),), search_candidates=500, search_rounds=2)
+    ms.write_study(root, study)
+
+    requests, cursor = _tick(instance, None)  # a new study: registered and proposed
+    assert instance.get_dynamic_partitions(STUDIES) == ["ext"]
+    assert [(r.job_name, r.partition_key) for r in requests] == [("mixture_proposal", "ext")]
+    meta = _execute(defs, instance, requests[0])["mixture_swarm"]
+    assert meta["runs"] == 8 and "data:image/png;base64" in meta["proposals"]
+    assert instance.get_dynamic_partitions(RUNS) == [f"r{i:04d}" for i in range(8)]
+
+    requests, cursor = _tick(instance, cursor)
+    assert requests == []  # no results yet, nothing to refit
+
+    folder = ms.results_dir(root, "ext")
+    storage.write_bytes(storage.join(folder, "batch1.jsonl"), ("\n".join(_results_rows(root, "ext", [f"r{i:04d}" for i in range(6)])) + "\n{broken\n").encode())
+    requests, cursor = _tick(instance, cursor)
+    assert sorted(str(r.partition_key) for r in requests) == sorted(str(proxy_run_key("ext", f"r{i:04d}")) for i in range(6))
+    for request in requests:
+        proxy = _execute(defs, instance, request)["proxy_results"]
+        assert proxy["source"] == "external" and proxy["bad_result_rows"] == 1
+    requests, cursor = _tick(instance, cursor)
+    assert [(r.job_name, r.partition_key) for r in requests] == [("mixture_fit", "ext")]
+    first = _execute(defs, instance, requests[0])
+    assert first["mixture_model"]["dagster/row_count"] == 6
+    assert "data:image/png;base64" in first["mixture_model"]["predicted_vs_actual"]
+    assert first["mixture_weights"]["constraints_met"] is True
+
+    requests, cursor = _tick(instance, cursor)
+    assert requests == []  # the model is newer than every result
+
+    # more results arrive, plus a file without the schema's columns (logged, never fatal)
+    storage.write_bytes(storage.join(folder, "batch2.jsonl"), ("\n".join(_results_rows(root, "ext", ["r0006", "r0007"])) + "\n").encode())
+    storage.write_bytes(storage.join(folder, "notes.jsonl"), b'{"run": "r0001", "loss": 2.0}\n')
+    requests, cursor = _tick(instance, cursor)
+    assert sorted(r.partition_key.keys_by_dimension["run"] for r in requests) == ["r0006", "r0007"]
+    for request in requests:
+        _execute(defs, instance, request)
+    requests, cursor = _tick(instance, cursor)
+    assert [(r.job_name, r.partition_key) for r in requests] == [("mixture_fit", "ext")]
+    second = _execute(defs, instance, requests[0])
+    assert second["mixture_model"]["dagster/row_count"] == 8
+    assert second["mixture_model"]["fingerprint"] != first["mixture_model"]["fingerprint"]
+
+
+def test_builtin_trainer_runs_a_study_with_metadata_and_pictures(env) -> None:
+    root, defs, instance = env
+    study = ms.StudyParams(name="builtin", target_budget=20_000.0, proxy_budget=4_000.0, n_runs=4, seq_len=16,
+                           search_candidates=500, search_rounds=2, proxy=ms.ProxyTrainerParams(order=2, holdout_mod=4))
+    ms.write_study(root, study)
+    instance.add_dynamic_partitions(STUDIES, ["builtin"])
+    swarm = defs.resolve_job_def("mixture_proposal").execute_in_process(partition_key="builtin", instance=instance)
+    assert swarm.success
+    proxies = defs.resolve_job_def("mixture_proxies")
+    for rid in study.run_ids():
+        result = proxies.execute_in_process(partition_key=proxy_run_key("builtin", rid), instance=instance)
+        meta = result.asset_materializations_for_node("proxy_results")[0].metadata
+        assert meta["source"].value == "builtin" and 0 < meta["target_value"].value < 8
+        assert "bpb/src0" in meta["metrics"].value
+    fitted = defs.resolve_job_def("mixture_fit").execute_in_process(partition_key="builtin", instance=instance)
+    model = fitted.asset_materializations_for_node("mixture_model")[0].metadata
+    weights = fitted.asset_materializations_for_node("mixture_weights")[0].metadata
+    assert model["target_components"].value == 3  # one bits-per-byte law per source domain
+    assert -1 <= model["cv_spearman"].value <= 1
+    assert "data:image/png;base64" in weights["weights_grid"].value
+    assert "c0" in weights["largest_changes"].value and "measured" in weights["side_by_side"].value
+    out = storage.read_current(storage.join(ms.study_dir(root, "builtin"), "weights"))["uri"]
+    trainer = storage.read_json(storage.join(out, "mixture.json"))
+    assert sum(trainer["phases"][0]["weights"].values()) == pytest.approx(1.0)
+    assert all(c["pool_files"] for c in trainer["components"].values())
+    assert storage.exists(storage.join(out, "mixture.yaml")) and storage.exists(storage.join(out, "weights.parquet"))
+    # an unchanged study reuses every output
+    again = defs.resolve_job_def("mixture_fit").execute_in_process(partition_key="builtin", instance=instance)
+    assert again.asset_materializations_for_node("mixture_weights")[0].metadata["reused"].value is True
+    # a run outside the study fails with a clear message
+    instance.add_dynamic_partitions(RUNS, ["r0009"])
+    bad = proxies.execute_in_process(partition_key=proxy_run_key("builtin", "r0009"), instance=instance, raise_on_error=False)
+    assert not bad.success
+    assert "has 4 runs" in str(bad.failure_data_for_node("proxy_results").error)
