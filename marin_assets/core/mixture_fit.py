@@ -6,8 +6,10 @@ phase side by side as features:
 * ``lightgbm``: gradient-boosted trees, as RegMix uses;
 * ``loglinear``: the log-linear mixing law ``c + exp(a + t . w)``, the baseline.
 
-Each is scored by k-fold cross-validation (out-of-fold Spearman, R^2 and mean absolute error);
-the one with the higher out-of-fold Spearman is used unless the caller names one.
+When the target is a mean of component metrics (macro bits per byte over evaluation domains),
+each component gets its own surrogate and their predictions are averaged. Each surrogate is
+scored by k-fold cross-validation (out-of-fold Spearman, R^2 and mean absolute error of the
+target); the one with the higher out-of-fold Spearman is used unless the caller names one.
 
 The optimizer minimizes ``predicted metric + kl_weight x sum_p share_p KL(w_p || proportional)``
 over the simplex of every phase, subject to the epoch cap summed over phases (feasibility is

@@ -12,8 +12,8 @@ sequences, which makes a real trainer fail; such groups are reported per run, ne
 Proposals follow RegMix: Dirichlet draws around the token-proportional prior with a random
 concentration, a share of them sparse (a random subset of groups), each phase drawn on its own,
 then made feasible (every group within ``max_epochs`` summed over phases in the full run) and
-rounded to the mixture block (``block_size`` sequences; a weight under half a sequence vanishes,
-which is reported). Run ``r0000`` is always the token-proportional mix itself.
+rounded to the mixture block (``block_size`` sequences; a group whose weight gets no sequence of
+the block vanishes, which is reported). Run ``r0000`` is always the token-proportional mix itself.
 
 Everything a study writes lives under ``<root>/mixture/<study>/``: the spec (``study.yaml``),
 the external trainer's results (``results/``) and one fingerprinted folder per stage.

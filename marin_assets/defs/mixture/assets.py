@@ -176,6 +176,7 @@ def proxy_results(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
         bad_result_rows=found.bad_rows + mine.bad_rows,
         bad_result_examples="\n".join(found.bad_examples + mine.bad_examples) or None,
         train_bytes=stats.get("train_bytes"),
+        groups_without_proxy_tokens=", ".join(stats.get("groups_without_proxy_tokens") or []) or None,
     )
 
 
