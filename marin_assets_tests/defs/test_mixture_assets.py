@@ -7,6 +7,7 @@ the core functions the pipeline uses), so these tests do not run the whole pipel
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 
@@ -173,8 +174,13 @@ def test_builtin_trainer_runs_a_study_with_metadata_and_pictures(env) -> None:
     # an unchanged study reuses every output
     again = defs.resolve_job_def("mixture_fit").execute_in_process(partition_key="builtin", instance=instance)
     assert again.asset_materializations_for_node("mixture_weights")[0].metadata["reused"].value is True
+    # a new swarm (another seed) strands the earlier proxies: they are not fitted on
+    ms.write_study(root, dataclasses.replace(study, seed=1))
+    assert defs.resolve_job_def("mixture_proposal").execute_in_process(partition_key="builtin", instance=instance).success
+    stale = defs.resolve_job_def("mixture_fit").execute_in_process(partition_key="builtin", instance=instance, raise_on_error=False)
+    assert "0 runs have 'macro_bpb' results for the current swarm (0 have none, 4 only for an earlier swarm)" in stale.failure_data_for_node("mixture_model").error.message
     # a run outside the study fails with a clear message
     instance.add_dynamic_partitions(RUNS, ["r0009"])
     bad = proxies.execute_in_process(partition_key=proxy_run_key("builtin", "r0009"), instance=instance, raise_on_error=False)
     assert not bad.success
-    assert "has 4 runs" in str(bad.failure_data_for_node("proxy_results").error)
+    assert "has 4 runs" in bad.failure_data_for_node("proxy_results").error.message

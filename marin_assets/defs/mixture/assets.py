@@ -180,18 +180,24 @@ def proxy_results(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
     )
 
 
-def _training_set(root: str, study: str, params: swarm_core.StudyParams, swarm_uri: str) -> dict:
-    """Weights and target metrics of every run that has results; what is missing, counted."""
+def _training_set(root: str, study: str, params: swarm_core.StudyParams, swarm_uri: str, swarm_fp: str) -> dict:
+    """Weights and target metrics of every run that has results for the current swarm; runs
+    without results, or with results of an earlier swarm (stale), are counted, never used."""
     group_table, mixtures, _ = swarm_core.read_swarm(swarm_uri)
     active = np.flatnonzero(group_table["tokens"].to_numpy() > 0)
     names = group_table["group"].to_list()
     finals: dict[str, dict[str, float]] = {}
     inputs: dict[str, str] = {}
+    stale: list[str] = []
     for rid in params.run_ids():
         found = swarm_core.current_study_output(root, study, "proxy_results", rid)
         if found is None:
             continue
-        finals[rid] = storage.read_manifest(found[0])["stats"]["metrics"]
+        manifest = storage.read_manifest(found[0])
+        if manifest["inputs"].get("swarm") != swarm_fp:
+            stale.append(rid)
+            continue
+        finals[rid] = manifest["stats"]["metrics"]
         inputs[rid] = found[1]
     target = params.target_metric
     domains = sorted({m for f in finals.values() for m in f if m.startswith("bpb/")})
@@ -200,7 +206,7 @@ def _training_set(root: str, study: str, params: swarm_core.StudyParams, swarm_u
     weights = swarm_core.weight_matrix(mixtures, usable, [p.name for p in params.phases], names)[:, :, active]
     y = np.array([[finals[r][c] for c in components] for r in usable], dtype=np.float64).reshape(len(usable), len(components))
     return {"runs": usable, "weights": weights, "targets": y, "components": components, "inputs": inputs, "active": active,
-            "groups": [names[i] for i in active], "missing": [r for r in params.run_ids() if r not in finals], "without_target": sorted(set(finals) - set(usable)),
+            "groups": [names[i] for i in active], "missing": [r for r in params.run_ids() if r not in finals and r not in stale], "stale": stale, "without_target": sorted(set(finals) - set(usable)),
             "actual": {r: finals[r].get(target) for r in usable}}
 
 
@@ -217,10 +223,11 @@ def mixture_model(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
     study = context.partition_key
     root, params = _study(marin, study)
     swarm_uri, swarm_fp = _current(root, study, "swarm", "mixture_swarm")
-    data = _training_set(root, study, params, swarm_uri)
+    data = _training_set(root, study, params, swarm_uri, swarm_fp)
     if len(data["runs"]) < 3:
         raise dg.Failure(
-            f"study '{study}': {len(data['runs'])} runs have '{params.target_metric}' results ({len(data['missing'])} have none); "
+            f"study '{study}': {len(data['runs'])} runs have '{params.target_metric}' results for the current swarm "
+            f"({len(data['missing'])} have none, {len(data['stale'])} only for an earlier swarm); "
             "a fit needs at least 3: materialize more proxy_results partitions"
         )
     fit_params = fit.FitParams(seed=params.seed)
@@ -257,6 +264,7 @@ def mixture_model(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
         cv_mae=float(cv[chosen]["mae"]),
         cv_scores=markdown_table([{"surrogate": n, **{k: f"{v:.4f}" if isinstance(v, float) else v for k, v in cv[n].items()}} for n in fit.SURROGATES]),
         runs_without_results=len(data["missing"]),
+        runs_with_stale_results=len(data["stale"]),
         runs_without_target=len(data["without_target"]),
         predicted_vs_actual=dg.MetadataValue.md(report.markdown_image(picture, "predicted vs actual")),
         summary=summary,
@@ -279,6 +287,8 @@ def mixture_weights(context: dg.AssetExecutionContext, marin: MarinResource) -> 
     root, params = _study(marin, study)
     swarm_uri, swarm_fp = _current(root, study, "swarm", "mixture_swarm")
     model_uri, model_fp = _current(root, study, "model", "mixture_model")
+    if storage.read_manifest(model_uri)["inputs"].get("swarm") != swarm_fp:
+        raise dg.Failure(f"study '{study}': mixture_model was fitted on an earlier swarm; materialize proxy_results and mixture_model again")
     model, meta = fit.load_fit(model_uri, fit.FitParams(seed=params.seed))
     group_table, mixtures, _ = swarm_core.read_swarm(swarm_uri)
     index = {g: i for i, g in enumerate(group_table["group"].to_list())}
