@@ -20,26 +20,14 @@ import dagster as dg
 from marin_assets.core import mixture_results as results
 from marin_assets.core import mixture_swarm as swarm_core
 from marin_assets.defs.automation.sensors import default_status
-from marin_assets.defs.mixture.partitions import RUNS, STUDIES, proxy_run_key, proxy_run_partitions, study_partitions
+from marin_assets.defs.mixture.jobs import MIXTURE_JOBS
+from marin_assets.defs.mixture.partitions import RUNS, STUDIES, proxy_run_key, study_partitions
 from marin_assets.defs.resources import MarinResource
 
 STUDY_TAG = "marin/study"
 PROXY_RESULTS = dg.AssetKey("proxy_results")
 MIXTURE_MODEL = dg.AssetKey("mixture_model")
 
-mixture_proposal = dg.define_asset_job(
-    "mixture_proposal", selection=dg.AssetSelection.assets("mixture_swarm"), partitions_def=study_partitions,
-    description="Per study: propose the proxy mixtures (mixture_swarm).",
-)
-mixture_proxies = dg.define_asset_job(
-    "mixture_proxies", selection=dg.AssetSelection.assets("proxy_results"), partitions_def=proxy_run_partitions,
-    description="Per study and run: train (built-in) or collect (external) one proxy's results.",
-)
-mixture_fit = dg.define_asset_job(
-    "mixture_fit", selection=dg.AssetSelection.assets("mixture_model", "mixture_weights"), partitions_def=study_partitions,
-    description="Per study: fit the surrogates and optimize the weights.",
-)
-MIXTURE_JOBS = [mixture_proposal, mixture_proxies, mixture_fit]
 
 _IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
 
