@@ -29,26 +29,40 @@ def predicted_vs_actual_png(actual: np.ndarray, predicted: Mapping[str, np.ndarr
 
 
 def weights_grid_png(table: pl.DataFrame, phases: list[str]) -> bytes:
-    """Weights over the topics x bands grid: token-proportional, then each optimized phase."""
+    """Weights over the topics x bands grid: token-proportional, each optimized phase, and each
+    phase's change against token-proportional (red: more, blue: less)."""
     first = table.filter(pl.col("phase") == phases[0])
-    panels = [("token-proportional", first.select("topic", "band", "topic_label", pl.col("proportional_weight").alias("value")))]
+    weight_panels = [("token-proportional", _matrix(first, "proportional_weight"))]
+    change_panels = []
     for phase in phases:
-        panels.append((f"optimized: {phase}", table.filter(pl.col("phase") == phase).select("topic", "band", "topic_label", pl.col("weight").alias("value"))))
-    matrices = [_matrix(frame, "value") for _, frame in panels]
-    vmax = max(float(m.max()) for m in matrices) or 1.0
-    n_topics = matrices[0].shape[0]
-    fig = _figure(3.0 + 2.2 * len(panels), 1.2 + 0.26 * n_topics)
+        frame = table.filter(pl.col("phase") == phase)
+        weight_panels.append((f"optimized: {phase}", _matrix(frame, "weight")))
+        change_panels.append((f"change: {phase}", _matrix(frame, "change")))
+    vmax = max(float(m.max()) for _, m in weight_panels) or 1.0
+    cmax = max(float(np.abs(m).max()) for _, m in change_panels) or 1.0
+    n_topics = weight_panels[0][1].shape[0]
+    n_panels = len(weight_panels) + len(change_panels)
+    fig = _figure(3.0 + 2.6 * n_panels, 1.2 + 0.26 * n_topics)
+    fig.subplots_adjust(wspace=0.6)
     labels = topic_row_labels(first)
-    image = None
-    for i, ((title, _), m) in enumerate(zip(panels, matrices), start=1):
-        ax = fig.add_subplot(1, len(panels), i)
+    weight_axes, change_axes = [], []
+    weight_image = change_image = None
+    for i, (title, m) in enumerate(weight_panels + change_panels, start=1):
+        ax = fig.add_subplot(1, n_panels, i)
         ax.set_facecolor("#dddddd")
-        image = ax.imshow(np.ma.masked_less_equal(m, 0), aspect="auto", cmap="viridis", vmin=0, vmax=vmax, interpolation="nearest")
+        if i <= len(weight_panels):
+            weight_image = ax.imshow(np.ma.masked_less_equal(m, 0), aspect="auto", cmap="viridis", vmin=0, vmax=vmax, interpolation="nearest")
+            weight_axes.append(ax)
+        else:
+            change_image = ax.imshow(m, aspect="auto", cmap="RdBu_r", vmin=-cmax, vmax=cmax, interpolation="nearest")
+            change_axes.append(ax)
         ax.set_xticks(range(m.shape[1]), [f"q{b}" for b in range(m.shape[1])])
         ax.set_yticks(range(n_topics), labels if i == 1 else [""] * n_topics, fontsize=7)
         ax.set_title(title, fontsize=9)
-    if image is not None:
-        fig.colorbar(image, ax=fig.axes, fraction=0.03, pad=0.02, label="weight (grey: 0)")
+    if weight_image is not None:
+        fig.colorbar(weight_image, ax=weight_axes, fraction=0.03, pad=0.02, label="weight (grey: 0)")
+    if change_image is not None:
+        fig.colorbar(change_image, ax=change_axes, fraction=0.05, pad=0.02, label="optimized - proportional")
     return render_png(fig)
 
 
