@@ -329,6 +329,7 @@ def mixture_weights(context: dg.AssetExecutionContext, marin: MarinResource) -> 
             {"mixture": "token-proportional", f"predicted {pred['metric']}": f"{pred['proportional']:.4f}", "measured": f"{actual_prop:.4f}" if actual_prop is not None else "", "KL to proportional": "0"}]
     per_group = table.group_by("group", "topic_label", "band", "tokens", "epochs", "proportional_epochs").agg(
         (pl.col("change").abs() * pl.col("phase_share")).sum().alias("abs_change"),
+        (pl.col("change") * pl.col("phase_share")).sum().alias("change"),
         *[pl.col("weight").filter(pl.col("phase") == p.name).first().alias(f"w_{p.name}") for p in params.phases],
         pl.col("proportional_weight").first().alias("w_proportional"),
     )
