@@ -34,6 +34,7 @@ import polars as pl
 from marin_assets.core import storage
 from marin_assets.core.mixture import MixtureError
 
+MIXTURE_CODE_VERSION = "1"
 STUDY_FILE = "study.yaml"
 RESULTS_DIR = "results"
 STUDY_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")

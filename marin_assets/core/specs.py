@@ -15,6 +15,8 @@ from marin_assets.core.dedup import ExactDedupParams, FuzzyDedupParams
 from marin_assets.core.embed import EmbedParams
 from marin_assets.core.minhash import MinHashParams
 from marin_assets.core.mixture import MixtureParams
+from marin_assets.core.mixture_fit import FitParams, OptimizeParams
+from marin_assets.core.mixture_swarm import MIXTURE_CODE_VERSION, StudyParams
 from marin_assets.core.pool import PoolParams
 from marin_assets.core.quality import BandParams, QualityParams, QualityScoreParams
 from marin_assets.core.stages import StageSpec
@@ -60,6 +62,21 @@ POOL = StageSpec(
 )
 SAMPLING_GROUPS = StageSpec("sampling_groups", (POOL, TOPIC_MODEL), partitioned=False, params=MixtureParams, group="pool")
 
+# mixture studies: partitioned by study (``{source}`` is the study), proxy results by study and run
+MIXTURE_SWARM = StageSpec(
+    "mixture_swarm", (SAMPLING_GROUPS,), params=StudyParams, code_version=MIXTURE_CODE_VERSION, group="mixture", folder="mixture/{source}/swarm"
+)
+PROXY_RESULTS = StageSpec(
+    "proxy_results", (MIXTURE_SWARM,), params=StudyParams, code_version=MIXTURE_CODE_VERSION, group="mixture", folder="mixture/{source}/proxy_results"
+)
+MIXTURE_MODEL = StageSpec(
+    "mixture_model", (PROXY_RESULTS,), params=FitParams, code_version=MIXTURE_CODE_VERSION, group="mixture", folder="mixture/{source}/model"
+)
+MIXTURE_WEIGHTS = StageSpec(
+    "mixture_weights", (MIXTURE_MODEL, SAMPLING_GROUPS), params=OptimizeParams, code_version=MIXTURE_CODE_VERSION, group="mixture",
+    folder="mixture/{source}/weights",
+)  # fmt: skip
+
 ALL: tuple[StageSpec, ...] = (
     SOURCE_PINS,
     RAW_FILES,
@@ -78,5 +95,9 @@ ALL: tuple[StageSpec, ...] = (
     QUALITY_BANDS,
     POOL,
     SAMPLING_GROUPS,
+    MIXTURE_SWARM,
+    PROXY_RESULTS,
+    MIXTURE_MODEL,
+    MIXTURE_WEIGHTS,
 )
 BY_NAME = {s.name: s for s in ALL}

@@ -18,6 +18,7 @@ import pytest
 
 from marin_assets.core import mixture, storage
 from marin_assets.core import mixture_swarm as ms
+from marin_assets.core.specs import SAMPLING_GROUPS
 from marin_assets.defs.mixture.partitions import RUNS, STUDIES, proxy_run_key
 from marin_assets.defs.mixture.sensors import mixture_studies
 from marin_assets.defs.resources import MarinResource
@@ -48,11 +49,11 @@ def _write_pool(root: str) -> None:
     counts = pl.DataFrame(rows, schema={"group": pl.Utf8, "source": pl.Utf8, "documents": pl.Int64, "tokens": pl.Int64}, orient="row")
     result = mixture.sampling_groups(counts, {t: " ".join(w[:3]) for t, w in WORDS.items()})
     layout = storage.Layout(root)
-    out = layout.global_("sampling_groups", "testfp")
+    out = SAMPLING_GROUPS.output_uri(layout, None, "testfp")
     mixture.write_sampling_groups(result, out)
     storage.write_json(storage.join(out, "pool_files.json"), files)
     storage.write_manifest(out, {"stage": "sampling_groups", "fingerprint": "testfp", "stats": result.summary})
-    storage.publish_current(layout.group("sampling_groups"), "testfp", out)
+    storage.publish_current(SAMPLING_GROUPS.group_uri(layout), "testfp", out)
 
 
 @pytest.fixture()

@@ -16,13 +16,35 @@ from marin_assets.core import mixture_fit as fit
 from marin_assets.core import mixture_results as results
 from marin_assets.core import mixture_swarm as swarm_core
 from marin_assets.core import proxy_trainer
+from marin_assets.core.specs import MIXTURE_MODEL, MIXTURE_SWARM, MIXTURE_WEIGHTS, PROXY_RESULTS
+from marin_assets.core.specs import SAMPLING_GROUPS as SAMPLING_GROUPS_SPEC
+from marin_assets.core.stages import StageSpec
 from marin_assets.defs.metadata import markdown_table, materialized
 from marin_assets.defs.mixture.partitions import RUNS, proxy_run_partitions, study_partitions
 from marin_assets.defs.resources import MarinResource
 
-MIXTURE_CODE_VERSION = "1"
-SAMPLING_GROUPS = dg.AssetKey("sampling_groups")
+MIXTURE_CODE_VERSION = swarm_core.MIXTURE_CODE_VERSION
 BY_STUDY = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="study")
+
+
+def study_asset(spec: StageSpec, partitions_def: dg.PartitionsDefinition, **kwargs):
+    """``@dg.asset`` for a mixture stage: name, group, code version and dependencies from its spec;
+    a dependency on a per-run stage from a per-study one (or back) maps by the study dimension."""
+    by_run = partitions_def is proxy_run_partitions
+    ins = {
+        i.name: dg.AssetIn(partition_mapping=BY_STUDY, dagster_type=dg.Nothing)
+        for i in spec.inputs
+        if i.name in (MIXTURE_SWARM.name, PROXY_RESULTS.name) and (by_run or i.name == PROXY_RESULTS.name)
+    }
+    return dg.asset(
+        name=spec.name,
+        ins=ins,
+        deps=[dg.AssetKey(i.name) for i in spec.inputs if i.name not in ins],
+        partitions_def=partitions_def,
+        group_name=spec.group,
+        code_version=spec.code_version,
+        **kwargs,
+    )
 
 
 def _study(marin: MarinResource, study: str) -> tuple[str, swarm_core.StudyParams]:
@@ -40,12 +62,10 @@ def _current(root: str, study: str, stage: str, what: str, part: str | None = No
     return found
 
 
-@dg.asset(
-    partitions_def=study_partitions,
-    deps=[SAMPLING_GROUPS],
-    group_name="mixture",
+@study_asset(
+    MIXTURE_SWARM,
+    study_partitions,
     kinds={"parquet", "json", "yaml"},
-    code_version=MIXTURE_CODE_VERSION,
     description="Proposed proxy mixtures of a study (RegMix-style around the token-proportional mix), each with its "
     "simulated-epoching truncation per group and a trainer config (JSON and YAML).",
 )
@@ -53,7 +73,7 @@ def mixture_swarm(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
     study = context.partition_key
     root, params = _study(marin, study)
     try:
-        groups_in = stages.current_input(marin.layout(), "sampling_groups")
+        groups_in = stages.current_input(marin.layout(), SAMPLING_GROUPS_SPEC)
     except stages.MissingInput as exc:
         raise dg.Failure(str(exc)) from exc
     groups, _ = mixture.read_sampling_groups(groups_in.uri)
@@ -107,12 +127,10 @@ def mixture_swarm(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
     )
 
 
-@dg.asset(
-    partitions_def=proxy_run_partitions,
-    ins={"mixture_swarm": dg.AssetIn(partition_mapping=BY_STUDY, dagster_type=dg.Nothing)},
-    group_name="mixture",
+@study_asset(
+    PROXY_RESULTS,
+    proxy_run_partitions,
     kinds={"parquet"},
-    code_version=MIXTURE_CODE_VERSION,
     description="One proxy run's evaluation metrics: the external trainer's results from the study folder, or the "
     "built-in byte n-gram proxy trained on the run's truncated mixture (bits per byte per domain).",
 )
@@ -210,12 +228,10 @@ def _training_set(root: str, study: str, params: swarm_core.StudyParams, swarm_u
             "actual": {r: finals[r].get(target) for r in usable}}
 
 
-@dg.asset(
-    partitions_def=study_partitions,
-    ins={"proxy_results": dg.AssetIn(partition_mapping=BY_STUDY, dagster_type=dg.Nothing)},
-    group_name="mixture",
+@study_asset(
+    MIXTURE_MODEL,
+    study_partitions,
     kinds={"lightgbm", "json"},
-    code_version=MIXTURE_CODE_VERSION,
     description="Surrogates predicting the study's target metric from the mixture weights (gradient-boosted trees and "
     "the log-linear mixing law), with k-fold cross-validated Spearman, R^2 and MAE.",
 )
@@ -271,12 +287,10 @@ def mixture_model(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
     )
 
 
-@dg.asset(
-    partitions_def=study_partitions,
-    deps=[mixture_model, SAMPLING_GROUPS],
-    group_name="mixture",
+@study_asset(
+    MIXTURE_WEIGHTS,
+    study_partitions,
     kinds={"parquet", "json", "yaml"},
-    code_version=MIXTURE_CODE_VERSION,
     description="Optimized sampling weights for one or two phases under the epoch cap, the KL pull to the "
     "token-proportional mix and the mixture block, against token-proportional sampling; trainer-ready JSON/YAML.",
 )
