@@ -10,7 +10,7 @@ export MARIN_DEMO_HUB ?= $(CURDIR)/.demo_hub
 export GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT = false
 export HF_HUB_DISABLE_TELEMETRY = 1
 
-.PHONY: install demo dev test bench check clean home
+.PHONY: install demo dev test faults bench check clean home
 
 install: $(VENV)/.installed
 
@@ -37,6 +37,10 @@ dev: install home
 
 test: install
 	$(BIN)/python -m pytest -q
+
+## The fault and security suite; its last line sums faults injected, rows lost, files outside the prefix, credentials sent off-host.
+faults: install
+	$(BIN)/python -m pytest -q marin_assets_tests/faults
 
 check: install
 	$(BIN)/dagster definitions validate -m marin_assets.definitions

@@ -5,6 +5,7 @@
     marin-assets demo               run the offline demo pipeline into DAGSTER_HOME/MARIN_PREFIX
     marin-assets serve-hub ROOT     serve a directory of dataset repos with the Hub HTTP API
     marin-assets dev                the Dagster UI on the embedded default (demo Hub if no HF_ENDPOINT)
+    marin-assets runs [--free]      runs whose process died (still STARTED, holding pool slots); --free frees them
 """
 
 from __future__ import annotations
@@ -58,6 +59,21 @@ def _cmd_serve_hub(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_runs(args: argparse.Namespace) -> int:
+    """List (and with ``--free`` fail and release) runs whose process is gone, on the DAGSTER_HOME instance."""
+    from dagster import DagsterInstance
+
+    from marin_assets.defs.runs import format_stuck, free_stuck_runs, stuck_runs
+
+    instance = DagsterInstance.get()
+    try:
+        stuck = free_stuck_runs(instance) if args.free else stuck_runs(instance)
+        print(format_stuck(stuck, freed=args.free))
+    finally:
+        instance.dispose()
+    return 0
+
+
 def _cmd_dev(args: argparse.Namespace) -> int:
     """Run ``dagster dev``; without ``HF_ENDPOINT`` the demo Hub serves the bundled sample."""
     from marin_assets.demo.run import demo_hub
@@ -107,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("dev", help="the Dagster UI on the embedded default")
     p.add_argument("--port", type=int, default=3000)
     p.set_defaults(fn=_cmd_dev)
+
+    p = sub.add_parser("runs", help="runs whose process died and that still hold pool slots")
+    p.add_argument("--free", action="store_true", help="mark them failed and free their pool slots")
+    p.set_defaults(fn=_cmd_runs)
 
     args = parser.parse_args(argv)
     return int(args.fn(args) or 0)

@@ -14,18 +14,21 @@ import math
 import os
 import re
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from marin_assets.core.errors import ConfigurationError
+from marin_assets.core.formats import CATALOG_FORMATS
 
 CATALOG_ENV = "MARIN_CATALOG"
 PACKAGED_CATALOG = "sources.toml"
 
 PROVIDER_KINDS = ("hf", "prestaged", "web", "api")
 REPO_TYPES = ("dataset", "bucket")
-# Upstream file formats as downloaded; json.gz is Dolma-style gzipped JSON lines.
-INPUT_FORMATS = ("parquet", "jsonl", "jsonl.zst", "jsonl.gz", "json.gz", "tar.gz", "zip", "txt")
+# Upstream file formats as downloaded (the one format table); json.gz is Dolma-style gzipped JSON lines.
+INPUT_FORMATS = CATALOG_FORMATS
 
 # Dagster partition keys may not contain these (plus control characters); whitespace is
 # refused too, so names survive shells, URLs and paths unquoted.
@@ -34,10 +37,14 @@ _HEX_REVISION = re.compile(r"^(?:[0-9a-f]{7}|[0-9a-f]{40})$")
 _VERSION_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _RECIPE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+# A source name is a partition key and a folder under MARIN_PREFIX: '/'-separated segments of
+# letters, digits, '.', '_' and '-', each starting with a letter or digit (so no '..', no
+# leading '/', nothing special to shells, URLs or object stores).
+_SOURCE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)*$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
-class EntryError(ValueError):
+class EntryError(ConfigurationError, ValueError):
     """A data file entry that cannot be used; the message names the entry, the field and the file."""
 
     def __init__(self, message: str, *, entry: str | None = None, field: str | None = None, path: str = ""):
@@ -137,6 +144,8 @@ class Catalog:
 
     sources: tuple[Source, ...]
     path: str = ""
+    # Entries that failed validation when loaded leniently: (partition key, error message).
+    broken: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         ordered = tuple(sorted(self.sources, key=lambda s: s.name))
@@ -168,6 +177,14 @@ class Catalog:
         return tuple(s.name for s in self.sources)
 
     @property
+    def partition_names(self) -> tuple[str, ...]:
+        """Valid sources and the keys of broken entries: one partition each, so a bad entry shows up failing."""
+        return tuple(sorted({*self.names, *(key for key, _ in self.broken)}))
+
+    def broken_error(self, name: str) -> str | None:
+        return dict(self.broken).get(name)
+
+    @property
     def total_tokens_b(self) -> float:
         return math.fsum(s.rough_tokens_b for s in self.sources)
 
@@ -197,8 +214,16 @@ def default_catalog_path() -> Path:
     return Path(str(resources.files(__package__).joinpath(PACKAGED_CATALOG)))
 
 
-def load_catalog(path: str | Path | None = None) -> Catalog:
-    """Read and validate the catalog; read from disk on every call so edited pins are seen."""
+def load_catalog(path: str | Path | None = None, *, strict: bool = True,
+                 known_transforms: Collection[str] | None = None, check_transforms: bool = True) -> Catalog:  # fmt: skip
+    """Read and validate the catalog; read from disk on every call so edited pins are seen.
+
+    ``strict=False`` keeps going past invalid entries: the valid ones load and each invalid one
+    is listed in ``Catalog.broken`` with its error (so one bad entry does not take down the
+    code location). Transforms are checked against ``known_transforms`` (default: the family
+    transforms this version of the project has); ``check_transforms=False`` is for reports
+    that list what is not implemented yet (``marin-assets status``).
+    """
     where = Path(path) if path is not None else default_catalog_path()
     try:
         raw = tomllib.loads(where.read_text(encoding="utf-8"))
@@ -207,11 +232,21 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
         raise CatalogError(f"catalog file {str(where)!r}{hint} does not exist", path=str(where)) from None
     except tomllib.TOMLDecodeError as exc:
         raise CatalogError(f"catalog file {str(where)!r} is not valid TOML: {exc}", path=str(where)) from None
-    return parse_catalog(raw, path=str(where))
+    return parse_catalog(raw, path=str(where), strict=strict, known_transforms=known_transforms, check_transforms=check_transforms)
 
 
-def parse_catalog(raw: Mapping[str, Any], path: str = "") -> Catalog:
+def _known_transforms() -> frozenset[str]:
+    from marin_assets.core.transforms import known_transforms  # noqa: PLC0415 - the transform registry
+
+    return frozenset(known_transforms())
+
+
+def parse_catalog(raw: Mapping[str, Any], path: str = "", *, strict: bool = True,
+                  known_transforms: Collection[str] | None = None, check_transforms: bool = True) -> Catalog:  # fmt: skip
     """Validate an already-parsed catalog document (the ``[[source]]`` array)."""
+    transforms: frozenset[str] | None = None
+    if check_transforms:
+        transforms = frozenset(known_transforms) if known_transforms is not None else _known_transforms()
     unknown = set(raw) - {"source"}
     if unknown:
         raise CatalogError(
@@ -222,18 +257,33 @@ def parse_catalog(raw: Mapping[str, Any], path: str = "") -> Catalog:
     if not isinstance(entries, list) or not entries:
         raise CatalogError(f"catalog file {path!r} has no [[source]] tables", path=path)
     sources: list[Source] = []
+    broken: list[tuple[str, str]] = []
     seen: dict[str, int] = {}
     for position, entry in enumerate(entries, start=1):
-        source = _parse_source(entry, position, path)
-        if source.name in seen:
-            raise CatalogError(
-                f"catalog entry {source.name!r}: field 'name' is duplicated (entries #{seen[source.name]} "
-                f"and #{position}); names must be unique (in {path})",
-                entry=source.name, field="name", path=path,
-            )
+        try:
+            source = _parse_source(entry, position, path, transforms)
+            if source.name in seen:
+                raise CatalogError(
+                    f"catalog entry {source.name!r}: field 'name' is duplicated (entries #{seen[source.name]} "
+                    f"and #{position}); names must be unique (in {path})",
+                    entry=source.name, field="name", path=path,
+                )
+        except CatalogError as err:
+            if strict:
+                raise
+            broken.append((_broken_key(entry, position, seen), str(err)))
+            continue
         seen[source.name] = position
         sources.append(source)
-    return Catalog(tuple(sources), path=path)
+    return Catalog(tuple(sources), path=path, broken=tuple(broken))
+
+
+def _broken_key(entry: Any, position: int, seen: Mapping[str, int]) -> str:
+    """The partition key a broken entry shows under: its name when usable, else its position."""
+    name = entry.get("name") if isinstance(entry, Mapping) else None
+    if isinstance(name, str) and name not in seen and _check_key(name) is None and _SOURCE_NAME.match(name):
+        return name
+    return f"invalid-entry-{position}"
 
 
 # ----------------------------------------------------------------------------- validation
@@ -294,11 +344,12 @@ def _check_key(name: str) -> str | None:
 
 
 def _check_relative(entry: _Entry, field: str, value: str) -> None:
-    if value and (value.startswith("/") or "://" in value or ".." in value.split("/")):
+    if value and (value.startswith("/") or "://" in value or ".." in value.split("/") or "\\" in value
+                  or any(ord(ch) < 32 or ord(ch) == 127 for ch in value)):
         raise entry.fail(field, f"must be a relative path without '..', got {value!r}")
 
 
-def _parse_source(table: Any, position: int, path: str) -> Source:
+def _parse_source(table: Any, position: int, path: str, transforms: frozenset[str] | None = None) -> Source:
     if not isinstance(table, Mapping):
         raise CatalogError(f"catalog entry #{position}: must be a [[source]] table (in {path})", path=path)
     raw_name = table.get("name")
@@ -307,6 +358,9 @@ def _parse_source(table: Any, position: int, path: str) -> Source:
 
     name = e.text("name")
     problem = _check_key(name)
+    if problem is None and not _SOURCE_NAME.match(name):
+        problem = ("must be '/'-separated segments of letters, digits, '.', '_' and '-', each starting with a "
+                   "letter or digit (no '..', no leading '/', no characters special to paths or object stores)")  # fmt: skip
     if problem:
         raise e.fail("name", problem)
     unknown = sorted(set(table) - _SOURCE_KEYS)
@@ -328,6 +382,8 @@ def _parse_source(table: Any, position: int, path: str) -> Source:
     transform = table.get("transform")
     if transform is not None and (not isinstance(transform, str) or not _RECIPE_NAME.match(transform)):
         raise e.fail("transform", f"must be a snake_case recipe name, got {transform!r}")
+    if transform is not None and transforms is not None and transform not in transforms:
+        raise e.fail("transform", f"names no known family transform {transform!r} (known: {', '.join(sorted(transforms))})")
 
     family = e.text("family")
     if not family:

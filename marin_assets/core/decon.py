@@ -56,6 +56,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xxhash
 
+from marin_assets.core.errors import BadInput
 from marin_assets.catalog.evals import EvalRegistry, EvalSet, HuggingFaceProvider, WebArchiveProvider
 from marin_assets.core import storage
 
@@ -94,7 +95,7 @@ class DeconParams:
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
 
 
-class EvalIndexError(RuntimeError):
+class EvalIndexError(BadInput, RuntimeError):
     """The eval corpus is incomplete or unusable; the message lists every problem and the fix."""
 
 

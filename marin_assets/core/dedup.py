@@ -31,13 +31,14 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import xxhash
 
+from marin_assets.core.errors import BadInput
 from marin_assets.core import storage
 from marin_assets.core.minhash import ngram_spans, xxh3_64_spans
 
 REMOVED_FILE = "removed.parquet"
 
 
-class DedupError(RuntimeError):
+class DedupError(BadInput, RuntimeError):
     """A dedup input is missing or inconsistent; the message names the source, file and fix."""
 
 

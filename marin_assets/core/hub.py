@@ -4,8 +4,11 @@ Built on ``huggingface_hub`` (its ``HfApi`` for metadata, its URL builder, heade
 session for file bodies) so the same code talks to huggingface.co, a mirror or the local Hub
 server (``HF_ENDPOINT``). What this module adds on top:
 
-* one retry policy for every request: exponential backoff with jitter on 429/5xx, dropped
-  connections and short reads, waiting at least the server's rate-limit reset;
+* the project's one retry loop (``marin_assets.core.retry``) for every request: exponential
+  backoff with jitter on 408/425/429/5xx, dropped connections and short reads, waiting at least
+  the server's rate-limit reset (at most 15 minutes);
+* nothing the Hub lists is trusted: a path that would leave the destination fails the
+  download naming the entry, and a body longer than listed is cut off at once;
 * no retries where retrying cannot help: gated repos (401/403) and revisions the provider no
   longer serves fail at once with a message that says what to do;
 * verification of every file against the Hub's metadata (size, and sha256 for LFS files or the
@@ -21,17 +24,15 @@ logs, errors or manifests. Nothing here imports dagster.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import logging
 import os
-import random
 import re
-import shutil
-import tempfile
 import threading
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -46,7 +47,20 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import build_hf_headers, get_session
 
-from marin_assets.core import storage
+from marin_assets.core import storage, trust
+from marin_assets.core.errors import ProviderRefused
+from marin_assets.core.retry import (  # noqa: F401 - the one retry loop, re-exported for callers
+    DEFAULT_POLICY,
+    RETRY_STATUS,
+    Counters,
+    DownloadError,
+    IntegrityError,
+    Retryable,
+    RetryPolicy,
+    rate_limit_reset,
+    retry_for_status,
+    retrying,
+)
 
 try:  # the HTTP library under huggingface_hub: httpx2 from 2.x, httpx before
     import httpx2 as httpx
@@ -58,9 +72,7 @@ log = logging.getLogger(__name__)
 DEFAULT_ENDPOINT = "https://huggingface.co"
 PARTIAL_DIR = storage.PARTIAL_DIR  # per-file completion markers, removed once the manifest is written
 MANIFEST_KIND = "hf_snapshot"
-RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _HEX_PIN = re.compile(r"^[0-9a-f]{7,40}$")
-_RATELIMIT = re.compile(r'"(?P<kind>\w+)"\s*;\s*r\s*=\s*(?P<r>\d+)\s*;\s*t\s*=\s*(?P<t>\d+)')
 
 T = TypeVar("T")
 
@@ -68,8 +80,8 @@ T = TypeVar("T")
 # --------------------------------------------------------------------------- errors
 
 
-class HubError(Exception):
-    """Base of the errors this module raises."""
+class HubError(ProviderRefused):
+    """Base of the refusals this module raises (the provider said no, or the pin is gone)."""
 
 
 class HubAuthError(HubError):
@@ -84,101 +96,7 @@ class RepoNotFoundError(RevisionGoneError):
     """The repo itself is gone (or private and invisible without a token)."""
 
 
-class DownloadError(HubError):
-    """Retries ran out, or the provider answered something unusable."""
-
-
-class IntegrityError(DownloadError):
-    """A file's bytes do not match the Hub's size or hash, even after fetching it again."""
-
-
-class _Retryable(Exception):
-    """A transient failure: wait (at least ``reset_s``) and try again."""
-
-    def __init__(self, reason: str, reset_s: float | None = None, corrupt: bool = False):
-        super().__init__(reason)
-        self.reason, self.reset_s, self.corrupt = reason, reset_s, corrupt
-
-
-# --------------------------------------------------------------------------- retry policy
-
-
-@dataclasses.dataclass(frozen=True)
-class RetryPolicy:
-    """How long to keep trying one request, and how long to wait between tries.
-
-    The wait before retry ``n`` (0-based) is ``max(min_wait_s, base_wait_s * 2**n)`` plus a
-    random jitter of up to ``min(jitter_fraction * that, max_jitter_s)``, capped at
-    ``max_wait_s``; after a 429 it is at least the server's reset time plus
-    ``rate_limit_margin_s``, so a rate-limited client does not hammer the provider. Corrupted
-    bodies are fetched again at most ``integrity_attempts`` times in all. ``sleep`` is how
-    waits happen (tests pass a recorder).
-    """
-
-    attempts: int = 20
-    base_wait_s: float = 5.0
-    min_wait_s: float = 5.0
-    max_wait_s: float = 15 * 60.0
-    jitter_fraction: float = 0.25
-    max_jitter_s: float = 30.0
-    rate_limit_margin_s: float = 10.0
-    integrity_attempts: int = 3
-    timeout_s: float = 60.0
-    sleep: Callable[[float], None] = dataclasses.field(default=time.sleep, compare=False, repr=False)
-
-    def wait_s(self, retry: int, rate_limit_reset_s: float | None = None, rng: random.Random | None = None) -> float:
-        base = min(max(self.min_wait_s, self.base_wait_s * 2.0 ** min(retry, 60)), self.max_wait_s)
-        jitter = (rng or random).uniform(0.0, min(self.jitter_fraction * base, self.max_jitter_s))
-        wait = min(base + jitter, self.max_wait_s)
-        if rate_limit_reset_s is not None:
-            wait = max(wait, rate_limit_reset_s + self.rate_limit_margin_s)
-        return wait
-
-
-DEFAULT_POLICY = RetryPolicy()
-
-
-@dataclasses.dataclass
-class _Counters:
-    retries: int = 0
-    fetched: int = 0
-    reused: int = 0
-    bytes_fetched: int = 0
-    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
-
-    def add(self, **deltas: int) -> None:
-        with self.lock:
-            for key, value in deltas.items():
-                setattr(self, key, getattr(self, key) + value)
-
-
-def _retrying(policy: RetryPolicy, what: str, attempt: Callable[[], T], counters: _Counters | None = None) -> T:
-    """Run ``attempt`` until it succeeds, waiting per ``policy`` after each ``_Retryable``."""
-    corrupt = 0
-    last = "no attempt made"
-    for n in range(max(1, policy.attempts)):
-        try:
-            return attempt()
-        except _Retryable as err:
-            last = err.reason
-            if err.corrupt:
-                corrupt += 1
-                if corrupt >= policy.integrity_attempts:
-                    raise IntegrityError(
-                        f"{what}: {err.reason} on {corrupt} fetches; the provider serves bytes that do not "
-                        f"match its own metadata: report it upstream or pin another revision"
-                    ) from None
-            if n + 1 >= policy.attempts:
-                break
-            wait = policy.wait_s(n, err.reset_s)
-            if counters is not None:
-                counters.add(retries=1)
-            log.warning("%s: %s; retry %d/%d in %.1fs", what, err.reason, n + 1, policy.attempts - 1, wait)
-            policy.sleep(wait)
-    raise DownloadError(
-        f"{what}: gave up after {policy.attempts} attempts (last error: {last}); "
-        f"rerun later: files already copied are kept and not fetched again"
-    )
+_Counters = Counters
 
 
 # --------------------------------------------------------------------------- endpoint, token, errors
@@ -210,15 +128,6 @@ def _gated_message(repo_id: str, repo_type: str, endpoint: str | None, token: st
     )
 
 
-def _rate_limit_reset(headers: Any) -> float | None:
-    """Seconds until the server's rate-limit window resets (``RateLimit`` or ``Retry-After``)."""
-    value = headers.get("RateLimit") if headers is not None else None
-    if value and (match := _RATELIMIT.search(value)) and int(match.group("r")) == 0:
-        return float(match.group("t"))
-    retry_after = (headers.get("Retry-After") or "").strip() if headers is not None else ""
-    return float(retry_after) if retry_after.isdigit() else None
-
-
 def _classify_status(status: int, headers: Any, what: str, repo_id: str, repo_type: str, revision: str,
                      endpoint: str | None, token: str | None, error_code: str | None) -> Exception:  # fmt: skip
     """Map an HTTP failure to our error (or ``_Retryable``)."""
@@ -228,8 +137,8 @@ def _classify_status(status: int, headers: Any, what: str, repo_id: str, repo_ty
         return _revision_gone(repo_id, repo_type, revision, endpoint)
     if error_code == "RepoNotFound":
         return _repo_gone(repo_id, repo_type, endpoint)
-    if status in RETRY_STATUS:
-        return _Retryable(f"HTTP {status}", _rate_limit_reset(headers) if status == 429 else None)
+    if (retry := retry_for_status(status, headers)) is not None:
+        return retry
     return DownloadError(f"{what}: unexpected HTTP {status} ({error_code or 'no error code'}) from {hub_endpoint(endpoint)}")
 
 
@@ -248,11 +157,46 @@ def _repo_gone(repo_id: str, repo_type: str, endpoint: str | None) -> RepoNotFou
     )
 
 
+# The Hub whose token the current call carries; requests elsewhere go without it.
+_HOME: contextvars.ContextVar[str | None] = contextvars.ContextVar("marin_hub_home", default=None)
+
+
+def _credential_guard(request: Any) -> None:
+    """httpx request hook: drop ``Authorization`` on any request that leaves the configured Hub.
+
+    ``huggingface_hub`` follows a listing's pagination ``Link`` with the token attached,
+    whatever host it names; this hook is what keeps the token at home.
+    """
+    home = _HOME.get()
+    if home and "authorization" in request.headers and not trust.same_origin(str(request.url), home):
+        del request.headers["authorization"]
+
+
+def _guarded_session() -> Any:
+    """``huggingface_hub``'s shared HTTP client, with the credential guard installed."""
+    session = get_session()
+    hooks = list(session.event_hooks.get("request", []))
+    if _credential_guard not in hooks:
+        session.event_hooks = {**session.event_hooks, "request": [*hooks, _credential_guard]}
+    return session
+
+
+@contextlib.contextmanager
+def _at_home(endpoint: str | None) -> Iterator[None]:
+    _guarded_session()
+    reset = _HOME.set(hub_endpoint(endpoint))
+    try:
+        yield
+    finally:
+        _HOME.reset(reset)
+
+
 def _call_api(what: str, fn: Callable[[], T], *, repo_id: str, repo_type: str, revision: str,
               endpoint: str | None, token: str | None) -> T:  # fmt: skip
     """One metadata call through ``huggingface_hub``, its errors mapped to ours."""
     try:
-        return fn()
+        with _at_home(endpoint):
+            return fn()
     except GatedRepoError:
         raise HubAuthError(_gated_message(repo_id, repo_type, endpoint, token)) from None
     except RevisionNotFoundError:
@@ -268,7 +212,7 @@ def _call_api(what: str, fn: Callable[[], T], *, repo_id: str, repo_type: str, r
         code = headers.get("X-Error-Code") if headers is not None else None
         raise _classify_status(status, headers, what, repo_id, repo_type, revision, endpoint, token, code) from None
     except httpx.TransportError as err:
-        raise _Retryable(f"{type(err).__name__}: {err}") from None
+        raise Retryable(f"{type(err).__name__}: {err}") from None
 
 
 # --------------------------------------------------------------------------- metadata
@@ -309,7 +253,7 @@ def resolve_revision(
         )  # fmt: skip
         return str(info.sha or "")
 
-    sha = _retrying(policy, what, attempt, _counters)
+    sha = retrying(policy, what, attempt, _counters)
     if not re.fullmatch(r"[0-9a-f]{40}", sha):
         raise DownloadError(f"{what}: the provider answered no commit sha (got {sha!r})")
     if _HEX_PIN.match(revision) and not sha.startswith(revision):
@@ -373,10 +317,11 @@ def list_files(
             repo_id=repo_id, repo_type=repo_type, revision=sha, endpoint=endpoint, token=token,
         )  # fmt: skip
 
-    entries = [e for e in _retrying(policy, what, attempt, _counters) if hasattr(e, "blob_id")]
+    entries = [e for e in retrying(policy, what, attempt, _counters) if hasattr(e, "blob_id")]
     by_path = {e.path: e for e in entries}
     files = []
     for path in sorted(select_paths(by_path, allow, exclude)):
+        trust.safe_relpath(path, what)
         entry = by_path[path]
         sha256 = entry.lfs.sha256 if entry.lfs is not None else None
         files.append(RemoteFile(path=path, size=int(entry.size), sha256=sha256, etag=sha256 or entry.blob_id))
@@ -463,7 +408,7 @@ def _fetch_file(
         if state["written"]:
             headers["Range"] = f"bytes={state['written']}-"
         try:
-            with get_session().stream(
+            with _at_home(endpoint), _guarded_session().stream(
                 "GET", url, headers=headers, timeout=policy.timeout_s, follow_redirects=True
             ) as response:
                 if response.status_code >= 400:
@@ -479,34 +424,32 @@ def _fetch_file(
                     restart()  # the server ignored our Range: start over
                 with open(local_path, "ab") as out:
                     for chunk in response.iter_bytes():  # as received: a cut keeps what arrived
+                        if state["written"] + len(chunk) > remote.size:  # more than listed: stop reading now
+                            restart()
+                            raise Retryable(f"body exceeds the listed size of {remote.size} bytes", corrupt=True)
                         out.write(chunk)
                         state["sha256"].update(chunk)
                         state["git"].update(chunk)
                         state["written"] += len(chunk)
                         counters.add(bytes_fetched=len(chunk))
         except httpx.TransportError as err:
-            raise _Retryable(f"connection dropped after {state['written']} of {remote.size} bytes ({type(err).__name__})") from None
+            raise Retryable(f"connection dropped after {state['written']} of {remote.size} bytes ({type(err).__name__})") from None
         written = state["written"]
         if written < remote.size:
-            raise _Retryable(f"short read: {written} of {remote.size} bytes")
+            raise Retryable(f"short read: {written} of {remote.size} bytes")
         sha256 = state["sha256"].hexdigest()
         expected = remote.sha256 or remote.etag
         actual = sha256 if remote.sha256 else state["git"].hexdigest()
         if written != remote.size or actual != expected:
             restart()
             kind = "sha256" if remote.sha256 else "git blob sha1"
-            raise _Retryable(f"{kind} or size mismatch ({written} bytes, expected {remote.size})", corrupt=True)
+            raise Retryable(f"{kind} or size mismatch ({written} bytes, expected {remote.size})", corrupt=True)
         return sha256
 
-    return _retrying(policy, f"downloading {what}", attempt, counters)
+    return retrying(policy, f"downloading {what}", attempt, counters)
 
 
 # --------------------------------------------------------------------------- snapshots
-
-
-def snapshot_key(repo_id: str, repo_type: str = "dataset") -> str:
-    """The ``Layout.raw`` key for a Hub repo: ``hf/<type>s/<namespace>/<name>``."""
-    return f"hf/{repo_type}s/{repo_id}"
 
 
 def _marker_uri(dest_uri: str, path: str) -> str:
@@ -667,7 +610,6 @@ def download_snapshot(
 
     stop = threading.Event()
     errors: list[Exception] = []
-    staging = tempfile.mkdtemp(prefix="marin-hf-", dir=staging_dir)
 
     def fetch(index: int, remote: RemoteFile) -> None:
         if stop.is_set():
@@ -677,7 +619,7 @@ def download_snapshot(
             sha256 = _fetch_file(
                 repo_id, repo_type, sha, remote, local, policy=policy, endpoint=endpoint, token=token, counters=counters
             )
-            storage.put_file(local, storage.join(dest_uri, remote.path))
+            storage.put_file(local, trust.child_uri(dest_uri, remote.path, f"{repo_type} {repo_id}@{sha[:12]}"))
             record = {"path": remote.path, "size": remote.size, "sha256": sha256, "etag": remote.etag}
             storage.write_json(_marker_uri(dest_uri, remote.path), record)
             with progress_lock:
@@ -693,20 +635,18 @@ def download_snapshot(
             if os.path.exists(local):
                 os.remove(local)
 
-    try:
+    with trust.staging_area(staging_dir, "marin-hf-") as staging:
         if workers <= 1 or len(todo) <= 1:
             for i, remote in enumerate(todo):
                 fetch(i, remote)
         else:
             with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hf-download") as pool:
                 list(pool.map(lambda item: fetch(*item), enumerate(todo)))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
     if errors:
         fatal = [e for e in errors if isinstance(e, (HubAuthError, RevisionGoneError))]
         first = fatal[0] if fatal else errors[0]
-        if fatal or not isinstance(first, HubError):
+        if fatal or not isinstance(first, (HubError, DownloadError)):
             raise first
         raise type(first)(
             f"{first} [{len(errors)} of {len(files)} files failed; {len(done)} are stored under {dest_uri} "

@@ -6,7 +6,8 @@ selections once and share that copy; each then normalizes only its own subset.
 
 A small pin record ``raw/_pins/<source>/<recipe fingerprint>.json`` maps the catalog pin to the
 resolved revision and the copy, so later stages find the raw copy without asking the provider
-again (the stage runner writes it, with the copy's manifest).
+again (the stage runner writes it, with the copy's manifest). Paths listed in a raw manifest
+are checked to stay inside the copy.
 """
 
 from __future__ import annotations
@@ -15,18 +16,20 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from marin_assets.core import stages, storage
+from marin_assets.core import stages, storage, trust
+from marin_assets.core.errors import BadInput, ConfigurationError
 from marin_assets.core.hub import select_paths
-from marin_assets.core.normalize import NormalizeParams, input_format_of
+from marin_assets.core.formats import SUPPORTED_FORMATS, format_of_name
+from marin_assets.core.normalize import NormalizeParams
 
 CODE_VERSION = "1"
 
 
-class RecipeNotImplemented(RuntimeError):
+class RecipeNotImplemented(ConfigurationError, RuntimeError):
     """A catalog entry whose recipe this version of the project cannot run yet."""
 
 
-class RawFilesMissing(RuntimeError):
+class RawFilesMissing(BadInput, RuntimeError):
     """A stage needs a source's raw files that were never downloaded."""
 
 
@@ -129,13 +132,14 @@ def source_inputs(source: Any, raw: dict[str, Any]) -> list[str]:
     provider = source.provider
     chosen = []
     for path in _manifest_paths(raw):
+        trust.safe_relpath(path, f"source '{source.name}': raw manifest of {raw['uri']}")
         if any(part.startswith(".") or part.startswith("_") for part in path.split("/")):
             continue
         if provider.subdir and not path.startswith(provider.subdir.rstrip("/") + "/"):
             continue
         if not select_paths([path], list(provider.allow) or None, list(provider.exclude) or None):
             continue
-        if input_format_of(path) is None:
+        if format_of_name(path) is None:
             continue
         chosen.append(storage.join(raw["uri"], path))
     return chosen
@@ -158,7 +162,7 @@ def normalize_params(source: Any, target_shard_bytes: int | None = None) -> Norm
 def input_format(source: Any) -> str | None:
     """A single declared format, or None to detect each file's format from its name."""
     fmt = getattr(source, "input_format", None)
-    return fmt if fmt in ("parquet", "jsonl", "jsonl.zst", "jsonl.gz", "json.gz", "json") else None
+    return fmt if fmt in SUPPORTED_FORMATS else None
 
 
 def check_recipe(source: Any, known_transforms: Sequence[str]) -> None:

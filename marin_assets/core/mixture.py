@@ -23,6 +23,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from marin_assets.core.errors import ConfigurationError
 from marin_assets.core import storage
 from marin_assets.core.quality import all_groups, parse_group
 
@@ -32,7 +33,7 @@ GROUP_SOURCES_FILE = "group_sources"
 _COUNT_SCHEMA = {"group": pl.Utf8, "source": pl.Utf8, "documents": pl.Int64, "tokens": pl.Int64}
 
 
-class MixtureError(ValueError):
+class MixtureError(ConfigurationError, ValueError):
     """The requested mixture cannot be built; the message says which limit to change."""
 
 

@@ -18,18 +18,16 @@ N = max(1, total input bytes // target shard bytes), the same for every run of t
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import io
-import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import polars as pl
-import pyarrow.parquet as pq
 import xxhash
 
-from marin_assets.core import storage
+from marin_assets.core import formats, storage
+from marin_assets.core.errors import BadInput
 from marin_assets.core.runner import ShardRunner, ShardTask
 
 log = logging.getLogger(__name__)
@@ -37,10 +35,10 @@ log = logging.getLogger(__name__)
 CODE_VERSION = "1"
 SCATTER_DIR = "_scatter"
 DUPS_DIR = "dups"
-SUPPORTED_FORMATS = ("parquet", "jsonl", "jsonl.zst", "jsonl.gz", "json.gz", "json")
+SUPPORTED_FORMATS = formats.SUPPORTED_FORMATS
 
 
-class NormalizeError(RuntimeError):
+class NormalizeError(BadInput, RuntimeError):
     """Input that cannot be normalized; the message names the source, the file and the fix."""
 
 
@@ -68,104 +66,8 @@ BatchTransform = Callable[[pl.DataFrame], tuple[pl.DataFrame, Mapping[str, int]]
 # --------------------------------------------------------------------------- reading
 
 
-def input_format_of(uri: str) -> str | None:
-    """The format of a provider file from its name (None for files normalize ignores)."""
-    name = storage.basename(uri).lower()
-    for fmt in ("jsonl.zst", "jsonl.gz", "json.gz", "json.zst", "parquet", "jsonl", "json"):
-        if name.endswith("." + fmt):
-            return {"json.zst": "jsonl.zst"}.get(fmt, fmt)
-    return None
-
-
-def _iter_json_lines(uri: str, fmt: str, chunk_bytes: int = 32 << 20) -> Iterator[bytes]:
-    """Yield chunks of whole JSON lines, decompressing on the fly."""
-    fs, path = storage.filesystem(uri)
-    raw = fs.open(path, "rb")
-    try:
-        if fmt.endswith(".gz"):
-            stream: Any = gzip.GzipFile(fileobj=raw)
-        elif fmt.endswith(".zst"):
-            import zstandard  # noqa: PLC0415
-
-            stream = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
-        else:
-            stream = raw
-        pending = b""
-        while True:
-            block = stream.read(chunk_bytes)
-            if not block:
-                break
-            block = pending + block
-            cut = block.rfind(b"\n")
-            if cut < 0:
-                pending = block
-                continue
-            pending = block[cut + 1 :]
-            yield block[: cut + 1]
-        if pending.strip():
-            yield pending
-    finally:
-        raw.close()
-
-
-def _parse_json_chunk(chunk: bytes, counters: dict[str, int]) -> pl.DataFrame:
-    """Parse JSON lines; repair invalid UTF-8 and count (not crash on) unparseable lines."""
-    try:
-        text = chunk.decode("utf-8")
-    except UnicodeDecodeError:
-        text = chunk.decode("utf-8", errors="replace")
-        counters["invalid_utf8_repaired"] = counters.get("invalid_utf8_repaired", 0) + sum(
-            1 for line in chunk.split(b"\n") if line and _not_utf8(line)
-        )
-    try:
-        return pl.read_ndjson(io.BytesIO(text.encode("utf-8")), infer_schema_length=None)
-    except Exception:  # noqa: BLE001 - fall back to line-by-line to isolate the bad rows
-        records = []
-        for line in text.split("\n"):
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError:
-                counters["bad_json"] = counters.get("bad_json", 0) + 1
-                continue
-            if isinstance(value, dict):
-                records.append(value)
-            else:
-                counters["bad_json"] = counters.get("bad_json", 0) + 1
-        return pl.from_dicts(records, infer_schema_length=None) if records else pl.DataFrame()
-
-
-def _not_utf8(line: bytes) -> bool:
-    try:
-        line.decode("utf-8")
-    except UnicodeDecodeError:
-        return True
-    return False
-
-
-def read_batches(uri: str, fmt: str, batch_rows: int, counters: dict[str, int]) -> Iterator[pl.DataFrame]:
-    """Provider rows of one file, in bounded batches."""
-    if fmt == "parquet":
-        local = storage.local_path(uri)
-        if local is not None:  # native streaming reader: parallel decoding, bounded batches
-            yield from pl.scan_parquet(local).collect_batches(chunk_size=batch_rows)
-            return
-        fs, path = storage.filesystem(uri)
-        with fs.open(path, "rb") as handle:
-            for batch in pq.ParquetFile(handle).iter_batches(batch_size=batch_rows):
-                yield pl.from_arrow(batch)  # type: ignore[misc]
-        return
-    if fmt == "json":
-        data = storage.read_bytes(uri)
-        value = json.loads(data)
-        rows = value if isinstance(value, list) else [value]
-        yield pl.from_dicts(rows, infer_schema_length=None)
-        return
-    for chunk in _iter_json_lines(uri, fmt):
-        frame = _parse_json_chunk(chunk, counters)
-        if frame.height:
-            yield frame
+input_format_of = formats.format_of_name
+read_batches = formats.read_batches
 
 
 # --------------------------------------------------------------------------- row cleaning
@@ -249,8 +151,9 @@ def _file_rows(uri: str, params: ScatterParams, counters: dict[str, int]) -> Ite
     counters["bytes_in"] = counters.get("bytes_in", 0) + storage.size(uri)
     bad_rows: dict[str, int] = {}
     # A transform may bring its own reader (whole files, repaired encodings, smaller batches).
+    formats.check_bytes(uri, fmt, params.source)
     reader = getattr(params.transform, "read_file", None) or read_batches
-    for batch in reader(uri, fmt, params.normalize.batch_rows, bad_rows):
+    for batch in formats.reading(reader(uri, fmt, params.normalize.batch_rows, bad_rows), uri, fmt, params.source):
         counters["rows_in"] = counters.get("rows_in", 0) + batch.height
         if params.transform is not None:
             batch, transform_counts = params.transform(batch)
@@ -277,7 +180,7 @@ def scatter_file(input_uris: list[str], output_uri: str, params: ScatterParams) 
             pieces.setdefault(int(shard), []).append(part.drop("_shard"))
     for shard, frames in pieces.items():
         with storage.open_atomic(storage.join(output_uri, f"shard-{shard:05d}.arrow")) as handle:
-            pl.concat(frames, how="diagonal_relaxed").write_ipc(handle, compression="uncompressed")
+            formats.concat_rows(frames, [uri] * len(frames), params.source).write_ipc(handle, compression="uncompressed")
     storage.write_json(storage.join(output_uri, "_done.json"), counters)
     return counters
 
@@ -288,9 +191,13 @@ def single_shard(input_uris: list[str], output_uri: str, params: ScatterParams) 
     The shard is held in memory either way, so skipping the pieces costs no memory.
     """
     counters: dict[str, int] = {"rows_in": 0, "rows_out": 0}
-    frames = [rows for uri in input_uris for rows in _file_rows(uri, params, counters)]
+    frames, names = [], []
+    for uri in input_uris:
+        for rows in _file_rows(uri, params, counters):
+            frames.append(rows)
+            names.append(uri)
     _require_rows(params.source, len(input_uris), counters)
-    return counters | _write_shard(frames, output_uri, params.normalize.exact_dedup)
+    return counters | _write_shard(frames, output_uri, params.normalize.exact_dedup, names, params.source)
 
 
 def _sum_ints(stats: Iterable[Mapping[str, Any]]) -> dict[str, int]:
@@ -326,13 +233,15 @@ class GatherParams:
 def gather_shard(input_uris: list[str], output_uri: str, params: GatherParams) -> dict[str, Any]:
     """Phase 2 for one shard: sort its pieces by id and split off within-source duplicates."""
     name = f"shard-{params.shard:05d}.arrow"
-    frames = [_read_piece(storage.join(d, name)) for d in input_uris if storage.exists(storage.join(d, name))]
-    return _write_shard(frames, output_uri, params.exact_dedup)
+    pieces = [storage.join(d, name) for d in input_uris if storage.exists(storage.join(d, name))]
+    frames = [_read_piece(p) for p in pieces]
+    return _write_shard(frames, output_uri, params.exact_dedup, [f"pieces of input {p.rsplit('/', 2)[-2]}" for p in pieces])
 
 
-def _write_shard(frames: list[pl.DataFrame], output_uri: str, exact_dedup: bool) -> dict[str, Any]:
+def _write_shard(frames: list[pl.DataFrame], output_uri: str, exact_dedup: bool, names: list[str] | None = None,
+                 source: str = "") -> dict[str, Any]:  # fmt: skip
     """Sort a shard's rows by id (stable: the first copy in input order wins) and write it."""
-    frame = pl.concat(frames, how="diagonal_relaxed", rechunk=False) if frames else pl.DataFrame(schema={"id": pl.Utf8, "text": pl.Utf8, "source_id": pl.Utf8})
+    frame = formats.concat_rows(frames, names or [""] * len(frames), source or output_uri, rechunk=False) if frames else pl.DataFrame(schema={"id": pl.Utf8, "text": pl.Utf8, "source_id": pl.Utf8})
     frames.clear()  # keep one copy of the shard alive while sorting, not two
     frame = frame.sort("id", maintain_order=True)
     duplicates = 0

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from marin_assets.core.errors import BadInput
 from marin_assets.core import storage
 from marin_assets.core.embed import OFFLINE_MODEL, OFFLINE_MODEL_REVISION
 from marin_assets.core.quality import BandEdges, band_of, group_name, load_band_edges
@@ -47,7 +48,7 @@ INDEX_SCHEMA = pa.schema(
 )
 
 
-class PoolError(RuntimeError):
+class PoolError(BadInput, RuntimeError):
     """A pool input is missing or inconsistent; the message names the source, the file and the fix."""
 
 

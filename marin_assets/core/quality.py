@@ -39,6 +39,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 import pyarrow as pa
 
+from marin_assets.core.errors import BadInput
 from marin_assets.core import storage
 from marin_assets.core.embed import vectors_from_table
 
@@ -51,7 +52,7 @@ METRICS_JSON = "metrics.json"
 BAND_EDGES_JSON = "band_edges.json"
 
 
-class QualityError(RuntimeError):
+class QualityError(BadInput, RuntimeError):
     """A quality input is missing or inconsistent; the message names the file and the fix."""
 
 

@@ -17,11 +17,12 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from marin_assets.core.errors import BadInput
 from marin_assets.core import storage
 from marin_assets.core.runner import ShardFn, ShardRunner, ShardTask
 
 
-class MissingInput(RuntimeError):
+class MissingInput(BadInput, RuntimeError):
     """An upstream stage has no current output for this source."""
 
 
@@ -50,16 +51,16 @@ class StageSpec:
     def group_uri(self, layout: storage.Layout, source: str | None = None) -> str:
         """The folder holding every fingerprinted output of the stage (for one source) and ``_current.json``."""
         template = self.folder or ("attributes/{stage}/{source}" if self.partitioned else "global/{stage}")
-        return storage.join(layout.root, template.format(stage=self.name, source=source or ""))
+        return storage.inside(layout.root, storage.join(layout.root, template.format(stage=self.name, source=source or "")))
 
     def output_uri(self, layout: storage.Layout, source: str | None, fingerprint: str) -> str:
-        return storage.join(self.group_uri(layout, source), fingerprint)
+        return storage.inside(layout.root, storage.join(self.group_uri(layout, source), fingerprint))
 
     def data_uri(self, layout: storage.Layout, source: str | None, fingerprint: str) -> str:
         """The stage's data tree for this output ('' when it writes only under its output folder)."""
         if not self.data_folder:
             return ""
-        return storage.join(layout.root, self.data_folder.format(stage=self.name, source=source or ""), fingerprint)
+        return storage.inside(layout.root, storage.join(layout.root, self.data_folder.format(stage=self.name, source=source or ""), fingerprint))
 
     def reads(self, stage: StageSpec) -> bool:
         return any(i.name == stage.name for i in self.inputs)

@@ -17,6 +17,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -24,6 +25,8 @@ from typing import Any
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from marin_assets.core.trust import inside, pid_alive, pid_tag
 
 MANIFEST = "_manifest.json"
 PARTIAL_DIR = "_partial"  # per-file completion markers of a provider copy, dropped once its manifest is written
@@ -119,7 +122,7 @@ def open_atomic(uri: str) -> Iterator[io.BufferedWriter]:
         return
     if parent:
         fs.makedirs(parent, exist_ok=True)
-    tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
+    tmp = f"{path}{_tmp_suffix()}"
     try:
         with fs.open(tmp, "wb") as handle:
             yield handle
@@ -128,6 +131,38 @@ def open_atomic(uri: str) -> Iterator[io.BufferedWriter]:
         with contextlib.suppress(Exception):
             fs.rm(tmp)
         raise
+
+
+TMP_MARK = ".tmp-"
+_TMP_NAME = re.compile(r"\.tmp-(?:p(\d+)-)?[0-9a-f]{12}$")  # ours, with or without the writer's pid
+
+
+def _tmp_suffix() -> str:
+    """``.tmp-p<pid>-<random>``: the pid lets a later run tell a killed writer's leftover from a live one's."""
+    return f"{TMP_MARK}{pid_tag()}-{uuid.uuid4().hex[:12]}"
+
+
+def sweep_tmp(dir_uri: str) -> list[str]:
+    """Remove temporary files that killed writers left under a local ``dir_uri`` (recursively).
+
+    Files of a live process are kept; object stores never hold temporary files.
+    """
+    root = local_path(dir_uri)
+    removed: list[str] = []
+    if root is None or not os.path.isdir(root):
+        return removed
+    for folder, _dirs, names in os.walk(root):
+        for name in names:
+            match = _TMP_NAME.search(name)
+            if match is None:
+                continue
+            pid = int(match.group(1)) if match.group(1) else None
+            if pid is not None and pid_alive(pid):
+                continue
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(folder, name))
+                removed.append(os.path.join(folder, name))
+    return removed
 
 
 def write_bytes(uri: str, data: bytes) -> None:
@@ -176,7 +211,7 @@ def write_parquet(table: Any, uri: str, row_group_size: int | None = None) -> No
     path = local_path(uri)
     if path is not None and hasattr(table, "write_parquet"):
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
+        tmp = f"{path}{_tmp_suffix()}"
         try:
             table.write_parquet(tmp, compression=PARQUET_COMPRESSION, row_group_size=row_group_size)
             os.replace(tmp, path)
@@ -230,6 +265,8 @@ def is_complete(dir_uri: str) -> bool:
 
 
 def write_manifest(dir_uri: str, payload: Mapping[str, Any]) -> None:
+    """Mark ``dir_uri`` complete; leftovers of killed writers in it are removed first."""
+    sweep_tmp(dir_uri)
     write_json(manifest_uri(dir_uri), dict(payload))
 
 
@@ -298,8 +335,12 @@ class Layout:
 
     root: str
 
+    def _under(self, *parts: str) -> str:
+        """``root/parts...``, refused unless it lies under the root (names come from the catalog)."""
+        return inside(self.root, join(self.root, *parts))
+
     def raw(self, key: str, revision: str) -> str:
-        return join(self.root, "raw", key, revision)
+        return self._under("raw", key, revision)
 
     def staged(self, relative_path: str) -> str:
-        return join(self.root, relative_path)
+        return self._under(relative_path)

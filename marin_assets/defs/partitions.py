@@ -6,4 +6,6 @@ import dagster as dg
 
 from marin_assets.catalog.sources import load_catalog
 
-source_partitions = dg.StaticPartitionsDefinition(list(load_catalog().names))
+# Loaded leniently: an invalid entry becomes a partition whose source_pins observation fails
+# with its error, and every other source still loads.
+source_partitions = dg.StaticPartitionsDefinition(list(load_catalog(strict=False).partition_names))

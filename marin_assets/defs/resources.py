@@ -35,7 +35,7 @@ class MarinResource(dg.ConfigurableResource):
 
     def catalog(self) -> Catalog:
         """The catalog as it is on disk now (re-read so edited pins are seen without a restart)."""
-        return load_catalog(self.catalog_path or None)
+        return load_catalog(self.catalog_path or None, strict=False)
 
     def runner(self) -> ShardRunner:
         base = ShardRunner.from_env()
@@ -59,6 +59,8 @@ class MarinResource(dg.ConfigurableResource):
 def source_or_fail(marin: MarinResource, name: str) -> Any:
     """The catalog entry for a partition key, with a clear error if it was removed."""
     catalog = marin.catalog()
+    if (error := catalog.broken_error(name)) is not None:
+        raise dg.Failure(f"source '{name}': its catalog entry is invalid: {error}")
     if name not in catalog.names:
         raise dg.Failure(
             f"source '{name}' is no longer in the catalog ({os.environ.get('MARIN_CATALOG') or 'packaged catalog'}); "

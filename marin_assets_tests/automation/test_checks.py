@@ -29,7 +29,7 @@ def test_normalized_and_minhash_checks_pass_then_catch_damage(pipeline, hub_stor
     publish_source(hub_store, PEPS)
     result = run(pipeline, ["raw_files", "normalized", "minhash_buckets"], PEPS, raise_on_error=True)
     found = verdicts(result)
-    assert {k for k, v in found.items() if v.passed} == {"normalized:rows", "normalized:schema", "minhash_buckets:co_partitioned"}
+    assert {k for k, v in found.items() if v.passed} == {"normalized:rows", "normalized:schema", "normalized:bad_rows", "minhash_buckets:co_partitioned"}
     assert found["normalized:rows"].metadata["rows"].value == 6
 
     shard = storage.list_shards(output(pipeline, result, "normalized"))[0]

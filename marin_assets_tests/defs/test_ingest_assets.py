@@ -169,4 +169,5 @@ def test_recipe_not_implemented_is_named(pipeline, tmp_path) -> None:
     pipeline.catalog_path = str(catalog_with(tmp_path / "c.toml", keep=[PEPS], edit={PEPS: {"transform": "no_such_transform"}}))
     result = pipeline.materialize(["normalized"], partition=PEPS, raise_on_error=False)
     message = _failure_message(result)
-    assert "recipe not implemented yet" in message and "no_such_transform" in message and PEPS in message
+    # refused when the catalog loads (before anything is downloaded), naming the entry and the transform
+    assert "catalog entry is invalid" in message and "no_such_transform" in message and PEPS in message

@@ -28,7 +28,7 @@ import re
 from typing import Any
 from urllib.parse import quote
 
-from marin_assets.core import storage
+from marin_assets.core import storage, trust
 from marin_assets.core.hub import RetryPolicy, hub_endpoint, select_paths
 from marin_assets.core.providers import http, rawcopy, register
 from marin_assets.core.providers.rawcopy import Progress, ProviderError
@@ -80,7 +80,7 @@ def list_bucket(source: Any, *, policy: RetryPolicy | None, counters: http.Fetch
     while url:
         headers: dict[str, str] = {}
         page = http.fetch_json(url, what=f"source '{source.name}' listing buckets/{p.repo_id}", policy=policy,
-                               headers=_auth_headers(), access_hint=hint, counters=counters, mirror=False,
+                               headers=trust.credentials_for(url, endpoint, _auth_headers()), access_hint=hint, counters=counters, mirror=False,
                                headers_out=headers)  # fmt: skip
         if not isinstance(page, list):
             raise ProviderError(f"source '{source.name}': the bucket listing of buckets/{p.repo_id} is not a JSON list; the API changed")
@@ -89,8 +89,10 @@ def list_bucket(source: Any, *, policy: RetryPolicy | None, counters: http.Fetch
         url = match.group(1) if match else ""
         if url.startswith("/"):
             url = endpoint + url
+    what = f"source '{source.name}' listing buckets/{p.repo_id}"
     return [
-        {"path": e["path"], "size": int(e["size"]), "xet_hash": str(e.get("xetHash") or ""), "uploaded_at": e.get("uploadedAt")}
+        {"path": trust.safe_relpath(e.get("path"), what), "size": int(e["size"]), "xet_hash": str(e.get("xetHash") or ""),
+         "uploaded_at": e.get("uploadedAt")}
         for e in entries
     ]
 
@@ -159,9 +161,10 @@ def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, pol
         try:
             with open(local, "w+b") as body:
                 fetched = http.fetch_into(url, body, what=f"source '{source.name}' buckets/{p.repo_id}/{remote['path']}",
-                                          policy=policy, headers=_auth_headers(), expected_size=remote["size"],
+                                          policy=policy, headers=trust.credentials_for(url, endpoint, _auth_headers()),
+                                          expected_size=remote["size"],
                                           validate=validate, counters=counters, mirror=False)  # fmt: skip
-            storage.put_file(local, storage.join(uri, remote["path"]))
+            storage.put_file(local, trust.child_uri(uri, remote["path"], f"source '{source.name}' buckets/{p.repo_id}"))
         finally:
             if os.path.exists(local):
                 os.remove(local)

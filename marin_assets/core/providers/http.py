@@ -1,8 +1,10 @@
 """Plain HTTP(S) for the web and API providers, under the same rules as the Hub client.
 
-* Retries: one ``hub.RetryPolicy`` for every request. 408/429/5xx, dropped connections and
-  short reads are retried with exponential backoff and jitter, waiting at least the server's
-  ``Retry-After``; a cut body resumes with a ``Range`` request and is hashed as a whole.
+* Retries: the one retry loop of ``marin_assets.core.retry``, shared with the Hub client.
+  408/425/429/5xx, dropped connections and short reads are retried with exponential backoff
+  and jitter, waiting at least the server's ``Retry-After`` (at most 15 minutes); a cut body
+  resumes with a ``Range`` request and is hashed as a whole; a body longer than promised is
+  cut off at once.
 * No retries where retrying cannot help: 401/403 (``ProviderAccessError``) and 404/410
   (``ProviderGoneError``) fail at once with a message that says what to do.
 * Verification: the body must match ``Content-Length``, and the size and sha256 a pin gives;
@@ -15,7 +17,8 @@
   prefix wins; URLs that match nothing are fetched as they are. Links found inside
   provider answers (manifests, presigned listings) go through the same mapping.
 * Secrets: query strings (presigned signatures) and user-info never appear in logs, errors
-  or manifests (``display_url``). ``HF_TOKEN`` is only sent to the Hugging Face endpoint.
+  or manifests (``display_url``). Credentials go only to their own origin
+  (``trust.credentials_for``); redirects to another host drop ``Authorization``.
 
 Tests keep the retry rules but not the production waits: ``MARIN_RETRY_WAIT_S`` (seconds)
 replaces every wait when set, like the ``retry_wait_s`` setting of the Dagster resource.
@@ -30,22 +33,30 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, BinaryIO
 from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
-from marin_assets.core.hub import DEFAULT_POLICY, DownloadError, IntegrityError, RetryPolicy
+from marin_assets.core.errors import IntegrityFailure
+from marin_assets.core.retry import (  # noqa: F401 - the one retry loop, shared with the Hub client
+    DEFAULT_POLICY,
+    RETRY_STATUS,
+    Counters,
+    DownloadError,
+    IntegrityError,
+    Retryable,
+    RetryPolicy,
+    retry_for_status,
+    retrying,
+)
 
 log = logging.getLogger(__name__)
 
 MIRROR_ENV = "MARIN_WEB_MIRROR"
 RETRY_WAIT_ENV = "MARIN_RETRY_WAIT_S"
 USER_AGENT = "marin-assets/0.1 (+data pipeline; plain HTTP provider client)"
-RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 CHUNK_BYTES = 1 << 20
-
-T = TypeVar("T")
 
 
 class ProviderAccessError(DownloadError):
@@ -60,14 +71,12 @@ class ProviderUnreachable(DownloadError):
     """The provider's host name does not resolve: no network, or a mirror is needed. Never retried."""
 
 
-class CorruptBody(Exception):
+class CorruptBody(IntegrityFailure):
     """Raised by a ``validate`` hook: the bytes arrived but are not what the provider promised."""
 
 
-class _Retry(Exception):
-    def __init__(self, reason: str, wait_at_least_s: float | None = None, corrupt: bool = False):
-        super().__init__(reason)
-        self.reason, self.wait_at_least_s, self.corrupt = reason, wait_at_least_s, corrupt
+_Retry = Retryable
+FetchCounters = Counters
 
 
 # --------------------------------------------------------------------------- URLs
@@ -114,58 +123,6 @@ def policy_from_env(default: RetryPolicy = DEFAULT_POLICY) -> RetryPolicy:
     return dataclasses.replace(default, base_wait_s=wait, min_wait_s=wait, max_jitter_s=wait, rate_limit_margin_s=wait)
 
 
-# --------------------------------------------------------------------------- retry loop
-
-
-@dataclasses.dataclass
-class FetchCounters:
-    """Totals over many requests (thread-safe): what the raw manifest reports."""
-
-    retries: int = 0
-    requests: int = 0
-    bytes_fetched: int = 0
-    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def add(self, **deltas: int) -> None:
-        with self.lock:
-            for key, value in deltas.items():
-                setattr(self, key, getattr(self, key) + value)
-
-    def as_dict(self) -> dict[str, int]:
-        return {"retries": self.retries, "requests": self.requests, "bytes_fetched": self.bytes_fetched}
-
-
-def retrying(policy: RetryPolicy, what: str, attempt: Callable[[], T], counters: FetchCounters | None = None) -> T:
-    """Run ``attempt`` until it succeeds, waiting per ``policy`` after each transient failure."""
-    corrupt = 0
-    last = "no attempt made"
-    for n in range(max(1, policy.attempts)):
-        try:
-            return attempt()
-        except _Retry as err:
-            last = err.reason
-            if err.corrupt:
-                corrupt += 1
-                if corrupt >= policy.integrity_attempts:
-                    raise IntegrityError(f"{what}: {err.reason} on {corrupt} fetches") from None
-            if n + 1 >= policy.attempts:
-                break
-            wait = policy.wait_s(n, err.wait_at_least_s)
-            if counters is not None:
-                counters.add(retries=1)
-            log.warning("%s: %s; retry %d/%d in %.1fs", what, err.reason, n + 1, policy.attempts - 1, wait)
-            policy.sleep(wait)
-    raise DownloadError(
-        f"{what}: gave up after {policy.attempts} attempts (last error: {last}); "
-        f"rerun later: files already copied are kept and not fetched again"
-    )
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    value = (headers.get("Retry-After") or "").strip()
-    return float(value) if value.replace(".", "", 1).isdigit() else None
-
-
 def _unresolvable(err: BaseException) -> bool:
     """Whether a connection error is a failed host-name lookup (retrying cannot help)."""
     seen: set[int] = set()
@@ -192,8 +149,8 @@ def _status_error(status: int, headers: Mapping[str, str], what: str, url: str, 
             f"{what}: {shown} is not served (HTTP {status}); the provider moved or removed it: point "
             f"{MIRROR_ENV} at a copy, or update the pin in the catalog"
         )
-    if status in RETRY_STATUS:
-        return _Retry(f"HTTP {status}", _retry_after(headers))
+    if (retry := retry_for_status(status, headers)) is not None:
+        return retry
     return DownloadError(f"{what}: unexpected HTTP {status} from {shown}")
 
 
@@ -275,7 +232,11 @@ def fetch_into(
                 length = response.headers.get("Content-Length")
                 if length is not None and length.isdigit():
                     state["total"] = state["written"] + int(length)
+                limit = expected_size if expected_size is not None else state["total"]
                 for chunk in response.raw.stream(CHUNK_BYTES, decode_content=False):
+                    if limit is not None and state["written"] + len(chunk) > limit:  # longer than promised: stop now
+                        restart()
+                        raise _Retry(f"body exceeds its promised size of {limit} bytes", corrupt=True)
                     out.write(chunk)
                     state["sha256"].update(chunk)
                     state["written"] += len(chunk)

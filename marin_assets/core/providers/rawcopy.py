@@ -11,15 +11,14 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import re
-import shutil
-import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from marin_assets.core import storage
+from marin_assets.core import storage, trust
+from marin_assets.core.errors import ProviderRefused
 from marin_assets.core.providers.http import ProviderAccessError, ProviderGoneError, ProviderUnreachable
 
 CODE_VERSION = "1"
@@ -28,7 +27,7 @@ PARTIAL_DIR = storage.PARTIAL_DIR
 Progress = Callable[[str], None] | None
 
 
-class ProviderError(RuntimeError):
+class ProviderError(ProviderRefused, RuntimeError):
     """A provider recipe that cannot run as configured; the message names source, path and fix."""
 
 
@@ -108,12 +107,12 @@ class RawCopy:
 
 @contextmanager
 def staging_dir(prefix: str) -> Iterator[str]:
-    """A local scratch folder (``MARIN_STAGING_DIR`` or the system temp), removed afterwards."""
-    path = tempfile.mkdtemp(prefix=prefix, dir=os.environ.get("MARIN_STAGING_DIR") or None)
-    try:
+    """A local scratch folder (``MARIN_STAGING_DIR`` or the system temp), removed afterwards.
+
+    Leftovers of killed runs under the same folder are removed first.
+    """
+    with trust.staging_area(os.environ.get("MARIN_STAGING_DIR") or None, prefix) as path:
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 FATAL = (ProviderAccessError, ProviderGoneError, ProviderUnreachable, ProviderError)

@@ -27,6 +27,7 @@ from typing import Any, BinaryIO
 import polars as pl
 import pyarrow.parquet as pq
 
+from marin_assets.core.errors import BadInput
 from marin_assets.core import normalize, storage
 from marin_assets.core.transforms import register
 from marin_assets.core.transforms.rendering import reads_with, string_column
@@ -41,7 +42,7 @@ STOP, TRUE, FALSE, BYTE, I16, I32, I64, DOUBLE, BINARY, LIST, SET, MAP, STRUCT =
 Field = list  # [int, int, Any]
 
 
-class ThriftError(ValueError):
+class ThriftError(BadInput, ValueError):
     """Bytes that are not a Thrift compact-protocol structure we can re-encode."""
 
 

@@ -57,7 +57,7 @@ def _catalog_mtime() -> tuple[str, int]:
 
 @functools.lru_cache(maxsize=4)
 def _catalog_names(path: str, mtime_ns: int) -> frozenset[str]:
-    return frozenset(load_catalog(path).names)
+    return frozenset(load_catalog(path, strict=False).names)
 
 
 def catalog_names() -> frozenset[str]:

@@ -5,7 +5,7 @@ import re
 import dagster as dg
 import pyarrow as pa
 
-from marin_assets.core import storage
+from marin_assets.core import formats, storage
 from marin_assets.core.specs import NORMALIZED
 from marin_assets.defs.checks.output import NoOutput, missing_output, output_uri, parquet_schema
 from marin_assets.defs.partitions import source_partitions
@@ -80,4 +80,37 @@ def normalized_schema(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckRe
     )
 
 
-NORMALIZED_CHECKS = [normalized_rows, normalized_schema]
+def bad_row_share(manifest: dict) -> tuple[int, int, float]:
+    """Unreadable rows, rows read, and the unreadable share of all rows the files held."""
+    bad = sum(int(manifest.get("bad_rows", {}).get(reason, 0)) for reason in formats.UNREADABLE)
+    rows_in = int(manifest.get("counters", {}).get("rows_in", 0))
+    total = rows_in + bad
+    return bad, rows_in, (bad / total if total else 0.0)
+
+
+@dg.asset_check(asset=ASSET, name="bad_rows", blocking=True, partitions_def=source_partitions,
+                description=f"At most {formats.MAX_BAD_ROW_SHARE:.0%} of the rows in the source's files are unreadable.")  # fmt: skip
+def normalized_bad_rows(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    try:
+        uri = output_uri(context, ASSET)
+    except NoOutput as err:
+        return missing_output(ASSET, err)
+    manifest = storage.read_manifest(uri) or {}
+    bad, rows_in, share = bad_row_share(manifest)
+    passed = share <= formats.MAX_BAD_ROW_SHARE
+    reasons = {r: int(manifest.get("bad_rows", {}).get(r, 0)) for r in formats.UNREADABLE}
+    description = (
+        f"{bad} of {rows_in + bad} rows ({share:.2%}) are unreadable"
+        + ("" if passed else f", more than {formats.MAX_BAD_ROW_SHARE:.0%}: the files are corrupt or read under the "
+           f"wrong format; the warnings of normalized name the files and lines, fix the catalog entry's input_format "
+           f"or fetch the files again")  # fmt: skip
+    )
+    return dg.AssetCheckResult(
+        passed=passed,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description=description,
+        metadata={"unreadable_rows": bad, "rows_in": rows_in, "share": share, **{f"bad_rows.{k}": v for k, v in reasons.items()}},
+    )
+
+
+NORMALIZED_CHECKS = [normalized_rows, normalized_schema, normalized_bad_rows]

@@ -6,10 +6,11 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from marin_assets.core.errors import BadInput
 from marin_assets.core import storage
 
 
-class NoOutput(Exception):
+class NoOutput(BadInput):
     """The asset partition has no materialization with an output URI."""
 
 

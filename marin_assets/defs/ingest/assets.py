@@ -1,5 +1,7 @@
 """``source_pins`` (observed from the catalog) and ``raw_files`` (provider files at the pin)."""
 
+import os
+
 import dagster as dg
 
 from marin_assets.core import hub, ingest, stages
@@ -10,6 +12,8 @@ from marin_assets.defs.resources import MarinResource, source_or_fail
 from marin_assets.defs.stage_assets import stage_asset
 
 REMOVED = "removed-from-catalog"
+INVALID = "invalid-catalog-entry"
+DATA_VERSION_TAG = "dagster/data_version"
 
 
 @dg.observable_source_asset(
@@ -22,14 +26,28 @@ REMOVED = "removed-from-catalog"
 def source_pins(context, marin: MarinResource) -> dg.DataVersionsByPartition:
     catalog = marin.catalog()
     names = set(catalog.names)
+    broken = dict(catalog.broken)
     versions = {
-        key: ingest.recipe_fingerprint(catalog.by_name(key)) if key in names else REMOVED
+        key: ingest.recipe_fingerprint(catalog.by_name(key)) if key in names else INVALID if key in broken else REMOVED
         for key in source_partitions.get_partition_keys()
     }
     removed = sorted(k for k, v in versions.items() if v == REMOVED)
     if removed:
         context.log.warning(f"sources removed from the catalog: {', '.join(removed)}")
-    return dg.DataVersionsByPartition(versions)
+    if not broken:
+        return dg.DataVersionsByPartition(versions)
+    # Record every source's version at once (events of a failing step would be dropped), then fail
+    # the observation naming each invalid entry.
+    for key, version in versions.items():
+        context.instance.report_runless_asset_event(dg.AssetObservation(
+            asset_key=context.asset_key, partition=key, tags={DATA_VERSION_TAG: version},
+            metadata={"error": broken[key]} if key in broken else {},
+        ))  # fmt: skip
+    raise dg.Failure(
+        f"{len(broken)} invalid catalog entr{'y' if len(broken) == 1 else 'ies'} (the other sources load): "
+        + "; ".join(f"{key}: {error}" for key, error in sorted(broken.items())),
+        metadata={"invalid_entries": dg.MetadataValue.json(broken)},
+    )
 
 
 @stage_asset(
@@ -56,6 +74,7 @@ def raw_files(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.Mat
                 dest_uri=dest,
                 on_progress=progress,
                 policy=policy,
+                staging_dir=os.environ.get("MARIN_STAGING_DIR") or None,
             ),
             resolve=lambda repo, rev, repo_type: hub.resolve_revision(repo, rev, repo_type, policy=policy),
             progress=context.log.info,

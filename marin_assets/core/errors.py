@@ -1,0 +1,49 @@
+"""The four kinds of failure every error of the project belongs to.
+
+Each error class of the project derives from one of these, so callers, messages and tests can
+ask what kind of problem it is without knowing the module that raised it:
+
+* ``BadInput``: data the pipeline was given cannot be used as it is (a corrupt or mislabelled
+  file, rows that do not parse, a stage input that is missing); the message names the source,
+  the file and the fix.
+* ``ProviderRefused``: a provider said no or is gone (401/403, a withdrawn revision, a host
+  that does not resolve, retries that ran out); rerunning later or fixing access helps.
+* ``IntegrityFailure``: bytes or paths a provider sent are not what it promised (size or hash
+  mismatch, a listing that names a path outside its destination); never trusted, never stored.
+* ``ConfigurationError``: the catalog, a setting or a recipe is wrong; fix it, then rerun.
+"""
+
+from __future__ import annotations
+
+
+class MarinError(Exception):
+    """Root of the project's errors."""
+
+
+class BadInput(MarinError):
+    """Input data that cannot be used as it is."""
+
+
+class ProviderRefused(MarinError):
+    """A provider refused, withdrew or could not serve what was asked."""
+
+
+class IntegrityFailure(MarinError):
+    """What a provider sent does not match what it promised, or would escape its destination."""
+
+
+class ConfigurationError(MarinError):
+    """The catalog, a setting or a recipe is wrong."""
+
+
+KINDS = (BadInput, ProviderRefused, IntegrityFailure, ConfigurationError)
+
+
+def kind_of(error: BaseException) -> str:
+    """``bad_input``, ``provider_refused``, ``integrity`` or ``configuration`` (``other`` if none)."""
+    names = {IntegrityFailure: "integrity", BadInput: "bad_input", ConfigurationError: "configuration",
+             ProviderRefused: "provider_refused"}  # most specific first: a corrupt download is integrity  # fmt: skip
+    for base, name in names.items():
+        if isinstance(error, base):
+            return name
+    return "other"

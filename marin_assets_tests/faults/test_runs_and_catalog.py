@@ -1,0 +1,159 @@
+"""Items 4 and 8: a killed run frees its pool slot; one bad catalog entry does not take the location down."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+from dagster._core.events import EngineEventData
+from dagster._core.launcher.default_run_launcher import DefaultRunLauncher
+from dagster._core.storage.dagster_run import DagsterRunStatus
+from dagster._daemon.monitoring.run_monitoring import monitor_started_run
+
+from marin_assets.catalog.sources import CatalogError, load_catalog
+from marin_assets.core import errors
+from marin_assets.defs import runs
+from marin_assets_tests.fixtures.pipeline import catalog_with
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+POOL = "hf_download"
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def instance_from_dagster_yaml(tmp_path: Path):
+    """A real instance configured by the project's dagster.yaml (the embedded default)."""
+    config = yaml.safe_load((REPO_ROOT / "dagster.yaml").read_text())
+    (tmp_path / "home").mkdir(parents=True, exist_ok=True)
+    return dg.instance_for_test(temp_dir=str(tmp_path / "home"), overrides=config)
+
+
+def started_run_holding_the_slot(instance, pid: int) -> dg.DagsterRun:
+    """A run as a kill -9 leaves it: STARTED, its worker's pid recorded, the pool's only slot claimed."""
+    run = instance.add_run(dg.DagsterRun(job_name="__ASSET_JOB", run_id=str(uuid.uuid4()), status=DagsterRunStatus.STARTED))
+    instance.report_engine_event(f"Started process for run (pid: {pid}).", run, EngineEventData.in_process(pid))
+    storage = instance.event_log_storage
+    storage.set_concurrency_slots(POOL, 1)
+    assert storage.claim_concurrency_slot(POOL, run.run_id, "raw_files").is_claimed
+    return run
+
+
+OTHER_RUN = str(uuid.uuid4())
+
+
+def other_run_can_claim(instance) -> bool:
+    """Whether the rerun's step gets the pool slot (it waits in line until then)."""
+    return instance.event_log_storage.claim_concurrency_slot(POOL, OTHER_RUN, "raw_files").is_claimed
+
+
+def test_the_default_launcher_cannot_tell_a_dead_run(world):
+    world.inject()
+    assert DefaultRunLauncher().supports_check_run_worker_health is False  # why dead runs stayed STARTED
+
+
+def test_run_monitoring_fails_a_killed_run_on_the_embedded_default(world, tmp_path):
+    with instance_from_dagster_yaml(world.scratch) as instance:
+        assert isinstance(instance.run_launcher, runs.MonitoredRunLauncher)
+        assert instance.run_monitoring_enabled and instance.run_monitoring_settings["free_slots_after_run_end_seconds"] <= 300
+        dead = started_run_holding_the_slot(instance, dead_pid())
+        alive = instance.add_run(dg.DagsterRun(job_name="__ASSET_JOB", run_id=str(uuid.uuid4()), status=DagsterRunStatus.STARTED))
+        instance.report_engine_event("Started process for run.", alive, EngineEventData.in_process(os.getpid()))
+        world.inject()
+        assert not other_run_can_claim(instance), "the dead run holds the only slot"
+        for run in (dead, alive):  # one pass of the daemon's run monitoring, as `dagster dev` runs it
+            monitor_started_run(instance, None, instance.get_run_record_by_id(run.run_id), logging.getLogger("test"))
+        assert instance.get_run_by_id(dead.run_id).status == DagsterRunStatus.FAILURE
+        assert instance.get_run_by_id(alive.run_id).status == DagsterRunStatus.STARTED
+        # the daemon frees a failed run's slots free_slots_after_run_end_seconds later; the command does it now
+        stuck = runs.free_stuck_runs(instance)
+        assert [s.run_id for s in stuck] == [dead.run_id]
+        assert other_run_can_claim(instance)
+
+
+def test_marin_assets_runs_lists_and_frees_stuck_runs(world, tmp_path):
+    home = world.scratch / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((REPO_ROOT / "dagster.yaml").read_text())
+    env = dict(os.environ, DAGSTER_HOME=str(home), PYTHONPATH=str(REPO_ROOT))
+    from dagster import DagsterInstance
+
+    os.environ["DAGSTER_HOME"] = str(home)
+    try:
+        instance = DagsterInstance.get()
+        run = started_run_holding_the_slot(instance, dead_pid())
+        instance.dispose()
+    finally:
+        del os.environ["DAGSTER_HOME"]
+    world.inject()
+    listed = subprocess.run([sys.executable, "-m", "marin_assets.cli", "runs"], env=env, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    assert run.run_id in listed.stdout and "worker process" in listed.stdout and "--free" in listed.stdout
+    freed = subprocess.run([sys.executable, "-m", "marin_assets.cli", "runs", "--free"], env=env, capture_output=True, text=True, timeout=120)
+    assert freed.returncode == 0 and run.run_id in freed.stdout
+    os.environ["DAGSTER_HOME"] = str(home)
+    try:
+        instance = DagsterInstance.get()
+        assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.FAILURE
+        assert other_run_can_claim(instance)
+        instance.dispose()
+    finally:
+        del os.environ["DAGSTER_HOME"]
+
+
+# --------------------------------------------------------------------------- item 8
+
+
+def test_an_unknown_transform_is_refused_when_the_catalog_loads(world, tmp_path):
+    path = catalog_with(world.scratch / "bad.toml", edit={"cp/peps": {"transform": "no_such_transform"}})
+    world.inject()
+    with pytest.raises(CatalogError, match="cp/peps.*transform.*no_such_transform") as caught:
+        load_catalog(path)
+    assert isinstance(caught.value, errors.ConfigurationError)
+    lenient = load_catalog(path, strict=False)
+    assert len(lenient) == 145 and [k for k, _ in lenient.broken] == ["cp/peps"]
+    assert "cp/peps" in lenient.partition_names
+
+
+def test_one_bad_entry_fails_its_source_pins_observation_and_the_rest_load(world, pipeline, tmp_path):
+    from dagster._core.definitions.observe import observe
+
+    from marin_assets.defs.ingest.assets import source_pins
+
+    world.root = Path(pipeline.prefix)
+    pipeline.catalog_path = str(catalog_with(world.scratch / "bad.toml", edit={"cp/peps": {"transform": "no_such_transform"}}))
+    world.inject()
+    result = observe([source_pins], instance=pipeline.instance, resources={"marin": pipeline.resource}, raise_on_error=False)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "cp/peps" in failure.message + str(failure.event_specific_data.error) and "no_such_transform" in str(failure.event_specific_data.error)
+    records = pipeline.instance.fetch_observations(dg.AssetKey("source_pins"), limit=1000).records
+    observed = {r.partition_key: r.event_log_entry.asset_observation for r in records}
+    assert len(observed) == 146
+    assert observed["cp/peps"].tags["dagster/data_version"] == "invalid-catalog-entry"
+    assert "no_such_transform" in str(observed["cp/peps"].metadata["error"].value)
+    assert observed["cp/pubmed"].tags["dagster/data_version"] not in ("invalid-catalog-entry", "removed-from-catalog")
+
+
+def test_the_code_location_loads_with_a_bad_entry(world, tmp_path):
+    path = catalog_with(world.scratch / "bad.toml", edit={"cp/peps": {"transform": "no_such_transform"}},
+                        entries=[{"name": "../escape", "family": "x", "rough_tokens_b": 1.0, "input_format": "jsonl",
+                                  "provider": {"kind": "hf", "repo_id": "a/b", "revision": "0123456"}}])  # fmt: skip
+    world.inject(2)
+    code = ("from marin_assets.definitions import defs\n"
+            "keys = defs.resolve_assets_def('normalized').partitions_def.get_partition_keys()\n"
+            "print(len(keys), 'cp/peps' in keys, [k for k in keys if k.startswith('invalid-entry-')])")  # fmt: skip
+    env = dict(os.environ, MARIN_CATALOG=str(path), PYTHONPATH=str(REPO_ROOT))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[:2] == ["147", "True"] and "invalid-entry-147" in done.stdout
