@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from marin_assets.core.errors import BadInput
+from marin_assets.core.errors import BadInput, ConfigurationError
 from marin_assets.core import storage
 from marin_assets.core.runner import ShardFn, ShardRunner, ShardTask
 
@@ -26,7 +26,7 @@ class MissingInput(BadInput, RuntimeError):
     """An upstream stage has no current output for this source."""
 
 
-class UndeclaredInput(RuntimeError):
+class UndeclaredInput(ConfigurationError, RuntimeError):
     """A stage read the output of a stage its spec does not list among its inputs."""
 
 

@@ -100,7 +100,8 @@ def size(uri: str) -> int:
 def remove(uri: str, recursive: bool = False) -> None:
     fs, path = filesystem(uri)
     if fs.exists(path):
-        fs.rm(path, recursive=recursive)
+        with contextlib.suppress(FileNotFoundError):  # a concurrent run removed it (or part of it) first
+            fs.rm(path, recursive=recursive)
 
 
 # --------------------------------------------------------------------------- atomic writes

@@ -8,6 +8,7 @@ from marin_assets.catalog.sources import CatalogError, Provider, Source, parse_c
 from marin_assets.core import errors, hub, storage, trust
 from marin_assets.core.providers import hf_bucket, http
 from marin_assets.core.retry import RetryPolicy
+from marin_assets.core.specs import NORMALIZED
 from marin_assets_tests.faults.conftest import TOKEN
 from marin_assets_tests.faults.hostile import SHA
 
@@ -131,11 +132,11 @@ def test_catalog_names_that_leave_the_prefix_are_refused(world, name):
 def test_every_layout_path_is_checked_under_the_prefix(world):
     layout = storage.Layout(str(world.root))
     world.inject(3)
-    for make in (lambda: layout.normalized("../../../escape", "fp"), lambda: layout.raw("../../k", "rev"),
+    for make in (lambda: NORMALIZED.output_uri(layout, "../../../escape", "fp"), lambda: layout.raw("../../k", "rev"),
                  lambda: layout.staged("../../../../outside")):  # fmt: skip
         with pytest.raises(trust.OutsidePrefixError, match="not under the data root"):
             make()
-    assert layout.normalized("cp/peps", "fp").startswith(str(world.root))
+    assert NORMALIZED.output_uri(layout, "cp/peps", "fp").startswith(str(world.root))
 
 
 def test_hub_tree_pagination_link_to_another_host_gets_no_token(world, hostile, elsewhere):

@@ -8,9 +8,10 @@ import sys
 
 import pytest
 
-from marin_assets.core import errors, hub, normalize, storage, trust
+from marin_assets.core import errors, hub, normalize, stages, storage, trust
 from marin_assets.core.providers import http
 from marin_assets.core.retry import RetryPolicy
+from marin_assets.core.specs import NORMALIZED
 from marin_assets_tests.faults.hostile import SHA
 
 REPO = "org/corpus"
@@ -39,14 +40,16 @@ def repo(world, hub_server):
 
 def download(world, waits, **kw):
     dest = storage.Layout(str(world.root)).raw("org__corpus", "060fca9")
-    return hub.download_snapshot(REPO, "060fca9", None, None, dest, kw.pop("policy", None) or policy(waits), workers=1,
-                                 staging_dir=str(world.staging), **kw)  # fmt: skip
+    fetch = lambda: hub.download_snapshot(REPO, "060fca9", None, None, dest, kw.pop("policy", None) or policy(waits),  # noqa: E731
+                                          workers=1, staging_dir=str(world.staging), **kw)  # fmt: skip
+    return stages.commit_copy(dest, fetch)  # the runner writes the manifest last, as raw_files does
 
 
 def normalize_copy(world, manifest) -> dict:
     uris = [storage.join(storage.Layout(str(world.root)).raw("org__corpus", "060fca9"), f["path"]) for f in manifest["files"]]
-    out = storage.Layout(str(world.root)).normalized("corpus", "fp")
+    out = NORMALIZED.output_uri(storage.Layout(str(world.root)), "corpus", "fp")
     result = normalize.normalize_source("corpus", uris, out, normalize.NormalizeParams())
+    storage.write_manifest(out, result)  # what the stage runner does with the body
     world.rows(ROWS * len(FILES), result["rows"], result["counters"]["empty_dropped"] + result["counters"]["duplicates"])
     return result
 
@@ -116,7 +119,7 @@ def test_hub_downloads_stage_under_the_staging_dir_and_sweep_killed_runs(world, 
 
 def test_no_tmp_file_of_a_killed_writer_is_left_in_a_finished_output(world, repo):
     manifest = download(world, [])
-    out = storage.Layout(str(world.root)).normalized("corpus", "fp")
+    out = NORMALIZED.output_uri(storage.Layout(str(world.root)), "corpus", "fp")
     os.makedirs(out, exist_ok=True)
     leftover = os.path.join(out, f"part-00000-of-00001.parquet.tmp-p{dead_pid()}-0123456789ab")
     legacy = os.path.join(out, "part-00000-of-00001.parquet.tmp-0123456789ab")
@@ -159,7 +162,7 @@ def test_withdrawn_revision_and_gated_repo_fail_at_once(world, repo, hub_server)
 def test_kill_9_mid_download_resumes_without_refetching_finished_files(world, repo, hub_server, tmp_path):
     """A real child process is killed while it downloads; the rerun fetches only what was left."""
     dest = storage.Layout(str(world.root)).raw("org__corpus", "060fca9")
-    script = (
+    script = (  # the copy is killed before the runner records it complete
         "import os, signal, sys\n"
         "from marin_assets.core import hub\n"
         "def progress(line):\n"
@@ -204,7 +207,7 @@ def test_kill_9_mid_normalize_resumes_to_identical_output(world):
         path.write_bytes("".join(f'{{"id": "{i}-{j}", "text": "file {i} line {j} with some words"}}\n' for j in range(400)).encode())
         uris.append(str(path))
     layout = storage.Layout(str(world.root))
-    resumed, clean = layout.normalized("many", "resumed"), layout.normalized("many", "clean")
+    resumed, clean = NORMALIZED.output_uri(layout, "many", "resumed"), NORMALIZED.output_uri(layout, "many", "clean")
     params = "normalize.NormalizeParams(target_shard_bytes=8000)"
     script = (
         "import os, signal\n"
