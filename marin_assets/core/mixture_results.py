@@ -28,6 +28,7 @@ from typing import Any
 import polars as pl
 
 from marin_assets.core import storage
+from marin_assets.core.errors import BadInput
 from marin_assets.core.mixture_swarm import RESULT_COLUMNS
 
 RESULT_SCHEMA = {"run_id": pl.Utf8, "mixture_id": pl.Utf8, "step": pl.Int64, "tokens": pl.Float64, "metric": pl.Utf8, "value": pl.Float64}
@@ -35,7 +36,7 @@ RESULT_SUFFIXES = (".jsonl", ".parquet")
 MAX_REPORTED_BAD_ROWS = 10
 
 
-class ResultsError(ValueError):
+class ResultsError(BadInput, ValueError):
     """A results file cannot be used at all; the message names the file and the fix."""
 
 

@@ -32,6 +32,7 @@ import numpy as np
 import polars as pl
 
 from marin_assets.core import storage
+from marin_assets.core.errors import ConfigurationError
 from marin_assets.core.mixture import MixtureError
 
 MIXTURE_CODE_VERSION = "1"
@@ -41,7 +42,7 @@ STUDY_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 TRAINERS = ("builtin", "external")
 
 
-class StudyError(ValueError):
+class StudyError(ConfigurationError, ValueError):
     """A study spec or study input is wrong; the message names the file and the fix."""
 
 
