@@ -3,7 +3,8 @@
 Each normalized document gets one bucket id per LSH band; two documents that share a bucket in
 any band become candidate near-duplicates for the global ``fuzzy_duplicates`` step
 (``marin_assets.core.dedup``). The output is co-partitioned with ``normalized``: same shard
-basenames, same row order, columns ``id`` and ``buckets`` (list<uint64>).
+basenames, same row order, columns ``id``, ``buckets`` (list<uint64>) and ``chars`` (the text's
+length in characters, for dedup's removed-token counts).
 
 The function, fixed by :class:`MinHashParams`:
 
@@ -1046,6 +1047,8 @@ def bucket_table(
         {
             "id": ids,
             "buckets": pa.ListArray.from_arrays(pa.array(offsets), pa.array(buckets.reshape(-1), type=pa.uint64())),
+            # characters per document: dedup's removed-token counts come from here, not a re-read
+            "chars": pc.fill_null(pc.utf8_length(texts), 0).cast(pa.int64()),
         }
     )
     stats = {
@@ -1083,7 +1086,7 @@ def minhash_shard(input_uris: list[str], output_uri: str, params: MinHashParams)
         pieces.append(piece)
         for key, value in counters.items():
             stats[key] += value
-    empty = pa.table({"id": pa.array([], pa.string()), "buckets": pa.array([], pa.list_(pa.uint64()))})
+    empty = pa.table({"id": pa.array([], pa.string()), "buckets": pa.array([], pa.list_(pa.uint64())), "chars": pa.array([], pa.int64())})
     out = pa.concat_tables(pieces) if pieces else empty
     storage.write_parquet(out, output_uri)
     bands, rows = params.bands_and_rows()

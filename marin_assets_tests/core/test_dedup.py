@@ -14,6 +14,7 @@ import xxhash
 
 from marin_assets.core import dedup, minhash, storage
 from marin_assets.core.dedup import ExactDedupParams, FuzzyDedupParams
+from marin_assets.core.dedup_fuzzy import FuzzyScale
 from marin_assets_tests.core.test_minhash import shingle_jaccard, stdlib_documents
 
 
@@ -231,11 +232,10 @@ def test_fuzzy_results_are_identical_across_reruns_shard_counts_and_spilling(tmp
     resharded, stats = run_fuzzy(
         tmp_path / "c",
         {"alpha": 3, "beta": 2, "gamma": 4, "delta": 2},
-        bucket_entries_per_partition=500,
-        member_chars_per_partition=4000,
-        work_dir=str(tmp_path),
+        scale=FuzzyScale(records_per_partition=500, edges_per_task=10, union_find_max_edges=0, members_per_partition=8),
     )
     assert stats["bucket_partitions"] > 1 and stats["verify_partitions"] > 1
+    assert stats["cc_method"] == "star_rounds" and stats["cc_rounds"] >= 1
     for source in ("alpha", "beta", "gamma", "delta"):
         reference = storage.read_bytes(dedup.removed_uri(first, source))
         assert storage.read_bytes(dedup.removed_uri(again, source)) == reference

@@ -311,11 +311,12 @@ def test_minhash_shard_writes_one_bucket_list_per_row_in_row_order(tmp_path, pat
     out = str(tmp_path / "buckets" / storage.shard_name(0, 1))
     stats = minhash.minhash_shard([src], out, MinHashParams())
     table = storage.read_parquet(out)
-    assert table.column_names == ["id", "buckets"]
+    assert table.column_names == ["id", "buckets", "chars"]
     assert table.schema.field("buckets").type == pa.list_(pa.uint64())
     assert table.column("id").to_pylist() == ids
     lengths = [len(b) for b in table.column("buckets").to_pylist()]
     assert lengths == [26] * 5 + [0, 0, 26]
+    assert table.column("chars").to_pylist() == [len(t or "") for t in texts]
     assert stats["docs"] == 8 and stats["docs_without_shingles"] == 2 and stats["null_text"] == 1
     sig = minhash.signatures([texts[0]])
     assert table.column("buckets")[0].as_py() == minhash.band_buckets(sig, 26, 11)[0].tolist()

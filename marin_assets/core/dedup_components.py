@@ -1,0 +1,152 @@
+"""Connected components over edge shards in storage, labelling every node with the smallest
+node of its component.
+
+Edges are stored in both directions as ``(key = hash(a), a, b)`` rows, so a task for a key
+range sees every neighbour of the nodes it owns. Below ``union_find_max_edges`` one task reads
+all edges and runs a union-find (scipy); above it, alternating large-star and small-star rounds
+(Kiveris et al., "Connected Components in MapReduce and Beyond") run as shuffles through
+storage until the graph is a forest of stars, whose centres are the component minima. No task
+holds more than one key range of edges.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from marin_assets.core import dedup_shuffle as shuffle
+from marin_assets.core import storage
+from marin_assets.core.runner import ShardResult, ShardRunner, ShardTask
+
+EDGE_SCHEMA = pa.schema([("key", pa.int64()), ("a", pa.int64()), ("b", pa.int64())])
+LABEL_SCHEMA = pa.schema([("key", pa.int64()), ("node", pa.int64()), ("label", pa.int64())])
+MAX_ROUNDS = 200
+
+
+def edge_table(a: np.ndarray, b: np.ndarray) -> pa.Table:
+    """Both directions of the undirected edges ``(a, b)``, keyed by their first endpoint."""
+    first = np.concatenate([a, b]).astype(np.int64)
+    second = np.concatenate([b, a]).astype(np.int64)
+    return pa.table([pa.array(shuffle.hash_keys(first)), pa.array(first), pa.array(second)], schema=EDGE_SCHEMA)
+
+
+def _write_labels(node: np.ndarray, label: np.ndarray, output: str) -> None:
+    shuffle.write_sorted(pa.table([pa.array(node.astype(np.int64)), pa.array(node.astype(np.int64)), pa.array(label.astype(np.int64))], schema=LABEL_SCHEMA), output)
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundParams:
+    lo: int
+    hi: int
+    mode: str  # "large", "small" or "labels"
+
+
+def _grouped(inputs: Sequence[str], lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Unique directed edges of a key range sorted by ``a``, each row's group start, and the
+    per-row minimum of its group's ``a`` and neighbours."""
+    table = shuffle.read_range(inputs, lo, hi, ["a", "b"], EDGE_SCHEMA)
+    a = table.column("a").to_numpy()
+    b = table.column("b").to_numpy()
+    keep = a != b
+    a, b = a[keep], b[keep]
+    order = np.lexsort((b, a))
+    a, b = a[order], b[order]
+    if a.size:
+        fresh = np.ones(a.size, bool)
+        fresh[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1])
+        a, b = a[fresh], b[fresh]
+    starts = np.flatnonzero(np.r_[True, a[1:] != a[:-1]]) if a.size else np.zeros(0, np.int64)
+    group_min = np.minimum.reduceat(b, starts) if a.size else np.zeros(0, np.int64)
+    sizes = np.diff(np.append(starts, a.size))
+    m = np.minimum(np.repeat(group_min, sizes), a)
+    return a, b, m, sizes
+
+
+@shuffle.measured
+def star_round(inputs: list[str], output: str, params: RoundParams) -> dict[str, Any]:
+    """One large-star or small-star step over one key range, or the final labelling."""
+    a, b, m, sizes = _grouped(inputs, params.lo, params.hi)
+    if params.mode == "labels":
+        starts = np.flatnonzero(np.r_[True, a[1:] != a[:-1]]) if a.size else np.zeros(0, np.int64)
+        _write_labels(a[starts], m[starts], output)
+        return {"nodes": int(starts.size)}
+    if params.mode == "large":
+        # Unconverged: a node that is not its star's centre yet has more than one neighbour.
+        starts = np.flatnonzero(np.r_[True, a[1:] != a[:-1]]) if a.size else np.zeros(0, np.int64)
+        unconverged = int(((m[starts] < a[starts]) & (sizes > 1)).sum())
+        up = b > a
+        shuffle.write_sorted(edge_table(b[up], m[up]), output)
+        return {"edges_in": int(a.size), "unconverged": unconverged}
+    down = b < a
+    lower_min = np.minimum(m, a)  # m already includes every neighbour; restrict to the lower ones
+    # Small-star: m over {a} and its smaller neighbours, which is the group min when any exist.
+    has_lower = np.zeros(a.size, bool)
+    if a.size:
+        starts = np.flatnonzero(np.r_[True, a[1:] != a[:-1]])
+        group = np.repeat(np.arange(starts.size), np.diff(np.append(starts, a.size)))
+        has_lower = np.bincount(group, weights=down, minlength=starts.size)[group] > 0
+    centre = np.where(has_lower, lower_min, a)
+    moved_b, moved_m = b[down], centre[down]
+    spoke = moved_b != moved_m
+    own = has_lower & np.r_[True, a[1:] != a[:-1]] if a.size else has_lower
+    first = np.concatenate([moved_b[spoke], a[own]])
+    second = np.concatenate([moved_m[spoke], centre[own]])
+    shuffle.write_sorted(edge_table(first, second), output)
+    return {"edges_in": int(a.size)}
+
+
+@shuffle.measured
+def union_find(inputs: list[str], output: str, params: Any) -> dict[str, Any]:
+    """All edges in one task (below the configured size): scipy's connected components."""
+    from scipy.sparse import coo_matrix  # noqa: PLC0415
+    from scipy.sparse.csgraph import connected_components  # noqa: PLC0415
+
+    table = shuffle.read_range(inputs, 0, shuffle.KEY_SPACE, ["a", "b"], EDGE_SCHEMA)
+    a, b = table.column("a").to_numpy(), table.column("b").to_numpy()
+    nodes = np.unique(np.concatenate([a, b]))
+    if nodes.size == 0:
+        _write_labels(nodes, nodes, output)
+        return {"nodes": 0}
+    graph = coo_matrix((np.ones(a.size, np.int8), (np.searchsorted(nodes, a), np.searchsorted(nodes, b))), shape=(nodes.size, nodes.size))
+    _, component = connected_components(graph.tocsr(), directed=False)
+    smallest = np.full(int(component.max()) + 1, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(smallest, component, nodes)
+    _write_labels(nodes, smallest[component], output)
+    return {"nodes": int(nodes.size)}
+
+
+def connected_components(
+    edge_files: Sequence[str], edges: int, work: str, runner: ShardRunner, *, union_find_max_edges: int, edges_per_task: int
+) -> tuple[list[str], dict[str, Any]]:
+    """Label files ``(key = node, node, label)`` for every node with an edge, and counters
+    (``cc_results``: the tasks' results)."""
+    if edges <= union_find_max_edges:
+        (result,) = runner.map([ShardTask(union_find, tuple(edge_files), storage.join(work, "cc", "labels.parquet"), None)])
+        return [result.output], {"cc_method": "union_find", "cc_rounds": 0, "cc_results": [result]}
+    partitions = shuffle.partitions_for(2 * edges, edges_per_task)
+    bounds = shuffle.partition_bounds(partitions)
+    current = list(edge_files)
+    stats: list[ShardResult] = []
+    for rnd in range(MAX_ROUNDS):
+        large = runner.map(
+            [ShardTask(star_round, tuple(current), storage.join(work, "cc", f"round-{rnd:03d}-large", storage.shard_name(p, partitions)), RoundParams(lo, hi, "large")) for p, (lo, hi) in enumerate(bounds)]
+        )
+        stats += large
+        if sum(int(r.stats["unconverged"]) for r in large) == 0:
+            break
+        small = runner.map(
+            [ShardTask(star_round, tuple(r.output for r in large), storage.join(work, "cc", f"round-{rnd:03d}-small", storage.shard_name(p, partitions)), RoundParams(lo, hi, "small")) for p, (lo, hi) in enumerate(bounds)]
+        )
+        stats += small
+        current = [r.output for r in small]
+    else:  # pragma: no cover - the rounds converge in O(log^2 n)
+        raise RuntimeError(f"connected components did not converge in {MAX_ROUNDS} rounds")
+    labels = runner.map(
+        [ShardTask(star_round, tuple(current), storage.join(work, "cc", "labels", storage.shard_name(p, partitions)), RoundParams(lo, hi, "labels")) for p, (lo, hi) in enumerate(bounds)]
+    )
+    stats += labels
+    return [r.output for r in labels], {"cc_method": "star_rounds", "cc_rounds": rnd + 1, "cc_results": stats}

@@ -1,0 +1,603 @@
+"""Global fuzzy dedup as a chain of shuffles; every step is a list of per-partition tasks.
+
+Nodes are documents, ``node = rank << 40 | row``: ``rank`` is the source's place in name
+order, ``row`` the document's row within its source (shards in basename order).
+
+1. map, per minhash shard: bucket records ``(key = hash(band, bucket), node)`` and the shard's
+   node table (``id``, ``chars``). Stored under ``cache/<source>/<fingerprint>``: a source
+   whose buckets did not change keeps its map output (that is the stored per-partition index
+   an incremental run joins a changed source against);
+2. edges, per key range (``records_per_partition``): star edges of every shared bucket;
+3. connected components (:mod:`dedup_components`): label = smallest node of the component;
+4. members, per minhash shard: the shard's labelled nodes, keyed by hash(label);
+5. plan, per label range: which clusters must be verified (all, or, incrementally, those that
+   contain a changed source or did not exist before); their members are requested by node;
+6. gather, per normalized shard that has requested rows: those rows' text, keyed by label;
+7. verify, per label range: the rule on each requested cluster (reading only its members'
+   texts), the previous verdict for every other cluster; removal rows keyed by id;
+8. removals, per id range, and publish, per source: ``<out>/<source>/removed.parquet``.
+
+Counters for the metadata (removed documents and characters per source, the cluster-size
+histogram, example pairs) come from what the tasks return; nothing re-reads the corpus.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import heapq
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import xxhash
+
+from marin_assets.core import dedup_shuffle as shuffle
+from marin_assets.core import storage
+from marin_assets.core.dedup import (
+    FUZZY_SCHEMA,
+    VERIFY_BATCH_CHARS,
+    DedupError,
+    FuzzyDedupParams,
+    GreedyVerifier,
+    ngram_sets,
+    removal_ratios,
+    removed_uri,
+    size_bin,
+)
+from marin_assets.core.dedup_components import connected_components, edge_table
+from marin_assets.core.dedup_exact import doc_lengths
+from marin_assets.core.runner import ShardRunner, ShardResult, ShardTask
+
+RANK_SHIFT = 40
+STATE_FILE = "_fuzzy_state.json"
+
+RECORD_SCHEMA = pa.schema([("key", pa.int64()), ("node", pa.int64())])
+NODE_SCHEMA = pa.schema([("id", pa.string()), ("chars", pa.int64())])
+MEMBER_SCHEMA = pa.schema([("key", pa.int64()), ("label", pa.int64()), ("node", pa.int64()), ("id", pa.string()), ("chars", pa.int64())])
+REQUEST_SCHEMA = pa.schema([("key", pa.int64()), ("lkey", pa.int64())])
+TEXT_SCHEMA = pa.schema([("key", pa.int64()), ("node", pa.int64()), ("text", pa.large_string())])
+VERDICT_SCHEMA = pa.schema(
+    [
+        ("key", pa.int64()),
+        ("rank", pa.int32()),
+        ("id", pa.string()),
+        ("label", pa.int64()),
+        ("cluster_id", pa.string()),
+        ("representative_id", pa.string()),
+        ("representative_source", pa.string()),
+        ("containment", pa.float64()),
+        ("jaccard", pa.float64()),
+        ("chars", pa.int64()),
+    ]
+)
+CLUSTER_SCHEMA = pa.schema([("label", pa.int64()), ("size", pa.int64()), ("ranks", pa.list_(pa.int32()))])
+
+
+@dataclasses.dataclass(frozen=True)
+class FuzzyScale:
+    """Task sizes: each bounds one task's memory (records, edges or members per task)."""
+
+    records_per_partition: int = 16_000_000
+    edges_per_task: int = 16_000_000
+    union_find_max_edges: int = 20_000_000
+    members_per_partition: int = 2_000_000
+
+
+def nodes_uri(map_output: str) -> str:
+    return map_output.removesuffix(".parquet") + ".nodes.parquet"
+
+
+def clusters_uri(verify_output: str) -> str:
+    return verify_output.removesuffix(".parquet") + ".clusters.parquet"
+
+
+# --------------------------------------------------------------------------- 1. map
+
+
+@dataclasses.dataclass(frozen=True)
+class MapParams:
+    source: str
+    rank: int
+    base: int
+
+
+@shuffle.measured
+def fuzzy_map(inputs: list[str], output: str, params: MapParams) -> dict[str, Any]:
+    """A minhash shard (and its normalized shard, for row counts and lengths) -> records + nodes."""
+    buckets_uri, normalized_uri = inputs
+    table = storage.read_parquet(buckets_uri)
+    if "buckets" not in table.column_names or "id" not in table.column_names:
+        raise DedupError(f"source {params.source!r}: {buckets_uri} has no 'id'/'buckets' columns; rematerialize minhash_buckets for {params.source!r}")
+    rows = table.num_rows
+    if storage.parquet_num_rows(normalized_uri) != rows:
+        raise DedupError(
+            f"source {params.source!r}: {normalized_uri} and its minhash buckets {buckets_uri} have different row counts; "
+            f"rematerialize minhash_buckets for {params.source!r}"
+        )
+    column = table.column("buckets").combine_chunks()
+    if column.null_count:
+        column = pc.fill_null(column, pa.scalar([], column.type))
+    lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False).astype(np.int64)
+    values = pc.list_flatten(column).to_numpy(zero_copy_only=False).astype(np.uint64, copy=False)
+    bands = sorted(set(np.unique(lengths[lengths > 0]).tolist()))
+    if len(bands) > 1:
+        raise DedupError(f"source {params.source!r}: {buckets_uri} has {bands} buckets per document; rematerialize minhash_buckets for {params.source!r}")
+    row = np.repeat(np.arange(rows, dtype=np.int64), lengths)
+    starts = np.zeros(rows, np.int64)
+    if rows:
+        np.cumsum(lengths[:-1], out=starts[1:])
+    band = (np.arange(values.size, dtype=np.int64) - starts[row]).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        key = shuffle.hash_keys(values ^ shuffle.fmix64(band + np.uint64(1)))
+    node = (np.int64(params.rank) << np.int64(RANK_SHIFT)) + params.base + row
+    shuffle.write_sorted(pa.table([pa.array(key), pa.array(node)], schema=RECORD_SCHEMA), output)
+    if "chars" in table.column_names:
+        chars = table.column("chars").combine_chunks().cast(pa.int64())
+    else:  # minhash output from before it recorded lengths: read them from the text once
+        chars = doc_lengths(params.source, normalized_uri, None, rows)
+    nodes = pa.table([table.column("id").combine_chunks().cast(pa.string()), chars], schema=NODE_SCHEMA)
+    storage.write_parquet(nodes, nodes_uri(output))
+    return {"docs": rows, "records": int(values.size), "bands": bands[0] if bands else 0, "chars": int(pc.sum(nodes.column("chars")).as_py() or 0)}
+
+
+# --------------------------------------------------------------------------- 2. edges
+
+
+@dataclasses.dataclass(frozen=True)
+class RangeParams:
+    lo: int
+    hi: int
+
+
+@shuffle.measured
+def fuzzy_edges(inputs: list[str], output: str, params: RangeParams) -> dict[str, Any]:
+    """Star edges (smallest node, other node) of every bucket shared by several documents."""
+    table = shuffle.read_range(inputs, params.lo, params.hi, ["node"], RECORD_SCHEMA)
+    key, node = table.column("key").to_numpy(), table.column("node").to_numpy()
+    order = np.lexsort((node, key))
+    key, node = key[order], node[order]
+    new = np.r_[True, key[1:] != key[:-1]] if key.size else np.zeros(0, bool)
+    head = node[np.maximum.accumulate(np.where(new, np.arange(key.size), 0))] if key.size else node
+    member = ~new & (head != node)
+    u, v = head[member], node[member]
+    if u.size:
+        pairs = np.unique(np.stack([u, v], axis=1), axis=0)
+        u, v = pairs[:, 0], pairs[:, 1]
+    shuffle.write_sorted(edge_table(u, v), output)
+    starts = np.flatnonzero(new)
+    largest = int(np.diff(np.append(starts, key.size)).max()) if starts.size else 0
+    return {"records": int(key.size), "edges": int(u.size), "largest_bucket": largest}
+
+
+# --------------------------------------------------------------------------- 4. members
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardParams:
+    source: str
+    first_node: int
+    rows: int
+
+
+@shuffle.measured
+def fuzzy_members(inputs: list[str], output: str, params: ShardParams) -> dict[str, Any]:
+    """A shard's nodes that are in a cluster, with their label, id and length, keyed by label."""
+    nodes_file, *label_files = inputs
+    labels = shuffle.read_range(label_files, params.first_node, params.first_node + params.rows, ["node", "label"])
+    if labels.num_rows == 0:
+        shuffle.write_sorted(MEMBER_SCHEMA.empty_table(), output)
+        return {"members": 0}
+    node = labels.column("node").to_numpy()
+    label = labels.column("label").to_numpy()
+    table = storage.read_parquet(nodes_file).take(pa.array(node - params.first_node))
+    out = pa.table([pa.array(shuffle.hash_keys(label)), pa.array(label), pa.array(node), table.column("id"), table.column("chars")], schema=MEMBER_SCHEMA)
+    shuffle.write_sorted(out, output)
+    return {"members": int(node.size)}
+
+
+# --------------------------------------------------------------------------- 5. plan / 7. verify: which clusters to verify
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyParams:
+    lo: int
+    hi: int
+    sources: tuple[str, ...]
+    exempt: tuple[str, ...]
+    changed: tuple[int, ...] | None  # None: verify every cluster
+    previous: str | None  # the previous run's verify output for this label range
+    rule: FuzzyDedupParams
+    num_examples: int = 5
+    excerpt_chars: int = 240
+    member_files: int = 0  # verify: its inputs are this many member files, then the gathered texts
+
+
+def _clusters(member_files: Sequence[str], lo: int, hi: int) -> pl.DataFrame:
+    """Members of a label range in processing order: cluster, longest first, source, id."""
+    frame = pl.from_arrow(shuffle.read_range(member_files, lo, hi, ["label", "node", "id", "chars"], MEMBER_SCHEMA))
+    return frame.with_columns((pl.col("node") // (1 << RANK_SHIFT)).cast(pl.Int32).alias("rank")).sort(
+        ["label", "chars", "rank", "id"], descending=[False, True, False, False]
+    )
+
+
+def _reusable(frame: pl.DataFrame, params: VerifyParams) -> set[int]:
+    """Labels whose verdict can be copied: the cluster has no member of a changed source and the
+    previous run had the same label with the same size and no member of a changed source (a
+    component of unchanged nodes whose old component held no changed node is the same set)."""
+    if params.changed is None or params.previous is None or frame.height == 0:
+        return set()
+    changed = list(params.changed)
+    now = frame.group_by("label").agg(pl.len().alias("size"), pl.col("rank").is_in(changed).any().alias("dirty"))
+    before = pl.from_arrow(storage.read_parquet(clusters_uri(params.previous)))
+    before = before.with_columns(pl.col("ranks").list.eval(pl.element().is_in(changed)).list.any().alias("dirty_before"))
+    joined = now.filter(~pl.col("dirty")).join(before.select("label", "size", "dirty_before"), on=["label", "size"], how="inner")
+    return set(joined.filter(~pl.col("dirty_before"))["label"].to_list())
+
+
+@shuffle.measured
+def fuzzy_plan(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
+    """Request the text of every member of the clusters this run must verify, keyed by node."""
+    frame = _clusters(inputs, params.lo, params.hi)
+    reuse = _reusable(frame, params)
+    todo = frame.filter(~pl.col("label").is_in(list(reuse))) if reuse else frame
+    node = todo["node"].to_numpy()
+    shuffle.write_sorted(pa.table([pa.array(node.astype(np.int64)), pa.array(shuffle.hash_keys(todo["label"].to_numpy()))], schema=REQUEST_SCHEMA), output)
+    return {"requested_members": int(node.size)}
+
+
+@dataclasses.dataclass(frozen=True)
+class GatherParams:
+    source: str
+    first_node: int
+    rows: int
+    max_chars: int
+
+
+@shuffle.measured
+def fuzzy_gather(inputs: list[str], output: str, params: GatherParams) -> dict[str, Any]:
+    """The requested rows' text of one normalized shard (the shard is not read when none is)."""
+    normalized_uri, nodes_file, *request_files = inputs
+    requests = shuffle.read_range(request_files, params.first_node, params.first_node + params.rows, ["lkey"], REQUEST_SCHEMA)
+    if requests.num_rows == 0:
+        shuffle.write_sorted(TEXT_SCHEMA.empty_table(), output)
+        return {"gathered": 0, "shard_read": 0}
+    node = requests.column("key").to_numpy()
+    take = pa.array(node - params.first_node)
+    table = storage.read_parquet(normalized_uri, columns=["id", "text"])
+    ids = table.column("id").take(take).combine_chunks().cast(pa.string())
+    expected = storage.read_parquet(nodes_file, columns=["id"]).column("id").take(take).combine_chunks().cast(pa.string())
+    if not ids.equals(expected):
+        raise DedupError(f"source {params.source!r}: row order of its minhash buckets differs from {normalized_uri}; rematerialize minhash_buckets for {params.source!r}")
+    texts = pc.utf8_slice_codeunits(pc.fill_null(table.column("text").take(take).combine_chunks().cast(pa.large_string()), ""), 0, params.max_chars)
+    shuffle.write_sorted(pa.table([requests.column("lkey"), pa.array(node), texts], schema=TEXT_SCHEMA), output)
+    return {"gathered": int(node.size), "shard_read": 1}
+
+
+@shuffle.measured
+def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
+    """Verify the requested clusters of a label range; copy the previous verdict of the others."""
+    member_files, text_files = inputs[: params.member_files], inputs[params.member_files :]
+    frame = _clusters(member_files, params.lo, params.hi)
+    reuse = _reusable(frame, params)
+    rows: list[tuple] = []
+    if reuse:
+        before = storage.read_parquet(params.previous)
+        before = before.filter(pc.is_in(before.column("label"), pa.array(sorted(reuse), pa.int64())))
+        rows.extend(zip(*[before.column(name).to_pylist() for name in VERDICT_SCHEMA.names]))
+    todo = frame.filter(~pl.col("label").is_in(list(reuse))) if reuse else frame
+    texts_table = shuffle.read_range(text_files, params.lo, params.hi, ["node", "text"], TEXT_SCHEMA)
+    text_of = dict(zip(texts_table.column("node").to_pylist(), texts_table.column("text").to_pylist()))
+    del texts_table
+    exempt = {params.sources.index(s) for s in params.exempt if s in params.sources}
+    counters = {"clusters": 0, "verified_clusters": 0, "reused_clusters": len(reuse), "verified_members": 0, "comparisons": 0, "exempt_kept": 0, "largest_cluster": 0}
+    examples: list[tuple[int, dict[str, Any]]] = []
+    if todo.height:
+        labels = todo["label"].to_numpy()
+        starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
+        ends = np.append(starts[1:], labels.size)
+        ids, ranks, chars, nodes = todo["id"].to_list(), todo["rank"].to_list(), todo["chars"].to_list(), todo["node"].to_list()
+        for s, e in zip(starts.tolist(), ends.tolist()):
+            counters["verified_clusters"] += 1
+            counters["verified_members"] += e - s
+            verifier = GreedyVerifier(params.rule)
+            chunk_start = s
+            while chunk_start < e:  # n-grams of about VERIFY_BATCH_CHARS at a time, in order
+                chunk_end, size = chunk_start, 0
+                while chunk_end < e and (chunk_end == chunk_start or size < VERIFY_BATCH_CHARS):
+                    size += min(chars[chunk_end], params.rule.max_chars_per_doc)
+                    chunk_end += 1
+                texts = [text_of.get(nodes[i]) for i in range(chunk_start, chunk_end)]
+                if any(t is None for t in texts):
+                    raise DedupError(f"cluster {ids[s]}: member text missing from the gathered shards; rerun fuzzy_duplicates")
+                grams = ngram_sets(texts, params.rule.ngram_size, params.rule.max_chars_per_doc)
+                for k, i in enumerate(range(chunk_start, chunk_end)):
+                    removal = verifier.offer(i, chars[i], grams[k], ranks[i] in exempt)
+                    if removal is None:
+                        continue
+                    r = removal.representative
+                    rows.append((0, ranks[i], ids[i], int(labels[s]), ids[s], ids[r], params.sources[ranks[r]], removal.containment, removal.jaccard, chars[i]))
+                    _offer_example(examples, params, params.sources[ranks[i]], ids[i], params.sources[ranks[r]], ids[r], removal, texts[k], text_of[nodes[r]])
+                chunk_start = chunk_end
+            counters["comparisons"] += verifier.comparisons
+            counters["exempt_kept"] += verifier.exempt_kept
+    sizes = frame.group_by("label").agg(pl.len().alias("size"), pl.col("rank").unique().sort().cast(pl.Int32).alias("ranks")).sort("label")
+    counters["clusters"] = sizes.height
+    counters["largest_cluster"] = int(sizes["size"].max() or 0) if sizes.height else 0
+    histogram: dict[str, int] = {}
+    for size in sizes["size"].to_list():
+        histogram[size_bin(size)] = histogram.get(size_bin(size), 0) + 1
+    storage.write_parquet(sizes.to_arrow().cast(CLUSTER_SCHEMA), clusters_uri(output))
+    columns = list(zip(*rows)) if rows else [[] for _ in VERDICT_SCHEMA]
+    verdict = pa.table([pa.array(list(c), type=f.type) for c, f in zip(columns, VERDICT_SCHEMA)], schema=VERDICT_SCHEMA)
+    verdict = verdict.set_column(0, "key", pa.array(shuffle.prefix_keys(verdict.column("id"))))
+    shuffle.write_sorted(verdict, output)
+    by_rank = pl.from_arrow(verdict.select(["rank", "chars"])).group_by("rank").agg(pl.len().alias("n"), pl.col("chars").sum().alias("c"))
+    return counters | {
+        "histogram": histogram,
+        "removed_by_rank": {str(r): int(n) for r, n in zip(by_rank["rank"].to_list(), by_rank["n"].to_list())},
+        "removed_chars_by_rank": {str(r): int(c) for r, c in zip(by_rank["rank"].to_list(), by_rank["c"].to_list())},
+        "examples": [e for _, e in sorted(examples, key=lambda kv: -kv[0])],
+    }
+
+
+def _offer_example(heap: list, params: VerifyParams, source: str, doc: str, rep_source: str, rep: str, removal: Any, text: str, rep_text: str) -> None:
+    """Keep the removals with the smallest hash of (source, id): a stable sample."""
+    if not params.num_examples:
+        return
+    key = xxhash.xxh3_64_intdigest(f"{source}\x00{doc}".encode())
+    entry = {
+        "source": source,
+        "id": doc,
+        "representative_source": rep_source,
+        "representative_id": rep,
+        "containment": round(removal.containment, 4),
+        "jaccard": round(removal.jaccard, 4),
+        "excerpt": text[: params.excerpt_chars],
+        "representative_excerpt": rep_text[: params.excerpt_chars],
+        "_key": key,
+    }
+    if len(heap) < params.num_examples:
+        heapq.heappush(heap, (-key, entry))
+    elif -heap[0][0] > key:
+        heapq.heapreplace(heap, (-key, entry))
+
+
+# --------------------------------------------------------------------------- 8. removals and publish
+
+PART_SCHEMA = pa.schema([(f.name, f.type) for f in VERDICT_SCHEMA if f.name not in ("key", "label", "chars")])
+
+
+@shuffle.measured
+def fuzzy_removals(inputs: list[str], output: str, params: RangeParams) -> dict[str, Any]:
+    table = shuffle.read_range(inputs, params.lo, params.hi, PART_SCHEMA.names, VERDICT_SCHEMA).select(PART_SCHEMA.names)
+    if table.num_rows:
+        table = table.take(pc.sort_indices(table, sort_keys=[("rank", "ascending"), ("id", "ascending")]))
+    shuffle.write_sorted_by_rank(table, output)
+    return {"removed": table.num_rows}
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishParams:
+    rank: int
+
+
+def _to_fuzzy(table: pa.Table) -> pa.Table:
+    return table.select(FUZZY_SCHEMA.names).cast(FUZZY_SCHEMA)
+
+
+@shuffle.measured
+def fuzzy_publish(inputs: list[str], output: str, params: PublishParams) -> dict[str, Any]:
+    return shuffle.publish_removals(inputs, params.rank, output, FUZZY_SCHEMA, _to_fuzzy)
+
+
+# --------------------------------------------------------------------------- the driver
+
+
+def _source_fingerprint(uris: Sequence[str]) -> str:
+    return hashlib.sha256("\n".join(sorted(uris)).encode()).hexdigest()[:16]
+
+
+def _pair(buckets: Mapping[str, Sequence[str]], normalized: Mapping[str, Sequence[str]]) -> dict[str, list[tuple[str, str, int]]]:
+    """Per source: (bucket shard, normalized shard, rows) in basename order."""
+    if set(buckets) != set(normalized):
+        missing = sorted(set(buckets) ^ set(normalized))
+        raise DedupError(
+            f"sources {missing} have minhash buckets or normalized shards but not both; "
+            "materialize minhash_buckets for every normalized source (or drop the source from both)"
+        )
+    out: dict[str, list[tuple[str, str, int]]] = {}
+    for source in sorted(buckets):
+        b = {storage.basename(u): u for u in buckets[source]}
+        n = {storage.basename(u): u for u in normalized[source]}
+        if set(b) != set(n):
+            odd = sorted(set(b) ^ set(n))
+            raise DedupError(
+                f"source {source!r}: minhash_buckets and normalized are not co-partitioned (shards {odd} "
+                f"are on one side only); rematerialize minhash_buckets for {source!r}"
+            )
+        out[source] = [(b[name], n[name], storage.parquet_num_rows(b[name])) for name in sorted(b)]
+    return out
+
+
+def find_fuzzy_duplicates(
+    buckets: Mapping[str, Sequence[str]],
+    normalized: Mapping[str, Sequence[str]],
+    exempt: Collection[str],
+    out_dir_uri: str,
+    params: FuzzyDedupParams = FuzzyDedupParams(),
+    *,
+    scale: FuzzyScale = FuzzyScale(),
+    runner: ShardRunner | None = None,
+    cache_uri: str | None = None,
+    fingerprints: Mapping[str, str] | None = None,
+    previous_uri: str | None = None,
+    num_examples: int = 5,
+    excerpt_chars: int = 240,
+) -> dict[str, Any]:
+    """Candidate clusters from shared buckets, verified; writes one removal list per source.
+
+    A cluster is processed longest first, ties by source name then id; its ``cluster_id`` is
+    the id of that first member, which is always kept. Removed rows: ``id``, ``cluster_id``,
+    ``representative_id``, ``representative_source``, ``containment`` and ``jaccard``.
+
+    Incremental: ``cache_uri`` keeps each source's map output under its ``fingerprints`` entry
+    (default: a hash of its shard URIs), and ``previous_uri`` (an earlier output of this
+    function over the same sources) lends the verdicts of the clusters no changed source
+    touches. Without them, or when the sources or task sizes differ, everything is verified;
+    the removals are the same either way.
+    """
+    runner = runner or ShardRunner()
+    shards = _pair(buckets, normalized)
+    sources = tuple(shards)
+    rank = {s: i for i, s in enumerate(sources)}
+    fps = {s: (fingerprints or {}).get(s) or _source_fingerprint([b for b, _, _ in shards[s]]) for s in sources}
+    work = storage.join(out_dir_uri, "_work")
+    cache = cache_uri or storage.join(work, "cache")
+    exempt_t = tuple(sorted(set(exempt) & set(sources)))
+    results: list[ShardResult] = []
+
+    def run(tasks: list[ShardTask]) -> list[ShardResult]:
+        done = runner.map(tasks)
+        results.extend(done)
+        return done
+
+    # 1. map
+    map_tasks, first_node, rows_of = [], {}, {}
+    for source in sources:
+        base = 0
+        for b_uri, n_uri, rows in shards[source]:
+            out = storage.join(cache, source, f"{fps[source]}-r{rank[source]}", storage.basename(b_uri))
+            first_node[out] = (rank[source] << RANK_SHIFT) + base
+            rows_of[out] = rows
+            map_tasks.append(ShardTask(fuzzy_map, (b_uri, n_uri), out, MapParams(source, rank[source], base)))
+            base += rows
+        if base >= 1 << RANK_SHIFT:
+            raise DedupError(f"source {source!r} has {base} documents, more than the {1 << RANK_SHIFT} a node number holds; split the source")
+    mapped = run(map_tasks)
+    bands = {r.stats["bands"] for r in mapped if r.stats["bands"]}
+    if len(bands) > 1:
+        odd = [(t.params.source, t.inputs[0]) for t, r in zip(map_tasks, mapped) if r.stats["bands"] and r.stats["bands"] != min(bands)]
+        raise DedupError(f"minhash buckets have {sorted(bands)} bands per document across shards (e.g. {odd[:3]}); rematerialize minhash_buckets of every source with the same MinHashParams")
+    docs_per_source = {s: 0 for s in sources}
+    chars_per_source = {s: 0 for s in sources}
+    for t, r in zip(map_tasks, mapped):
+        docs_per_source[t.params.source] += int(r.stats["docs"])
+        chars_per_source[t.params.source] += int(r.stats["chars"])
+
+    # 2. edges
+    records = sum(int(r.stats["records"]) for r in mapped)
+    edge_parts = shuffle.partitions_for(records, scale.records_per_partition)
+    edge_results = run(
+        [
+            ShardTask(fuzzy_edges, tuple(r.output for r in mapped), storage.join(work, "edges", storage.shard_name(p, edge_parts)), RangeParams(lo, hi))
+            for p, (lo, hi) in enumerate(shuffle.partition_bounds(edge_parts))
+        ]
+    )
+    edges = sum(int(r.stats["edges"]) for r in edge_results)
+
+    # 3. components
+    label_files, cc_stats = connected_components(
+        [r.output for r in edge_results], edges, work, runner, union_find_max_edges=scale.union_find_max_edges, edges_per_task=scale.edges_per_task
+    )
+    results.extend(cc_stats.pop("cc_results"))
+
+    # 4. members
+    members = run([ShardTask(fuzzy_members, (nodes_uri(r.output), *label_files), storage.join(work, "members", f"{i:06d}.parquet"), ShardParams(t.params.source, first_node[r.output], rows_of[r.output])) for i, (t, r) in enumerate(zip(map_tasks, mapped))])
+    in_clusters = sum(int(r.stats["members"]) for r in members)
+    verify_parts = 1 << max(0, (shuffle.partitions_for(in_clusters, scale.members_per_partition) - 1).bit_length())
+
+    # Incremental: the previous run's state says which sources changed.
+    state = {"sources": list(sources), "fingerprints": fps, "verify_partitions": verify_parts, "rule": dataclasses.asdict(params), "exempt": list(exempt_t)}
+    changed: tuple[int, ...] | None = None
+    previous_files: list[str | None] = [None] * verify_parts
+    if previous_uri and storage.exists(storage.join(previous_uri, STATE_FILE)):
+        before = storage.read_json(storage.join(previous_uri, STATE_FILE))
+        if all(before.get(k) == state[k] for k in ("sources", "verify_partitions", "rule", "exempt")):
+            changed = tuple(rank[s] for s in sources if before["fingerprints"].get(s) != fps[s])
+            previous_files = list(before["verify_files"])
+    bounds = shuffle.partition_bounds(verify_parts)
+    member_files = tuple(r.output for r in members)
+
+    def verify_params(p: int, lo: int, hi: int) -> VerifyParams:
+        return VerifyParams(lo, hi, sources, exempt_t, changed, previous_files[p], params, num_examples, excerpt_chars)
+
+    # 5. plan, 6. gather, 7. verify
+    plans = run([ShardTask(fuzzy_plan, member_files, storage.join(work, "plan", storage.shard_name(p, verify_parts)), verify_params(p, lo, hi)) for p, (lo, hi) in enumerate(bounds)])
+    plan_files = tuple(r.output for r in plans)
+    gathered = run(
+        [
+            ShardTask(fuzzy_gather, (t.inputs[1], nodes_uri(r.output), *plan_files), storage.join(work, "gather", f"{i:06d}.parquet"), GatherParams(t.params.source, first_node[r.output], rows_of[r.output], params.max_chars_per_doc))
+            for i, (t, r) in enumerate(zip(map_tasks, mapped))
+        ]
+    )
+    verified = run(
+        [
+            ShardTask(
+                fuzzy_verify,
+                member_files + tuple(r.output for r in gathered),
+                storage.join(work, "verify", storage.shard_name(p, verify_parts)),
+                dataclasses.replace(verify_params(p, lo, hi), member_files=len(member_files)),
+            )
+            for p, (lo, hi) in enumerate(bounds)
+        ]
+    )
+
+    # 8. removals by id range, then one file per source
+    removed_total = sum(sum(int(n) for n in r.stats["removed_by_rank"].values()) for r in verified)
+    removal_parts = shuffle.partitions_for(removed_total, scale.members_per_partition)
+    parts = run(
+        [
+            ShardTask(fuzzy_removals, tuple(r.output for r in verified), storage.join(work, "removals", storage.shard_name(p, removal_parts)), RangeParams(lo, hi))
+            for p, (lo, hi) in enumerate(shuffle.partition_bounds(removal_parts))
+        ]
+    )
+    published = run([ShardTask(fuzzy_publish, tuple(r.output for r in parts), removed_uri(out_dir_uri, s), PublishParams(rank[s])) for s in sources])
+    storage.write_json(storage.join(out_dir_uri, STATE_FILE), state | {"verify_files": [r.output for r in verified]})
+
+    # Counters from what the tasks returned.
+    removed_per_source = {s: int(r.stats["removed"]) for s, r in zip(sources, published)}
+    removed_chars = {s: 0 for s in sources}
+    histogram: dict[str, int] = {}
+    totals = {"clusters": 0, "verified_clusters": 0, "reused_clusters": 0, "verified_members": 0, "comparisons": 0, "exempt_kept": 0}
+    examples: list[dict[str, Any]] = []
+    for r in verified:
+        for key in totals:
+            totals[key] += int(r.stats[key])
+        for k, c in r.stats["removed_chars_by_rank"].items():
+            removed_chars[sources[int(k)]] += int(c)
+        for k, n in r.stats["histogram"].items():
+            histogram[k] = histogram.get(k, 0) + int(n)
+        examples.extend(r.stats["examples"])
+    examples = [{k: v for k, v in e.items() if k != "_key"} for e in sorted(examples, key=lambda e: e["_key"])[:num_examples]]
+    fresh = [r for r in results if not r.reused]
+    return {
+        "docs": sum(docs_per_source.values()),
+        "docs_per_source": docs_per_source,
+        "chars_per_source": chars_per_source,
+        "bucket_records": records,
+        "bucket_partitions": edge_parts,
+        "candidate_edges": edges,
+        "largest_bucket": max((int(r.stats["largest_bucket"]) for r in edge_results), default=0),
+        **cc_stats,
+        "docs_in_clusters": in_clusters,
+        "largest_cluster": max((int(r.stats["largest_cluster"]) for r in verified), default=0),
+        "cluster_size_histogram": dict(sorted(histogram.items(), key=lambda kv: int(kv[0].split("-")[0]))),
+        "verify_partitions": verify_parts,
+        **totals,
+        "changed_sources": None if changed is None else [sources[r] for r in changed],
+        "shards_read_for_text": sum(int(r.stats["shard_read"]) for r in gathered),
+        "removed": sum(removed_per_source.values()),
+        "removed_per_source": removed_per_source,
+        "removed_chars_per_source": removed_chars,
+        "removal_ratio_per_source": removal_ratios(removed_per_source, docs_per_source),
+        "removed_ids_digest": {s: str(r.stats["digest"]) for s, r in zip(sources, published)},
+        "exempt_sources": list(exempt_t),
+        "examples": examples,
+        "tasks": len(results),
+        "task_cpu_s": round(sum(float(r.stats.get("cpu_s", 0)) for r in fresh), 3),
+        "max_task_rss_kb": max(int(r.stats.get("rss_kb", 0)) for r in results),
+    }

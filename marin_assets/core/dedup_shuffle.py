@@ -1,0 +1,213 @@
+"""Shuffles through storage for the dedup steps: key-sorted Parquet files read by key range.
+
+A map task writes one Parquet file sorted by an int64 ``key`` (in ``[0, 2**63)``) with small
+row groups; a reduce task for the key range ``[lo, hi)`` reads, from every map file, only the
+row groups whose ``key`` statistics overlap its range. So no file is written per (map, reduce)
+pair, and the number of reduce tasks is chosen after the maps ran, from the data they wrote.
+
+Two key families: :func:`hash_keys` spreads arbitrary uint64 values uniformly;
+:func:`prefix_keys` keeps the byte order of strings (the first 8 bytes), so reduce ranges over
+ids are id ranges and concatenating reduce outputs in range order gives a file sorted by id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from marin_assets.core import storage
+
+KEY_SPACE = 1 << 63
+ROW_GROUP_ROWS = 32_768  # a range read touches at most two row groups beyond its own rows
+
+
+def fmix64(x: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 64-bit finalizer (a bijection on uint64)."""
+    h = np.asarray(x, dtype=np.uint64).copy()
+    with np.errstate(over="ignore"):
+        h ^= h >> np.uint64(33)
+        h *= np.uint64(0xFF51AFD7ED558CCD)
+        h ^= h >> np.uint64(33)
+        h *= np.uint64(0xC4CEB93FE53A9C4B)
+        h ^= h >> np.uint64(33)
+    return h
+
+
+def hash_keys(values: np.ndarray) -> np.ndarray:
+    """Uniform int64 keys in [0, 2**63) for uint64/int64 values."""
+    return (fmix64(np.asarray(values).astype(np.uint64, copy=False)) >> np.uint64(1)).astype(np.int64)
+
+
+def prefix_keys(strings: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Order-preserving int64 keys: the first 8 bytes of each string, big-endian, halved.
+
+    ``a <= b`` (bytewise, which is Python's ``str`` order for UTF-8) implies
+    ``key(a) <= key(b)``; equal keys are ordered by the full string inside a partition.
+    """
+    if isinstance(strings, pa.ChunkedArray):
+        strings = strings.combine_chunks() if strings.num_chunks else pa.array([], pa.string())
+    binary = pc.fill_null(strings.cast(pa.large_binary()), b"")
+    n = len(binary)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    offsets = np.frombuffer(binary.buffers()[1], np.int64)[binary.offset : binary.offset + n + 1]
+    data_buf = binary.buffers()[2]
+    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None and data_buf.size else np.zeros(1, np.uint8)
+    lengths = np.diff(offsets)
+    key = np.zeros(n, np.uint64)
+    for j in range(8):
+        has = lengths > j
+        byte = np.where(has, data[np.minimum(offsets[:-1] + j, data.size - 1)], 0).astype(np.uint64)
+        key |= byte << np.uint64(56 - 8 * j)
+    return (key >> np.uint64(1)).astype(np.int64)
+
+
+def partition_bounds(partitions: int) -> list[tuple[int, int]]:
+    """``partitions`` equal key ranges covering [0, 2**63)."""
+    edges = [p * KEY_SPACE // partitions for p in range(partitions)] + [KEY_SPACE]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def partitions_for(records: int, per_partition: int) -> int:
+    """Reduce tasks for ``records`` rows at about ``per_partition`` each (no upper cap)."""
+    return max(1, -(-int(records) // max(1, int(per_partition))))
+
+
+def write_sorted(table: pa.Table, uri: str) -> int:
+    """Write ``table`` sorted by ``key`` (then by its other sort columns already applied)."""
+    if table.num_rows:
+        table = table.take(pc.sort_indices(table, sort_keys=[("key", "ascending")]))
+    storage.write_parquet(table, uri, row_group_size=ROW_GROUP_ROWS)
+    return table.num_rows
+
+
+def write_sorted_by_rank(table: pa.Table, uri: str) -> int:
+    """Write a removal part already sorted by (``rank``, ``id``), in row groups a source can prune."""
+    storage.write_parquet(table, uri, row_group_size=ROW_GROUP_ROWS)
+    return table.num_rows
+
+
+def read_range(uris: Iterable[str], lo: int, hi: int, columns: Sequence[str] | None = None, schema: pa.Schema | None = None) -> pa.Table:
+    """Rows with ``lo <= key < hi`` from key-sorted files, reading only overlapping row groups."""
+    pieces: list[pa.Table] = []
+    for uri in uris:
+        fs, path = storage.filesystem(uri)
+        with fs.open(path, "rb") as handle:
+            reader = pq.ParquetFile(handle)
+            meta = reader.metadata
+            key_col = reader.schema_arrow.get_field_index("key")
+            groups = []
+            for g in range(meta.num_row_groups):
+                stats = meta.row_group(g).column(key_col).statistics
+                if meta.row_group(g).num_rows == 0:
+                    continue
+                if stats is None or not stats.has_min_max or (stats.max >= lo and stats.min < hi):
+                    groups.append(g)
+            if not groups:
+                continue
+            cols = None if columns is None else list(dict.fromkeys(["key", *columns]))
+            table = reader.read_row_groups(groups, columns=cols)
+        keys = table.column("key").to_numpy()
+        mask = keys >= lo
+        if hi < KEY_SPACE:
+            mask &= keys < hi
+        table = table.filter(pa.array(mask))
+        if table.num_rows:
+            pieces.append(table)
+    if pieces:
+        return pa.concat_tables(pieces, promote_options="default")
+    if schema is not None:
+        return schema.empty_table() if columns is None else pa.schema([schema.field(c) for c in dict.fromkeys(["key", *columns])]).empty_table()
+    return pa.table({"key": pa.array([], pa.int64())})
+
+
+def measured(fn: Any) -> Any:
+    """Add the task's own CPU seconds and its process's peak RSS to a task function's counters."""
+    import functools  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    @functools.wraps(fn)
+    def task(inputs: list[str], output: str, params: Any) -> dict[str, Any]:
+        start = time.process_time()
+        stats = dict(fn(inputs, output, params))
+        stats["cpu_s"] = time.process_time() - start
+        stats["rss_kb"] = vm_hwm_kb()
+        return stats
+
+    return task
+
+
+def vm_hwm_kb() -> int:
+    """This process's peak resident set (VmHWM) in KiB; 0 where /proc is not available."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+# --------------------------------------------------------------------------- per-source removal files
+
+
+PUBLISH_ROW_GROUP = 1 << 17
+
+
+def publish_removals(parts: Sequence[str], rank: int, output_uri: str, schema: pa.Schema, convert: Any) -> dict[str, Any]:
+    """Concatenate one source's rows (``rank``) of id-range part files, in range order, into one
+    Parquet file sorted by id, streaming one part at a time; returns the removal count and the
+    sha256 digest of the sorted ids (the same as ``dedup.removed_ids_digest``)."""
+    digest = hashlib.sha256()
+    count = 0
+    with tempfile.TemporaryDirectory(prefix="dedup-publish-") as tmp:
+        local = os.path.join(tmp, "removed.parquet")
+        writer = pq.ParquetWriter(local, schema, compression=storage.PARQUET_COMPRESSION)
+        pending = schema.empty_table()
+        try:
+            for part in parts:
+                table = _rows_of_rank(part, rank)
+                if not table.num_rows:
+                    continue
+                table = convert(table)
+                for value in table.column("id").to_pylist():
+                    digest.update(value.encode("utf-8"))
+                    digest.update(b"\n")
+                count += table.num_rows
+                # Row groups of exactly PUBLISH_ROW_GROUP rows: the bytes do not depend on the partitioning.
+                pending = pa.concat_tables([pending, table])
+                full = pending.num_rows // PUBLISH_ROW_GROUP * PUBLISH_ROW_GROUP
+                if full:
+                    writer.write_table(pending.slice(0, full), row_group_size=PUBLISH_ROW_GROUP)
+                    pending = pending.slice(full)
+            if pending.num_rows or count == 0:
+                writer.write_table(pending.combine_chunks(), row_group_size=PUBLISH_ROW_GROUP)
+        finally:
+            writer.close()
+        storage.put_file(local, output_uri)
+    return {"removed": count, "digest": digest.hexdigest()[:16]}
+
+
+def _rows_of_rank(uri: str, rank: int) -> pa.Table:
+    """Rows of one source from a part file sorted by (``rank``, ``id``), pruning row groups."""
+    fs, path = storage.filesystem(uri)
+    with fs.open(path, "rb") as handle:
+        reader = pq.ParquetFile(handle)
+        meta = reader.metadata
+        col = reader.schema_arrow.get_field_index("rank")
+        groups = []
+        for g in range(meta.num_row_groups):
+            stats = meta.row_group(g).column(col).statistics
+            if meta.row_group(g).num_rows and (stats is None or not stats.has_min_max or stats.min <= rank <= stats.max):
+                groups.append(g)
+        table = reader.read_row_groups(groups) if groups else reader.schema_arrow.empty_table()
+    return table.filter(pc.equal(table.column("rank"), rank))
