@@ -13,6 +13,7 @@ import pytest
 import xxhash
 
 from marin_assets.core import dedup, minhash, storage
+from marin_assets.core import dedup_shuffle
 from marin_assets.core.dedup import ExactDedupParams, FuzzyDedupParams
 from marin_assets.core.dedup_fuzzy import FuzzyScale
 from marin_assets_tests.core.test_minhash import shingle_jaccard, stdlib_documents
@@ -51,8 +52,12 @@ def read_removed(out_dir: str, source: str) -> list[dict]:
 # --------------------------------------------------------------------------- exact
 
 
+def doc_text(n: int) -> str:
+    return f"document number {n} " + " ".join(["filler"] * n)
+
+
 def exact_corpus(root: Path, shards: int = 1) -> dict[str, list[str]]:
-    texts = {n: f"document number {n} " + " ".join(["filler"] * n) for n in range(1, 6)}
+    texts = {n: doc_text(n) for n in range(1, 6)}
     members = {"a_src": [1, 2, 3], "b_src": [2, 3, 4], "c_src": [3, 4, 5], "d_src": []}
     return {source: write_normalized(root, source, [texts[n] for n in ns], shards) for source, ns in members.items()}
 
@@ -124,23 +129,68 @@ def test_exempt_members_are_kept_but_still_represent() -> None:
     assert verdict.exempt_kept == 1
 
 
-def test_indexed_verification_agrees_with_the_exact_scan_on_clear_clusters() -> None:
+def near_copies(count: int, seed: int, words: int = 200, max_edits: int = 3) -> list[str]:
+    """``count`` copies of one random text, each with 1..max_edits random word edits."""
+    rng = random.Random(seed)
+    vocab = [f"w{rng.randrange(10**6)}" for _ in range(5000)]
+    base = [rng.choice(vocab) for _ in range(words)]
+    out = []
+    for _ in range(count):
+        text = list(base)
+        for _ in range(rng.randint(1, max_edits)):
+            pos = rng.randrange(len(text))
+            op = rng.random()
+            if op < 0.4:
+                text[pos] = rng.choice(vocab)
+            elif op < 0.7:
+                del text[pos]
+            else:
+                text.insert(pos, rng.choice(vocab))
+        out.append(" ".join(text))
+    return out
+
+
+def in_processing_order(texts: list[str]) -> tuple[list[int], list[np.ndarray]]:
+    texts = sorted(texts, key=lambda t: (-len(t), t))
+    return [len(t) for t in texts], dedup.ngram_sets(texts)
+
+
+@pytest.mark.parametrize("copies", [600, 6000])
+def test_big_clusters_of_near_copies_keep_exactly_the_pairwise_survivors(copies: int) -> None:
+    texts = near_copies(copies, seed=copies)
+    assert shingle_jaccard(texts[0], texts[1]) >= 0.8
+    lengths, grams = in_processing_order(texts)
+    exempt = [i % 97 == 5 for i in range(copies)]
+    greedy = dedup.verify_cluster(lengths, grams, exempt)
+    pairwise = dedup.verify_cluster_pairwise(lengths, grams, exempt)
+    assert [(r.index, r.representative, r.containment) for r in greedy.removals] == [(r.index, r.representative, r.containment) for r in pairwise.removals]
+    assert greedy.exempt_kept == pairwise.exempt_kept
+    survivors = copies - len(greedy.removals)
+    assert survivors - greedy.exempt_kept < 10  # near-identical copies: a handful survive, as the rule says
+
+
+def test_greedy_verification_equals_the_pairwise_rule_on_mixed_clusters() -> None:
     rng = np.random.default_rng(3)
     members, lengths = [], []
-    for family in range(3):
+    for family in range(4):
         base = np.arange(family * 1000, family * 1000 + 120, dtype=np.uint64)
-        for variant in range(12):
-            keep = base[rng.random(base.size) < rng.uniform(0.5, 1.0)]
-            unique = np.arange(5, dtype=np.uint64) + np.uint64(10**6 + 100 * (family * 12 + variant))
-            members.append(np.unique(np.concatenate([keep, unique])))
-            lengths.append(int(keep.size))
+        for variant in range(60):
+            keep = base[rng.random(base.size) < rng.uniform(0.4, 1.0)]
+            other = np.arange(((family + 1) % 4) * 1000, ((family + 1) % 4) * 1000 + 120, dtype=np.uint64)
+            borrowed = other[rng.random(other.size) < rng.uniform(0.0, 0.5)]
+            unique = np.arange(rng.integers(0, 8), dtype=np.uint64) + np.uint64(10**6 + 100 * (family * 60 + variant))
+            members.append(np.unique(np.concatenate([keep, borrowed, unique])))
+            lengths.append(int(members[-1].size))
     order = sorted(range(len(members)), key=lambda i: -lengths[i])
     members = [members[i] for i in order]
     lengths = [lengths[i] for i in order]
-    exact = dedup.verify_cluster(lengths, members, [False] * len(members))
-    indexed = dedup.verify_cluster(lengths, members, [False] * len(members), FuzzyDedupParams(exact_scan_max_members=4))
-    assert exact.removals and [(r.index, r.representative) for r in exact.removals] == [(r.index, r.representative) for r in indexed.removals]
-    assert indexed.comparisons < exact.comparisons
+    exempt = [bool(x) for x in rng.random(len(members)) < 0.1]
+    greedy = dedup.verify_cluster(lengths, members, exempt)
+    pairwise = dedup.verify_cluster_pairwise(lengths, members, exempt)
+    assert pairwise.removals and len(pairwise.removals) < len(members) - 20  # many retained: a real test of the filter
+    assert [(r.index, r.representative, r.containment, r.jaccard) for r in greedy.removals] == [(r.index, r.representative, r.containment, r.jaccard) for r in pairwise.removals]
+    assert greedy.exempt_kept == pairwise.exempt_kept
+    assert greedy.comparisons < pairwise.comparisons
 
 
 def test_removal_ratio_helpers() -> None:
@@ -246,3 +296,108 @@ def test_fuzzy_rejects_buckets_that_are_not_co_partitioned(tmp_path: Path) -> No
     normalized, buckets = write_source(tmp_path, "alpha", stdlib_documents(4, seed=1), 2)
     with pytest.raises(dedup.DedupError, match="source 'alpha'.*rematerialize minhash_buckets"):
         dedup.find_fuzzy_duplicates({"alpha": buckets[:1]}, {"alpha": normalized}, set(), str(tmp_path / "out"))
+
+
+# --------------------------------------------------------------------------- sharded steps
+
+
+SMALL_TASKS = FuzzyScale(records_per_partition=4000, edges_per_task=1500, union_find_max_edges=0, members_per_partition=150)
+
+
+def outputs(out: str, sources) -> dict[str, set[tuple[str, str, str]]]:
+    return {s: {(r["id"], r["representative_source"], r["representative_id"]) for r in read_removed(out, s)} for s in sources}
+
+
+def big_cluster_corpus(root: Path, extra: dict[str, list[str]] | None = None) -> tuple[dict, dict]:
+    """Three sources sharing a 600-copy cluster, a few small clusters and unrelated documents."""
+    copies = near_copies(600, seed=11)
+    small = [t for k in range(6) for t in near_copies(k + 2, seed=100 + k, words=80)]
+    loose = stdlib_documents(30, per_doc=4, seed=5)
+    apart = [near_copies(3, seed=200 + k, words=60) for k in range(5)]  # clusters beta has no member of
+    texts = {
+        "alpha": copies[:300] + small[::2] + loose[:10] + [c for trio in apart for c in trio[:2]],
+        "beta": copies[300:500] + small[1::2] + loose[10:20],
+        "gamma": copies[500:] + loose[20:] + [trio[2] for trio in apart],
+    }
+    for source, more in (extra or {}).items():
+        texts[source] = texts[source] + more
+    normalized, buckets = {}, {}
+    for source, docs in texts.items():
+        normalized[source], buckets[source] = write_source(root, source, docs, 2)
+    return normalized, buckets
+
+
+def test_sharded_fuzzy_dedup_equals_the_pairwise_reference_with_a_600_copy_cluster(tmp_path: Path) -> None:
+    from marin_assets_tests.dedup_reference import reference_fuzzy_removals
+
+    normalized, buckets = big_cluster_corpus(tmp_path)
+    out = str(tmp_path / "out")
+    stats = dedup.find_fuzzy_duplicates(buckets, normalized, {"gamma"}, out, scale=SMALL_TASKS)
+    assert stats["largest_cluster"] >= 550 and stats["cc_method"] == "star_rounds" and stats["verify_partitions"] > 1
+    assert outputs(out, buckets) == reference_fuzzy_removals(buckets, normalized, {"gamma"})
+    assert stats["removed"] > 400
+
+
+def test_star_rounds_label_components_like_union_find(tmp_path: Path) -> None:
+    from marin_assets.core.dedup_components import connected_components, edge_table
+    from marin_assets.core.runner import ShardRunner
+
+    rng = np.random.default_rng(7)
+    u = rng.integers(0, 3000, 2500)
+    v = rng.integers(0, 3000, 2500)
+    chain = np.arange(1000, 1400)  # a long path: the worst case for label propagation
+    u, v = np.concatenate([u, chain[:-1]]), np.concatenate([v, chain[1:]])
+    files = []
+    for k in range(3):
+        uri = str(tmp_path / f"edges-{k}.parquet")
+        dedup_shuffle.write_sorted(edge_table(u[k::3], v[k::3]), uri)
+        files.append(uri)
+
+    def labels(files: list[str], work: str, **sizes) -> dict[int, int]:
+        out, stats = connected_components(files, len(u), work, ShardRunner(), **sizes)
+        table = dedup_shuffle.read_range(out, 0, dedup_shuffle.KEY_SPACE, ["node", "label"])
+        return dict(zip(table.column("node").to_pylist(), table.column("label").to_pylist())), stats
+
+    one, one_stats = labels(files, str(tmp_path / "uf"), union_find_max_edges=10**9, edges_per_task=10**9)
+    many, many_stats = labels(files, str(tmp_path / "stars"), union_find_max_edges=0, edges_per_task=500)
+    assert one_stats["cc_method"] == "union_find" and many_stats["cc_method"] == "star_rounds"
+    assert len(many_stats["cc_results"]) > 10
+    assert one == many
+    assert set(one) == set(u.tolist()) | set(v.tolist()) - {x for x, y in zip(u.tolist(), v.tolist()) if x == y and (u == x).sum() + (v == x).sum() == 2}
+    assert one[1399] == 1000 or one[1399] < 1000  # the path's end is labelled with its component's minimum
+
+
+def test_incremental_rebuild_of_one_changed_source_equals_a_full_rebuild(tmp_path: Path) -> None:
+    normalized, buckets = big_cluster_corpus(tmp_path / "v1")
+    cache = str(tmp_path / "cache")
+    first = str(tmp_path / "first")
+    full_stats = dedup.find_fuzzy_duplicates(buckets, normalized, {"gamma"}, first, scale=SMALL_TASKS, cache_uri=cache)
+    # beta changes: new near copies of the big cluster and of a small one, one more unrelated doc
+    more = near_copies(620, seed=11)[600:] + near_copies(9, seed=104, words=80)[-1:] + stdlib_documents(1, seed=77)
+    normalized2, buckets2 = big_cluster_corpus(tmp_path / "v2", extra={"beta": more})
+    for source in ("alpha", "gamma"):  # unchanged sources keep their files (and fingerprints)
+        normalized2[source], buckets2[source] = normalized[source], buckets[source]
+    inc = str(tmp_path / "incremental")
+    inc_stats = dedup.find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, inc, scale=SMALL_TASKS, cache_uri=cache, previous_uri=first)
+    full = str(tmp_path / "full")
+    full2_stats = dedup.find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, full, scale=SMALL_TASKS)
+    assert inc_stats["changed_sources"] == ["beta"]
+    for source in ("alpha", "beta", "gamma"):
+        assert storage.read_bytes(dedup.removed_uri(inc, source)) == storage.read_bytes(dedup.removed_uri(full, source))
+    assert inc_stats["removed_ids_digest"] == full2_stats["removed_ids_digest"]
+    assert inc_stats["removed_ids_digest"]["gamma"] == full_stats["removed_ids_digest"]["gamma"]
+    assert inc_stats["removed_ids_digest"]["beta"] != full_stats["removed_ids_digest"]["beta"]
+    assert inc_stats["reused_clusters"] > 0 and inc_stats["verified_clusters"] < full2_stats["verified_clusters"]
+    assert inc_stats["shards_read_for_text"] < full2_stats["shards_read_for_text"] or inc_stats["verified_members"] < full2_stats["verified_members"]
+
+
+def test_removed_characters_come_from_the_tasks_and_match_the_texts(tmp_path: Path) -> None:
+    normalized, buckets = big_cluster_corpus(tmp_path)
+    out = str(tmp_path / "out")
+    stats = dedup.find_fuzzy_duplicates(buckets, normalized, set(), out)
+    for source in buckets:
+        removed = {r["id"] for r in read_removed(out, source)}
+        texts = [t for uri in normalized[source] for i, t in zip(*storage.read_parquet(uri, ["id", "text"]).to_pydict().values()) if i in removed]
+        assert stats["removed_chars_per_source"][source] == sum(len(t) for t in texts)
+    exact = dedup.find_exact_duplicates(exact_corpus(tmp_path / "e"), str(tmp_path / "exact"))
+    assert exact["removed_chars_per_source"] == {"a_src": 0, "b_src": len(doc_text(2)) + len(doc_text(3)), "c_src": len(doc_text(3)) + len(doc_text(4)), "d_src": 0}
