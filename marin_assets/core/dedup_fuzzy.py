@@ -1,7 +1,9 @@
 """Global fuzzy dedup as a chain of shuffles; every step is a list of per-partition tasks.
 
-Nodes are documents, ``node = rank << 40 | row``: ``rank`` is the source's place in name
-order, ``row`` the document's row within its source (shards in basename order).
+Nodes are documents, ``node = slot << 40 | row``: ``row`` is the document's row within its
+source (shards in basename order) and ``slot`` a number per source kept from run to run; a
+source whose buckets changed gets a new, higher slot, so the other sources' node numbers, and
+the labels (smallest node) of clusters they lead, stay the same.
 
 1. map, per minhash shard: bucket records ``(key = hash(band, bucket), node)`` and the shard's
    node table (``id``, ``chars``). Stored under ``cache/<source>/<fingerprint>``: a source
@@ -10,8 +12,10 @@ order, ``row`` the document's row within its source (shards in basename order).
 2. edges, per key range (``records_per_partition``): star edges of every shared bucket;
 3. connected components (:mod:`dedup_components`): label = smallest node of the component;
 4. members, per minhash shard: the shard's labelled nodes, keyed by hash(label);
-5. plan, per label range: which clusters must be verified (all, or, incrementally, those that
-   contain a changed source or did not exist before); their members are requested by node;
+5. plan, per label range: which clusters must be verified: all, or, incrementally, those whose
+   members (source, id) are not exactly those of the previous run's cluster with the same
+   label (ids hash the text, so an equal member set has an equal verdict); their members are
+   requested by node;
 6. gather, per normalized shard that has requested rows: those rows' text, keyed by label;
 7. verify, per label range: the rule on each requested cluster (reading only its members'
    texts), the previous verdict for every other cluster; removal rows keyed by id;
@@ -57,7 +61,7 @@ STATE_FILE = "_fuzzy_state.json"
 
 RECORD_SCHEMA = pa.schema([("key", pa.int64()), ("node", pa.int64())])
 NODE_SCHEMA = pa.schema([("id", pa.string()), ("chars", pa.int64())])
-MEMBER_SCHEMA = pa.schema([("key", pa.int64()), ("label", pa.int64()), ("node", pa.int64()), ("id", pa.string()), ("chars", pa.int64())])
+MEMBER_SCHEMA = pa.schema([("key", pa.int64()), ("label", pa.int64()), ("node", pa.int64()), ("rank", pa.int32()), ("id", pa.string()), ("chars", pa.int64())])
 REQUEST_SCHEMA = pa.schema([("key", pa.int64()), ("lkey", pa.int64())])
 TEXT_SCHEMA = pa.schema([("key", pa.int64()), ("node", pa.int64()), ("text", pa.large_string())])
 VERDICT_SCHEMA = pa.schema(
@@ -74,7 +78,7 @@ VERDICT_SCHEMA = pa.schema(
         ("chars", pa.int64()),
     ]
 )
-CLUSTER_SCHEMA = pa.schema([("label", pa.int64()), ("size", pa.int64()), ("ranks", pa.list_(pa.int32()))])
+CLUSTER_SCHEMA = pa.schema([("label", pa.int64()), ("size", pa.int64()), ("members", pa.string())])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +105,7 @@ def clusters_uri(verify_output: str) -> str:
 @dataclasses.dataclass(frozen=True)
 class MapParams:
     source: str
-    rank: int
+    slot: int
     base: int
 
 
@@ -133,7 +137,7 @@ def fuzzy_map(inputs: list[str], output: str, params: MapParams) -> dict[str, An
     band = (np.arange(values.size, dtype=np.int64) - starts[row]).astype(np.uint64)
     with np.errstate(over="ignore"):
         key = shuffle.hash_keys(values ^ shuffle.fmix64(band + np.uint64(1)))
-    node = (np.int64(params.rank) << np.int64(RANK_SHIFT)) + params.base + row
+    node = (np.int64(params.slot) << np.int64(RANK_SHIFT)) + params.base + row
     shuffle.write_sorted(pa.table([pa.array(key), pa.array(node)], schema=RECORD_SCHEMA), output)
     if "chars" in table.column_names:
         chars = table.column("chars").combine_chunks().cast(pa.int64())
@@ -181,6 +185,7 @@ class ShardParams:
     source: str
     first_node: int
     rows: int
+    rank: int = 0
 
 
 @shuffle.measured
@@ -194,7 +199,8 @@ def fuzzy_members(inputs: list[str], output: str, params: ShardParams) -> dict[s
     node = labels.column("node").to_numpy()
     label = labels.column("label").to_numpy()
     table = storage.read_parquet(nodes_file).take(pa.array(node - params.first_node))
-    out = pa.table([pa.array(shuffle.hash_keys(label)), pa.array(label), pa.array(node), table.column("id"), table.column("chars")], schema=MEMBER_SCHEMA)
+    rank = pa.array(np.full(node.size, params.rank, np.int32))
+    out = pa.table([pa.array(shuffle.hash_keys(label)), pa.array(label), pa.array(node), rank, table.column("id"), table.column("chars")], schema=MEMBER_SCHEMA)
     shuffle.write_sorted(out, output)
     return {"members": int(node.size)}
 
@@ -208,8 +214,7 @@ class VerifyParams:
     hi: int
     sources: tuple[str, ...]
     exempt: tuple[str, ...]
-    changed: tuple[int, ...] | None  # None: verify every cluster
-    previous: str | None  # the previous run's verify output for this label range
+    previous: str | None  # the previous run's verify output for this label range (None: verify all)
     rule: FuzzyDedupParams
     num_examples: int = 5
     excerpt_chars: int = 240
@@ -218,24 +223,38 @@ class VerifyParams:
 
 def _clusters(member_files: Sequence[str], lo: int, hi: int) -> pl.DataFrame:
     """Members of a label range in processing order: cluster, longest first, source, id."""
-    frame = pl.from_arrow(shuffle.read_range(member_files, lo, hi, ["label", "node", "id", "chars"], MEMBER_SCHEMA))
-    return frame.with_columns((pl.col("node") // (1 << RANK_SHIFT)).cast(pl.Int32).alias("rank")).sort(
-        ["label", "chars", "rank", "id"], descending=[False, True, False, False]
-    )
+    frame = pl.from_arrow(shuffle.read_range(member_files, lo, hi, ["label", "node", "rank", "id", "chars"], MEMBER_SCHEMA))
+    return frame.sort(["label", "chars", "rank", "id"], descending=[False, True, False, False])
+
+
+def _member_sets(frame: pl.DataFrame) -> pl.DataFrame:
+    """Per cluster: label, size and a 128-bit hash of its sorted (source rank, id) members."""
+    rows = frame.select("label", "rank", "id").sort(["label", "rank", "id"])
+    labels = rows["label"].to_list()
+    ranks, ids = rows["rank"].to_list(), rows["id"].to_list()
+    out_labels, sizes, digests = [], [], []
+    i = 0
+    while i < len(labels):
+        j = i
+        h = xxhash.xxh3_128()
+        while j < len(labels) and labels[j] == labels[i]:
+            h.update(f"{ranks[j]}\x00{ids[j]}\n".encode())
+            j += 1
+        out_labels.append(labels[i])
+        sizes.append(j - i)
+        digests.append(h.hexdigest())
+        i = j
+    return pl.DataFrame({"label": out_labels, "size": sizes, "members": digests}, schema={"label": pl.Int64, "size": pl.Int64, "members": pl.String})
 
 
 def _reusable(frame: pl.DataFrame, params: VerifyParams) -> set[int]:
-    """Labels whose verdict can be copied: the cluster has no member of a changed source and the
-    previous run had the same label with the same size and no member of a changed source (a
-    component of unchanged nodes whose old component held no changed node is the same set)."""
-    if params.changed is None or params.previous is None or frame.height == 0:
+    """Labels whose verdict can be copied: the previous run had a cluster with the same label
+    and exactly the same (source, id) members; ids hash the text, so the verdict is the same."""
+    if params.previous is None or frame.height == 0:
         return set()
-    changed = list(params.changed)
-    now = frame.group_by("label").agg(pl.len().alias("size"), pl.col("rank").is_in(changed).any().alias("dirty"))
     before = pl.from_arrow(storage.read_parquet(clusters_uri(params.previous)))
-    before = before.with_columns(pl.col("ranks").list.eval(pl.element().is_in(changed)).list.any().alias("dirty_before"))
-    joined = now.filter(~pl.col("dirty")).join(before.select("label", "size", "dirty_before"), on=["label", "size"], how="inner")
-    return set(joined.filter(~pl.col("dirty_before"))["label"].to_list())
+    joined = _member_sets(frame).join(before, on=["label", "size", "members"], how="inner")
+    return set(joined["label"].to_list())
 
 
 @shuffle.measured
@@ -324,7 +343,7 @@ def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[s
                 chunk_start = chunk_end
             counters["comparisons"] += verifier.comparisons
             counters["exempt_kept"] += verifier.exempt_kept
-    sizes = frame.group_by("label").agg(pl.len().alias("size"), pl.col("rank").unique().sort().cast(pl.Int32).alias("ranks")).sort("label")
+    sizes = _member_sets(frame)
     counters["clusters"] = sizes.height
     counters["largest_cluster"] = int(sizes["size"].max() or 0) if sizes.height else 0
     histogram: dict[str, int] = {}
@@ -397,6 +416,24 @@ def fuzzy_publish(inputs: list[str], output: str, params: PublishParams) -> dict
 # --------------------------------------------------------------------------- the driver
 
 
+def step_costs(results: Sequence[ShardResult]) -> dict[str, dict[str, float]]:
+    """Per step (the task output's folder): tasks, CPU seconds of the tasks run now, peak RSS."""
+    out: dict[str, dict[str, float]] = {}
+    for r in results:
+        parts = r.output.rstrip("/").split("/")
+        if "cc" in parts:
+            step = "components"
+        elif parts[-2] in ("edges", "members", "plan", "gather", "verify", "removals"):
+            step = parts[-2]
+        else:
+            step = "publish" if parts[-1] == "removed.parquet" else "map"
+        entry = out.setdefault(step, {"tasks": 0, "cpu_s": 0.0, "max_rss_kb": 0})
+        entry["tasks"] += 1
+        entry["cpu_s"] = round(entry["cpu_s"] + (0.0 if r.reused else float(r.stats.get("cpu_s", 0))), 3)
+        entry["max_rss_kb"] = max(entry["max_rss_kb"], int(r.stats.get("rss_kb", 0)))
+    return out
+
+
 def _source_fingerprint(uris: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(sorted(uris)).encode()).hexdigest()[:16]
 
@@ -455,6 +492,23 @@ def find_fuzzy_duplicates(
     sources = tuple(shards)
     rank = {s: i for i, s in enumerate(sources)}
     fps = {s: (fingerprints or {}).get(s) or _source_fingerprint([b for b, _, _ in shards[s]]) for s in sources}
+    before = None
+    if previous_uri and storage.exists(storage.join(previous_uri, STATE_FILE)):
+        before = storage.read_json(storage.join(previous_uri, STATE_FILE))
+    # Slots: an unchanged source keeps its slot (node numbers); a changed or new one gets a fresh one.
+    old_slots = {s: int(v) for s, v in (before or {}).get("slots", {}).items()}
+    next_slot = max(old_slots.values(), default=-1) + 1
+    slot: dict[str, int] = {}
+    for source in sources:
+        if before is not None and source in old_slots and before["fingerprints"].get(source) == fps[source]:
+            slot[source] = old_slots[source]
+        elif before is None:
+            slot[source] = rank[source]
+        else:
+            slot[source], next_slot = next_slot, next_slot + 1
+    if max(slot.values(), default=0) >= 1 << (63 - RANK_SHIFT):
+        slot = {s: rank[s] for s in sources}  # slots exhausted: renumber (this run verifies everything)
+        before = None
     work = storage.join(out_dir_uri, "_work")
     cache = cache_uri or storage.join(work, "cache")
     exempt_t = tuple(sorted(set(exempt) & set(sources)))
@@ -470,10 +524,10 @@ def find_fuzzy_duplicates(
     for source in sources:
         base = 0
         for b_uri, n_uri, rows in shards[source]:
-            out = storage.join(cache, source, f"{fps[source]}-r{rank[source]}", storage.basename(b_uri))
-            first_node[out] = (rank[source] << RANK_SHIFT) + base
+            out = storage.join(cache, source, f"{fps[source]}-s{slot[source]}", storage.basename(b_uri))
+            first_node[out] = (slot[source] << RANK_SHIFT) + base
             rows_of[out] = rows
-            map_tasks.append(ShardTask(fuzzy_map, (b_uri, n_uri), out, MapParams(source, rank[source], base)))
+            map_tasks.append(ShardTask(fuzzy_map, (b_uri, n_uri), out, MapParams(source, slot[source], base)))
             base += rows
         if base >= 1 << RANK_SHIFT:
             raise DedupError(f"source {source!r} has {base} documents, more than the {1 << RANK_SHIFT} a node number holds; split the source")
@@ -506,24 +560,22 @@ def find_fuzzy_duplicates(
     results.extend(cc_stats.pop("cc_results"))
 
     # 4. members
-    members = run([ShardTask(fuzzy_members, (nodes_uri(r.output), *label_files), storage.join(work, "members", f"{i:06d}.parquet"), ShardParams(t.params.source, first_node[r.output], rows_of[r.output])) for i, (t, r) in enumerate(zip(map_tasks, mapped))])
+    members = run([ShardTask(fuzzy_members, (nodes_uri(r.output), *label_files), storage.join(work, "members", f"{i:06d}.parquet"), ShardParams(t.params.source, first_node[r.output], rows_of[r.output], rank[t.params.source])) for i, (t, r) in enumerate(zip(map_tasks, mapped))])
     in_clusters = sum(int(r.stats["members"]) for r in members)
     verify_parts = 1 << max(0, (shuffle.partitions_for(in_clusters, scale.members_per_partition) - 1).bit_length())
 
     # Incremental: the previous run's state says which sources changed.
-    state = {"sources": list(sources), "fingerprints": fps, "verify_partitions": verify_parts, "rule": dataclasses.asdict(params), "exempt": list(exempt_t)}
-    changed: tuple[int, ...] | None = None
+    state = {"sources": list(sources), "fingerprints": fps, "slots": slot, "verify_partitions": verify_parts, "rule": dataclasses.asdict(params), "exempt": list(exempt_t)}
+    changed: list[str] | None = None
     previous_files: list[str | None] = [None] * verify_parts
-    if previous_uri and storage.exists(storage.join(previous_uri, STATE_FILE)):
-        before = storage.read_json(storage.join(previous_uri, STATE_FILE))
-        if all(before.get(k) == state[k] for k in ("sources", "verify_partitions", "rule", "exempt")):
-            changed = tuple(rank[s] for s in sources if before["fingerprints"].get(s) != fps[s])
-            previous_files = list(before["verify_files"])
+    if before is not None and all(before.get(k) == state[k] for k in ("sources", "verify_partitions", "rule", "exempt")):
+        changed = [s for s in sources if before["fingerprints"].get(s) != fps[s]]
+        previous_files = list(before["verify_files"])
     bounds = shuffle.partition_bounds(verify_parts)
     member_files = tuple(r.output for r in members)
 
     def verify_params(p: int, lo: int, hi: int) -> VerifyParams:
-        return VerifyParams(lo, hi, sources, exempt_t, changed, previous_files[p], params, num_examples, excerpt_chars)
+        return VerifyParams(lo, hi, sources, exempt_t, previous_files[p], params, num_examples, excerpt_chars)
 
     # 5. plan, 6. gather, 7. verify
     plans = run([ShardTask(fuzzy_plan, member_files, storage.join(work, "plan", storage.shard_name(p, verify_parts)), verify_params(p, lo, hi)) for p, (lo, hi) in enumerate(bounds)])
@@ -588,7 +640,7 @@ def find_fuzzy_duplicates(
         "cluster_size_histogram": dict(sorted(histogram.items(), key=lambda kv: int(kv[0].split("-")[0]))),
         "verify_partitions": verify_parts,
         **totals,
-        "changed_sources": None if changed is None else [sources[r] for r in changed],
+        "changed_sources": changed,
         "shards_read_for_text": sum(int(r.stats["shard_read"]) for r in gathered),
         "removed": sum(removed_per_source.values()),
         "removed_per_source": removed_per_source,
@@ -600,4 +652,5 @@ def find_fuzzy_duplicates(
         "tasks": len(results),
         "task_cpu_s": round(sum(float(r.stats.get("cpu_s", 0)) for r in fresh), 3),
         "max_task_rss_kb": max(int(r.stats.get("rss_kb", 0)) for r in results),
+        "steps": step_costs(results),
     }

@@ -17,6 +17,7 @@ from marin_assets.core import dedup_shuffle
 from marin_assets.core.dedup import ExactDedupParams, FuzzyDedupParams
 from marin_assets.core.dedup_fuzzy import FuzzyScale
 from marin_assets_tests.core.test_minhash import shingle_jaccard, stdlib_documents
+from marin_assets_tests.dedup_reference import near_copies, reference_fuzzy_removals
 
 
 def doc_id(text: str) -> str:
@@ -127,27 +128,6 @@ def test_exempt_members_are_kept_but_still_represent() -> None:
     verdict = dedup.verify_cluster([300, 200, 100], [a, b, c], [False, True, False])
     assert [(r.index, r.representative) for r in verdict.removals] == [(2, 1)]
     assert verdict.exempt_kept == 1
-
-
-def near_copies(count: int, seed: int, words: int = 200, max_edits: int = 3) -> list[str]:
-    """``count`` copies of one random text, each with 1..max_edits random word edits."""
-    rng = random.Random(seed)
-    vocab = [f"w{rng.randrange(10**6)}" for _ in range(5000)]
-    base = [rng.choice(vocab) for _ in range(words)]
-    out = []
-    for _ in range(count):
-        text = list(base)
-        for _ in range(rng.randint(1, max_edits)):
-            pos = rng.randrange(len(text))
-            op = rng.random()
-            if op < 0.4:
-                text[pos] = rng.choice(vocab)
-            elif op < 0.7:
-                del text[pos]
-            else:
-                text.insert(pos, rng.choice(vocab))
-        out.append(" ".join(text))
-    return out
 
 
 def in_processing_order(texts: list[str]) -> tuple[list[int], list[np.ndarray]]:
@@ -328,8 +308,6 @@ def big_cluster_corpus(root: Path, extra: dict[str, list[str]] | None = None) ->
 
 
 def test_sharded_fuzzy_dedup_equals_the_pairwise_reference_with_a_600_copy_cluster(tmp_path: Path) -> None:
-    from marin_assets_tests.dedup_reference import reference_fuzzy_removals
-
     normalized, buckets = big_cluster_corpus(tmp_path)
     out = str(tmp_path / "out")
     stats = dedup.find_fuzzy_duplicates(buckets, normalized, {"gamma"}, out, scale=SMALL_TASKS)
