@@ -91,11 +91,11 @@ def exact_duplicates(context: dg.AssetExecutionContext, marin: MarinResource) ->
         layout,
         inputs=inputs,
         params=params,
-        build=lambda out: dedup.find_exact_duplicates(shards, out, params),
+        build=lambda out: dedup.find_exact_duplicates(shards, out, params, runner=marin.runner()),
     )
     stats = manifest["stats"]
     docs = {s: sum(storage.parquet_num_rows(u) for u in us) for s, us in shards.items()}
-    chars = {s: stages.removed_text_chars(dedup.removed_uri(manifest["uri"], s), inputs[s].uri) for s in inputs}
+    chars = stats.get("removed_chars_per_source", {})
     rows = _removal_rows(stats, docs, chars)
     check = _removal_check("removal_ratio", EXACT_DUPLICATES.name, rows)
     if not check.passed:
@@ -127,6 +127,8 @@ def fuzzy_duplicates(context: dg.AssetExecutionContext, marin: MarinResource) ->
     norm = {s: stages.current_input(layout, NORMALIZED, s) for s in buckets}
     exempt = sorted(s.name for s in catalog if s.fuzzy_exempt and s.name in buckets)
     params = dedup.FuzzyDedupParams()
+    group = FUZZY_DUPLICATES.group_uri(layout)
+    previous = storage.read_current(group)  # its verdicts are reused where clusters did not change
     manifest = stages.run_global(
         FUZZY_DUPLICATES,
         layout,
@@ -139,11 +141,15 @@ def fuzzy_duplicates(context: dg.AssetExecutionContext, marin: MarinResource) ->
             exempt,
             out,
             params,
+            runner=marin.runner(),
+            cache_uri=storage.join(group, "_cache"),
+            fingerprints={s: i.fingerprint for s, i in buckets.items()},
+            previous_uri=previous["uri"] if previous else None,
         ),
     )
     stats = manifest["stats"]
-    docs = {s: sum(storage.parquet_num_rows(u) for u in storage.list_shards(i.uri)) for s, i in norm.items()}
-    chars = {s: stages.removed_text_chars(dedup.removed_uri(manifest["uri"], s), norm[s].uri) for s in norm}
+    docs = stats.get("docs_per_source", {})
+    chars = stats.get("removed_chars_per_source", {})
     rows = _removal_rows(stats, docs, chars)
     check = _removal_check("removal_ratio", FUZZY_DUPLICATES.name, rows)
     if not check.passed:
