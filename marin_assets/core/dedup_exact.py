@@ -17,6 +17,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,6 +34,7 @@ MAP_SCHEMA = pa.schema([("key", pa.int64()), ("id", pa.string()), ("rank", pa.in
 class MapParams:
     source: str
     rank: int
+    with_lengths: bool = False  # inputs: the normalized shards, then as many minhash shards
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,19 +67,23 @@ def doc_lengths(source: str, normalized_uri: str, minhash_uri: str | None, rows:
 
 @shuffle.measured
 def exact_map(inputs: list[str], output: str, params: MapParams) -> dict[str, Any]:
-    """One normalized shard (plus, optionally, its minhash shard for lengths) -> sorted id records."""
-    normalized_uri = inputs[0]
-    try:
-        ids = storage.read_parquet(normalized_uri, columns=["id"]).column("id").combine_chunks().cast(pa.string())
-    except (KeyError, ValueError, pa.ArrowInvalid) as exc:
-        raise DedupError(
-            f"source {params.source!r}: cannot read column 'id' from {normalized_uri} ({exc}); rematerialize the "
-            f"normalized partition {params.source!r}"
-        ) from exc
-    chars = doc_lengths(params.source, normalized_uri, inputs[1] if len(inputs) > 1 else None, len(ids))
-    table = pa.table([pa.array(shuffle.prefix_keys(ids)), ids, pa.array([params.rank] * len(ids), pa.int32()), chars], schema=MAP_SCHEMA)
+    """A group of normalized shards of one source (plus, optionally, their minhash shards for
+    lengths) -> one file of id records sorted by key."""
+    normalized = inputs[: len(inputs) // 2] if params.with_lengths else inputs
+    pieces = []
+    for k, normalized_uri in enumerate(normalized):
+        try:
+            ids = storage.read_parquet(normalized_uri, columns=["id"]).column("id").combine_chunks().cast(pa.string())
+        except (KeyError, ValueError, pa.ArrowInvalid) as exc:
+            raise DedupError(
+                f"source {params.source!r}: cannot read column 'id' from {normalized_uri} ({exc}); rematerialize the "
+                f"normalized partition {params.source!r}"
+            ) from exc
+        chars = doc_lengths(params.source, normalized_uri, inputs[len(normalized) + k] if params.with_lengths else None, len(ids))
+        pieces.append(pa.table([pa.array(shuffle.prefix_keys(ids)), ids, pa.array(np.full(len(ids), params.rank, np.int32)), chars], schema=MAP_SCHEMA))
+    table = pa.concat_tables(pieces) if pieces else MAP_SCHEMA.empty_table()
     shuffle.write_sorted(table, output)
-    return {"docs": len(ids), "chars": int(pc.sum(chars).as_py() or 0)}
+    return {"docs": table.num_rows, "chars": int(pc.sum(table.column("chars")).as_py() or 0)}
 
 
 REMOVED_SCHEMA = pa.schema([("rank", pa.int32()), ("id", pa.string()), ("kept_rank", pa.int32()), ("chars", pa.int64())])
@@ -123,6 +129,7 @@ def find_exact_duplicates(
     runner: ShardRunner | None = None,
     work_dir: str | None = None,
     lengths: Mapping[str, Sequence[str]] | None = None,
+    shards_per_map: int = 16,
 ) -> dict[str, Any]:
     """Ids present in several sources: every source but the keeper lists the id as removed.
 
@@ -138,11 +145,12 @@ def find_exact_duplicates(
     length_shards = {s: {storage.basename(u): u for u in us} for s, us in (lengths or {}).items()}
     map_tasks = []
     for source, uris in shards.items():
-        for uri in uris:
-            extra = length_shards.get(source, {}).get(storage.basename(uri))
-            map_tasks.append(
-                ShardTask(exact_map, (uri,) if extra is None else (uri, extra), storage.join(work, "map", f"{rank[source]:05d}-{storage.basename(uri)}"), MapParams(source, rank[source]))
-            )
+        for g in range(0, len(uris), shards_per_map):
+            group = tuple(uris[g : g + shards_per_map])
+            extra = tuple(length_shards.get(source, {}).get(storage.basename(u)) for u in group)
+            with_lengths = all(e is not None for e in extra)
+            out = storage.join(work, "map", f"{rank[source]:05d}-{g // shards_per_map:05d}.parquet")
+            map_tasks.append(ShardTask(exact_map, group + extra if with_lengths else group, out, MapParams(source, rank[source], with_lengths)))
     mapped = runner.map(map_tasks)
     map_files = tuple(r.output for r in mapped)
     docs = sum(int(r.stats["docs"]) for r in mapped)

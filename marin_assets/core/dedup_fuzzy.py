@@ -83,16 +83,19 @@ CLUSTER_SCHEMA = pa.schema([("label", pa.int64()), ("size", pa.int64()), ("membe
 
 @dataclasses.dataclass(frozen=True)
 class FuzzyScale:
-    """Task sizes: each bounds one task's memory (records, edges or members per task)."""
+    """Task sizes: each bounds one task's memory (records, edges or members per task). Reduce
+    tasks read a key range of every map file, so map files group ``shards_per_map`` shards."""
 
     records_per_partition: int = 16_000_000
     edges_per_task: int = 16_000_000
     union_find_max_edges: int = 20_000_000
     members_per_partition: int = 2_000_000
+    shards_per_map: int = 16  # a map task reads this many shards of one source into one records file
 
 
-def nodes_uri(map_output: str) -> str:
-    return map_output.removesuffix(".parquet") + ".nodes.parquet"
+def nodes_uri(map_output: str, k: int) -> str:
+    """The node table (``id``, ``chars`` per row) of shard ``k`` of a map group."""
+    return map_output.removesuffix(".parquet") + f".nodes-{k:05d}.parquet"
 
 
 def clusters_uri(verify_output: str) -> str:
@@ -106,21 +109,18 @@ def clusters_uri(verify_output: str) -> str:
 class MapParams:
     source: str
     slot: int
-    base: int
+    bases: tuple[int, ...]  # first row (within the source) of each shard of the group
 
 
-@shuffle.measured
-def fuzzy_map(inputs: list[str], output: str, params: MapParams) -> dict[str, Any]:
-    """A minhash shard (and its normalized shard, for row counts and lengths) -> records + nodes."""
-    buckets_uri, normalized_uri = inputs
+def _shard_records(source: str, buckets_uri: str, normalized_uri: str, first_node: int, nodes_out: str) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
     table = storage.read_parquet(buckets_uri)
     if "buckets" not in table.column_names or "id" not in table.column_names:
-        raise DedupError(f"source {params.source!r}: {buckets_uri} has no 'id'/'buckets' columns; rematerialize minhash_buckets for {params.source!r}")
+        raise DedupError(f"source {source!r}: {buckets_uri} has no 'id'/'buckets' columns; rematerialize minhash_buckets for {source!r}")
     rows = table.num_rows
     if storage.parquet_num_rows(normalized_uri) != rows:
         raise DedupError(
-            f"source {params.source!r}: {normalized_uri} and its minhash buckets {buckets_uri} have different row counts; "
-            f"rematerialize minhash_buckets for {params.source!r}"
+            f"source {source!r}: {normalized_uri} and its minhash buckets {buckets_uri} have different row counts; "
+            f"rematerialize minhash_buckets for {source!r}"
         )
     column = table.column("buckets").combine_chunks()
     if column.null_count:
@@ -129,7 +129,7 @@ def fuzzy_map(inputs: list[str], output: str, params: MapParams) -> dict[str, An
     values = pc.list_flatten(column).to_numpy(zero_copy_only=False).astype(np.uint64, copy=False)
     bands = sorted(set(np.unique(lengths[lengths > 0]).tolist()))
     if len(bands) > 1:
-        raise DedupError(f"source {params.source!r}: {buckets_uri} has {bands} buckets per document; rematerialize minhash_buckets for {params.source!r}")
+        raise DedupError(f"source {source!r}: {buckets_uri} has {bands} buckets per document; rematerialize minhash_buckets for {source!r}")
     row = np.repeat(np.arange(rows, dtype=np.int64), lengths)
     starts = np.zeros(rows, np.int64)
     if rows:
@@ -137,15 +137,35 @@ def fuzzy_map(inputs: list[str], output: str, params: MapParams) -> dict[str, An
     band = (np.arange(values.size, dtype=np.int64) - starts[row]).astype(np.uint64)
     with np.errstate(over="ignore"):
         key = shuffle.hash_keys(values ^ shuffle.fmix64(band + np.uint64(1)))
-    node = (np.int64(params.slot) << np.int64(RANK_SHIFT)) + params.base + row
-    shuffle.write_sorted(pa.table([pa.array(key), pa.array(node)], schema=RECORD_SCHEMA), output)
     if "chars" in table.column_names:
         chars = table.column("chars").combine_chunks().cast(pa.int64())
     else:  # minhash output from before it recorded lengths: read them from the text once
-        chars = doc_lengths(params.source, normalized_uri, None, rows)
+        chars = doc_lengths(source, normalized_uri, None, rows)
     nodes = pa.table([table.column("id").combine_chunks().cast(pa.string()), chars], schema=NODE_SCHEMA)
-    storage.write_parquet(nodes, nodes_uri(output))
-    return {"docs": rows, "records": int(values.size), "bands": bands[0] if bands else 0, "chars": int(pc.sum(nodes.column("chars")).as_py() or 0)}
+    storage.write_parquet(nodes, nodes_out)
+    stats = {"docs": rows, "records": int(values.size), "bands": bands[0] if bands else 0, "chars": int(pc.sum(nodes.column("chars")).as_py() or 0)}
+    return key, first_node + row, stats
+
+
+@shuffle.measured
+def fuzzy_map(inputs: list[str], output: str, params: MapParams) -> dict[str, Any]:
+    """A group of minhash shards of one source (each followed by its normalized shard, for row
+    counts and, with old minhash output, lengths) -> one records file + a node table per shard."""
+    keys, nodes = [], []
+    totals = {"docs": 0, "records": 0, "chars": 0}
+    bands: set[int] = set()
+    for k, base in enumerate(params.bases):
+        key, node, stats = _shard_records(params.source, inputs[2 * k], inputs[2 * k + 1], (params.slot << RANK_SHIFT) + base, nodes_uri(output, k))
+        keys.append(key)
+        nodes.append(node)
+        for name in totals:
+            totals[name] += stats[name]
+        if stats["bands"]:
+            bands.add(stats["bands"])
+    if len(bands) > 1:
+        raise DedupError(f"source {params.source!r}: shards {inputs[::2]} have {sorted(bands)} buckets per document; rematerialize minhash_buckets for {params.source!r}")
+    shuffle.write_sorted(pa.table([pa.array(np.concatenate(keys)), pa.array(np.concatenate(nodes))], schema=RECORD_SCHEMA), output)
+    return totals | {"bands": min(bands) if bands else 0}
 
 
 # --------------------------------------------------------------------------- 2. edges
@@ -520,15 +540,20 @@ def find_fuzzy_duplicates(
         return done
 
     # 1. map
-    map_tasks, first_node, rows_of = [], {}, {}
+    map_tasks: list[ShardTask] = []
+    shard_list: list[tuple[str, str, str, int, int]] = []  # (source, normalized shard, node table, first node, rows)
     for source in sources:
         base = 0
-        for b_uri, n_uri, rows in shards[source]:
-            out = storage.join(cache, source, f"{fps[source]}-s{slot[source]}", storage.basename(b_uri))
-            first_node[out] = (slot[source] << RANK_SHIFT) + base
-            rows_of[out] = rows
-            map_tasks.append(ShardTask(fuzzy_map, (b_uri, n_uri), out, MapParams(source, slot[source], base)))
-            base += rows
+        group_dir = storage.join(cache, source, f"{fps[source]}-s{slot[source]}-g{scale.shards_per_map}")
+        for g in range(0, len(shards[source]), scale.shards_per_map):
+            group = shards[source][g : g + scale.shards_per_map]
+            out = storage.join(group_dir, f"group-{g // scale.shards_per_map:05d}.parquet")
+            bases = []
+            for k, (_, n_uri, rows) in enumerate(group):
+                bases.append(base)
+                shard_list.append((source, n_uri, nodes_uri(out, k), (slot[source] << RANK_SHIFT) + base, rows))
+                base += rows
+            map_tasks.append(ShardTask(fuzzy_map, tuple(u for b_uri, n_uri, _ in group for u in (b_uri, n_uri)), out, MapParams(source, slot[source], tuple(bases))))
         if base >= 1 << RANK_SHIFT:
             raise DedupError(f"source {source!r} has {base} documents, more than the {1 << RANK_SHIFT} a node number holds; split the source")
     mapped = run(map_tasks)
@@ -560,7 +585,12 @@ def find_fuzzy_duplicates(
     results.extend(cc_stats.pop("cc_results"))
 
     # 4. members
-    members = run([ShardTask(fuzzy_members, (nodes_uri(r.output), *label_files), storage.join(work, "members", f"{i:06d}.parquet"), ShardParams(t.params.source, first_node[r.output], rows_of[r.output], rank[t.params.source])) for i, (t, r) in enumerate(zip(map_tasks, mapped))])
+    members = run(
+        [
+            ShardTask(fuzzy_members, (nodes, *label_files), storage.join(work, "members", f"{i:06d}.parquet"), ShardParams(source, first, rows, rank[source]))
+            for i, (source, _, nodes, first, rows) in enumerate(shard_list)
+        ]
+    )
     in_clusters = sum(int(r.stats["members"]) for r in members)
     verify_parts = 1 << max(0, (shuffle.partitions_for(in_clusters, scale.members_per_partition) - 1).bit_length())
 
@@ -582,8 +612,8 @@ def find_fuzzy_duplicates(
     plan_files = tuple(r.output for r in plans)
     gathered = run(
         [
-            ShardTask(fuzzy_gather, (t.inputs[1], nodes_uri(r.output), *plan_files), storage.join(work, "gather", f"{i:06d}.parquet"), GatherParams(t.params.source, first_node[r.output], rows_of[r.output], params.max_chars_per_doc))
-            for i, (t, r) in enumerate(zip(map_tasks, mapped))
+            ShardTask(fuzzy_gather, (n_uri, nodes, *plan_files), storage.join(work, "gather", f"{i:06d}.parquet"), GatherParams(source, first, rows, params.max_chars_per_doc))
+            for i, (source, n_uri, nodes, first, rows) in enumerate(shard_list)
         ]
     )
     verified = run(
