@@ -89,7 +89,8 @@ class FuzzyScale:
     records_per_partition: int = 16_000_000
     edges_per_task: int = 16_000_000
     union_find_max_edges: int = 20_000_000
-    members_per_partition: int = 2_000_000
+    members_per_partition: int = 1_000_000
+    member_chars_per_partition: int = 1 << 30  # verify holds its range's requested texts
     shards_per_map: int = 16  # a map task reads this many shards of one source into one records file
 
 
@@ -215,14 +216,14 @@ def fuzzy_members(inputs: list[str], output: str, params: ShardParams) -> dict[s
     labels = shuffle.read_range(label_files, params.first_node, params.first_node + params.rows, ["node", "label"])
     if labels.num_rows == 0:
         shuffle.write_sorted(MEMBER_SCHEMA.empty_table(), output)
-        return {"members": 0}
+        return {"members": 0, "member_chars": 0}
     node = labels.column("node").to_numpy()
     label = labels.column("label").to_numpy()
     table = storage.read_parquet(nodes_file).take(pa.array(node - params.first_node))
     rank = pa.array(np.full(node.size, params.rank, np.int32))
     out = pa.table([pa.array(shuffle.hash_keys(label)), pa.array(label), pa.array(node), rank, table.column("id"), table.column("chars")], schema=MEMBER_SCHEMA)
     shuffle.write_sorted(out, output)
-    return {"members": int(node.size)}
+    return {"members": int(node.size), "member_chars": int(pc.sum(table.column("chars")).as_py() or 0)}
 
 
 # --------------------------------------------------------------------------- 5. plan / 7. verify: which clusters to verify
@@ -592,7 +593,9 @@ def find_fuzzy_duplicates(
         ]
     )
     in_clusters = sum(int(r.stats["members"]) for r in members)
-    verify_parts = 1 << max(0, (shuffle.partitions_for(in_clusters, scale.members_per_partition) - 1).bit_length())
+    member_chars = sum(int(r.stats["member_chars"]) for r in members)
+    wanted = max(shuffle.partitions_for(in_clusters, scale.members_per_partition), shuffle.partitions_for(member_chars, scale.member_chars_per_partition))
+    verify_parts = 1 << max(0, (wanted - 1).bit_length())  # a power of two: rarely changes, so verdicts stay reusable
 
     # Incremental: the previous run's state says which sources changed.
     state = {"sources": list(sources), "fingerprints": fps, "slots": slot, "verify_partitions": verify_parts, "rule": dataclasses.asdict(params), "exempt": list(exempt_t)}
