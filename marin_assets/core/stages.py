@@ -311,20 +311,3 @@ def run_copy(*, record_uri: str, fetch: Callable[[], tuple[Mapping[str, Any], Ma
 # --------------------------------------------------------------------------- metadata helpers
 
 CHARS_PER_TOKEN = 4.0  # rough estimate until the pool counts tokens with the pinned tokenizer
-
-
-def removed_text_chars(removed_file: str, normalized_dir: str) -> int:
-    """Characters of text in the documents a sparse removal list names (for token estimates)."""
-    import polars as pl  # noqa: PLC0415
-
-    if not storage.exists(removed_file):
-        return 0
-    removed = pl.from_arrow(storage.read_parquet(removed_file, ["id"]))
-    if not removed.height:  # type: ignore[union-attr]
-        return 0
-    total = 0
-    for shard in storage.list_shards(normalized_dir):
-        frame = pl.from_arrow(storage.read_parquet(shard, ["id", "text"]))
-        hit = frame.join(removed, on="id", how="semi")  # type: ignore[union-attr,arg-type]
-        total += int(hit.select(pl.col("text").str.len_chars().sum()).item() or 0)
-    return total
