@@ -235,7 +235,7 @@ class VerifyParams:
     hi: int
     sources: tuple[str, ...]
     exempt: tuple[str, ...]
-    previous: str | None  # the previous run's verify output for this label range (None: verify all)
+    previous: tuple[str, ...]  # the previous run's verify outputs overlapping this label range (none: verify all)
     rule: FuzzyDedupParams
     num_examples: int = 5
     excerpt_chars: int = 240
@@ -271,9 +271,9 @@ def _member_sets(frame: pl.DataFrame) -> pl.DataFrame:
 def _reusable(frame: pl.DataFrame, params: VerifyParams) -> set[int]:
     """Labels whose verdict can be copied: the previous run had a cluster with the same label
     and exactly the same (source, id) members; ids hash the text, so the verdict is the same."""
-    if params.previous is None or frame.height == 0:
+    if not params.previous or frame.height == 0:
         return set()
-    before = pl.from_arrow(storage.read_parquet(clusters_uri(params.previous)))
+    before = pl.concat([pl.from_arrow(storage.read_parquet(clusters_uri(uri))) for uri in params.previous])
     joined = _member_sets(frame).join(before, on=["label", "size", "members"], how="inner")
     return set(joined["label"].to_list())
 
@@ -325,7 +325,7 @@ def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[s
     reuse = _reusable(frame, params)
     rows: list[tuple] = []
     if reuse:
-        before = storage.read_parquet(params.previous)
+        before = pa.concat_tables([storage.read_parquet(uri) for uri in params.previous])
         before = before.filter(pc.is_in(before.column("label"), pa.array(sorted(reuse), pa.int64())))
         rows.extend(zip(*[before.column(name).to_pylist() for name in VERDICT_SCHEMA.names]))
     todo = frame.filter(~pl.col("label").is_in(list(reuse))) if reuse else frame
@@ -595,16 +595,18 @@ def find_fuzzy_duplicates(
     in_clusters = sum(int(r.stats["members"]) for r in members)
     member_chars = sum(int(r.stats["member_chars"]) for r in members)
     wanted = max(shuffle.partitions_for(in_clusters, scale.members_per_partition), shuffle.partitions_for(member_chars, scale.member_chars_per_partition))
-    verify_parts = 1 << max(0, (wanted - 1).bit_length())  # a power of two: rarely changes, so verdicts stay reusable
+    verify_parts = 1 << max(0, (wanted - 1).bit_length())
 
     # Incremental: the previous run's state says which sources changed.
     state = {"sources": list(sources), "fingerprints": fps, "slots": slot, "verify_partitions": verify_parts, "rule": dataclasses.asdict(params), "exempt": list(exempt_t)}
     changed: list[str] | None = None
-    previous_files: list[str | None] = [None] * verify_parts
-    if before is not None and all(before.get(k) == state[k] for k in ("sources", "verify_partitions", "rule", "exempt")):
-        changed = [s for s in sources if before["fingerprints"].get(s) != fps[s]]
-        previous_files = list(before["verify_files"])
     bounds = shuffle.partition_bounds(verify_parts)
+    previous_files: list[tuple[str, ...]] = [()] * verify_parts
+    if before is not None and all(before.get(k) == state[k] for k in ("sources", "rule", "exempt")):
+        changed = [s for s in sources if before["fingerprints"].get(s) != fps[s]]
+        old_bounds = shuffle.partition_bounds(int(before["verify_partitions"]))
+        # Each label range reads the previous outputs whose ranges overlap it (counts may differ).
+        previous_files = [tuple(f for f, (a, b) in zip(before["verify_files"], old_bounds) if a < hi and lo < b) for lo, hi in bounds]
     member_files = tuple(r.output for r in members)
 
     def verify_params(p: int, lo: int, hi: int) -> VerifyParams:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import random
@@ -356,10 +357,11 @@ def test_incremental_rebuild_of_one_changed_source_equals_a_full_rebuild(tmp_pat
     for source in ("alpha", "gamma"):  # unchanged sources keep their files (and fingerprints)
         normalized2[source], buckets2[source] = normalized[source], buckets[source]
     inc = str(tmp_path / "incremental")
-    inc_stats = dedup.find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, inc, scale=SMALL_TASKS, cache_uri=cache, previous_uri=first)
+    other_counts = dataclasses.replace(SMALL_TASKS, members_per_partition=60)  # verify ranges differ from the first run's
+    inc_stats = dedup.find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, inc, scale=other_counts, cache_uri=cache, previous_uri=first)
     full = str(tmp_path / "full")
     full2_stats = dedup.find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, full, scale=SMALL_TASKS)
-    assert inc_stats["changed_sources"] == ["beta"]
+    assert inc_stats["changed_sources"] == ["beta"] and inc_stats["verify_partitions"] != full_stats["verify_partitions"]
     for source in ("alpha", "beta", "gamma"):
         assert storage.read_bytes(dedup.removed_uri(inc, source)) == storage.read_bytes(dedup.removed_uri(full, source))
     assert inc_stats["removed_ids_digest"] == full2_stats["removed_ids_digest"]
