@@ -1,0 +1,296 @@
+"""The shared benchmark harness: named cases run in child processes, interleaved, each held to
+a goal.
+
+Why each piece:
+
+* one fresh child process per run (``python -m bench.harness``), so a run's memory is its own
+  and nothing one case loaded or compiled helps the next;
+* runs interleaved A B A B ... over ``rounds``: load from other work on the machine slows the
+  cases of a round alike, so the per-round ratios are fair even when absolute times are noisy;
+  the median and the range (min..max) are printed, never a best-of;
+* peak memory is the child's own ``VmHWM`` (``/proc/self/status``) read inside the child at its
+  end; ``ru_maxrss`` of a child counts the parent's peak at spawn. A case that marks its
+  measured part with :func:`timed` also resets the high-water mark there
+  (``/proc/self/clear_refs``), so imports, warm-up and reading the input do not count;
+* every comparison ends with a goal line that says PASS or MISS.
+
+A bench module builds :class:`Case` objects (``target`` is ``"module:function"``; the function
+runs in the child with ``kwargs`` and returns a dict: ``items`` processed, and any figures to
+print), groups them in :func:`compare`, and checks :class:`Goal`s on the result::
+
+    cases = [Case("peer", "bench.bench_x:peer", {"path": p}), Case("ours", "bench.bench_x:ours", {"path": p})]
+    result = compare("x: docs per second, one core", cases, rounds=3, unit="docs")
+    speed_goal("ours", "peer", 1.0).check(result)
+
+Scale benches register one case per size and hold memory or time growth to a goal with
+:func:`growth_goal`. ``BENCH_QUICK=1`` (or ``python -m bench --quick``) asks every bench for
+fewer rounds and smaller inputs (:func:`pick`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+MIB = 1 << 20
+QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
+_RESULT = "BENCH-RESULT "
+_VERDICTS = "BENCH_VERDICTS"  # a file the runner passes down: one JSON line per goal checked
+
+
+def pick(full: Any, quick: Any) -> Any:
+    """``quick`` under ``BENCH_QUICK=1``, else ``full``."""
+    return quick if QUICK else full
+
+
+# --------------------------------------------------------------------------- inside the child
+
+
+def proc_status_kib(field: str) -> int:
+    """A ``/proc/self/status`` field in KiB (``VmHWM``: peak resident, ``VmRSS``: resident); 0
+    where there is no procfs."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def reset_peak() -> bool:
+    """Restart this process's ``VmHWM`` from its current resident size (Linux >= 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        return True
+    except OSError:
+        return False
+
+
+@dataclasses.dataclass
+class _Region:
+    seconds: float | None = None
+    base_kib: int = 0
+    peak_reset: bool = False
+
+
+_REGION = _Region()
+
+
+@contextlib.contextmanager
+def timed(reset: bool = True) -> Iterator[None]:
+    """Mark the measured part of a case (in the child): its wall time is the case's time, and
+    with ``reset`` the peak memory counts from here on (the resident size at entry is printed as
+    the base, so the growth is visible too). Use it once per child."""
+    _REGION.base_kib = proc_status_kib("VmRSS")
+    _REGION.peak_reset = reset and reset_peak()
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        _REGION.seconds = time.perf_counter() - start
+
+
+def _child(spec: dict[str, Any]) -> None:
+    module_name, _, function_name = spec["target"].partition(":")
+    function = getattr(importlib.import_module(module_name), function_name)
+    start = time.perf_counter()
+    result = dict(function(**spec["kwargs"]) or {})
+    wall = time.perf_counter() - start
+    result.setdefault("seconds", _REGION.seconds if _REGION.seconds is not None else wall)
+    result["peak_kib"] = proc_status_kib("VmHWM")  # read here, at the child's end
+    result["base_kib"] = _REGION.base_kib
+    result["peak_from_region"] = _REGION.peak_reset
+    print(_RESULT + json.dumps(result), flush=True)
+
+
+# --------------------------------------------------------------------------- in the parent
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One thing to measure: ``target`` (``"module:function"``) called with ``kwargs`` in a fresh
+    child; ``env`` is added to the child's environment (e.g. one thread for a library)."""
+
+    label: str
+    target: str
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    timeout_s: float = 1800
+
+
+def run_child(case: Case) -> dict[str, Any]:
+    """Run ``case`` once in a fresh interpreter; its result dict (with ``seconds``, ``peak_kib``)."""
+    spec = json.dumps({"target": case.target, "kwargs": case.kwargs})
+    env = {**os.environ, **case.env}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.harness", spec], env=env, cwd=root, capture_output=True, text=True, timeout=case.timeout_s
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(_RESULT)]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"bench case {case.label!r} ({case.target}) failed with exit {proc.returncode}:\n{proc.stderr[-4000:]}")
+    return json.loads(lines[-1][len(_RESULT) :])
+
+
+@dataclasses.dataclass
+class Measured:
+    """The runs of one case, in round order."""
+
+    case: Case
+    runs: list[dict[str, Any]]
+
+    @property
+    def label(self) -> str:
+        return self.case.label
+
+    def values(self, key: str) -> list[float]:
+        return [float(run[key]) for run in self.runs]
+
+    def rates(self) -> list[float]:
+        """Items per second of each run (runs per second when the case reports no ``items``)."""
+        return [float(run.get("items", 1)) / max(run["seconds"], 1e-9) for run in self.runs]
+
+    def peak_mib(self) -> float:
+        return max(self.values("peak_kib")) / 1024
+
+    def base_mib(self) -> float:
+        return statistics.median(self.values("base_kib")) / 1024
+
+    def median(self, key: str) -> float:
+        return statistics.median(self.values(key))
+
+
+@dataclasses.dataclass
+class Result:
+    """The measured cases of one comparison, by label."""
+
+    title: str
+    cases: dict[str, Measured]
+    unit: str
+
+    def __getitem__(self, label: str) -> Measured:
+        return self.cases[label]
+
+    def speedup(self, label: str, reference: str) -> tuple[float, float, float]:
+        """Rate of ``label`` over rate of ``reference``, paired by round: (median, min, max)."""
+        ratios = [a / b for a, b in zip(self[label].rates(), self[reference].rates())]
+        return statistics.median(ratios), min(ratios), max(ratios)
+
+
+def compare(title: str, cases: list[Case], rounds: int, unit: str = "docs", reference: str | None = None, show_rate: bool = True) -> Result:
+    """Run ``cases`` interleaved (round 1: A B C, round 2: A B C, ...) and print one line per
+    case: median time and rate with their ranges, peak memory, and the rate over ``reference``
+    (default: the first case) as the median of per-round ratios with its range."""
+    rounds = max(1, rounds)
+    runs: dict[str, list[dict[str, Any]]] = {case.label: [] for case in cases}
+    started = time.perf_counter()
+    for _ in range(rounds):
+        for case in cases:
+            runs[case.label].append(run_child(case))
+    result = Result(title, {case.label: Measured(case, runs[case.label]) for case in cases}, unit)
+    reference = reference or cases[0].label
+    width = max(len(case.label) for case in cases) + 2
+    print(f"\n{title}")
+    print(f"  {rounds} round(s) interleaved, one child process per run, {time.perf_counter() - started:.0f} s; median [min..max]")
+    for case in cases:
+        m = result[case.label]
+        secs = m.values("seconds")
+        line = f"  {case.label:<{width}} {fmt(statistics.median(secs))} s [{fmt(min(secs))}..{fmt(max(secs))}]"
+        if show_rate:
+            rates = m.rates()
+            line += f"  {fmt(statistics.median(rates))} {unit}/s [{fmt(min(rates))}..{fmt(max(rates))}]"
+        line += f"  peak {m.peak_mib():7.0f} MiB (base {m.base_mib():.0f})"
+        if case.label != reference:
+            mid, lo, hi = result.speedup(case.label, reference)
+            line += f"  {mid:6.2f}x [{lo:.2f}..{hi:.2f}] vs {reference}"
+        print(line, flush=True)
+    return result
+
+
+def fmt(value: float) -> str:
+    """A figure with 3-4 significant digits, thousands separated."""
+    if value >= 1000:
+        return f"{value:,.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    if value >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3f}"
+
+
+# --------------------------------------------------------------------------- goals
+
+
+@dataclasses.dataclass(frozen=True)
+class Goal:
+    """What a bench is held to: ``measure(result)`` gives ``(value, text)``, ``holds(value)``
+    decides PASS or MISS. Checking prints the goal, the measured figure and the verdict."""
+
+    text: str
+    measure: Callable[[Result], tuple[float, str]]
+    holds: Callable[[float], bool]
+
+    def check(self, result: Result) -> bool:
+        value, shown = self.measure(result)
+        passed = bool(self.holds(value))
+        print(f"  goal: {self.text}: {shown} -> {'PASS' if passed else 'MISS'}", flush=True)
+        record(self.text, passed, shown)
+        return passed
+
+
+def record(goal: str, passed: bool, shown: str) -> None:
+    """Append a verdict to the runner's summary file (when run under ``python -m bench``)."""
+    path = os.environ.get(_VERDICTS)
+    if path:
+        with open(path, "a") as handle:
+            handle.write(json.dumps({"bench": os.environ.get("BENCH_NAME", ""), "goal": goal, "passed": passed, "measured": shown}) + "\n")
+
+
+def speed_goal(label: str, reference: str, at_least: float, text: str | None = None) -> Goal:
+    """``label``'s rate is at least ``at_least`` times ``reference``'s (median of paired rounds)."""
+
+    def measure(result: Result) -> tuple[float, str]:
+        mid, lo, hi = result.speedup(label, reference)
+        return mid, f"{mid:.2f}x [{lo:.2f}..{hi:.2f}]"
+
+    return Goal(text or f"{label} >= {at_least:g}x the rate of {reference}", measure, lambda v: v >= at_least)
+
+
+def memory_goal(label: str, reference: str, at_most: float, text: str | None = None) -> Goal:
+    """``label``'s peak memory is at most ``at_most`` times ``reference``'s."""
+
+    def measure(result: Result) -> tuple[float, str]:
+        a, b = result[label].peak_mib(), result[reference].peak_mib()
+        return a / b, f"{a:.0f} MiB / {b:.0f} MiB = {a / b:.2f}x"
+
+    return Goal(text or f"peak memory of {label} <= {at_most:g}x that of {reference}", measure, lambda v: v <= at_most)
+
+
+def growth_goal(small: str, large: str, at_most: float, text: str | None = None) -> Goal:
+    """Scale: the peak memory of the ``large`` case is at most ``at_most`` times the ``small``
+    one's (memory bounded by configured sizes, not by the input)."""
+    return memory_goal(large, small, at_most, text or f"peak memory at {large} <= {at_most:g}x the peak at {small}")
+
+
+def absolute_goal(text: str, shown: str, holds: bool) -> bool:
+    """A goal on a figure measured outside :func:`compare` (e.g. a time limit)."""
+    print(f"  goal: {text}: {shown} -> {'PASS' if holds else 'MISS'}", flush=True)
+    record(text, holds, shown)
+    return holds
+
+
+if __name__ == "__main__":
+    _child(json.loads(sys.argv[1]))
