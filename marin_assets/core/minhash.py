@@ -24,21 +24,17 @@ The function, fixed by :class:`MinHashParams`:
 * bands: the first ``bands * rows`` signature values, ``bands`` groups of ``rows``; a band's
   bucket id is xxh3-64 of its ``rows`` values as little-endian u64 bytes (88 bytes for 11).
 
-Two implementations compute it, equal bit for bit (the tests run both):
-
-* the JIT path (when numba is importable, ``JIT`` true): one compiled pass per batch that
-  cleans each document's UTF-8 bytes straight from an Arrow buffer (lowercasing non-ASCII
-  characters with a table built from this Python's own ``str.lower``), finds its words,
-  hashes every shingle with a scalar xxh3 port and takes the permutation minima (shingles
-  innermost, so the compiler turns them into SIMD multiply/add/min over the document's
-  hashes). Only texts with a capital sigma or a U+0130 are lowercased by Python first;
-* the numpy path: the batch is cleaned with ``bytes.translate`` and numpy, all shingles are
-  hashed at once with a numpy port of xxh3 (exact for inputs up to 128 bytes; longer inputs
-  go through the ``xxhash`` library), and permutations are applied in cache-sized blocks.
+One compiled pass per batch (numba) computes it: it cleans each document's UTF-8 bytes
+straight from an Arrow buffer (lowercasing non-ASCII characters with a table built from this
+Python's own ``str.lower``), finds its words, hashes every shingle with a scalar xxh3 kernel
+and takes the permutation minima (shingles innermost, so the compiler turns them into SIMD
+multiply/add/min over the document's hashes). Only texts with a capital sigma or a U+0130 are
+lowercased by Python first. The stages are also exposed one by one (:func:`clean_batch`,
+:func:`xxh3_64_spans`, :func:`signatures_from_hashes`) for the tests and the per-stage bench.
 
 :func:`datasketch_minhash` builds the same signature with datasketch's ``MinHash``
-(``scheme="affine64"``, ``hashfunc=xxh3_64``, ``permutations=(a, b)``), the reference both are
-checked against.
+(``scheme="affine64"``, ``hashfunc=xxh3_64``, ``permutations=(a, b)``), the reference it is
+checked against; the library ``xxhash`` is the reference of the xxh3 kernel.
 """
 
 from __future__ import annotations
@@ -57,10 +53,9 @@ import xxhash
 
 from marin_assets.core import storage
 
-try:  # optional accelerator: without it everything runs on the numpy path
-    import numba
-except ImportError:  # pragma: no cover - depends on the environment
-    numba = None
+import numba
+from llvmlite import ir
+from numba.extending import intrinsic
 
 # --------------------------------------------------------------------------- parameters
 
@@ -165,52 +160,13 @@ def ngram_spans(joined: bytes, num_docs: int, n: int) -> tuple[np.ndarray, np.nd
     return starts, word_ends[last] - starts, counts
 
 
-# ASCII fast path of clean_text: lowercase, then one bytes.translate that deletes punctuation
-# and maps every ASCII character str.split() treats as whitespace to a space; the runs of
-# spaces are collapsed for the whole batch at once in numpy (collapse_spaces).
+# ASCII characters str.split() treats as whitespace (besides the space), and punctuation.
 _ASCII_WHITESPACE = b"\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f"
 _ASCII_TABLE = bytes.maketrans(_ASCII_WHITESPACE, b" " * len(_ASCII_WHITESPACE))
 _PUNCTUATION_BYTES = string.punctuation.encode("ascii")
 
 
-def clean_batch(texts: Sequence[str | None], cap_chars: int = 500_000) -> bytes:
-    """``clean_text`` of every text, UTF-8, joined by ``\\n`` (None -> empty text)."""
-    if JIT:
-        return _clean_batch_jit(texts, cap_chars)
-    pieces = []
-    for text in texts:
-        if not text:
-            pieces.append(b"")
-        elif text.isascii():
-            pieces.append(text[:cap_chars].lower().encode("ascii").translate(_ASCII_TABLE, _PUNCTUATION_BYTES))
-        else:
-            pieces.append(clean_text(text, cap_chars).encode("utf-8"))
-    return collapse_spaces(b"\n".join(pieces))
-
-
-def collapse_spaces(joined: bytes) -> bytes:
-    """Collapse runs of spaces to one and trim them at both ends of every ``\\n``-separated text."""
-    buf = np.frombuffer(joined, dtype=np.uint8)
-    space = buf == 32
-    if not space.any():
-        return joined
-    prev_space = np.zeros_like(space)
-    prev_space[1:] = space[:-1]
-    next_space = np.zeros_like(space)
-    next_space[:-1] = space[1:]
-    run_first = np.flatnonzero(space & ~prev_space)
-    run_last = np.flatnonzero(space & ~next_space)
-    # A run survives as one space only between two words of the same text.
-    before = buf[np.maximum(run_first - 1, 0)]
-    before[run_first == 0] = 10
-    after = buf[np.minimum(run_last + 1, buf.size - 1)]
-    after[run_last == buf.size - 1] = 10
-    keep = space.copy()
-    keep[run_first[(before != 10) & (after != 10)]] = False
-    return buf[~keep].tobytes()
-
-
-# --------------------------------------------------------------------------- xxh3-64, vectorized
+# --------------------------------------------------------------------------- xxh3-64 constants
 
 _M64 = 0xFFFFFFFFFFFFFFFF
 # xxh3's default secret (192 bytes; inputs of <= 128 bytes use the first 128).
@@ -243,124 +199,6 @@ _FMIX1 = _U(0xFF51AFD7ED558CCD)
 _FMIX2 = _U(0xC4CEB9FE1A85EC53)
 
 
-def _mul128_fold64(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Low xor high half of the 128-bit product, from 32-bit limbs (exact in uint64)."""
-    x_lo, x_hi = x & _LO32, x >> _U(32)
-    y_lo, y_hi = y & _LO32, y >> _U(32)
-    lo_lo = x_lo * y_lo
-    hi_lo = x_hi * y_lo
-    lo_hi = x_lo * y_hi
-    cross = (lo_lo >> _U(32)) + (hi_lo & _LO32) + lo_hi
-    upper = (hi_lo >> _U(32)) + (cross >> _U(32)) + x_hi * y_hi
-    lower = (cross << _U(32)) | (lo_lo & _LO32)
-    return lower ^ upper
-
-
-def _xxh3_avalanche(h: np.ndarray) -> np.ndarray:
-    h = h ^ (h >> _U(37))
-    h = h * _PRIME_MX1
-    return h ^ (h >> _U(32))
-
-
-def _xxh64_avalanche(h: np.ndarray) -> np.ndarray:
-    h = h ^ (h >> _U(33))
-    h = h * _PRIME64_2
-    h = h ^ (h >> _U(29))
-    h = h * _PRIME64_3
-    return h ^ (h >> _U(32))
-
-
-def _rrmxmx(h: np.ndarray, length: np.ndarray) -> np.ndarray:
-    rot49 = (h << _U(49)) | (h >> _U(15))
-    rot24 = (h << _U(24)) | (h >> _U(40))
-    h = h ^ rot49 ^ rot24
-    h = h * _PRIME_MX2
-    h = h ^ ((h >> _U(35)) + length)
-    h = h * _PRIME_MX2
-    return h ^ (h >> _U(28))
-
-
-HASH_BLOCK = 32768  # spans hashed per numpy pass, so the ~40 temporaries stay in cache
-
-
-def _xxh3_64_spans_numpy(data: bytes | np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The numpy path of :func:`xxh3_64_spans`.
-
-    Inputs of up to 128 bytes (every shingle but the rare ones made of very long words) are
-    hashed in numpy, a handful of array operations per 16 input bytes; longer ones one by one.
-    """
-    raw = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray, memoryview)) else data
-    buf = np.concatenate([raw, np.zeros(8, np.uint8)])  # keeps the overlapping views non-empty
-    starts = np.asarray(starts, dtype=np.int64)
-    lengths = np.asarray(lengths, dtype=np.int64)
-    out = np.empty(starts.size, dtype=np.uint64)
-    for i in range(0, starts.size, HASH_BLOCK):
-        out[i : i + HASH_BLOCK] = _xxh3_block(raw, buf, starts[i : i + HASH_BLOCK], lengths[i : i + HASH_BLOCK])
-    return out
-
-
-def _xxh3_block(raw: np.ndarray, buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    out = np.empty(starts.size, dtype=np.uint64)
-    # Overlapping little-endian views: element i is the 8 (4) bytes starting at byte i.
-    le64 = np.ndarray(shape=(buf.size - 7,), dtype="<u8", buffer=buf, strides=(1,))
-    le32 = np.ndarray(shape=(buf.size - 3,), dtype="<u4", buffer=buf, strides=(1,))
-
-    sel = np.flatnonzero((lengths > 16) & (lengths <= 128))
-    if sel.size:
-        out[sel] = _xxh3_17to128(le64, starts[sel], lengths[sel])
-    sel = np.flatnonzero((lengths >= 9) & (lengths <= 16))
-    if sel.size:
-        s, n = starts[sel], lengths[sel]
-        lo = le64[s] ^ _U(_secret64(24) ^ _secret64(32))
-        hi = le64[s + n - 8] ^ _U(_secret64(40) ^ _secret64(48))
-        acc = n.astype(np.uint64) + lo.byteswap() + hi + _mul128_fold64(lo, hi)
-        out[sel] = _xxh3_avalanche(acc)
-    sel = np.flatnonzero((lengths >= 4) & (lengths <= 8))
-    if sel.size:
-        s, n = starts[sel], lengths[sel]
-        first = le32[s].astype(np.uint64)
-        last = le32[s + n - 4].astype(np.uint64)
-        keyed = (last + (first << _U(32))) ^ _U(_secret64(8) ^ _secret64(16))
-        out[sel] = _rrmxmx(keyed, n.astype(np.uint64))
-    sel = np.flatnonzero((lengths >= 1) & (lengths <= 3))
-    if sel.size:
-        s, n = starts[sel], lengths[sel]
-        c1 = buf[s].astype(np.uint64)
-        c2 = buf[s + (n >> 1)].astype(np.uint64)
-        c3 = buf[s + n - 1].astype(np.uint64)
-        combined = (c1 << _U(16)) | (c2 << _U(24)) | c3 | (n.astype(np.uint64) << _U(8))
-        out[sel] = _xxh64_avalanche(combined ^ _U(_secret32(0) ^ _secret32(4)))
-    sel = np.flatnonzero(lengths == 0)
-    if sel.size:
-        out[sel] = xxhash.xxh3_64_intdigest(b"")
-    sel = np.flatnonzero(lengths > 128)
-    if sel.size:
-        view = memoryview(raw)
-        out[sel] = [xxhash.xxh3_64_intdigest(view[s : s + n]) for s, n in zip(starts[sel].tolist(), lengths[sel].tolist())]
-    return out
-
-
-def _xxh3_17to128(le64: np.ndarray, s: np.ndarray, n: np.ndarray) -> np.ndarray:
-    acc = n.astype(np.uint64) * _PRIME64_1
-    # Pairs of 16-byte blocks read from the front and the back, more pairs for longer inputs.
-    for min_len, pair in ((17, 0), (33, 1), (65, 2), (97, 3)):
-        idx = np.flatnonzero(n >= min_len) if min_len > 17 else None
-        ss = s if idx is None else s[idx]
-        nn = n if idx is None else n[idx]
-        front = ss + 16 * pair
-        back = ss + nn - 16 * (pair + 1)
-        sec = 32 * pair
-        mix = _mul128_fold64(le64[front] ^ _U(_secret64(sec)), le64[front + 8] ^ _U(_secret64(sec + 8)))
-        mix += _mul128_fold64(le64[back] ^ _U(_secret64(sec + 16)), le64[back + 8] ^ _U(_secret64(sec + 24)))
-        if idx is None:
-            acc += mix
-        else:
-            if idx.size == 0:
-                break
-            acc[idx] += mix
-    return _xxh3_avalanche(acc)
-
-
 def xxh3_64(data: bytes) -> int:
     """The scalar xxh3-64 used by the reference path (datasketch's ``hashfunc``)."""
     return xxhash.xxh3_64_intdigest(data)
@@ -380,57 +218,6 @@ def permutations(num_perms: int = 286, seed: int = 42) -> tuple[np.ndarray, np.n
     return a, b
 
 
-def fmix64(h: np.ndarray) -> np.ndarray:
-    """MurmurHash3's 64-bit finalizer: the pre-mix datasketch's affine64 scheme applies."""
-    h = h ^ (h >> _U(33))
-    h = h * _FMIX1
-    h = h ^ (h >> _U(33))
-    h = h * _FMIX2
-    return h ^ (h >> _U(33))
-
-
-# Permutations are applied to blocks of (PERM_BLOCK permutations x ~SHINGLE_BLOCK shingles):
-# 16 x 16384 uint64 = 2 MiB, so the multiply, add and segmented min stay in cache.
-PERM_BLOCK = 16
-SHINGLE_BLOCK = 16384
-
-
-def _signatures_from_hashes_numpy(hashes: np.ndarray, counts: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The numpy path of :func:`signatures_from_hashes`."""
-    num_docs, num_perms = counts.size, a.size
-    sig = np.full((num_docs, num_perms), _M64, dtype=np.uint64)
-    if hashes.size == 0:
-        return sig
-    mixed = fmix64(hashes.astype(np.uint64, copy=False))
-    doc_start = np.zeros(num_docs + 1, np.int64)
-    np.cumsum(counts, out=doc_start[1:])
-    a_col = a.reshape(-1, 1)
-    b_col = b.reshape(-1, 1)
-    out_t = np.empty((num_perms, num_docs), dtype=np.uint64)
-    nonempty = counts > 0
-    work = np.empty((PERM_BLOCK, SHINGLE_BLOCK), dtype=np.uint64)
-    d0 = 0
-    while d0 < num_docs:
-        # The docs [d0, d1) whose shingles fit one block (at least one doc).
-        d1 = int(np.searchsorted(doc_start, doc_start[d0] + SHINGLE_BLOCK, side="right")) - 1
-        d1 = min(max(d1, d0 + 1), num_docs)
-        lo, hi = doc_start[d0], doc_start[d1]
-        docs = np.flatnonzero(nonempty[d0:d1])
-        if hi > lo and docs.size:
-            chunk = mixed[lo:hi]
-            offsets = doc_start[d0:d1][docs] - lo
-            buf = work if hi - lo <= SHINGLE_BLOCK else np.empty((PERM_BLOCK, hi - lo), np.uint64)
-            for p0 in range(0, num_perms, PERM_BLOCK):
-                p1 = min(p0 + PERM_BLOCK, num_perms)
-                block = buf[: p1 - p0, : hi - lo]
-                np.multiply(a_col[p0:p1], chunk, out=block)
-                np.add(block, b_col[p0:p1], out=block)
-                out_t[p0:p1, d0 + docs] = np.minimum.reduceat(block, offsets, axis=1)
-        d0 = d1
-    sig[nonempty] = out_t.T[nonempty]
-    return sig
-
-
 def band_buckets(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
     """Bucket ids (docs x bands, uint64): xxh3-64 of each band's ``rows`` little-endian u64s."""
     num_docs = sig.shape[0]
@@ -438,13 +225,6 @@ def band_buckets(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
     starts = np.arange(num_docs * bands, dtype=np.int64) * (rows * 8)
     lengths = np.full(num_docs * bands, rows * 8, dtype=np.int64)
     return xxh3_64_spans(band_bytes, starts, lengths).reshape(num_docs, bands)
-
-
-def shingle_hashes(texts: Sequence[str | None], params: MinHashParams) -> tuple[np.ndarray, np.ndarray]:
-    """xxh3-64 of every shingle of a batch of raw texts, and the number per text (None -> 0); numpy path."""
-    joined = clean_batch(texts, params.text_cap_chars)
-    starts, lengths, counts = ngram_spans(joined, len(texts), params.ngram_size)
-    return xxh3_64_spans(joined, starts, lengths), counts
 
 
 def datasketch_minhash(text: str, params: MinHashParams = MinHashParams()) -> Any:
@@ -457,18 +237,15 @@ def datasketch_minhash(text: str, params: MinHashParams = MinHashParams()) -> An
     return sketch
 
 
-# --------------------------------------------------------------------------- JIT path
+# --------------------------------------------------------------------------- kernels
 
-JIT = numba is not None  # False forces the numpy path (tests run both)
 # Shingles per pass of the permutation loop: 2048 hashes (16 KiB) stay in L1 across all
 # permutations of a long document.
 JIT_SHINGLE_CHUNK = 2048
 
 
 def _jit(fn: Any) -> Any:
-    """Compile ``fn`` with numba when present (cached on disk, releases the GIL); else as is."""
-    if numba is None:
-        return fn
+    """Compile ``fn`` with numba (cached on disk, releases the GIL)."""
     try:
         return numba.njit(cache=True, nogil=True)(fn)
     except RuntimeError:  # no writable cache location (read-only install): compile per process
@@ -556,25 +333,21 @@ def unicode_lower_table() -> tuple[np.ndarray, np.ndarray]:
     return _readonly(top, np.uint16), _readonly(blocks.reshape(-1), np.int32)
 
 
-if numba is not None:
-    from llvmlite import ir
-    from numba.extending import intrinsic
+@intrinsic
+def _fold64_jit(typingctx, x, y):
+    """Low xor high half of the 128-bit product of two uint64: one native 64x64->128
+    multiply (numba has no 128-bit integers; LLVM IR does)."""
+    if x != numba.types.uint64 or y != numba.types.uint64:
+        return None
 
-    @intrinsic
-    def _fold64_jit(typingctx, x, y):
-        """Low xor high half of the 128-bit product of two uint64: one native 64x64->128
-        multiply (numba has no 128-bit integers; LLVM IR does)."""
-        if x != numba.types.uint64 or y != numba.types.uint64:
-            return None
+    def codegen(context, builder, signature, args):
+        wide = ir.IntType(128)
+        product = builder.mul(builder.zext(args[0], wide), builder.zext(args[1], wide))
+        low = builder.trunc(product, ir.IntType(64))
+        high = builder.trunc(builder.lshr(product, ir.Constant(wide, 64)), ir.IntType(64))
+        return builder.xor(low, high)
 
-        def codegen(context, builder, signature, args):
-            wide = ir.IntType(128)
-            product = builder.mul(builder.zext(args[0], wide), builder.zext(args[1], wide))
-            low = builder.trunc(product, ir.IntType(64))
-            high = builder.trunc(builder.lshr(product, ir.Constant(wide, 64)), ir.IntType(64))
-            return builder.xor(low, high)
-
-        return numba.types.uint64(numba.types.uint64, numba.types.uint64), codegen
+    return numba.types.uint64(numba.types.uint64, numba.types.uint64), codegen
 
 
 @_jit
@@ -932,7 +705,9 @@ def _large_strings(texts: Sequence[str | None] | pa.Array | pa.ChunkedArray) -> 
 # --------------------------------------------------------------------------- entry points
 
 
-def _clean_batch_jit(texts: Sequence[str | None], cap_chars: int) -> bytes:
+def clean_batch(texts: Sequence[str | None], cap_chars: int = 500_000) -> bytes:
+    """``clean_text`` of every text, UTF-8, joined by ``\\n`` (None -> empty text): the
+    kernels' cleaner on its own, checked against ``clean_text``."""
     data, starts, ends = text_spans(texts)
     top, blocks = unicode_lower_table()
     out = np.empty(2 * int((ends - starts).sum()) + 8, dtype=np.uint8)
@@ -950,8 +725,6 @@ def _clean_batch_jit(texts: Sequence[str | None], cap_chars: int) -> bytes:
 
 def xxh3_64_spans(data: bytes | np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """xxh3-64 (seed 0) of ``data[s:s+l]`` for every span, equal to ``xxhash.xxh3_64_intdigest``."""
-    if not JIT:
-        return _xxh3_64_spans_numpy(data, starts, lengths)
     raw = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray, memoryview)) else data
     starts = _readonly(starts, np.int64)
     lengths = _readonly(lengths, np.int64)
@@ -966,8 +739,6 @@ def xxh3_64_spans(data: bytes | np.ndarray, starts: np.ndarray, lengths: np.ndar
 
 def signatures_from_hashes(hashes: np.ndarray, counts: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """MinHash signatures (docs x perms, uint64) from the shingle hashes of consecutive docs."""
-    if not JIT:
-        return _signatures_from_hashes_numpy(hashes, counts, a, b)
     doc_start = np.zeros(len(counts) + 1, np.int64)
     np.cumsum(counts, out=doc_start[1:])
     if doc_start[-1] != len(hashes):
@@ -981,11 +752,6 @@ def signatures_from_hashes(hashes: np.ndarray, counts: np.ndarray, a: np.ndarray
 def signatures_and_counts(texts: Sequence[str | None] | pa.Array | pa.ChunkedArray, params: MinHashParams = MinHashParams()) -> tuple[np.ndarray, np.ndarray]:
     """MinHash signatures (docs x num_perms, uint64) of raw texts and their shingle counts."""
     a, b = permutations(params.num_perms, params.seed)
-    if not JIT:
-        if isinstance(texts, (pa.Array, pa.ChunkedArray)):
-            texts = texts.to_pylist()
-        hashes, counts = shingle_hashes(texts, params)
-        return _signatures_from_hashes_numpy(hashes, counts, a, b), counts
     top, blocks = unicode_lower_table()
     chunk = max(1, JIT_SHINGLE_CHUNK)
 
@@ -1010,8 +776,8 @@ def signatures(texts: Sequence[str | None] | pa.Array | pa.ChunkedArray, params:
 
 # --------------------------------------------------------------------------- per-shard function
 
-# Documents per batch: at most BATCH_DOCS and about BATCH_BYTES of text (the numpy path's
-# shingle arrays take ~10x its text bytes, so a shard's peak memory stays flat).
+# Documents per batch: at most BATCH_DOCS and about BATCH_BYTES of text (a batch's Arrow
+# copy, signatures and bucket lists are held at once, so a shard's peak memory stays flat).
 BATCH_DOCS = 2048
 BATCH_BYTES = 8 << 20
 

@@ -77,19 +77,10 @@ def share_bucket(a: str, b: str, params: MinHashParams = MinHashParams()) -> boo
     return bool((buckets[0] == buckets[1]).any())
 
 
-@pytest.fixture(params=["numpy", "jit"])
-def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Runs a test on the numpy fallback and on the JIT path (numba is a dependency)."""
-    if request.param == "jit":
-        assert minhash.numba is not None, "numba is a dependency of marin-assets; reinstall with `make install`"
-    monkeypatch.setattr(minhash, "JIT", request.param == "jit")
-    return request.param
-
-
 # --------------------------------------------------------------------------- hashing and text
 
 
-def test_vectorized_xxh3_equals_xxhash_for_every_length(path: str) -> None:
+def test_xxh3_kernel_equals_the_xxhash_library_for_every_length() -> None:
     rng = np.random.default_rng(7)
     data = rng.integers(0, 256, 8192, dtype=np.uint8).tobytes()
     # Every length through the 240-byte mid size, then long inputs around the 1 KiB blocks.
@@ -107,7 +98,7 @@ def test_clean_text_lowercases_strips_punctuation_and_collapses_whitespace() -> 
     assert all(ch not in minhash.clean_text(string.punctuation + " x") for ch in string.punctuation)
 
 
-def test_batch_cleaning_equals_clean_text_on_awkward_whitespace(path: str) -> None:
+def test_batch_cleaning_equals_clean_text_on_awkward_whitespace() -> None:
     texts = [
         "  lead and trail  ", "a - b -- c", "tabs\tand\r\nnewlines\x0b\x0cfeeds", "sep\x1cfile\x1dgroup\x1erecord\x1funit",
         "nul\x00kept as a character", "\n\n\n", "", "UPPER Case, MiXeD!", "nbsp\u00a0ideographic\u3000line\u2028next\x85end",
@@ -118,7 +109,7 @@ def test_batch_cleaning_equals_clean_text_on_awkward_whitespace(path: str) -> No
     assert minhash.clean_batch(texts, cap_chars=7) == "\n".join(minhash.clean_text(t, 7) for t in texts).encode("utf-8")
 
 
-def test_batch_cleaning_equals_clean_text_on_every_code_point(path: str) -> None:
+def test_batch_cleaning_equals_clean_text_on_every_code_point() -> None:
     """Every character (surrogates aside), mixed with ASCII capitals, punctuation and spaces,
     so each of Python's lowercase and whitespace rules is checked, with caps that fall inside
     characters of 1 to 4 UTF-8 bytes. The two characters that send a text to Python's
@@ -135,7 +126,7 @@ def test_batch_cleaning_equals_clean_text_on_every_code_point(path: str) -> None
         assert minhash.clean_batch(sample, cap) == "\n".join(minhash.clean_text(t, cap) for t in sample).encode("utf-8")
 
 
-def test_awkward_texts_sign_as_datasketch_does(path: str) -> None:
+def test_awkward_texts_sign_as_datasketch_does() -> None:
     """Every cleaning rule matters here: texts of 1-4 words are one shingle, the whole text,
     so any difference in case, punctuation or whitespace changes the signature."""
     spaces = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2005\u200a\u2028\u2029\u202f\u205f\u3000"
@@ -152,15 +143,18 @@ def test_awkward_texts_sign_as_datasketch_does(path: str) -> None:
         assert np.array_equal(minhash.datasketch_minhash(text, params).hashvalues, row), repr(text)
 
 
-def test_short_texts_are_one_shingle_and_spans_match_the_reference() -> None:
-    texts = ["one two three", "", "a b c d e f g", "ünï cödé wörds are here today and tomorrow", "x"]
+def test_short_texts_are_one_shingle_and_the_kernel_counts_the_reference_shingles() -> None:
+    texts = ["one two three", "", "a b c d e f g", "ünï cödé wörds are here today and tomorrow", "x", "  Σ İ ,, a  b  "]
     assert minhash.shingles("one two three") == [b"one two three"]
     assert minhash.shingles("") == []
-    joined = "\n".join(texts).encode()
-    starts, lengths, counts = minhash.ngram_spans(joined, len(texts), 5)
+    _, counts = minhash.signatures_and_counts(texts)
+    assert counts.tolist() == [len(minhash.shingles(minhash.clean_text(t), 5)) for t in texts] == [1, 0, 3, 4, 1, 1]
+    cleaned = [minhash.clean_text(t) for t in texts]
+    joined = "\n".join(cleaned).encode()
+    starts, lengths, span_counts = minhash.ngram_spans(joined, len(texts), 5)
     spans = [joined[s : s + n] for s, n in zip(starts.tolist(), lengths.tolist())]
-    assert spans == [s for t in texts for s in minhash.shingles(t, 5)]
-    assert counts.tolist() == [1, 0, 3, 4, 1]
+    assert spans == [s for t in cleaned for s in minhash.shingles(t, 5)]
+    assert span_counts.tolist() == counts.tolist()
 
 
 # --------------------------------------------------------------------------- signatures
@@ -178,7 +172,7 @@ def random_texts(count: int, seed: int) -> list[str]:
     return texts
 
 
-def test_signatures_equal_datasketch_bit_for_bit(path: str) -> None:
+def test_signatures_equal_datasketch_bit_for_bit() -> None:
     texts = random_texts(40, seed=1)
     params = MinHashParams()
     ours = minhash.signatures(texts, params)
@@ -188,7 +182,7 @@ def test_signatures_equal_datasketch_bit_for_bit(path: str) -> None:
         assert np.array_equal(reference, row), text[:80]
 
 
-def test_signatures_equal_datasketch_with_other_parameters(path: str) -> None:
+def test_signatures_equal_datasketch_with_other_parameters() -> None:
     params = MinHashParams(num_perms=37, num_bands=6, rows_per_band=6, ngram_size=3, seed=7, text_cap_chars=300)
     texts = random_texts(12, seed=2)
     ours = minhash.signatures(texts, params)
@@ -196,17 +190,15 @@ def test_signatures_equal_datasketch_with_other_parameters(path: str) -> None:
         assert np.array_equal(minhash.datasketch_minhash(text, params).hashvalues, row)
 
 
-def test_signatures_do_not_depend_on_batch_layout(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_signatures_do_not_depend_on_batch_layout(monkeypatch: pytest.MonkeyPatch) -> None:
     texts = random_texts(30, seed=3)
     whole = minhash.signatures(texts)
-    monkeypatch.setattr(minhash, "SHINGLE_BLOCK", 64)
-    monkeypatch.setattr(minhash, "PERM_BLOCK", 5)
     monkeypatch.setattr(minhash, "JIT_SHINGLE_CHUNK", 40)  # several chunks per long text
     assert np.array_equal(minhash.signatures(texts), whole)
     assert np.array_equal(np.vstack([minhash.signatures([t]) for t in texts]), whole)
 
 
-def test_arrow_input_equals_list_input(path: str) -> None:
+def test_arrow_input_equals_list_input() -> None:
     """Shards hand Arrow arrays over as they are: sliced, chunked, with nulls, string or
     large_string; the signatures must be those of the same texts as a list."""
     texts = random_texts(24, seed=6) + [None, "İstanbul ΣΑΣ", None]
@@ -218,24 +210,24 @@ def test_arrow_input_equals_list_input(path: str) -> None:
     assert np.array_equal(minhash.signatures(pa.array(["a", *texts], pa.string()).slice(1)), expected)
 
 
-def test_jit_and_numpy_paths_agree_and_match_a_direct_minimum(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert minhash.numba is not None, "numba is a dependency of marin-assets"
+def fmix64(h: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 64-bit finalizer, in numpy: the pre-mix of datasketch's affine64 scheme."""
+    for shift, factor in ((33, 0xFF51AFD7ED558CCD), (33, 0xC4CEB9FE1A85EC53)):
+        h = (h ^ (h >> np.uint64(shift))) * np.uint64(factor)
+    return h ^ (h >> np.uint64(33))
+
+
+def test_signatures_from_hashes_match_a_direct_minimum(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(8)
     counts = np.array([0, 1, 2, 31, 32, 33, 0, 700, 5])
     hashes = rng.integers(0, 2**64 - 1, int(counts.sum()), dtype=np.uint64, endpoint=True)
     a, b = minhash.permutations(37, 3)
     monkeypatch.setattr(minhash, "JIT_SHINGLE_CHUNK", 100)
-    jit = minhash.signatures_from_hashes(hashes, counts, a, b)
-    monkeypatch.setattr(minhash, "JIT", False)
-    assert np.array_equal(minhash.signatures_from_hashes(hashes, counts, a, b), jit)
-    mixed = np.split(minhash.fmix64(hashes), np.cumsum(counts)[:-1])
-    for row, doc in zip(jit, mixed):
+    sig = minhash.signatures_from_hashes(hashes, counts, a, b)
+    mixed = np.split(fmix64(hashes), np.cumsum(counts)[:-1])
+    for row, doc in zip(sig, mixed):
         expected = (a[:, None] * doc[None, :] + b[:, None]).min(axis=1) if doc.size else np.full(37, 2**64 - 1, np.uint64)
         assert np.array_equal(row, expected)
-    texts = random_texts(20, seed=9)
-    numpy_sig = minhash.signatures(texts)
-    monkeypatch.setattr(minhash, "JIT", True)
-    assert np.array_equal(minhash.signatures(texts), numpy_sig)
 
 
 def test_permutations_are_odd_and_seeded() -> None:
@@ -303,7 +295,7 @@ def test_near_duplicates_by_edit_are_candidates_and_dissimilar_texts_are_not() -
 # --------------------------------------------------------------------------- per-shard function
 
 
-def test_minhash_shard_writes_one_bucket_list_per_row_in_row_order(tmp_path, path: str) -> None:
+def test_minhash_shard_writes_one_bucket_list_per_row_in_row_order(tmp_path) -> None:
     texts = stdlib_documents(5, seed=9) + ["", None, "tiny text"]
     ids = [f"{i:032x}" for i in range(len(texts))][::-1]
     src = str(tmp_path / "normalized" / storage.shard_name(0, 1))
@@ -322,7 +314,7 @@ def test_minhash_shard_writes_one_bucket_list_per_row_in_row_order(tmp_path, pat
     assert table.column("buckets")[0].as_py() == minhash.band_buckets(sig, 26, 11)[0].tolist()
 
 
-def test_minhash_shard_output_does_not_depend_on_batching(tmp_path, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_minhash_shard_output_does_not_depend_on_batching(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     texts = stdlib_documents(12, seed=4) + [None, ""]
     src = str(tmp_path / storage.shard_name(0, 1))
     storage.write_parquet(pa.table({"id": [f"{i:032x}" for i in range(len(texts))], "text": pa.array(texts, pa.string())}), src)
@@ -336,7 +328,7 @@ def test_minhash_shard_output_does_not_depend_on_batching(tmp_path, path: str, m
     assert storage.read_parquet(batched).equals(storage.read_parquet(whole))
 
 
-def test_text_cap_limits_what_is_hashed(path: str) -> None:
+def test_text_cap_limits_what_is_hashed() -> None:
     params = MinHashParams(text_cap_chars=1000)
     base = stdlib_documents(1, per_doc=8, seed=3)[0]
     assert len(base) > 1200
