@@ -1,22 +1,26 @@
-"""MinHash signature throughput against datasketch and rensa, and peak memory of the global
-fuzzy dedup step at two corpus sizes.
+"""MinHash signatures against datasketch and rensa as their users run them, where the time of
+our kernel goes, and the peak memory of the global fuzzy step at two corpus sizes.
 
-Run: ``python bench/bench_minhash.py`` (about a minute on two cores). Every path runs in this
-process on the same generated documents (stdlib docstrings joined into documents of a few
-hundred words), one core each, and includes text cleaning and shingling:
+Every case runs in its own child process (``bench.harness``), interleaved over rounds, on the
+same generated documents (stdlib docstrings joined into documents of a few hundred words), one
+core each, reading the texts from Parquet before the timed part:
 
-* marin-assets: ``minhash.signatures`` in batches of ``BATCH_DOCS`` documents, on the JIT
-  path (numba; compiled before timing) and on the numpy path (the fallback without numba);
-  the JIT path also on the same documents with every "e" accented (non-ASCII lowercasing);
-* datasketch ``update_batch``: a ``MinHash`` per document configured with the same hash
-  function and permutations (its fastest route; checked bit-equal to ours here);
-* datasketch ``update``: the same, one shingle per call (its documented usage);
-* rensa ``RMinHash.digest_matrix_from_token_sets``: its bulk API, same shingles, 286
-  permutations, seed 42 (its own hash family, so values differ; speed only).
+* ``marin-assets``: ``minhash.signatures`` in batches of ``BATCH_DOCS`` Arrow rows (the fused
+  kernel: clean, shingle, hash, permute), also on the same documents with every "e" accented
+  (UTF-8 decoding and Unicode lowercasing);
+* its stages one at a time (clean+shingle: ``clean_batch`` + ``ngram_spans``; hash:
+  ``xxh3_64_spans``; permute: ``signatures_from_hashes``), each child running the stages before
+  it untimed, so the shares say where the fused kernel's time goes;
+* datasketch ``update_batch``: a ``MinHash`` per document fed its word 5-gram shingles (built
+  in Python with the project's reference ``clean_text``/``shingles``), the same hash function
+  and permutations (checked bit-equal to ours before timing);
+* datasketch ``MinHash.bulk``: the same through its bulk constructor;
+* rensa ``RMinHash.digest_matrix_from_token_sets``: its bulk API fed ``text.split()`` per
+  document as its documentation shows (its own tokens and hash family, so values differ), 286
+  permutations, one Rayon thread.
 
-The fuzzy step runs in a child process per corpus size (built beforehand by the parent) and
-reports the child's peak RSS (``VmHWM``, else ``ru_maxrss``) and its growth over the peak of
-a warm-up run on a small corpus in the same child.
+Goal: our signatures are faster than datasketch ``update_batch`` (what a user of the library
+would write), and not slower than rensa's bulk path.
 """
 
 from __future__ import annotations
@@ -26,20 +30,15 @@ import inspect
 import json
 import os
 import random
-import resource
-import subprocess
-import sys
 import tempfile
-import time
 
-if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import xxhash
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import xxhash  # noqa: E402
-
-from marin_assets.core import dedup, minhash, storage  # noqa: E402
+from bench import harness
+from marin_assets.core import dedup, minhash, storage
 
 MODULES = (
     "argparse", "asyncio", "calendar", "collections", "csv", "datetime", "decimal", "email",
@@ -47,6 +46,7 @@ MODULES = (
     "pathlib", "random", "re", "shutil", "socket", "sqlite3", "statistics", "string",
     "subprocess", "tarfile", "textwrap", "typing", "unittest", "zipfile",
 )  # fmt: skip
+PARAMS = minhash.MinHashParams()
 
 
 def documents(count: int, per_doc: int = 5, seed: int = 0) -> list[str]:
@@ -61,80 +61,86 @@ def documents(count: int, per_doc: int = 5, seed: int = 0) -> list[str]:
     return ["\n\n".join(rng.sample(pool, per_doc)) for _ in range(count)]
 
 
-def rate(fn, items: list, repeats: int = 2) -> float:
-    """Best-of-``repeats`` documents per second of ``fn(items)``."""
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn(items)
-        best = min(best, time.perf_counter() - start)
-    return len(items) / best
+def read_texts(path: str, limit: int) -> pa.ChunkedArray:
+    return pq.read_table(path, columns=["text"]).column("text").slice(0, limit)
 
 
-def ours(docs: list[str]) -> None:
-    for i in range(0, len(docs), minhash.BATCH_DOCS):
-        minhash.signatures(docs[i : i + minhash.BATCH_DOCS])
+# --------------------------------------------------------------------------- cases (in the child)
 
 
-def ours_numpy(docs: list[str]) -> None:
-    jit, minhash.JIT = minhash.JIT, False
-    try:
-        ours(docs)
-    finally:
-        minhash.JIT = jit
+def ours(path: str, limit: int) -> dict:
+    texts = read_texts(path, limit)
+    minhash.signatures(texts.slice(0, 16))  # loads the compiled kernels
+    with harness.timed():
+        for start in range(0, len(texts), minhash.BATCH_DOCS):
+            minhash.signatures(texts.slice(start, minhash.BATCH_DOCS), PARAMS)
+    return {"items": len(texts)}
 
 
-def datasketch_batch(docs: list[str]) -> None:
-    for doc in docs:
-        minhash.datasketch_minhash(doc)
+def stage(path: str, limit: int, which: str) -> dict:
+    """One stage of the kernel over every batch, the stages before it run untimed."""
+    import time
+
+    texts = read_texts(path, limit)
+    a, b = minhash.permutations(PARAMS.num_perms, PARAMS.seed)
+    minhash.signatures(texts.slice(0, 16))
+    minhash.xxh3_64_spans(b"warm", np.array([0]), np.array([4]))
+    minhash.signatures_from_hashes(np.zeros(1, np.uint64), np.array([1]), a, b)
+    minhash.clean_batch(["warm"])
+    seconds = 0.0
+    for start in range(0, len(texts), minhash.BATCH_DOCS):
+        batch = texts.slice(start, minhash.BATCH_DOCS)
+        t0 = time.perf_counter()
+        joined = minhash.clean_batch(batch.to_pylist(), PARAMS.text_cap_chars)
+        starts, lengths, counts = minhash.ngram_spans(joined, len(batch), PARAMS.ngram_size)
+        t1 = time.perf_counter()
+        hashes = minhash.xxh3_64_spans(joined, starts, lengths)
+        t2 = time.perf_counter()
+        minhash.signatures_from_hashes(hashes, counts, a, b)
+        t3 = time.perf_counter()
+        seconds += {"clean+shingle": t1 - t0, "hash": t2 - t1, "permute": t3 - t2}[which]
+    return {"items": len(texts), "seconds": seconds}
 
 
-def datasketch_update(docs: list[str]) -> None:
+def datasketch_update_batch(path: str, limit: int) -> dict:
+    from datasketch import LeanMinHash, MinHash
+
+    texts = read_texts(path, limit).to_pylist()
+    a, b = minhash.permutations(PARAMS.num_perms, PARAMS.seed)
+    kwargs = {"num_perm": PARAMS.num_perms, "hashfunc": minhash.xxh3_64, "permutations": (a, b), "scheme": "affine64"}
+    MinHash(**kwargs).update_batch([b"warm"])
+    out = []
+    with harness.timed():
+        for text in texts:
+            sketch = MinHash(**kwargs)
+            sketch.update_batch(minhash.shingles(minhash.clean_text(text, PARAMS.text_cap_chars), PARAMS.ngram_size))
+            out.append(LeanMinHash(sketch))
+    return {"items": len(texts)}
+
+
+def datasketch_bulk(path: str, limit: int) -> dict:
     from datasketch import MinHash
 
-    a, b = minhash.permutations()
-    for doc in docs:
-        sketch = MinHash(num_perm=286, hashfunc=minhash.xxh3_64, permutations=(a, b), scheme="affine64")
-        for shingle in minhash.shingles(minhash.clean_text(doc)):
-            sketch.update(shingle)
+    texts = read_texts(path, limit).to_pylist()
+    a, b = minhash.permutations(PARAMS.num_perms, PARAMS.seed)
+    kwargs = {"num_perm": PARAMS.num_perms, "hashfunc": minhash.xxh3_64, "permutations": (a, b), "scheme": "affine64"}
+    MinHash.bulk([[b"warm"]], **kwargs)
+    with harness.timed():
+        MinHash.bulk((minhash.shingles(minhash.clean_text(t, PARAMS.text_cap_chars), PARAMS.ngram_size) for t in texts), **kwargs)
+    return {"items": len(texts)}
 
 
-def rensa_bulk(docs: list[str]) -> None:
+def rensa_bulk(path: str, limit: int) -> dict:
     import rensa
 
-    token_sets = [[s.decode() for s in minhash.shingles(minhash.clean_text(doc))] for doc in docs]
-    rensa.RMinHash.digest_matrix_from_token_sets(token_sets, 286, 42)
+    texts = read_texts(path, limit).to_pylist()
+    rensa.RMinHash.digest_matrix_from_token_sets([["warm", "up"]], PARAMS.num_perms, PARAMS.seed)
+    with harness.timed():
+        rensa.RMinHash.digest_matrix_from_token_sets([t.split() for t in texts], PARAMS.num_perms, PARAMS.seed)
+    return {"items": len(texts)}
 
 
-def throughput() -> None:
-    docs = documents(2400)
-    words = np.mean([len(d.split()) for d in docs])
-    minhash.datasketch_minhash(docs[0])  # import datasketch/scipy outside the timings
-    check = minhash.signatures(docs[:50])  # also compiles the JIT kernels (or loads them)
-    assert all(np.array_equal(minhash.datasketch_minhash(d).hashvalues, row) for d, row in zip(docs[:50], check))
-    rows = [("marin-assets numba JIT" if minhash.JIT else "marin-assets numpy", rate(ours, docs))]
-    if minhash.JIT:
-        # Non-ASCII text: every "e" accented, so UTF-8 decoding and Unicode lowercasing run.
-        accented = [d.replace("e", "é").replace("E", "É") for d in docs]
-        assert all(np.array_equal(minhash.datasketch_minhash(d).hashvalues, row) for d, row in zip(accented[:20], minhash.signatures(accented[:20])))
-        rows.append(("marin-assets JIT, accented", rate(ours, accented)))
-        rows.append(("marin-assets numpy path", rate(ours_numpy, docs)))
-    rows += [
-        ("datasketch update_batch", rate(datasketch_batch, docs[:400])),
-        ("datasketch update", rate(datasketch_update, docs[:40], repeats=1)),
-        ("rensa digest_matrix", rate(rensa_bulk, docs[:1200])),
-    ]
-    print(f"MinHash signatures, 286 permutations, word 5-grams, {words:.0f} words/doc, one core")
-    print("  (signatures of the first 50 documents equal datasketch's bit for bit)")
-    if not minhash.JIT:
-        print("  (numba is not installed: the JIT path is not measured)")
-    base = rows[0][1]
-    for name, value in rows:
-        ratio = "" if value == base else f"   marin-assets is {base / value:5.1f}x faster" if base >= value else f"   marin-assets is {value / base:5.1f}x slower"
-        print(f"  {name:26s} {value:9.0f} docs/s{ratio}")
-
-
-# --------------------------------------------------------------------------- fuzzy memory
+# --------------------------------------------------------------------------- fuzzy step memory
 
 
 def build_corpus(root: str, docs_total: int, sources: int = 4, shards: int = 2) -> dict:
@@ -158,69 +164,90 @@ def build_corpus(root: str, docs_total: int, sources: int = 4, shards: int = 2) 
             norm = storage.join(root, "normalized", name, shard)
             storage.write_parquet(pa.table({"id": [r[0] for r in part], "text": [r[1] for r in part]}), norm)
             out = storage.join(root, "buckets", name, shard)
-            minhash.minhash_shard([norm], out, minhash.MinHashParams())
+            minhash.minhash_shard([norm], out, PARAMS)
             layout["normalized"][name].append(norm)
             layout["buckets"][name].append(out)
     return layout
 
 
-def peak_rss_kib() -> int:
-    """Peak resident memory of this process in KiB.
-
-    Linux: ``VmHWM``, which starts afresh at exec; ``ru_maxrss`` would also count the
-    parent's memory at fork time. Elsewhere ``ru_maxrss`` (KiB on Linux, bytes on macOS).
-    """
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak // 1024 if sys.platform == "darwin" else peak
-
-
-def fuzzy_child(root: str) -> None:
-    # A run on a small corpus first loads every library and lazy kernel, so the growth over
-    # the baseline measures the data, not the code.
-    warm = json.loads(storage.read_bytes(storage.join(root, "warm", "layout.json")))
-    dedup.find_fuzzy_duplicates(warm["buckets"], warm["normalized"], set(), storage.join(root, "warm", "out"))
+def fuzzy(root: str, warm: str, out: str) -> dict:
+    # A run on a small corpus first loads every library and lazy kernel.
+    layout = json.loads(storage.read_bytes(storage.join(warm, "layout.json")))
+    dedup.find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), storage.join(out, "warm"))
     layout = json.loads(storage.read_bytes(storage.join(root, "layout.json")))
-    baseline = peak_rss_kib()
-    start = time.perf_counter()
-    stats = dedup.find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), storage.join(root, "out"))
-    peak = peak_rss_kib()
-    print(json.dumps({"peak_kib": peak, "baseline_kib": baseline, "seconds": time.perf_counter() - start,
-                      "docs": stats["docs"], "edges": stats["candidate_edges"], "removed": stats["removed"]}))  # fmt: skip
+    with harness.timed():
+        stats = dedup.find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), storage.join(out, "run"))
+    return {"items": stats["docs"], "edges": stats["candidate_edges"], "removed": stats["removed"]}
 
 
-def fuzzy_memory(sizes: tuple[int, ...] = (4000, 16000)) -> None:
-    print("Global fuzzy dedup step (child process per corpus; 4 sources, 20% near-duplicates)")
-    for size in sizes:
-        with tempfile.TemporaryDirectory(prefix="bench-fuzzy-") as root:
-            storage.write_json(storage.join(root, "warm", "layout.json"), build_corpus(storage.join(root, "warm"), 400))
-            storage.write_json(storage.join(root, "layout.json"), build_corpus(root, size))
-            out = subprocess.run([sys.executable, os.path.abspath(__file__), "--fuzzy-child", root], check=True, capture_output=True, text=True)
-            r = json.loads(out.stdout.strip().splitlines()[-1])
-            print(
-                f"  {r['docs']:6d} docs: peak RSS {r['peak_kib'] / 1024:6.1f} MiB "
-                f"(+{(r['peak_kib'] - r['baseline_kib']) / 1024:5.1f} MiB over a warmed-up process), "
-                f"{r['edges']} candidate edges, {r['removed']} removed, {r['seconds']:.1f} s"
-            )
+# --------------------------------------------------------------------------- the bench (in the parent)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """``--memory-only`` skips the throughput part; ``--fuzzy-child ROOT`` is internal."""
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) == 2 and argv[0] == "--fuzzy-child":
-        fuzzy_child(argv[1])
-        return
-    started = time.perf_counter()
-    if "--memory-only" not in argv:
-        throughput()
-    fuzzy_memory()
-    print(f"(bench took {time.perf_counter() - started:.0f} s)")
+def check_bit_equal(docs: list[str]) -> None:
+    """Our signatures equal datasketch's (update_batch and bulk) on a sample, before timing."""
+    from datasketch import MinHash
+
+    sample = docs[:40]
+    ours_sig = minhash.signatures(sample, PARAMS)
+    a, b = minhash.permutations(PARAMS.num_perms, PARAMS.seed)
+    bulk = MinHash.bulk([minhash.shingles(minhash.clean_text(t), 5) for t in sample], num_perm=286, hashfunc=minhash.xxh3_64, permutations=(a, b), scheme="affine64")
+    for text, row, other in zip(sample, ours_sig, bulk):
+        if not (np.array_equal(minhash.datasketch_minhash(text, PARAMS).hashvalues, row) and np.array_equal(other.hashvalues, row)):
+            raise SystemExit(f"signatures differ from datasketch's on {text[:60]!r}")
+
+
+def throughput(workdir: str) -> None:
+    n = harness.pick(6000, 2000)
+    docs = documents(n)
+    plain, accented = os.path.join(workdir, "docs.parquet"), os.path.join(workdir, "accented.parquet")
+    pq.write_table(pa.table({"text": docs}), plain)
+    pq.write_table(pa.table({"text": [d.replace("e", "é").replace("E", "É") for d in docs]}), accented)
+    check_bit_equal(docs)
+    check_bit_equal([d.replace("e", "é").replace("E", "É") for d in docs[:40]])
+    words = np.mean([len(d.split()) for d in docs])
+    slow = harness.pick(600, 200)  # datasketch: fewer documents, rates per document compare
+    one_thread = {"RAYON_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    cases = [
+        harness.Case("datasketch update_batch", "bench.bench_minhash:datasketch_update_batch", {"path": plain, "limit": slow}, one_thread),
+        harness.Case("datasketch MinHash.bulk", "bench.bench_minhash:datasketch_bulk", {"path": plain, "limit": slow}, one_thread),
+        harness.Case("rensa digest_matrix (split)", "bench.bench_minhash:rensa_bulk", {"path": plain, "limit": n}, one_thread),
+        harness.Case("marin-assets signatures", "bench.bench_minhash:ours", {"path": plain, "limit": n}, one_thread),
+        harness.Case("marin-assets, accented", "bench.bench_minhash:ours", {"path": accented, "limit": n}, one_thread),
+    ]
+    cases += [
+        harness.Case(f"  stage: {name}", "bench.bench_minhash:stage", {"path": plain, "limit": n, "which": name}, one_thread)
+        for name in ("clean+shingle", "hash", "permute")
+    ]
+    title = f"MinHash signatures: {PARAMS.num_perms} permutations, word 5-grams, {words:.0f} words/doc, one core (bit-equal to datasketch, checked)"
+    result = harness.compare(title, cases, rounds=harness.pick(5, 2), unit="docs")
+    fused = "marin-assets signatures"
+    for name in ("clean+shingle", "hash", "permute"):
+        mid, lo, hi = result.speedup(fused, f"  stage: {name}")
+        print(f"  where the time goes: {name:<14} {mid:5.2f} [{lo:.2f}..{hi:.2f}] of the fused kernel's time (staged, unfused)")
+    harness.speed_goal(fused, "datasketch update_batch", 1.0, "marin-assets signatures faster than datasketch update_batch (> 1x)").check(result)
+    harness.speed_goal(fused, "datasketch MinHash.bulk", 1.0, "marin-assets signatures faster than datasketch MinHash.bulk (> 1x)").check(result)
+    harness.speed_goal(fused, "rensa digest_matrix (split)", 1.0, "marin-assets signatures at least as fast as rensa's bulk path (>= 1x)").check(result)
+
+
+def fuzzy_memory(workdir: str) -> None:
+    small, large = harness.pick((4000, 16000), (2000, 8000))
+    storage.write_json(storage.join(workdir, "warm", "layout.json"), build_corpus(storage.join(workdir, "warm"), 400))
+    cases = []
+    for size in (small, large):
+        root = storage.join(workdir, f"fuzzy-{size}")
+        storage.write_json(storage.join(root, "layout.json"), build_corpus(root, size))
+        cases.append(harness.Case(f"{size} docs", "bench.bench_minhash:fuzzy", {"root": root, "warm": storage.join(workdir, "warm"), "out": storage.join(workdir, f"out-{size}")}))
+    result = harness.compare("Global fuzzy dedup step (4 sources, 20% near-duplicates; peak counted from after a warm-up run)", cases, rounds=harness.pick(3, 1))
+    for case in cases:
+        run = result[case.label].runs[-1]
+        print(f"  {case.label}: {run['edges']} candidate edges, {run['removed']} removed")
+    harness.growth_goal(cases[0].label, cases[1].label, 1.3, f"fuzzy step peak memory grows <= 1.3x from {small} to {large} docs (memory bounded by configured sizes)").check(result)
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-minhash-") as workdir:
+        throughput(workdir)
+        fuzzy_memory(workdir)
 
 
 if __name__ == "__main__":

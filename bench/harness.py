@@ -81,8 +81,15 @@ def reset_peak() -> bool:
 @dataclasses.dataclass
 class _Region:
     seconds: float | None = None
+    cpu_s: float | None = None
     base_kib: int = 0
     peak_reset: bool = False
+
+
+def cpu_seconds() -> float:
+    """User + system CPU time of this process and its waited-for children."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 _REGION = _Region()
@@ -95,20 +102,22 @@ def timed(reset: bool = True) -> Iterator[None]:
     the base, so the growth is visible too). Use it once per child."""
     _REGION.base_kib = proc_status_kib("VmRSS")
     _REGION.peak_reset = reset and reset_peak()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), cpu_seconds()
     try:
         yield
     finally:
         _REGION.seconds = time.perf_counter() - start
+        _REGION.cpu_s = cpu_seconds() - cpu
 
 
 def _child(spec: dict[str, Any]) -> None:
     module_name, _, function_name = spec["target"].partition(":")
     function = getattr(importlib.import_module(module_name), function_name)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), cpu_seconds()
     result = dict(function(**spec["kwargs"]) or {})
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, cpu_seconds() - cpu
     result.setdefault("seconds", _REGION.seconds if _REGION.seconds is not None else wall)
+    result.setdefault("cpu_s", _REGION.cpu_s if _REGION.cpu_s is not None else cpu)
     result["peak_kib"] = proc_status_kib("VmHWM")  # read here, at the child's end
     result["base_kib"] = _REGION.base_kib
     result["peak_from_region"] = _REGION.peak_reset
@@ -285,6 +294,17 @@ def growth_goal(small: str, large: str, at_most: float, text: str | None = None)
     return memory_goal(large, small, at_most, text or f"peak memory at {large} <= {at_most:g}x the peak at {small}")
 
 
+def cost_growth_goal(small: str, large: str, at_most: float, key: str = "cpu_s", text: str | None = None) -> Goal:
+    """Scale: ``key`` (CPU seconds by default) per item of the ``large`` case is at most
+    ``at_most`` times that of the ``small`` case (medians over rounds)."""
+
+    def measure(result: Result) -> tuple[float, str]:
+        a, b = (statistics.median([v / max(float(r.get("items", 1)), 1e-9) for v, r in zip(result[x].values(key), result[x].runs)]) for x in (large, small))
+        return a / b, f"{a * 1e6:.1f} / {b * 1e6:.1f} us per item = {a / b:.2f}x"
+
+    return Goal(text or f"{key} per item at {large} <= {at_most:g}x that at {small}", measure, lambda v: v <= at_most)
+
+
 def absolute_goal(text: str, shown: str, holds: bool) -> bool:
     """A goal on a figure measured outside :func:`compare` (e.g. a time limit)."""
     print(f"  goal: {text}: {shown} -> {'PASS' if holds else 'MISS'}", flush=True)
@@ -293,4 +313,7 @@ def absolute_goal(text: str, shown: str, holds: bool) -> bool:
 
 
 if __name__ == "__main__":
-    _child(json.loads(sys.argv[1]))
+    # Run through the importable module, so that the bench's own ``timed`` marks its region.
+    from bench import harness
+
+    harness._child(json.loads(sys.argv[1]))

@@ -12,7 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from marin_assets_tests.automation.system import REPO, wait_for
+
+pytestmark = pytest.mark.system  # daemon: `make test` runs it, `make test-fast` does not
 
 TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
 SCRIPT = REPO / "scripts" / "backfill_sources.py"

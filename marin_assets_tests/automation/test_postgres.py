@@ -20,6 +20,8 @@ from marin_assets_tests.automation.sources import PEPS, publish_source, run_with
 from marin_assets_tests.automation.system import postgres_env, postgres_server
 from marin_assets_tests.fixtures.pipeline import Pipeline, catalog_with
 
+pytestmark = pytest.mark.system  # PostgreSQL: `make test` runs it, `make test-fast` does not
+
 TEMPLATE = Path(__file__).resolve().parents[2] / "deploy" / "dagster.production.yaml"
 
 

@@ -18,6 +18,8 @@ CHROME_FLAGS = (
     "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1600,1000",
 )  # fmt: skip
 
+pytestmark = pytest.mark.system  # browser and daemon: `make test` runs it, `make test-fast` does not
+
 
 @pytest.fixture
 def browser() -> Iterator[object]:

@@ -16,6 +16,8 @@ from marin_assets.core import dedup, specs, stages, storage
 from marin_assets.demo.run import run_demo
 from marin_assets.demo.sample import DEMO_SOURCES
 
+pytestmark = pytest.mark.system  # the whole demo pipeline: `make test` runs it, `make test-fast` does not
+
 
 @pytest.fixture(scope="module")
 def demo_root(tmp_path_factory) -> str:
