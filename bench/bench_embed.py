@@ -1,29 +1,30 @@
-"""Embedding throughput against a bare ``SentenceTransformer.encode``, and k-means timings.
+"""Embedding throughput against a bare ``SentenceTransformer.encode``, and k-means times.
 
 The project's path (``embed_shard``: read a Parquet shard, cap, token-bounded micro-batches,
-encode, int8 quantization with fidelity, write) runs side by side with a plain
-``encode(texts, normalize_embeddings=True)`` over the same texts with the same loaded model,
-alternating, best of ``ROUNDS``. The ratio of documents per second should be >= 0.9: the
-bookkeeping around the model must cost little next to the model itself.
+encode, int8 quantization with fidelity, write) runs against a plain
+``encode(texts, batch_size=32, normalize_embeddings=True)`` of the same texts with the same
+model, each in its own child process (model loaded and warmed up before the timed part),
+interleaved over rounds. Device from ``MARIN_EMBED_DEVICE`` (default auto).
 
-Then FAISS spherical k-means (the fine step) at two sample sizes and the coarsening step.
-Usage: ``python bench/bench_embed.py [n_docs]`` (device from MARIN_EMBED_DEVICE, default auto).
+Then FAISS spherical k-means (the fine topic step) at two sample sizes and the coarsening step,
+each in a child process.
+
+Goals: ``embed_shard`` >= 0.9x the bare encoder's documents per second (the bookkeeping around
+the model must cost little next to the model); k-means CPU time per point at 4x the sample
+within 1.3x (it scales linearly, as the topic step's sizing assumes).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import sys
 import tempfile
-import time
 
 import numpy as np
-import pyarrow as pa
 
-from marin_assets.core import embed, storage, topics
+from bench import harness
 
-ROUNDS = 2
+DIM, K, ITERATIONS = 384, 200, 20
 
 
 def make_texts(n: int, seed: int = 0) -> list[str]:
@@ -39,34 +40,45 @@ def make_texts(n: int, seed: int = 0) -> list[str]:
     return [" ".join(vocab[rng.choice(len(vocab), size=int(rng.integers(10, 400)), p=p)]) for _ in range(n)]
 
 
-def bench_encode(n_docs: int) -> None:
+def _params():
+    from marin_assets.core import embed
+
     device = os.environ.get("MARIN_EMBED_DEVICE", "auto")
-    params = embed.EmbedParams(encoder=embed.offline_encoder_params(device=device, dtype="auto"))
+    return embed.EmbedParams(encoder=embed.offline_encoder_params(device=device, dtype="auto"))
+
+
+# --------------------------------------------------------------------------- cases (in the child)
+
+
+def bare(shard: str) -> dict:
+    from marin_assets.core import embed, storage
+
+    model = embed.load_encoder(_params().encoder)
+    texts = storage.read_parquet(shard, columns=["text"]).column("text").to_pylist()
+    model.encode(texts[:16], normalize_embeddings=True, show_progress_bar=False)  # warm-up
+    with harness.timed():
+        model.encode(texts, batch_size=32, normalize_embeddings=True, show_progress_bar=False)
+    return {"items": len(texts), "device": str(model.device)}
+
+
+def ours(shard: str, out: str) -> dict:
+    from marin_assets.core import embed, storage
+
+    params = _params()
     model = embed.load_encoder(params.encoder)
-    texts = make_texts(n_docs)
-    ids = [hashlib.md5(t.encode() + str(i).encode()).hexdigest() for i, t in enumerate(texts)]
-    with tempfile.TemporaryDirectory() as tmp:
-        shard = storage.join(tmp, "normalized", storage.shard_name(0, 1))
-        storage.write_parquet(pa.table({"id": ids, "text": texts}), shard)
-        model.encode(texts[:16], normalize_embeddings=True)  # warm-up
-        bare, ours, stats = [], [], {}
-        for r in range(ROUNDS):
-            started = time.perf_counter()
-            model.encode(texts, batch_size=32, normalize_embeddings=True, show_progress_bar=False)
-            bare.append(time.perf_counter() - started)
-            started = time.perf_counter()
-            stats = embed.embed_shard([shard], storage.join(tmp, f"emb{r}", storage.shard_name(0, 1)), params)
-            ours.append(time.perf_counter() - started)
-    bare_dps, ours_dps = n_docs / min(bare), n_docs / min(ours)
-    print(f"encoder: {params.encoder.model} on {model.device}, {n_docs} docs, best of {ROUNDS}")
-    print(f"  bare SentenceTransformer.encode : {bare_dps:8.1f} docs/s")
-    print(f"  embed_shard (read..write, int8) : {ours_dps:8.1f} docs/s")
-    print(f"  ratio embed_shard / bare        : {ours_dps / bare_dps:8.3f}   (expected >= 0.9)")
-    print(
-        f"  tokens {stats['tokens']}, padded {stats['padded_tokens']} "
-        f"({stats['padded_tokens'] / max(stats['tokens'], 1):.2f}x), micro-batches {stats['micro_batches']}, "
-        f"int8 fidelity mean {stats['fidelity_mean_cosine']:.5f} min {stats['fidelity_min_cosine']:.5f}"
-    )
+    texts = storage.read_parquet(shard, columns=["text"]).column("text").to_pylist()
+    model.encode(texts[:16], normalize_embeddings=True, show_progress_bar=False)  # warm-up (load_encoder caches the model)
+    with harness.timed():
+        stats = embed.embed_shard([shard], out, params)
+    storage.remove(out)
+    return {
+        "items": len(texts),
+        "tokens": stats["tokens"],
+        "padded": stats["padded_tokens"],
+        "micro_batches": stats["micro_batches"],
+        "fidelity_mean": stats["fidelity_mean_cosine"],
+        "fidelity_min": stats["fidelity_min_cosine"],
+    }
 
 
 def clustered(n: int, dim: int, centers: int, seed: int = 0) -> np.ndarray:
@@ -76,33 +88,73 @@ def clustered(n: int, dim: int, centers: int, seed: int = 0) -> np.ndarray:
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
-def bench_kmeans() -> None:
-    dim, k = 384, 200
-    print(f"spherical k-means (FAISS, 1 thread, k={k}, dim={dim}, 20 iterations, 1 run)")
-    for n in (20_000, 80_000):
-        x = clustered(n, dim, 300)
-        started = time.perf_counter()
-        topics.spherical_kmeans(x, k, iterations=20, restarts=1, seed=42, threads=1)
-        seconds = time.perf_counter() - started
-        print(f"  n={n:>7,}: {seconds:6.2f} s  ({n * k * 20 / seconds / 1e9:.2f} G point-centroid pairs/s)")
-    fine = clustered(2_000, dim, 60, seed=1)
-    weights = np.random.default_rng(2).integers(1, 500, len(fine)).astype(np.float64)
-    started = time.perf_counter()
-    lookup, info = topics.coarsen(fine, weights, 40, topics.TopicParams())
-    seconds = time.perf_counter() - started
+def kmeans(n: int) -> dict:
+    from marin_assets.core import topics
+
+    x = clustered(n, DIM, 300)
+    with harness.timed():
+        topics.spherical_kmeans(x, K, iterations=ITERATIONS, restarts=1, seed=42, threads=1)
+    return {"items": n}
+
+
+def coarsen(fine: int, topics_wanted: int) -> dict:
+    from marin_assets.core import topics
+
+    centroids = clustered(fine, DIM, 60, seed=1)
+    weights = np.random.default_rng(2).integers(1, 500, len(centroids)).astype(np.float64)
+    with harness.timed():
+        lookup, info = topics.coarsen(centroids, weights, topics_wanted, topics.TopicParams())
     share = np.bincount(lookup, weights=weights) / weights.sum()
+    return {"items": fine, "topics": int(lookup.max() + 1), "moves": int(info["hill_climb_moves"]), "smallest": float(share.min())}
+
+
+# --------------------------------------------------------------------------- the bench (in the parent)
+
+
+def bench_encode(n_docs: int) -> None:
+    import pyarrow as pa
+
+    from marin_assets.core import storage
+
+    texts = make_texts(n_docs)
+    ids = [hashlib.md5(t.encode() + str(i).encode()).hexdigest() for i, t in enumerate(texts)]
+    with tempfile.TemporaryDirectory(prefix="bench-embed-") as tmp:
+        shard = storage.join(tmp, "normalized", storage.shard_name(0, 1))
+        storage.write_parquet(pa.table({"id": ids, "text": texts}), shard)
+        one_thread = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+        cases = [
+            harness.Case("bare SentenceTransformer.encode", "bench.bench_embed:bare", {"shard": shard}, one_thread),
+            harness.Case("embed_shard (read..write, int8)", "bench.bench_embed:ours", {"shard": shard, "out": storage.join(tmp, "emb", storage.shard_name(0, 1))}, one_thread),
+        ]
+        result = harness.compare(f"embeddings: {_params().encoder.model}, {n_docs} docs, one thread", cases, rounds=harness.pick(3, 2), unit="docs")
+    run = result["embed_shard (read..write, int8)"].runs[-1]
     print(
-        f"coarsening 2,000 fine centroids -> {lookup.max() + 1} topics: {seconds:.2f} s "
-        f"(3 seeds x 10 restarts, {info['hill_climb_moves']} hill-climbing moves, smallest topic {share.min():.3f})"
+        f"  tokens {run['tokens']}, padded {run['padded']} ({run['padded'] / max(run['tokens'], 1):.2f}x), "
+        f"micro-batches {run['micro_batches']}, int8 fidelity mean {run['fidelity_mean']:.5f} min {run['fidelity_min']:.5f}"
     )
+    harness.speed_goal("embed_shard (read..write, int8)", "bare SentenceTransformer.encode", 0.9, "embed_shard >= 0.9x the docs/s of a bare SentenceTransformer.encode").check(result)
 
 
-def main() -> int:
-    n_docs = int(sys.argv[1]) if len(sys.argv) > 1 else 256
-    bench_encode(n_docs)
-    bench_kmeans()
-    return 0
+def bench_topics() -> None:
+    small, large = harness.pick((20_000, 80_000), (10_000, 40_000))
+    cases = [harness.Case(f"k-means n={n:,}", "bench.bench_embed:kmeans", {"n": n}, {"OMP_NUM_THREADS": "1"}) for n in (small, large)]
+    result = harness.compare(f"spherical k-means (FAISS, 1 thread, k={K}, dim={DIM}, {ITERATIONS} iterations, 1 restart)", cases, rounds=harness.pick(3, 2), unit="points")
+    for case in cases:
+        seconds = result[case.label].median("seconds")
+        n = case.kwargs["n"]
+        print(f"  {case.label}: {n * K * ITERATIONS / seconds / 1e9:.2f} G point-centroid pairs/s")
+    harness.cost_growth_goal(cases[0].label, cases[1].label, 1.3, f"k-means CPU time per point at {large:,} <= 1.3x that at {small:,}").check(result)
+    coarse = harness.compare("coarsening 2,000 fine centroids to 40 topics (3 seeds x 10 restarts)", [harness.Case("coarsen", "bench.bench_embed:coarsen", {"fine": 2000, "topics_wanted": 40})], rounds=harness.pick(3, 1), unit="centroids")
+    run = coarse["coarsen"].runs[-1]
+    print(f"  {run['topics']} topics, {run['moves']} hill-climbing moves, smallest topic {run['smallest']:.3f}")
+    seconds = coarse["coarsen"].median("seconds")
+    harness.absolute_goal("coarsening 2,000 centroids within 60 s (it runs once per pool build)", f"{seconds:.1f} s", seconds <= 60)
+
+
+def main() -> None:
+    bench_encode(harness.pick(512, 128))
+    bench_topics()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -1,118 +1,132 @@
-"""Normalize throughput and peak memory, side by side with a plain polars read-hash-write.
+"""Normalize throughput and peak memory at the production shard target, against a plain polars
+read-hash-write, on many small files and on one large file.
 
-The reference reads each file with polars, hashes the text with the same xxh3-128 and writes
-zstd Parquet: the least any normalizer must do. Each run happens in a child process so that
-its peak RSS is its own. A 5x larger corpus shows that memory is bounded by the shard size.
+The reference reads each file whole with polars, hashes every text with the same xxh3-128 and
+writes zstd Parquet: the least any normalizer must do. ``normalize_source`` runs with the
+production ``target_shard_bytes`` (256 MiB), in process (the embedded default runner), so its
+scatter and gather phases run one after the other in the child. Each run is a child process
+(``bench.harness``), the two interleaved; peak memory is each child's own ``VmHWM``.
+
+Corpora (Parquet, snappy, Zipfian ~2 KB documents, as providers ship them):
+
+* many small files: ``SMALL_FILES`` files of ``SMALL_FILE_MIB`` each;
+* one large file of >= 1 GiB on disk (row groups of ~64 MiB of text).
+
+Goals: throughput >= 0.7x the reference on both; the peak memory on the large file at most
+1.3x the peak on the small files (memory bounded by the shard and batch sizes, not the file).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import resource
-import shutil
-import subprocess
-import sys
 import tempfile
-import time
 
 import numpy as np
-import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bench import harness
 
 MIB = 1 << 20
-FILE_BYTES = 40 * MIB
-REPEATS = 3
-SHARD_BYTES = 64 * MIB
+SHARD_BYTES = 256 * MIB  # the production target (NormalizeParams' default)
+SMALL_FILES = harness.pick(48, 16)
+SMALL_FILE_MIB = harness.pick(12, 8)
+LARGE_FILE_MIB = harness.pick(1100, 300)  # on disk; >= 1 GiB in the full run
 
 
-def make_corpus(directory: str, total_bytes: int, seed: int = 0) -> list[str]:
-    """Parquet files of ~2 KB documents drawn from a Zipfian vocabulary."""
-    rng = np.random.default_rng(seed)
+def _pool(rng: np.random.Generator, docs: int = 4096) -> list[str]:
+    """Distinct ~2 KB documents of Zipfian words from a 50k vocabulary."""
     vocab = np.array([f"w{i}" for i in range(50_000)])
-    weights = 1.0 / np.arange(1, len(vocab) + 1)
-    weights /= weights.sum()
-    paths, written, index = [], 0, 0
-    while written < total_bytes:
-        docs = []
-        size = 0
-        while size < FILE_BYTES:
-            words = vocab[rng.choice(len(vocab), size=rng.integers(150, 450), p=weights)]
-            text = " ".join(words.tolist())
-            docs.append(text)
-            size += len(text)
-        path = os.path.join(directory, f"in-{index:04d}.parquet")
-        pl.DataFrame({"id": np.arange(len(docs)) + index * 10_000_000, "text": docs}).write_parquet(path)
-        paths.append(path)
-        written += size
-        index += 1
-    return paths
+    p = 1.0 / np.arange(1, vocab.size + 1)
+    p /= p.sum()
+    lengths = rng.integers(150, 450, docs)
+    words = vocab[rng.choice(vocab.size, size=int(lengths.sum()), p=p)]
+    bounds = np.concatenate([[0], np.cumsum(lengths)])
+    return [" ".join(words[bounds[i] : bounds[i + 1]].tolist()) for i in range(docs)]
 
 
-def run_project(paths: list[str], out: str) -> dict:
+def write_file(path: str, target_mib: float, rng: np.random.Generator, pool: list[str], first_id: int) -> int:
+    """A Parquet file of about ``target_mib`` on disk; returns the number of rows. Each text is a
+    pool document behind its own number and a random pool tail, so every text is distinct."""
+    rows, group = 0, 30_000
+    with pq.ParquetWriter(path, pa.schema([("id", pa.int64()), ("text", pa.string())]), compression="snappy") as writer:
+        while os.path.getsize(path) < target_mib * MIB or rows == 0:
+            pick = rng.integers(0, len(pool), (group, 2))
+            texts = [f"{first_id + rows + i} {pool[a]} {pool[b][: 200]}" for i, (a, b) in enumerate(pick.tolist())]
+            writer.write_table(pa.table({"id": np.arange(rows, rows + group) + first_id, "text": texts}))
+            rows += group
+    return rows
+
+
+# --------------------------------------------------------------------------- cases (in the child)
+
+
+def project(paths: list[str], out: str) -> dict:
     from marin_assets.core import normalize
 
-    manifest = normalize.normalize_source("bench", paths, out, normalize.NormalizeParams(target_shard_bytes=SHARD_BYTES))
-    return {"docs": manifest["counters"]["rows_in"]}
+    with harness.timed():
+        manifest = normalize.normalize_source("bench", paths, out, normalize.NormalizeParams(target_shard_bytes=SHARD_BYTES))
+    _clear(out)
+    return {"items": manifest["counters"]["rows_in"], "shards": len(manifest["shards"])}
 
 
-def run_reference(paths: list[str], out: str) -> dict:
+def reference(paths: list[str], out: str) -> dict:
+    import polars as pl
     import xxhash
 
     os.makedirs(out, exist_ok=True)
     docs = 0
-    for i, path in enumerate(paths):
-        frame = pl.read_parquet(path)
-        ids = [xxhash.xxh3_128_hexdigest(t.encode()) for t in frame["text"].to_list()]
-        frame.with_columns(pl.Series("id", ids)).write_parquet(os.path.join(out, f"{i}.parquet"), compression="zstd")
-        docs += frame.height
-    return {"docs": docs}
+    with harness.timed():
+        for i, path in enumerate(paths):
+            frame = pl.read_parquet(path)
+            ids = [xxhash.xxh3_128_hexdigest(t.encode()) for t in frame["text"].to_list()]
+            frame.with_columns(pl.Series("id", ids)).write_parquet(os.path.join(out, f"{i}.parquet"), compression="zstd")
+            docs += frame.height
+    _clear(out)
+    return {"items": docs}
 
 
-def child(kind: str, listing: str, out: str) -> None:
-    paths = json.loads(open(listing).read())
-    start = time.perf_counter()
-    result = (run_project if kind == "project" else run_reference)(paths, out)
-    result["seconds"] = time.perf_counter() - start
-    result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps(result))
+def _clear(out: str) -> None:
+    import shutil
+
+    shutil.rmtree(out, ignore_errors=True)
 
 
-def measure(kind: str, paths: list[str], workdir: str) -> dict:
-    listing = os.path.join(workdir, f"{kind}-{len(paths)}.json")
-    with open(listing, "w") as handle:
-        json.dump(paths, handle)
-    out = os.path.join(workdir, f"out-{kind}-{len(paths)}")
-    line = subprocess.check_output([sys.executable, __file__, "--child", kind, listing, out], text=True).strip().splitlines()[-1]
-    return json.loads(line)
+# --------------------------------------------------------------------------- the bench (in the parent)
 
 
 def main() -> None:
+    rng = np.random.default_rng(0)
+    pool = _pool(rng)
+    rounds = harness.pick(3, 2)
     with tempfile.TemporaryDirectory(prefix="bench-normalize-") as workdir:
-        small_dir, large_dir = os.path.join(workdir, "small"), os.path.join(workdir, "large")
-        os.makedirs(small_dir)
-        os.makedirs(large_dir)
-        small = make_corpus(small_dir, 200 * MIB)
-        mb = sum(os.path.getsize(p) for p in small) / MIB
-        text_mb = pl.scan_parquet(small).select(pl.col("text").str.len_bytes().sum()).collect().item() / MIB
-        # Alternate the two, three times each, and keep each one's best time: other work on the
-        # machine then slows both alike instead of biasing one.
-        runs: dict[str, list[dict]] = {"reference": [], "project": []}
-        for _ in range(REPEATS):
-            for kind in runs:
-                runs[kind].append(measure(kind, small, workdir))
-                shutil.rmtree(os.path.join(workdir, f"out-{kind}-{len(small)}"), ignore_errors=True)
-        ref, ours = (min(runs[k], key=lambda r: r["seconds"]) for k in ("reference", "project"))
-        print(f"corpus: {len(small)} files, {mb:.0f} MiB parquet, {text_mb:.0f} MiB of text, {ours['docs']:,} docs; 1 process, best of {REPEATS}")
-        for name, r in (("reference (polars read+hash+write)", ref), ("marin-assets normalize", ours)):
-            print(f"  {name:36s} {text_mb / r['seconds']:7.1f} MB/s  {r['docs'] / r['seconds']:9.0f} docs/s/core  peak RSS {r['peak_rss_mib']:7.0f} MiB")
-        print(f"  throughput ratio project/reference: {ref['seconds'] / ours['seconds']:.2f}x (goal >= 0.7x)")
-        large = make_corpus(large_dir, 1000 * MIB, seed=1)
-        big = measure("project", large, workdir)
-        print(f"  5x corpus ({len(large)} files): peak RSS {big['peak_rss_mib']:.0f} MiB = {big['peak_rss_mib'] / ours['peak_rss_mib']:.2f}x the 1x run (goal < 1.3x)")
+        small = [os.path.join(workdir, f"small-{i:03d}.parquet") for i in range(SMALL_FILES)]
+        rows = 0
+        for path in small:
+            rows += write_file(path, SMALL_FILE_MIB, rng, pool, rows)
+        large = os.path.join(workdir, "large.parquet")
+        large_rows = write_file(large, LARGE_FILE_MIB, rng, pool, 10**9)
+        results = {}
+        for name, paths in (("many small files", small), ("one large file", [large])):
+            on_disk = sum(os.path.getsize(p) for p in paths) / MIB
+            out = os.path.join(workdir, "out")
+            cases = [
+                harness.Case("polars read+hash+write", "bench.bench_normalize:reference", {"paths": paths, "out": out}),
+                harness.Case("marin-assets normalize", "bench.bench_normalize:project", {"paths": paths, "out": out}),
+            ]
+            docs = rows if paths is small else large_rows
+            title = f"normalize, {name}: {len(paths)} file(s), {on_disk:.0f} MiB Parquet on disk, {docs:,} docs, shard target {SHARD_BYTES // MIB} MiB, one process"
+            results[name] = result = harness.compare(title, cases, rounds=rounds, unit="docs")
+            print(f"  marin-assets wrote {result['marin-assets normalize'].runs[-1]['shards']} shard(s)")
+            harness.speed_goal("marin-assets normalize", "polars read+hash+write", 0.7, f"normalize >= 0.7x plain polars read-hash-write ({name})").check(result)
+        big, many = results["one large file"]["marin-assets normalize"], results["many small files"]["marin-assets normalize"]
+        ratio = big.peak_mib() / many.peak_mib()
+        harness.absolute_goal(
+            "normalize peak memory on one large file <= 1.3x that on many small files",
+            f"{big.peak_mib():.0f} MiB / {many.peak_mib():.0f} MiB = {ratio:.2f}x",
+            ratio <= 1.3,
+        )
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        child(*sys.argv[2:5])
-    else:
-        main()
+    main()
