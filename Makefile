@@ -10,7 +10,7 @@ export MARIN_DEMO_HUB ?= $(CURDIR)/.demo_hub
 export GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT = false
 export HF_HUB_DISABLE_TELEMETRY = 1
 
-.PHONY: install demo dev test faults bench check clean home
+.PHONY: install demo dev test test-fast faults bench check clean home
 
 install: $(VENV)/.installed
 
@@ -35,8 +35,13 @@ dev: install home
 	$(BIN)/dagster instance concurrency set hf_download 4 >/dev/null
 	$(BIN)/marin-assets dev
 
+## Every test (CI runs this). test-fast leaves out the system tests (marker `system`:
+## PostgreSQL, daemon, browser, the whole demo pipeline).
 test: install
 	$(BIN)/python -m pytest -q
+
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not system"
 
 ## The fault and security suite; its last line sums faults injected, rows lost, files outside the prefix, credentials sent off-host.
 faults: install
@@ -45,8 +50,9 @@ faults: install
 check: install
 	$(BIN)/dagster definitions validate -m marin_assets.definitions
 
+## Benchmarks against their peers; ONLY=minhash,normalize selects, BENCH_QUICK=1 shortens.
 bench: install
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench $(if $(ONLY),--only $(ONLY))
 
 clean:
 	rm -rf $(DAGSTER_HOME) $(MARIN_PREFIX) $(MARIN_DEMO_HUB)
