@@ -210,8 +210,9 @@ def compare(title: str, cases: list[Case], rounds: int, unit: str = "docs", refe
     rounds = max(1, rounds)
     runs: dict[str, list[dict[str, Any]]] = {case.label: [] for case in cases}
     started = time.perf_counter()
-    for _ in range(rounds):
+    for r in range(rounds):
         for case in cases:
+            print(f"  . round {r + 1}/{rounds}: {case.label.strip()}", file=sys.stderr, flush=True)
             runs[case.label].append(run_child(case))
     result = Result(title, {case.label: Measured(case, runs[case.label]) for case in cases}, unit)
     reference = reference or cases[0].label
