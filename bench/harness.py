@@ -87,9 +87,10 @@ class _Region:
 
 
 def cpu_seconds() -> float:
-    """User + system CPU time of this process and its waited-for children."""
+    """User + system CPU time of this process (all threads, nanosecond clock) and of its
+    waited-for children (clock ticks)."""
     t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
+    return time.process_time() + t.children_user + t.children_system
 
 
 _REGION = _Region()

@@ -636,14 +636,17 @@ def _signatures_kernel(data, starts, ends, caps, top, blocks, n, chunk, a, b, si
 
 @_jit
 def _clean_kernel(data, starts, ends, caps, top, blocks, out, out_ends):
-    """The cleaned texts one after the other in ``out``, ``out_ends[d]`` where text ``d``
-    ends (-1 where Python must lowercase it first)."""
+    """The cleaned texts in ``out``, separated by ``\\n``, ``out_ends[d]`` where text ``d``
+    ends (-1 where Python must lowercase it first: nothing is written for it)."""
     longest = 0
     for d in range(starts.size):
         longest = max(longest, ends[d] - starts[d])
     scratch = np.empty(longest // 2 + 2, dtype=np.uint64)
     pos = 0
     for d in range(starts.size):
+        if d > 0:
+            out[pos] = 10
+            pos += 1
         size, _ = _clean_words(data, starts[d], ends[d], caps[d], top, blocks, out[pos:], scratch)
         out_ends[d] = -1 if size < 0 else pos + size
         pos += max(size, 0)
@@ -709,14 +712,20 @@ def clean_batch(texts: Sequence[str | None], cap_chars: int = 500_000) -> bytes:
     """``clean_text`` of every text, UTF-8, joined by ``\\n`` (None -> empty text): the
     kernels' cleaner on its own, checked against ``clean_text``."""
     data, starts, ends = text_spans(texts)
+    if starts.size == 0:
+        return b""
     top, blocks = unicode_lower_table()
-    out = np.empty(2 * int((ends - starts).sum()) + 8, dtype=np.uint8)
+    out = np.empty(2 * int((ends - starts).sum()) + starts.size + 8, dtype=np.uint8)
     out_ends = np.empty(starts.size, dtype=np.int64)
     _clean_kernel(data, starts, ends, _readonly(np.full(starts.size, cap_chars), np.int64), top, blocks, out, out_ends)
+    if out_ends.min() >= 0:
+        return out[: out_ends[-1]].tobytes()
     pieces, pos = [], 0
     for d, end in enumerate(out_ends.tolist()):
+        pos += d > 0  # the separator
         if end < 0:
-            pieces.append(clean_text(texts[d], cap_chars).encode("utf-8"))
+            text = texts[d]
+            pieces.append(clean_text(text.as_py() if isinstance(text, pa.Scalar) else text, cap_chars).encode("utf-8"))
         else:
             pieces.append(out[pos:end].tobytes())
             pos = end
