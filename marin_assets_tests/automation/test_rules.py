@@ -6,8 +6,12 @@ from __future__ import annotations
 import dagster as dg
 from dagster._core.definitions.observe import observe
 
+import pytest
+
 from marin_assets.defs.automation import with_automation
 from marin_assets_tests.automation.sources import LIBRE, PEPS
+
+pytestmark = pytest.mark.system  # automation ticks over the whole asset graph, about a minute: `make test` runs it, `make test-fast` does not
 
 THIRD = "dolma_code_prose"  # a catalog name (automation skips partitions not in the catalog)
 PARTS = dg.StaticPartitionsDefinition([PEPS, LIBRE, THIRD])

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import dagster as dg
+import pytest
 
 from marin_assets.catalog.sources import load_catalog
 
@@ -67,6 +68,7 @@ def test_core_and_catalog_never_import_dagster() -> None:
     assert out == "False"
 
 
+@pytest.mark.system  # the Dagster CLI in a subprocess, as `make check`
 def test_dagster_cli_validates_the_code_location(tmp_path) -> None:
     exe = pathlib.Path(sys.executable).with_name("dagster")
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}

@@ -138,6 +138,7 @@ def check_case(name: str, case: FixtureCase, meta: dict[str, Any]) -> None:
         case.check(frame)
 
 
+@pytest.mark.system  # every recipe family through the assets; `make test` runs them
 @pytest.mark.parametrize("family", sorted(GROUPS), ids=lambda key: key.replace("/", "_"))
 def test_fixture_through_assets(recipe_env: RecipeEnv, family: str) -> None:
     members = GROUPS[family]

@@ -109,6 +109,7 @@ def check_case(name: str, case: FixtureCase, frame: pl.DataFrame, manifest: dict
         case.check(frame)
 
 
+@pytest.mark.system  # every web source through the assets; `make test` runs them
 @pytest.mark.parametrize("name", sorted(PLACEMENTS), ids=lambda n: n.replace("/", "_"))
 def test_fixture_through_assets(web, web_server, tmp_path, name) -> None:
     case = case_of(name)
