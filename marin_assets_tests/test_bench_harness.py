@@ -1,0 +1,56 @@
+"""The benchmark harness: runs interleave, memory is the child's own, goals say PASS or MISS."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import harness
+
+
+def allocate(mib: int, log: str, label: str) -> dict:
+    """A case: ``mib`` MiB touched inside the measured part; appends ``label`` to ``log``."""
+    with open(log, "a") as handle:
+        handle.write(label + "\n")
+    with harness.timed():
+        block = bytearray(mib << 20)
+        block[:: 4096] = b"x" * len(block[:: 4096])
+    return {"items": 10}
+
+
+def test_runs_interleave_and_peak_memory_is_the_childs_own(tmp_path, capsys) -> None:
+    ballast = bytearray(300 << 20)  # the parent's memory must not count in the children's
+    ballast[::4096] = b"x" * len(ballast[::4096])
+    log = str(tmp_path / "order.log")
+    cases = [
+        harness.Case("small", "marin_assets_tests.test_bench_harness:allocate", {"mib": 16, "log": log, "label": "A"}),
+        harness.Case("large", "marin_assets_tests.test_bench_harness:allocate", {"mib": 96, "log": log, "label": "B"}),
+    ]
+    result = harness.compare("harness self-test", cases, rounds=2, unit="things")
+    assert open(log).read().split() == ["A", "B", "A", "B"]
+    for label, mib in (("small", 16), ("large", 96)):
+        runs = result[label].runs
+        assert len(runs) == 2 and all(r["peak_from_region"] for r in runs)
+        growth = [(r["peak_kib"] - r["base_kib"]) / 1024 for r in runs]
+        assert all(mib * 0.9 <= g <= mib + 40 for g in growth), (label, growth)
+        assert result[label].peak_mib() < 250, "the child's peak includes the parent's 300 MiB"
+    assert harness.growth_goal("small", "large", 1.0).check(result) is False
+    assert harness.growth_goal("small", "large", 100.0).check(result) is True
+    out = capsys.readouterr().out
+    assert "2 round(s) interleaved" in out and "-> MISS" in out and "-> PASS" in out
+    del ballast
+
+
+def test_speed_goal_uses_the_median_of_paired_rounds() -> None:
+    def measured(label: str, seconds: list[float]) -> harness.Measured:
+        return harness.Measured(harness.Case(label, "m:f"), [{"items": 100, "seconds": s, "cpu_s": s, "peak_kib": 1, "base_kib": 0} for s in seconds])
+
+    # Round 2 was slow for both (load on the machine): the paired ratio stays 2x in every round.
+    result = harness.Result("t", {"peer": measured("peer", [2.0, 8.0, 2.2]), "ours": measured("ours", [1.0, 4.0, 1.1])}, "docs")
+    assert result.speedup("ours", "peer") == pytest.approx((2.0, 2.0, 2.0))
+    assert harness.speed_goal("ours", "peer", 1.9).check(result)
+    assert not harness.speed_goal("ours", "peer", 2.1, basis="cpu").check(result)
+
+
+def test_a_failing_case_names_itself() -> None:
+    with pytest.raises(RuntimeError, match="'broken'.*exit"):
+        harness.run_child(harness.Case("broken", "marin_assets_tests.test_bench_harness:no_such_function"))
