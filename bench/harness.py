@@ -22,8 +22,10 @@ print), groups them in :func:`compare`, and checks :class:`Goal`s on the result:
     result = compare("x: docs per second, one core", cases, rounds=3, unit="docs")
     speed_goal("ours", "peer", 1.0).check(result)
 
-Scale benches register one case per size and hold memory or time growth to a goal with
-:func:`growth_goal`. ``BENCH_QUICK=1`` (or ``python -m bench --quick``) asks every bench for
+Scale benches register one case per size and hold memory or CPU-time growth to a goal with
+:func:`growth_goal` and :func:`cost_growth_goal`; a case whose work runs in other processes
+(worker tasks) has each task read :func:`proc_status_kib` ``("VmHWM")`` at its end and returns
+the largest as a figure of its own (``key=`` of the goals). ``BENCH_QUICK=1`` (or ``python -m bench --quick``) asks every bench for
 fewer rounds and smaller inputs (:func:`pick`).
 """
 
@@ -286,20 +288,22 @@ def speed_goal(label: str, reference: str, at_least: float, text: str | None = N
     return Goal(text or f"{label} >= {at_least:g}x the rate of {reference}", measure, lambda v: v >= at_least)
 
 
-def memory_goal(label: str, reference: str, at_most: float, text: str | None = None) -> Goal:
-    """``label``'s peak memory is at most ``at_most`` times ``reference``'s."""
+def memory_goal(label: str, reference: str, at_most: float, text: str | None = None, key: str = "peak_kib") -> Goal:
+    """``label``'s peak memory (the largest over its runs) is at most ``at_most`` times
+    ``reference``'s. ``key`` names another figure in KiB the cases return, e.g. the largest
+    ``VmHWM`` of the worker tasks a case started (each task reads :func:`proc_status_kib`)."""
 
     def measure(result: Result) -> tuple[float, str]:
-        a, b = result[label].peak_mib(), result[reference].peak_mib()
+        a, b = (max(result[x].values(key)) / 1024 for x in (label, reference))
         return a / b, f"{a:.0f} MiB / {b:.0f} MiB = {a / b:.2f}x"
 
     return Goal(text or f"peak memory of {label} <= {at_most:g}x that of {reference}", measure, lambda v: v <= at_most)
 
 
-def growth_goal(small: str, large: str, at_most: float, text: str | None = None) -> Goal:
+def growth_goal(small: str, large: str, at_most: float, text: str | None = None, key: str = "peak_kib") -> Goal:
     """Scale: the peak memory of the ``large`` case is at most ``at_most`` times the ``small``
     one's (memory bounded by configured sizes, not by the input)."""
-    return memory_goal(large, small, at_most, text or f"peak memory at {large} <= {at_most:g}x the peak at {small}")
+    return memory_goal(large, small, at_most, text or f"peak memory at {large} <= {at_most:g}x the peak at {small}", key)
 
 
 def cost_growth_goal(small: str, large: str, at_most: float, key: str = "cpu_s", text: str | None = None) -> Goal:
