@@ -36,12 +36,13 @@ dev: install home
 	$(BIN)/marin-assets dev
 
 ## Every test (CI runs this). test-fast leaves out the system tests (marker `system`:
-## PostgreSQL, daemon, browser, the whole demo pipeline).
+## PostgreSQL, daemon, browser, the whole demo pipeline, other slow end-to-end runs) and
+## spreads the rest over the cores (pytest-xdist, at most 4 workers).
 test: install
 	$(BIN)/python -m pytest -q
 
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not system"
+	$(BIN)/python -m pytest -q -m "not system" -n auto --maxprocesses 4
 
 ## The fault and security suite; its last line sums faults injected, rows lost, files outside the prefix, credentials sent off-host.
 faults: install
