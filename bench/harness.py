@@ -306,7 +306,7 @@ def growth_goal(small: str, large: str, at_most: float, text: str | None = None,
     return memory_goal(large, small, at_most, text or f"peak memory at {large} <= {at_most:g}x the peak at {small}", key)
 
 
-def cost_growth_goal(small: str, large: str, at_most: float, key: str = "cpu_s", text: str | None = None) -> Goal:
+def cost_growth_goal(small: str, large: str, at_most: float, text: str | None = None, key: str = "cpu_s") -> Goal:
     """Scale: ``key`` (CPU seconds by default) per item of the ``large`` case is at most
     ``at_most`` times that of the ``small`` case (medians over rounds)."""
 
