@@ -49,6 +49,9 @@ def test_speed_goal_uses_the_median_of_paired_rounds() -> None:
     assert result.speedup("ours", "peer") == pytest.approx((2.0, 2.0, 2.0))
     assert harness.speed_goal("ours", "peer", 1.9).check(result)
     assert not harness.speed_goal("ours", "peer", 2.1, basis="cpu").check(result)
+    # CPU time per item: "ours" costs half of "peer" per item, so peer is 2x ours.
+    assert harness.cost_growth_goal("ours", "peer", 2.0, "peer within 2x of ours").check(result)
+    assert not harness.cost_growth_goal("ours", "peer", 1.5).check(result)
 
 
 def test_a_failing_case_names_itself() -> None:
