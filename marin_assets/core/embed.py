@@ -89,15 +89,43 @@ class EmbedParams:
     text_column: str = "text"
     row_group_size: int = 8_192
 
+    def task_resources(self, default: Any) -> Any:
+        """A shard task's reservation: one GPU when the encoder is configured for CUDA."""
+        if self.encoder.device.startswith("cuda"):
+            return dataclasses.replace(default, gpus=max(float(default.gpus), 1.0))
+        return default
+
 
 # --------------------------------------------------------------------------- the encoder
 
 
+class GPUUnavailable(RuntimeError):
+    """A GPU deployment whose task sees no GPU: said loudly instead of encoding on the CPU."""
+
+
+def _ray_gpu_ids() -> list[Any]:
+    """GPUs Ray assigned to the current task (empty outside Ray or without a GPU request)."""
+    try:
+        import ray  # noqa: PLC0415
+
+        return list(ray.get_gpu_ids()) if ray.is_initialized() else []
+    except Exception:  # noqa: BLE001 - not in a Ray worker
+        return []
+
+
 def _resolve_device(device: str) -> str:
-    if device != "auto":
-        return device
+    """``cuda`` (asked for, or assigned by Ray) must really be there: never a silent CPU fallback."""
     import torch  # noqa: PLC0415
 
+    wants_gpu = device.startswith("cuda") or (device == "auto" and bool(_ray_gpu_ids()))
+    if wants_gpu and not torch.cuda.is_available():
+        raise GPUUnavailable(
+            f"the encoder is configured for a GPU (device={device!r}, Ray GPUs {_ray_gpu_ids()}) but torch sees "
+            f"no CUDA device (torch {torch.__version__}); schedule embeddings on the GPU worker group, install a "
+            "CUDA build of torch there, or set the encoder device to 'cpu' explicitly"
+        )
+    if device != "auto":
+        return device
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
@@ -137,7 +165,10 @@ def _load_model(model: str, revision: str | None, device: str, dtype: str, max_t
             "online, check HF_ENDPOINT/HF_TOKEN and that the revision still exists."
         ) from exc
     if max_tokens is not None:
-        encoder.max_seq_length = max_tokens
+        # Never past the model's position table: a longer limit would index out of it.
+        config = getattr(getattr(encoder[0], "auto_model", None), "config", None)
+        positions = getattr(config, "max_position_embeddings", None)
+        encoder.max_seq_length = min(max_tokens, positions) if isinstance(positions, int) and positions > 0 else max_tokens
     # Documents are embedded as they are: never with the model's default query prompt.
     encoder.default_prompt_name = None
     encoder.eval()
@@ -175,34 +206,62 @@ def plan_micro_batches(lengths: Sequence[int], max_batch_tokens: int, max_batch_
     return batches
 
 
+# Texts are tokenized in windows of about this many characters per ``max_batch_tokens`` (never
+# the whole shard at once: a token list costs ~200 bytes per token in Python).
+WINDOW_CHARS_PER_BATCH_TOKEN = 16
+
+
+def text_windows(texts: Sequence[str], max_chars: int) -> list[slice]:
+    """Consecutive slices of ``texts`` holding about ``max_chars`` characters each (at least one text)."""
+    windows: list[slice] = []
+    start = held = 0
+    for i, text in enumerate(texts):
+        held += len(text)
+        if held >= max_chars:
+            windows.append(slice(start, i + 1))
+            start, held = i + 1, 0
+    if start < len(texts):
+        windows.append(slice(start, len(texts)))
+    return windows
+
+
 def encode_texts(texts: Sequence[str], params: EncoderParams) -> tuple[np.ndarray, dict[str, int]]:
     """L2-normalized float32 vectors for ``texts`` (in input order) and encoding counters.
 
     Texts are cut to ``max_chars`` before tokenization; the model truncates at its token limit.
+    Tokenization runs window by window (about ``16 x max_batch_tokens`` characters), each window
+    split into length-sorted micro-batches, so memory follows the batch size, not the shard.
     """
     encoder = load_encoder(params)
     dim = embedding_dim(params)
-    capped = [t[: params.max_chars] for t in texts]
-    counters = {"tokens": 0, "padded_tokens": 0, "micro_batches": 0, "texts_at_token_limit": 0}
-    vectors = np.zeros((len(capped), dim), dtype=np.float32)
-    if not capped:
+    counters = {"tokens": 0, "padded_tokens": 0, "micro_batches": 0, "texts_at_token_limit": 0, "windows": 0}
+    vectors = np.zeros((len(texts), dim), dtype=np.float32)
+    if not len(texts):
         return vectors, counters
     limit = int(encoder.max_seq_length)
-    token_ids = encoder.tokenizer(capped, truncation=True, max_length=limit, add_special_tokens=True)["input_ids"]
-    lengths = np.fromiter((len(ids) for ids in token_ids), dtype=np.int64, count=len(token_ids))
-    for batch in plan_micro_batches(lengths, params.max_batch_tokens, params.max_batch_size):
-        out = encoder.encode(
-            [capped[i] for i in batch],
-            batch_size=len(batch),
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
-        vectors[batch] = np.asarray(out, dtype=np.float32)
-        counters["padded_tokens"] += int(len(batch) * lengths[batch].max())
-        counters["micro_batches"] += 1
-    counters["tokens"] = int(lengths.sum())
-    counters["texts_at_token_limit"] = int((lengths >= limit).sum())
+    capped_all = [t[: params.max_chars] for t in texts]
+    for window in text_windows(capped_all, params.max_batch_tokens * WINDOW_CHARS_PER_BATCH_TOKEN):
+        capped = capped_all[window]
+        encoded = encoder.tokenizer(
+            capped, truncation=True, max_length=limit, add_special_tokens=True,
+            return_attention_mask=False, return_token_type_ids=False,
+        )["input_ids"]
+        lengths = np.fromiter((len(ids) for ids in encoded), dtype=np.int64, count=len(encoded))
+        del encoded
+        for batch in plan_micro_batches(lengths, params.max_batch_tokens, params.max_batch_size):
+            out = encoder.encode(
+                [capped[i] for i in batch],
+                batch_size=len(batch),
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+            vectors[window.start + batch] = np.asarray(out, dtype=np.float32)
+            counters["padded_tokens"] += int(len(batch) * lengths[batch].max())
+            counters["micro_batches"] += 1
+        counters["tokens"] += int(lengths.sum())
+        counters["texts_at_token_limit"] += int((lengths >= limit).sum())
+        counters["windows"] += 1
     return vectors, counters
 
 

@@ -3,16 +3,21 @@
 Canonical rows: ``id`` (xxh3-128 of the UTF-8 text, 32 hex chars), ``text``, ``source_id``
 (the provider's id, as a string) and the provider's other columns unless the recipe is bare.
 
-Two phases keep memory bounded by the shard size, not the source size, and let a killed run
-resume without redoing finished work:
+Two phases keep memory bounded by the shard size, not the source size nor the largest input
+file, and let a killed run resume without redoing finished work:
 
-1. *scatter*: each input file is read in batches, passed through the source's transform (if
-   any), cleaned, hashed, and its rows are routed by ``id`` to one of N shard pieces (Arrow IPC,
-   uncompressed: it is read back once). A finished file leaves a ``_done.json`` marker.
-2. *gather*: each shard reads its pieces, sorts by ``id`` (stable, so the first copy in input
-   order wins), keeps the first row of every ``id`` and sets later copies aside under ``dups/``.
+1. *scatter*: each input file is read in batches of bounded bytes, passed through the source's
+   transform (if any), cleaned, hashed, and its rows are routed by ``id`` to one of N shards.
+   Routed rows are buffered up to ``scatter_buffer_bytes`` and then written out as pieces
+   (Arrow IPC, uncompressed: each is read back once), so a 1 GB file never sits in memory.
+   The task's counters say how many pieces each shard got.
+2. *gather*: each shard reads only its own pieces, sorts by ``id`` (stable, so the first copy
+   in input order wins), keeps the first row of every ``id`` and sets later copies aside under
+   ``dups/``.
 
-N = max(1, total input bytes // target shard bytes), the same for every run of the same inputs.
+N = ceil(uncompressed input bytes / target shard bytes), estimated before reading from file
+metadata (Parquet row groups, gzip and zstd headers), so a shard holds about the target in
+*uncompressed* bytes whatever the compression, and the same inputs always give the same N.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from marin_assets.core.runner import ShardRunner, ShardTask
 
 log = logging.getLogger(__name__)
 
-CODE_VERSION = "1"
+CODE_VERSION = "2"  # 2: shards planned from uncompressed bytes, pieces streamed
 SCATTER_DIR = "_scatter"
 DUPS_DIR = "dups"
 SUPPORTED_FORMATS = formats.SUPPORTED_FORMATS
@@ -53,9 +58,13 @@ class NormalizeParams:
     exact_dedup: bool = True
     bare: bool = False
     batch_rows: int = 50_000
+    batch_bytes: int = 64 * 1024 * 1024
+    scatter_buffer_bytes: int = 128 * 1024 * 1024
 
     def fingerprint_params(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if k != "batch_rows"}
+        """Parameters that change the output (batch and buffer sizes only change memory)."""
+        memory_only = ("batch_rows", "batch_bytes", "scatter_buffer_bytes")
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in memory_only}
 
 
 # A batch transform turns provider rows into rows with ``text`` and ``source_id`` columns and
@@ -68,6 +77,62 @@ BatchTransform = Callable[[pl.DataFrame], tuple[pl.DataFrame, Mapping[str, int]]
 
 input_format_of = formats.format_of_name
 read_batches = formats.read_batches
+
+
+ZSTD_RATIO_GUESS = 5  # zstd frames without a content size: assume text compressed ~5x
+GZIP_RATIO_GUESS = 4
+
+
+def uncompressed_bytes(uri: str, fmt: str | None) -> int:
+    """The bytes a file holds once decompressed (what a shard's memory follows), from metadata.
+
+    Parquet: the row groups' uncompressed sizes. gzip: the trailer's size (mod 2^32, so never
+    less than the file). zstd: the frame's content size when recorded, else a ratio guess. Plain
+    JSON: the file size. Guesses err on the large side: more, smaller shards, never bigger ones.
+    """
+    size = storage.size(uri)
+    fmt = fmt or input_format_of(uri)
+    try:
+        if fmt == "parquet":
+            fs, path = storage.filesystem(uri)
+            with fs.open(path, "rb") as handle:
+                meta = pq.ParquetFile(handle).metadata
+                return max(size, sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)))
+        if fmt is not None and fmt.endswith(".gz"):
+            fs, path = storage.filesystem(uri)
+            with fs.open(path, "rb") as handle:
+                handle.seek(max(size - 4, 0))
+                trailer = int.from_bytes(handle.read(4), "little")
+            return max(trailer, size * GZIP_RATIO_GUESS)
+        if fmt is not None and fmt.endswith(".zst"):
+            import zstandard  # noqa: PLC0415
+
+            fs, path = storage.filesystem(uri)
+            with fs.open(path, "rb") as handle:
+                header = handle.read(18)
+            content = zstandard.get_frame_parameters(header).content_size
+            known = content if content not in (0, zstandard.CONTENTSIZE_UNKNOWN, zstandard.CONTENTSIZE_ERROR) else 0
+            return max(known, size * ZSTD_RATIO_GUESS)
+    except Exception:  # noqa: BLE001 - an unreadable header is reported when the file is read
+        return size
+    return size
+
+
+def batch_rows_for(uri: str, fmt: str | None, params: NormalizeParams) -> int:
+    """Rows per read batch so that one batch holds about ``batch_bytes`` (Parquet rows vary a lot)."""
+    if fmt != "parquet":
+        return params.batch_rows
+    try:
+        fs, path = storage.filesystem(uri)
+        with fs.open(path, "rb") as handle:
+            meta = pq.ParquetFile(handle).metadata
+            rows = meta.num_rows
+            raw = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    except Exception:  # noqa: BLE001 - the reader reports a broken file
+        return params.batch_rows
+    if rows <= 0 or raw <= 0:
+        return params.batch_rows
+    return int(max(1, min(params.batch_rows, params.batch_bytes * rows // raw)))
 
 
 # --------------------------------------------------------------------------- row cleaning
@@ -128,7 +193,8 @@ def shard_of(ids: pl.Series, shards: int) -> pl.Series:
 
 
 def plan_shards(input_sizes: Sequence[int], target_shard_bytes: int) -> int:
-    return max(1, sum(input_sizes) // target_shard_bytes)
+    """Shards for inputs of these uncompressed sizes: each holds at most about the target."""
+    return max(1, -(-sum(input_sizes) // target_shard_bytes))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,7 +219,7 @@ def _file_rows(uri: str, params: ScatterParams, counters: dict[str, int]) -> Ite
     # A transform may bring its own reader (whole files, repaired encodings, smaller batches).
     formats.check_bytes(uri, fmt, params.source)
     reader = getattr(params.transform, "read_file", None) or read_batches
-    for batch in formats.reading(reader(uri, fmt, params.normalize.batch_rows, bad_rows), uri, fmt, params.source):
+    for batch in formats.reading(reader(uri, fmt, batch_rows_for(uri, fmt, params.normalize), bad_rows), uri, fmt, params.source):
         counters["rows_in"] = counters.get("rows_in", 0) + batch.height
         if params.transform is not None:
             batch, transform_counts = params.transform(batch)
@@ -169,18 +235,41 @@ def _file_rows(uri: str, params: ScatterParams, counters: dict[str, int]) -> Ite
         counters[f"bad_rows.{reason}"] = counters.get(f"bad_rows.{reason}", 0) + n
 
 
+def piece_name(shard: int, sequence: int) -> str:
+    return f"shard-{shard:05d}-{sequence:05d}.arrow"
+
+
 def scatter_file(input_uris: list[str], output_uri: str, params: ScatterParams) -> dict[str, Any]:
-    """Phase 1 for one input file: write its rows as N shard pieces under ``output_uri``."""
+    """Phase 1 for one input file: write its rows as pieces per shard under ``output_uri``.
+
+    Rows are buffered until ``scatter_buffer_bytes``, then every buffered shard gets one more
+    piece; ``pieces`` in the counters maps each shard to its number of pieces.
+    """
     (uri,) = input_uris
-    counters: dict[str, int] = {"rows_in": 0, "rows_out": 0}
-    pieces: dict[int, list[pl.DataFrame]] = {}
+    counters: dict[str, Any] = {"rows_in": 0, "rows_out": 0}
+    buffered: dict[int, list[pl.DataFrame]] = {}
+    pieces: dict[int, int] = {}
+    held = 0
+
+    def flush() -> None:
+        for shard, frames in sorted(buffered.items()):
+            name = piece_name(shard, pieces.get(shard, 0))
+            with storage.open_atomic(storage.join(output_uri, name)) as handle:
+                formats.concat_rows(frames, [uri] * len(frames), params.source).write_ipc(handle, compression="uncompressed")
+            pieces[shard] = pieces.get(shard, 0) + 1
+        buffered.clear()
+
     for rows in _file_rows(uri, params, counters):
         rows = rows.with_columns(shard_of(rows["id"], params.shards).alias("_shard"))
         for (shard,), part in rows.partition_by("_shard", as_dict=True).items():
-            pieces.setdefault(int(shard), []).append(part.drop("_shard"))
-    for shard, frames in pieces.items():
-        with storage.open_atomic(storage.join(output_uri, f"shard-{shard:05d}.arrow")) as handle:
-            formats.concat_rows(frames, [uri] * len(frames), params.source).write_ipc(handle, compression="uncompressed")
+            buffered.setdefault(int(shard), []).append(part.drop("_shard"))
+        held += int(rows.estimated_size())
+        del rows
+        if held >= params.normalize.scatter_buffer_bytes:
+            flush()
+            held = 0
+    flush()
+    counters["pieces"] = {str(k): v for k, v in sorted(pieces.items())}
     storage.write_json(storage.join(output_uri, "_done.json"), counters)
     return counters
 
@@ -231,11 +320,9 @@ class GatherParams:
 
 
 def gather_shard(input_uris: list[str], output_uri: str, params: GatherParams) -> dict[str, Any]:
-    """Phase 2 for one shard: sort its pieces by id and split off within-source duplicates."""
-    name = f"shard-{params.shard:05d}.arrow"
-    pieces = [storage.join(d, name) for d in input_uris if storage.exists(storage.join(d, name))]
-    frames = [_read_piece(p) for p in pieces]
-    return _write_shard(frames, output_uri, params.exact_dedup, [f"pieces of input {p.rsplit('/', 2)[-2]}" for p in pieces])
+    """Phase 2 for one shard: read its pieces (in input order), sort by id, split off duplicates."""
+    frames = [_read_piece(uri) for uri in input_uris]
+    return _write_shard(frames, output_uri, params.exact_dedup, [f"pieces of input {p.rsplit('/', 2)[-2]}" for p in input_uris])
 
 
 def _write_shard(frames: list[pl.DataFrame], output_uri: str, exact_dedup: bool, names: list[str] | None = None,
@@ -280,7 +367,7 @@ def normalize_source(
         raise NormalizeError(f"source '{source}': no input files to normalize; check the catalog entry's file selection")
     runner = runner or ShardRunner()
     say = progress or log.info
-    sizes = [storage.size(u) for u in input_uris]
+    sizes = [uncompressed_bytes(u, fmt) for u in input_uris]
     shards = plan_shards(sizes, params.target_shard_bytes)
     scatter_root = storage.join(out_dir, SCATTER_DIR)
     scatter_params = ScatterParams(params, shards, source, fmt, transform)
@@ -295,9 +382,17 @@ def normalize_source(
         ]
         scattered = runner.map(scatter_tasks, on_done=lambda r: say(f"{source}: read {storage.basename(r.output)} rows={r.stats.get('rows_in')}"))
         _require_rows(source, len(input_uris), _sum_ints(r.stats for r in scattered))
-        piece_dirs = tuple(t.output for t in scatter_tasks)
         gather_tasks = [
-            ShardTask(gather_shard, piece_dirs, storage.join(out_dir, storage.shard_name(s, shards)), GatherParams(s, params.exact_dedup))
+            ShardTask(
+                gather_shard,
+                tuple(
+                    storage.join(task.output, piece_name(s, k))
+                    for task, done in zip(scatter_tasks, scattered)
+                    for k in range(int(done.stats.get("pieces", {}).get(str(s), 0)))
+                ),
+                storage.join(out_dir, storage.shard_name(s, shards)),
+                GatherParams(s, params.exact_dedup),
+            )
             for s in range(shards)
         ]
         gathered = runner.map(gather_tasks, on_done=wrote)

@@ -5,12 +5,21 @@ output shard URI and its parameters, writes the output atomically and returns a 
 counters. The runner adds resumability: after a shard succeeds its counters are stored next
 to it (``_shards/<basename>.json``), and a rerun returns those counters instead of redoing
 the shard.
+
+On Ray each shard is one task that carries its resources (CPUs, memory, GPUs), at most
+``max_in_flight`` tasks are submitted at once (a corpus of 10^5 shards never floods the
+scheduler), a failed task is retried ``retries`` times (a lost worker as well as an error),
+and ``on_done`` sees every task as soon as it finishes, not when the whole map ends.
+
+The runner never starts or owns a cluster by itself unless asked to (``ray_address="local"``):
+the orchestrator connects to one (a local Ray, an address, KubeRay) and hands over its address.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
+import resource
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
@@ -19,15 +28,49 @@ from marin_assets.core import storage
 
 ShardFn = Callable[..., Mapping[str, Any]]
 
+LOCAL = "local"  # ray_address that starts (or reuses) a Ray instance on this machine
+
+
+class ShardFailed(RuntimeError):
+    """A shard task failed for good (after its retries); the message names shard, inputs and error."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskResources:
+    """What one shard task reserves on a Ray cluster (logical resources used for scheduling).
+
+    ``memory_bytes`` is the task's budget: the stage parameters bound the task's peak memory
+    (shard size, batch sizes), so this is what lets Ray pack tasks on a node without running
+    it out of memory. 0 reserves nothing.
+    """
+
+    cpus: float = 1.0
+    memory_bytes: int = 0
+    gpus: float = 0.0
+
+    def ray_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"num_cpus": self.cpus}
+        if self.memory_bytes:
+            options["memory"] = int(self.memory_bytes)
+        if self.gpus:
+            options["num_gpus"] = self.gpus
+        return options
+
 
 @dataclasses.dataclass(frozen=True)
 class ShardTask:
-    """One unit of work: ``fn(inputs, output, params)`` producing ``output``."""
+    """One unit of work: ``fn(inputs, output, params)`` producing ``output``.
+
+    ``resources`` overrides what the runner reserves for this task; when it is ``None`` the
+    parameters may say what they need (``params.task_resources(default) -> TaskResources``,
+    e.g. an embedding on a GPU), else the runner's default applies.
+    """
 
     fn: ShardFn
     inputs: tuple[str, ...]
     output: str
     params: Any = None
+    resources: TaskResources | None = None
 
 
 @dataclasses.dataclass
@@ -35,65 +78,193 @@ class ShardResult:
     output: str
     stats: dict[str, Any]
     reused: bool
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    peak_rss_bytes: int = 0  # VmHWM of the process that ran the task (0: reused or unknown)
 
 
-def _run_one(task: ShardTask) -> ShardResult:
+def peak_rss_bytes() -> int:
+    """This process's peak resident set (VmHWM), in bytes; 0 where /proc is not available."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _reused(task: ShardTask) -> ShardResult | None:
     marker = storage.shard_stats_uri(task.output)
     if storage.exists(marker):
         return ShardResult(task.output, storage.read_json(marker), reused=True)
+    return None
+
+
+def _run_one(task: ShardTask) -> ShardResult:
+    done = _reused(task)
+    if done is not None:
+        return done
+    started, cpu = time.perf_counter(), _cpu_seconds()
     stats = dict(task.fn(list(task.inputs), task.output, task.params))
-    storage.write_json(marker, stats)
-    return ShardResult(task.output, stats, reused=False)
+    storage.write_json(storage.shard_stats_uri(task.output), stats)
+    return ShardResult(
+        task.output,
+        stats,
+        reused=False,
+        seconds=time.perf_counter() - started,
+        cpu_seconds=_cpu_seconds() - cpu,
+        peak_rss_bytes=peak_rss_bytes(),
+    )
+
+
+def describe_task(task: ShardTask, limit: int = 5) -> str:
+    """``shard <output> (inputs: a, b, ... and N more)`` for error messages."""
+    shown = ", ".join(task.inputs[:limit])
+    more = f" and {len(task.inputs) - limit} more" if len(task.inputs) > limit else ""
+    return f"shard {task.output} (inputs: {shown or 'none'}{more})"
+
+
+def _with_shard_note(exc: BaseException, task: ShardTask, attempts: int) -> BaseException:
+    exc.add_note(f"while running {describe_task(task)} [{getattr(task.fn, '__name__', task.fn)}, {attempts} attempt(s)]")
+    return exc
 
 
 @dataclasses.dataclass(frozen=True)
 class ShardRunner:
     """Runs shard tasks. ``processes=1`` runs in-process (deterministic, easy to debug).
 
-    ``ray_address`` (or ``MARIN_RAY_ADDRESS``) sends each shard to a Ray cluster as a task.
+    ``ray_address`` sends each shard to Ray as a task: ``"local"`` starts (or reuses) a Ray
+    instance on this machine, any other value is passed to ``ray.init`` (``"auto"``,
+    ``"ray://head:10001"``); a process already connected to Ray keeps its connection.
+    ``max_in_flight`` bounds submitted-but-unfinished tasks (0: twice the cluster's CPUs);
+    ``retries`` is how often one failed task is run again; ``task_resources`` is the default
+    reservation of a task; ``local_cpus`` sizes a Ray started with ``"local"`` (0: all).
     """
 
     processes: int = 1
     ray_address: str | None = None
+    max_in_flight: int = 0
+    retries: int = 2
+    task_resources: TaskResources = TaskResources()
+    local_cpus: int = 0
 
-    @classmethod
-    def from_env(cls) -> ShardRunner:
-        return cls(
-            processes=int(os.environ.get("MARIN_SHARD_PROCESSES", "1")),
-            ray_address=os.environ.get("MARIN_RAY_ADDRESS") or None,
-        )
+    def resources_for(self, task: ShardTask) -> TaskResources:
+        if task.resources is not None:
+            return task.resources
+        wanted = getattr(task.params, "task_resources", None)
+        return wanted(self.task_resources) if callable(wanted) else self.task_resources
 
     def map(self, tasks: Sequence[ShardTask], on_done: Callable[[ShardResult], None] | None = None) -> list[ShardResult]:
-        results: list[ShardResult] = []
+        """Run every task (finished shards are reused); results in task order.
+
+        ``on_done`` is called once per task as soon as it finishes (in completion order).
+        """
         if self.ray_address:
-            results = self._map_ray(tasks)
-            for r in results:
-                if on_done:
-                    on_done(r)
-            return results
+            return self._map_ray(tasks, on_done)
+        results: list[ShardResult] = []
         if self.processes <= 1 or len(tasks) <= 1:
             for task in tasks:
-                result = _run_one(task)
+                try:
+                    result = _run_one(task)
+                except Exception as exc:
+                    raise _with_shard_note(exc, task, 1) from None
                 if on_done:
                     on_done(result)
                 results.append(result)
             return results
         with ProcessPoolExecutor(max_workers=self.processes) as pool:
-            for result in pool.map(_run_one, tasks):
+            futures = [pool.submit(_run_one, task) for task in tasks]
+            for task, future in zip(tasks, futures):
+                try:
+                    result = future.result()
+                except Exception as exc:
+                    raise _with_shard_note(exc, task, 1) from None
                 if on_done:
                     on_done(result)
                 results.append(result)
         return results
 
-    def _map_ray(self, tasks: Sequence[ShardTask]) -> list[ShardResult]:
+    # ------------------------------------------------------------------ Ray
+
+    def _connect(self) -> Any:
         try:
             import ray  # noqa: PLC0415  (optional; only imported when configured)
         except ImportError as exc:  # pragma: no cover - depends on the deployment
             raise RuntimeError(
-                "MARIN_RAY_ADDRESS is set but the 'ray' package is not installed; "
-                "install it (pip install 'ray[default]') or unset MARIN_RAY_ADDRESS."
+                f"shards are configured to run on Ray ({self.ray_address!r}) but the 'ray' package is not "
+                "installed; install it (pip install 'ray[default]') or leave the Ray address empty"
             ) from exc
         if not ray.is_initialized():
-            ray.init(address=self.ray_address, ignore_reinit_error=True)
+            if self.ray_address == LOCAL:
+                options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+                if self.local_cpus:
+                    options["num_cpus"] = self.local_cpus
+                ray.init(**options)
+            else:
+                ray.init(address=self.ray_address, log_to_driver=False)
+        return ray
+
+    def in_flight_limit(self, ray: Any) -> int:
+        if self.max_in_flight > 0:
+            return self.max_in_flight
+        cpus = float(ray.cluster_resources().get("CPU", 1.0))
+        return max(1, int(2 * cpus))
+
+    def _map_ray(self, tasks: Sequence[ShardTask], on_done: Callable[[ShardResult], None] | None) -> list[ShardResult]:
+        ray = self._connect()
+        from ray.exceptions import RayTaskError  # noqa: PLC0415
+
+        results: list[ShardResult | None] = [None] * len(tasks)
+        todo: list[int] = []
+        for i, task in enumerate(tasks):  # finished shards are not even submitted
+            done = _reused(task)
+            if done is None:
+                todo.append(i)
+                continue
+            results[i] = done
+            if on_done:
+                on_done(done)
         remote = ray.remote(_run_one)
-        return list(ray.get([remote.remote(t) for t in tasks]))
+        limit = self.in_flight_limit(ray)
+        pending: dict[Any, int] = {}
+        queue = iter(todo)
+        exhausted = False
+        try:
+            while True:
+                while not exhausted and len(pending) < limit:
+                    i = next(queue, None)
+                    if i is None:
+                        exhausted = True
+                        break
+                    options = self.resources_for(tasks[i]).ray_options()
+                    ref = remote.options(max_retries=self.retries, retry_exceptions=True, **options).remote(tasks[i])
+                    pending[ref] = i
+                if not pending:
+                    break
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                for ref in ready:
+                    i = pending.pop(ref)
+                    try:
+                        result = ray.get(ref)
+                    except RayTaskError as exc:
+                        cause = exc.cause if isinstance(exc.cause, BaseException) else exc
+                        raise _with_shard_note(cause, tasks[i], self.retries + 1) from None
+                    except Exception as exc:  # a lost worker or node, after its retries
+                        raise ShardFailed(
+                            f"{describe_task(tasks[i])} failed after {self.retries + 1} attempt(s): "
+                            f"{type(exc).__name__}: {exc}"
+                        ) from exc
+                    results[i] = result
+                    if on_done:
+                        on_done(result)
+        finally:
+            for ref in pending:  # a failed map stops the rest; finished shards stay for the rerun
+                ray.cancel(ref)
+        return [r for r in results if r is not None]

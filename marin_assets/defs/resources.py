@@ -12,10 +12,12 @@ import os
 from typing import Any
 
 import dagster as dg
+from dagster_ray import RayResource
 
 from marin_assets.catalog.sources import Catalog, load_catalog
 from marin_assets.core import hub, storage
-from marin_assets.core.runner import ShardRunner
+from marin_assets.core.runner import ShardRunner, TaskResources
+from marin_assets.defs.ray import ray_cluster, runner_address
 
 
 class MarinResource(dg.ConfigurableResource):
@@ -29,6 +31,14 @@ class MarinResource(dg.ConfigurableResource):
     # 15 min cap, at least the rate-limit reset + 10 s after a 429) unless MARIN_RETRY_WAIT_S
     # sets every wait.
     retry_wait_s: float = -1.0
+    # Shards on Ray (see defs/ray.py): a dagster-ray resource, or an address
+    # (``local``, ``auto``, ``ray://head:10001``; empty: ``MARIN_RAY_ADDRESS``, else in-process).
+    ray: RayResource | None = None
+    ray_address: str = ""
+    ray_max_in_flight: int = 0  # 0: twice the cluster's CPUs
+    ray_retries: int = 2
+    task_cpus: float = 1.0
+    task_memory_bytes: int = 0  # Ray memory reserved per shard task (0: none)
 
     def layout(self) -> storage.Layout:
         return storage.Layout(storage.resolve_prefix(self.prefix or None))
@@ -37,11 +47,20 @@ class MarinResource(dg.ConfigurableResource):
         """The catalog as it is on disk now (re-read so edited pins are seen without a restart)."""
         return load_catalog(self.catalog_path or None, strict=False)
 
+    def ray_cluster(self) -> RayResource | None:
+        if self.ray is not None:
+            return self.ray
+        return ray_cluster(self.ray_address or os.environ.get("MARIN_RAY_ADDRESS", ""))
+
     def runner(self) -> ShardRunner:
-        base = ShardRunner.from_env()
-        if self.shard_processes:
-            return ShardRunner(processes=self.shard_processes, ray_address=base.ray_address)
-        return base
+        processes = self.shard_processes or int(os.environ.get("MARIN_SHARD_PROCESSES", "1"))
+        return ShardRunner(
+            processes=processes,
+            ray_address=runner_address(self.ray_cluster()),
+            max_in_flight=self.ray_max_in_flight,
+            retries=self.ray_retries,
+            task_resources=TaskResources(cpus=self.task_cpus, memory_bytes=self.task_memory_bytes),
+        )
 
     def retry_policy(self) -> hub.RetryPolicy:
         if self.retry_wait_s < 0:
