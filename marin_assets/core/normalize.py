@@ -185,8 +185,13 @@ def canonical_rows(frame: pl.DataFrame, params: NormalizeParams, *, source: str,
 
 
 def shard_of(ids: pl.Series, shards: int) -> pl.Series:
-    """Route ids to shards by their leading 60 bits (ids are uniform hashes)."""
-    return (ids.str.slice(0, 15).str.to_integer(base=16) % shards).cast(pl.Int32)
+    """Route ids to shards by range: shard k holds the k-th of N equal slices of the id space.
+
+    Ids are uniform hashes, so shards come out even; and because a shard is one contiguous id
+    range, a sorted id list (a removal list) can be read for that range only.
+    """
+    prefix = ids.str.slice(0, 8).str.to_integer(base=16).cast(pl.UInt64)
+    return ((prefix * shards) // (1 << 32)).cast(pl.Int32)
 
 
 # --------------------------------------------------------------------------- phases

@@ -156,10 +156,24 @@ def _cached_band_edges(uri: str) -> BandEdges:
     return load_band_edges(uri)
 
 
-def _removed_ids_in_shard(removed_uri: str, shard_ids: pa.Array, params: PoolParams, what: str) -> pa.Array:
-    """The ids of ``shard_ids`` that a sparse removal list names, reading it batch by batch.
+def _overlaps(row_group: Any, column: int, low: str, high: str) -> bool:
+    """Whether a row group's ``id`` statistics may hold ids in [low, high] (no statistics: yes)."""
+    stats = row_group.column(column).statistics
+    if stats is None or not stats.has_min_max:
+        return True
+    lo, hi = stats.min, stats.max
+    lo = lo.decode() if isinstance(lo, bytes) else str(lo)
+    hi = hi.decode() if isinstance(hi, bytes) else str(hi)
+    return not (hi < low or lo > high)
 
-    Memory stays bounded by one batch plus the shard, whatever the size of the list.
+
+def _removed_ids_in_shard(removed_uri: str, shard_ids: pa.Array, params: PoolParams, what: str) -> pa.Array:
+    """The ids of ``shard_ids`` that a sparse removal list names.
+
+    A normalized shard is one contiguous id range and removal lists are sorted by id, so only
+    the row groups whose id statistics overlap the shard's range are read: each shard reads its
+    own slice of the list, not the whole list (which would make the pool quadratic in shards).
+    Memory stays bounded by one row group plus the shard.
     """
     if not storage.exists(removed_uri):
         raise PoolError(
@@ -168,11 +182,17 @@ def _removed_ids_in_shard(removed_uri: str, shard_ids: pa.Array, params: PoolPar
         )
     fs, path = storage.filesystem(removed_uri)
     found: list[pa.Array] = []
+    if len(shard_ids) == 0:
+        return pa.array([], pa.string())
+    low, high = pc.min(shard_ids).as_py(), pc.max(shard_ids).as_py()
     with fs.open(path, "rb") as handle:
         parquet = pq.ParquetFile(handle)
         if "id" not in parquet.schema_arrow.names:
             raise PoolError(f"source {params.source!r}: {removed_uri} has no 'id' column; rebuild the {what} dedup output")
-        for batch in parquet.iter_batches(batch_size=params.removed_batch_rows, columns=["id"]):
+        column = parquet.schema_arrow.names.index("id")
+        meta = parquet.metadata
+        wanted = [g for g in range(meta.num_row_groups) if _overlaps(meta.row_group(g), column, low, high)]
+        for batch in parquet.iter_batches(batch_size=params.removed_batch_rows, row_groups=wanted, columns=["id"]):
             ids = batch.column(0)
             hits = ids.filter(pc.is_in(ids, value_set=shard_ids))
             if len(hits):

@@ -186,3 +186,30 @@ def test_unknown_format_is_a_clear_error(tmp_path) -> None:
     with pytest.raises(normalize.NormalizeError, match="unsupported format"):
         normalize.normalize_source("s", [str(path)], str(tmp_path / "out"), normalize.NormalizeParams())
 
+
+
+def test_a_file_is_scattered_in_bounded_pieces_with_the_same_result(tmp_path) -> None:
+    rows = [{"id": j, "text": TEXTS[j % 40] + f" copy {j}"} for j in range(400)]
+    src = _write(tmp_path / "big.jsonl", "jsonl", rows)
+    small = normalize.NormalizeParams(target_shard_bytes=8_000, scatter_buffer_bytes=2_000, batch_rows=50)
+    big = normalize.NormalizeParams(target_shard_bytes=8_000)
+    a = normalize.normalize_source("s", [src], str(tmp_path / "a"), small)
+    b = normalize.normalize_source("s", [src], str(tmp_path / "b"), big)
+    assert len(a["shards"]) > 2
+    for name in a["shards"]:
+        assert pl.read_parquet(str(tmp_path / "a" / name)).equals(pl.read_parquet(str(tmp_path / "b" / name)))
+    # rows of one shard are one contiguous id range
+    ranges = [(pl.read_parquet(str(tmp_path / "a" / n))["id"].min(), pl.read_parquet(str(tmp_path / "a" / n))["id"].max()) for n in a["shards"]]
+    assert all(hi < lo for (_, hi), (lo, _) in zip(ranges, ranges[1:]))
+
+
+def test_shards_follow_uncompressed_bytes_not_compressed_size(tmp_path) -> None:
+    rows = [{"id": j, "text": "the same words again and again " * 20} for j in range(200)]
+    plain = _write(tmp_path / "in.jsonl", "jsonl", rows)
+    packed = _write(tmp_path / "in.jsonl.zst", "jsonl.zst", rows)
+    raw = storage.size(plain)
+    assert storage.size(packed) * 20 < raw  # compresses very well
+    assert normalize.uncompressed_bytes(packed, "jsonl.zst") >= raw
+    target = raw // 4
+    zst = normalize.normalize_source("s", [packed], str(tmp_path / "z"), normalize.NormalizeParams(target_shard_bytes=target))
+    assert len(zst["shards"]) >= 4  # not 1, as the compressed size would say

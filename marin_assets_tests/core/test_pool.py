@@ -289,3 +289,28 @@ def test_hub_tokenizer_short_pin_is_resolved_and_recorded(hub_store, hub_server)
     assert counts.tolist() == offline.tolist() and counts[1] == 0
     with pytest.raises(pool.PoolError, match="offline_tokenizer_params"):
         pool.count_tokens(texts, pool.TokenizerParams(revision="0123abcd"))
+
+
+def test_a_shard_reads_only_the_row_groups_of_its_own_id_range(tmp_path, monkeypatch) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    b = build_pool_inputs(str(tmp_path), seed=6, rows=30)
+    task = b.tasks[0]
+    shard_ids = pa.array(sorted(pq.read_table(task.inputs[0], columns=["id"]).column("id").to_pylist()))
+    removed = sorted({f"{i:032x}" for i in range(0, 1 << 20, 1 << 12)} | {shard_ids[0].as_py()})
+    uri = storage.join(b.root, "ranged", "removed.parquet")
+    storage.write_bytes(uri, b"")
+    pq.write_table(pa.table({"id": removed}), storage.local_path(uri), row_group_size=16)
+    read: list[list[int]] = []
+    real = pq.ParquetFile.iter_batches
+
+    def spy(self, *args, **kwargs):
+        read.append(list(kwargs.get("row_groups") or []))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", spy)
+    found = pool._removed_ids_in_shard(uri, shard_ids, task.params, "exact")
+    assert found.to_pylist() == [shard_ids[0].as_py()]
+    total_groups = pq.ParquetFile(storage.local_path(uri)).metadata.num_row_groups
+    assert len(read[0]) < total_groups  # not the whole list
