@@ -155,6 +155,31 @@ def shard_seed(seed: int, source: str, shard_uri: str) -> int:
     return int.from_bytes(digest[:8], "little")
 
 
+def read_rows(uri: str, rows: np.ndarray, columns: Sequence[str]) -> pa.Table:
+    """Rows ``rows`` (sorted positions) of a Parquet file, reading only the row groups that hold them.
+
+    A 10M-row sample out of 10^10 documents touches a small part of each shard; reading whole
+    shards would make the sample cost the corpus.
+    """
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    rows = np.asarray(rows, dtype=np.int64)
+    fs, path = storage.filesystem(uri)
+    with fs.open(path, "rb") as handle:
+        parquet = pq.ParquetFile(handle)
+        meta = parquet.metadata
+        sizes = np.array([meta.row_group(g).num_rows for g in range(meta.num_row_groups)], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(sizes)])
+        group_of = np.searchsorted(starts, rows, side="right") - 1
+        groups = np.unique(group_of).tolist()
+        if not groups:
+            return parquet.schema_arrow.empty_table().select(list(columns))
+        table = parquet.read_row_groups(groups, columns=list(columns))
+    offsets = np.concatenate([[0], np.cumsum(sizes[groups])])
+    local = offsets[np.searchsorted(groups, group_of)] + (rows - starts[group_of])
+    return table.take(pa.array(local, pa.int64()))
+
+
 @dataclasses.dataclass
 class EmbeddingSample:
     """Sampled rows: unit vectors (float16 to halve memory), where each row came from, its id."""
@@ -212,7 +237,7 @@ def sample_embeddings(sources: Sequence[SourceShards], params: TopicParams) -> E
             uri = shard_list[k][1]
             rng = np.random.default_rng(shard_seed(params.seed, src.source, uri))
             rows = np.sort(rng.choice(shard_rows[k], size=q, replace=False))
-            table = storage.read_parquet(uri, columns=["id", "embedding"]).take(pa.array(rows))
+            table = read_rows(uri, rows, ["id", "embedding"])
             vectors.append(vectors_from_table(table).astype(np.float16))
             ids.append(np.asarray(table.column("id").to_pylist(), dtype="S32"))
             src_idx.append(np.full(q, si, dtype=np.int32))
@@ -617,15 +642,18 @@ def short_label(terms: Sequence[str], topic: int, n_terms: int = 3) -> str:
     return ", ".join(chosen) if chosen else f"topic {topic:02d}"
 
 
-def _read_texts(sample: EmbeddingSample, rows: np.ndarray) -> dict[int, str]:
-    """Texts of sample rows, read from the co-partitioned normalized shards (ids checked)."""
+def _read_texts(sample: EmbeddingSample, rows: np.ndarray, max_chars: int | None = None) -> dict[int, str]:
+    """Texts of sample rows (cut to ``max_chars``), read from the co-partitioned normalized shards (ids checked).
+
+    Cutting as they are read caps the label step at rows x ``max_chars`` characters.
+    """
     texts: dict[int, str] = {}
     for k in np.unique(sample.shard[rows]):
         si, emb_uri, text_uri = sample.shards[int(k)]
         if text_uri is None:
             continue
         mine = rows[sample.shard[rows] == k]
-        table = storage.read_parquet(text_uri, columns=["id", "text"]).take(pa.array(sample.row[mine]))
+        table = read_rows(text_uri, sample.row[mine], ["id", "text"])
         got = np.asarray(table.column("id").to_pylist(), dtype="S32")
         if not np.array_equal(got, sample.ids[mine]):
             raise ValueError(
@@ -633,7 +661,8 @@ def _read_texts(sample: EmbeddingSample, rows: np.ndarray) -> dict[int, str]:
                 "the embeddings are stale, rebuild them for this source"
             )
         for r, text in zip(mine, table.column("text").to_pylist()):
-            texts[int(r)] = text or ""
+            texts[int(r)] = (text or "")[:max_chars] if max_chars else (text or "")
+        del table
     return texts
 
 
@@ -659,7 +688,7 @@ def label_topics(
         subset = np.sort(rng.choice(rows, params.label_sample_size, replace=False))
     nearest_rows = np.concatenate(nearest) if nearest else np.zeros(0, dtype=np.int64)
     label_rows = np.union1d(subset, nearest_rows).astype(np.int64)
-    texts = _read_texts(sample, label_rows)
+    texts = _read_texts(sample, label_rows, max(params.label_text_chars, params.excerpt_chars))
     have = np.asarray([r for r in label_rows if r in texts], dtype=np.int64)
     terms = ctfidf_terms([texts[int(r)][: params.label_text_chars] for r in have], topic_of_row[have], n_topics, params)
     total = float(model.fine_weights.sum())

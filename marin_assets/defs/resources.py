@@ -39,6 +39,8 @@ class MarinResource(dg.ConfigurableResource):
     ray_retries: int = 2
     task_cpus: float = 1.0
     task_memory_bytes: int = 0  # Ray memory reserved per shard task (0: none)
+    # FAISS threads of topic_model training (results differ by thread count: part of the fingerprint).
+    topic_threads: int = 1
 
     def layout(self) -> storage.Layout:
         return storage.Layout(storage.resolve_prefix(self.prefix or None))
