@@ -341,6 +341,43 @@ def read_pool_index(uris: Sequence[str]) -> pa.Table:
     return pa.concat_tables([t.cast(INDEX_SCHEMA) for t in tables]) if tables else INDEX_SCHEMA.empty_table()
 
 
+POOL_FILES_SCHEMA = pa.schema([("group", pa.string()), ("source", pa.string()), ("file", pa.string())])
+
+
+def group_counts_and_files(sources: Sequence[tuple[str, Sequence[str], str]], files_uri: str) -> Any:
+    """Documents and tokens per (group, source), and every pool file listed per group.
+
+    ``sources`` holds, per source, its name, its shard index URIs and its pool directory. Each
+    source is aggregated on its own (at most one row per group) before the sources are
+    combined, and its files are streamed into ``files_uri`` (Parquet: ``group``, ``source``,
+    ``file``), so memory follows one source's index, never the whole pool's file list.
+    """
+    import polars as pl  # noqa: PLC0415
+
+    from marin_assets.core.mixture import group_counts_from_index  # noqa: PLC0415
+
+    counts = []
+    with storage.open_atomic(files_uri) as handle, pq.ParquetWriter(handle, POOL_FILES_SCHEMA, compression="zstd") as writer:
+        for source, index_uris, pool_dir in sources:
+            index = read_pool_index(index_uris)
+            counts.append(group_counts_from_index(index))
+            files = pa.array([storage.join(pool_dir, f) for f in index.column("file").to_pylist()], pa.string())
+            writer.write_table(pa.table([index.column("group"), index.column("source"), files], schema=POOL_FILES_SCHEMA))
+            del index, files
+    if not counts:
+        return pl.DataFrame(schema={"group": pl.Utf8, "source": pl.Utf8, "documents": pl.Int64, "tokens": pl.Int64})
+    return pl.concat(counts).sort("group", "source")
+
+
+def read_pool_files(files_uri: str) -> dict[str, list[str]]:
+    """group -> pool files, from a ``pool_files.parquet`` (small pools and tests: it is all in memory)."""
+    table = storage.read_parquet(files_uri)
+    out: dict[str, list[str]] = {}
+    for group, file in zip(table.column("group").to_pylist(), table.column("file").to_pylist()):
+        out.setdefault(group, []).append(file)
+    return out
+
+
 def check_pool_rows(pool_dir: str, index: pa.Table) -> dict[str, int]:
     """Compare each indexed group file's rows and tokens with the file itself (an asset check)."""
     mismatched = missing = 0

@@ -314,3 +314,18 @@ def test_a_shard_reads_only_the_row_groups_of_its_own_id_range(tmp_path, monkeyp
     assert found.to_pylist() == [shard_ids[0].as_py()]
     total_groups = pq.ParquetFile(storage.local_path(uri)).metadata.num_row_groups
     assert len(read[0]) < total_groups  # not the whole list
+
+
+def test_group_counts_are_aggregated_per_source_and_files_streamed(built) -> None:
+    b, results = built
+    by_source: dict[str, list[str]] = {}
+    for task, r in zip(b.tasks, results):
+        by_source.setdefault(task.params.source, []).append(r.output)
+    files_uri = storage.join(b.root, "groups", "pool_files.parquet")
+    counts = pool.group_counts_and_files([(s, uris, b.pool_dir) for s, uris in sorted(by_source.items())], files_uri)
+    index = pool.read_pool_index([r.output for r in results])
+    assert counts.height == len({(g, s) for g, s in zip(index.column("group").to_pylist(), index.column("source").to_pylist())})
+    assert int(counts["documents"].sum()) == sum(index.column("documents").to_pylist())
+    listed = pool.read_pool_files(files_uri)
+    assert sorted(f for fs in listed.values() for f in fs) == sorted(storage.join(b.pool_dir, f) for f in index.column("file").to_pylist())
+    assert all(storage.exists(f) for fs in listed.values() for f in fs)

@@ -6,13 +6,11 @@ a temporary DAGSTER_HOME and MARIN_PREFIX.
 
 from __future__ import annotations
 
-import json
-
 import polars as pl
 import pytest
 
 from marin_assets.catalog.sources import load_catalog
-from marin_assets.core import dedup, specs, stages, storage
+from marin_assets.core import dedup, pool, specs, stages, storage
 from marin_assets.demo.run import run_demo
 from marin_assets.demo.sample import DEMO_SOURCES
 
@@ -72,7 +70,7 @@ def test_sampling_groups_count_the_pool_and_weights_sum_to_one(demo_root: str) -
     assert groups.height == 200
     assert sorted(groups["group"].to_list())[:2] == ["c00q0", "c00q1"]
     assert abs(groups["weight"].sum() - 1.0) < 1e-9
-    files = json.loads(storage.read_bytes(storage.join(out, "pool_files.json")))
+    files = pool.read_pool_files(storage.join(out, "pool_files.parquet"))
     pooled = pl.concat([_read(f, ["id", "tokens"]).with_columns(pl.lit(g).alias("group")) for g, fs in files.items() for f in fs])
     per_group = pooled.group_by("group").agg(pl.len().alias("documents"), pl.col("tokens").sum().alias("tokens"))
     joined = groups.join(per_group, on="group", how="left", suffix="_pool").fill_null(0)

@@ -221,15 +221,13 @@ def sampling_groups(context: dg.AssetExecutionContext, marin: MarinResource, cur
     labels = topic_core.topic_labels(topic_core.load_topic_model(model.uri))
 
     def build(out: str) -> dict:
-        index = pool_core.read_pool_index([u for inp in found.values() for u in storage.list_shards(inp.uri)])
-        result = mixture.sampling_groups(mixture.group_counts_from_index(index), labels, params)
+        per_source = [
+            (source, storage.list_shards(inp.uri), inp.data_uri)
+            for source, inp in sorted(found.items())
+        ]
+        counts = pool_core.group_counts_and_files(per_source, storage.join(out, "pool_files.parquet"))
+        result = mixture.sampling_groups(counts, labels, params)
         written = mixture.write_sampling_groups(result, out)
-        files: dict[str, list[str]] = {}
-        for group, file, source in zip(
-            index.column("group").to_pylist(), index.column("file").to_pylist(), index.column("source").to_pylist()
-        ):
-            files.setdefault(group, []).append(storage.join(found[source].data_uri, file))
-        storage.write_json(storage.join(out, "pool_files.json"), files)
         return {**result.summary, **written}
 
     manifest = stages.run_global(
