@@ -80,7 +80,7 @@ class ShardResult:
     reused: bool
     seconds: float = 0.0
     cpu_seconds: float = 0.0
-    peak_rss_bytes: int = 0  # VmHWM of the process that ran the task (0: reused or unknown)
+    peak_rss_bytes: int = 0  # the task's peak resident size (VmHWM since it started; 0: reused or unknown)
 
 
 def peak_rss_bytes() -> int:
@@ -93,6 +93,16 @@ def peak_rss_bytes() -> int:
     except OSError:
         pass
     return 0
+
+
+def reset_peak_rss() -> bool:
+    """Restart this process's VmHWM from its current size, so a reused worker reports each task's own peak."""
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        return True
+    except OSError:
+        return False
 
 
 def _cpu_seconds() -> float:
@@ -122,6 +132,15 @@ def _run_one(task: ShardTask) -> ShardResult:
         cpu_seconds=_cpu_seconds() - cpu,
         peak_rss_bytes=peak_rss_bytes(),
     )
+
+
+def _run_in_worker(task: ShardTask) -> ShardResult:
+    """A task in a worker process of its own (Ray, process pool): its peak counts from its start.
+
+    Never used in-process: resetting the driver's peak would hide it from whoever measures it.
+    """
+    reset_peak_rss()
+    return _run_one(task)
 
 
 def describe_task(task: ShardTask, limit: int = 5) -> str:
@@ -180,7 +199,7 @@ class ShardRunner:
                 results.append(result)
             return results
         with ProcessPoolExecutor(max_workers=self.processes) as pool:
-            futures = [pool.submit(_run_one, task) for task in tasks]
+            futures = [pool.submit(_run_in_worker, task) for task in tasks]
             for task, future in zip(tasks, futures):
                 try:
                     result = future.result()
@@ -231,7 +250,7 @@ class ShardRunner:
             results[i] = done
             if on_done:
                 on_done(done)
-        remote = ray.remote(_run_one)
+        remote = ray.remote(_run_in_worker)
         limit = self.in_flight_limit(ray)
         pending: dict[Any, int] = {}
         queue = iter(todo)

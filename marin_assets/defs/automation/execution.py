@@ -28,5 +28,9 @@ def executor_from_env(value: str | None = None) -> dg.ExecutorDefinition | None:
         from dagster_k8s import k8s_job_executor
 
         # Steps of one run in parallel; the gpu and hf_download pools still cap their steps.
-        return k8s_job_executor.configured({"max_concurrent": 16}, name="k8s_job_executor")
+        from marin_assets.defs.k8s_resources import STEP_K8S_CONFIG
+
+        return k8s_job_executor.configured(
+            {"max_concurrent": 16, "per_step_k8s_config": STEP_K8S_CONFIG}, name="k8s_job_executor"
+        )
     raise ValueError(f"{EXECUTOR_ENV}={choice!r} is not understood: use 'multiprocess', 'in_process' or 'k8s'")
