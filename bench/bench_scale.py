@@ -1,0 +1,329 @@
+"""Scale benchmark: every per-shard stage as Ray tasks on a local cluster of 2 workers, at 1x, 4x, 16x.
+
+Goal (issue "Every stage on a Ray cluster"): per-task memory is bounded by configured sizes, not
+by the corpus: from 1x to 16x the largest task's peak resident memory (its own VmHWM, reset when
+the task starts in its worker) grows by at most 1.3x, and CPU seconds per document stay within
+1.3x. Also: normalize of one >= 1 GiB JSONL file stays within 1.3x of the 1x normalize peak (same
+shard target), and embedding at ``max_seq_length`` 8192 within 1.3x of the 512-token run.
+
+Stages: normalize, minhash_buckets, contamination, pool, sampling_groups on a generated corpus
+(1x = ``BENCH_SCALE_MB`` MiB of text, default 200), normalize on a single large file, embeddings
+(offline model) on ``BENCH_EMBED_DOCS`` (500) documents. Every figure is printed, one line per
+stage and scale (``scale-bench <stage> <scale>x: ...``): the README's capacity table cites them.
+
+    make bench-scale                      # the full run (about 30 minutes on 2 cores)
+    BENCH_QUICK=1 make bench-scale        # 1x = 20 MiB, 1x/4x only (a few minutes)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from marin_assets.core import decon, embed, minhash, mixture, normalize, pool, quality, storage  # noqa: E402
+from marin_assets.core.runner import LOCAL, ShardResult, ShardRunner, ShardTask  # noqa: E402
+
+MIB = 1 << 20
+QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
+BASE_MB = int(os.environ.get("BENCH_SCALE_MB", "20" if QUICK else "200"))
+SCALES = (1, 4) if QUICK else (1, 4, 16)
+BIG_FILE_MB = int(os.environ.get("BENCH_BIG_FILE_MB", "128" if QUICK else "1100"))
+EMBED_DOCS = int(os.environ.get("BENCH_EMBED_DOCS", "500"))
+TARGET_SHARD_BYTES = int(os.environ.get("BENCH_SHARD_MB", "8" if QUICK else "32")) * MIB
+FILE_BYTES = 32 * MIB
+GROWTH_LIMIT = 1.3
+
+WORDS = np.array(
+    [
+        "".join(chr(97 + c) for c in np.random.default_rng(i).integers(0, 26, size=2 + i % 9))
+        for i in range(20_000)
+    ]
+)
+
+
+# --------------------------------------------------------------------------- corpus
+
+
+def write_corpus(directory: Path, total_bytes: int, seed: int, file_bytes: int = FILE_BYTES) -> list[str]:
+    """JSONL files of generated documents (Zipf-like words, 200-1,500 words each), 1% exact copies."""
+    rng = np.random.default_rng(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    files: list[str] = []
+    written = doc = 0
+    weights = 1.0 / np.arange(1, len(WORDS) + 1)
+    weights /= weights.sum()
+    while written < total_bytes:
+        path = directory / f"part-{len(files):05d}.jsonl"
+        with open(path, "w") as out:
+            held = 0
+            while held < file_bytes and written < total_bytes:
+                lengths = rng.integers(200, 1500, size=256)
+                words = WORDS[rng.choice(len(WORDS), size=int(lengths.sum()), p=weights)]
+                cuts = np.cumsum(lengths)[:-1]
+                lines = []
+                for i, part in enumerate(np.split(words, cuts)):
+                    text = " ".join(part.tolist())
+                    if i % 100 == 7 and lines:  # an exact copy of the previous document
+                        text = json.loads(lines[-1])["text"]
+                    lines.append(json.dumps({"id": f"d{doc}", "text": text}))
+                    doc += 1
+                block = "\n".join(lines) + "\n"
+                out.write(block)
+                held += len(block)
+                written += len(block)
+        files.append(str(path))
+    return files
+
+
+# --------------------------------------------------------------------------- synthetic attributes
+
+
+def synthetic_attributes(input_uris: list[str], output_uri: str, params: dict) -> dict:
+    """Topic and quality score per document of a normalized shard (deterministic from the id)."""
+    import pyarrow as pa  # noqa: PLC0415
+
+    ids = storage.read_parquet(input_uris[0], columns=["id"]).column("id")
+    keys = np.array([int(i[:8], 16) for i in ids.to_pylist()], dtype=np.int64)
+    parent = output_uri.rsplit("/", 2)[0]
+    name = storage.basename(output_uri)
+    storage.write_parquet(pa.table({"id": ids, "topic": pa.array(keys % 40, pa.int16())}), storage.join(parent, "topics", name))
+    storage.write_parquet(pa.table({"id": ids, "score": pa.array((keys % 1000) / 1000.0, pa.float32())}), storage.join(parent, "quality", name))
+    return {"rows": len(ids)}
+
+
+def sampling_groups_task(input_uris: list[str], output_uri: str, params: dict) -> dict:
+    """The sampling_groups step (per-source aggregation, streamed file list) as one task."""
+    counts = pool.group_counts_and_files([(params["source"], input_uris, params["pool_dir"])], storage.join(output_uri + ".d", "pool_files.parquet"))
+    result = mixture.sampling_groups(counts, {}, mixture.MixtureParams())
+    mixture.write_sampling_groups(result, output_uri + ".d")
+    storage.write_bytes(output_uri, b"done")
+    return {"documents": result.summary["documents"], "tokens": result.summary["tokens"]}
+
+
+def embed_task(input_uris: list[str], output_uri: str, params: embed.EmbedParams) -> dict:
+    return embed.embed_shard(input_uris, output_uri, params)
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+class Stage:
+    """Task results of one stage at one scale."""
+
+    def __init__(self, name: str, scale: str, results: Sequence[ShardResult], docs: int, text_bytes: int, wall: float) -> None:
+        self.name, self.scale, self.docs, self.text_bytes, self.wall = name, scale, docs, text_bytes, wall
+        self.tasks = len(results)
+        self.peak = max((r.peak_rss_bytes for r in results), default=0)
+        self.cpu = sum(r.cpu_seconds for r in results)
+        self.task_peaks = sorted(r.peak_rss_bytes for r in results)
+
+    @property
+    def cpu_per_kdoc(self) -> float:
+        return 1000 * self.cpu / max(self.docs, 1)
+
+    def line(self) -> str:
+        median_peak = statistics.median(self.task_peaks) / MIB if self.task_peaks else 0
+        return (
+            f"scale-bench {self.name} {self.scale}: docs={self.docs} text_mib={self.text_bytes / MIB:.0f} tasks={self.tasks} "
+            f"peak_task_mib={self.peak / MIB:.0f} median_task_mib={median_peak:.0f} cpu_s={self.cpu:.1f} "
+            f"cpu_s_per_1k_docs={self.cpu_per_kdoc:.3f} wall_s={self.wall:.1f}"
+        )
+
+
+def run_stage(runner: ShardRunner, name: str, scale: str, tasks: list[ShardTask], docs: int, text_bytes: int) -> Stage:
+    started = time.perf_counter()
+    results = runner.map(tasks)
+    stage = Stage(name, scale, results, docs, text_bytes, time.perf_counter() - started)
+    print(stage.line(), flush=True)
+    return stage
+
+
+def goal(what: str, ratio: float, limit: float = GROWTH_LIMIT) -> bool:
+    ok = ratio <= limit
+    print(f"goal: {what}: {ratio:.2f}x <= {limit:.2f}x: {'PASS' if ok else 'MISS'}", flush=True)
+    return ok
+
+
+# --------------------------------------------------------------------------- the pipeline at one scale
+
+
+def eval_index(root: Path, corpus_file: str) -> str:
+    """An eval n-gram index from a few documents of the corpus (so some documents are flagged)."""
+    rows = []
+    with open(corpus_file) as handle:
+        for i, line in enumerate(handle):
+            if i % 50 == 0:
+                rows.append(("bench_eval", f"r{i}", " ".join(json.loads(line)["text"].split()[:60])))
+            if len(rows) >= 200:
+                break
+    out = str(root / "eval_index")
+    decon.build_eval_index(rows, out)
+    storage.write_manifest(out, {"rows": len(rows)})
+    return out
+
+
+def removal_list(normalized_dir: str, out: str, every: int) -> str:
+    """A sorted sparse removal list naming every ``every``-th id (as the dedup stages write it)."""
+    import pyarrow as pa  # noqa: PLC0415
+
+    ids: list[str] = []
+    for shard in storage.list_shards(normalized_dir):
+        ids.extend(storage.read_parquet(shard, ["id"]).column("id").to_pylist()[::every])
+    ids.sort()
+    uri = storage.join(out, "removed.parquet")
+    storage.write_parquet(pa.table({"id": pa.array(ids, pa.string()), "kept_source": pa.array(["other"] * len(ids), pa.string())}), uri, row_group_size=16_384)
+    return uri
+
+
+def pipeline(work: Path, scale: int, runner: ShardRunner) -> dict[str, Stage]:
+    label = f"{scale}x"
+    root = work / label
+    files = write_corpus(root / "in", BASE_MB * scale * MIB, seed=scale)
+    text_bytes = sum(os.path.getsize(f) for f in files)
+    params = normalize.NormalizeParams(target_shard_bytes=TARGET_SHARD_BYTES)
+    stages: dict[str, Stage] = {}
+
+    started = time.perf_counter()
+    collected: list[ShardResult] = []
+    recording = _Recording(runner, collected)
+    manifest = normalize.normalize_source("bench", files, str(root / "normalized"), params, runner=recording)
+    docs = int(manifest["rows"])
+    stages["normalize"] = Stage("normalize", label, collected, int(manifest["counters"]["rows_in"]), text_bytes, time.perf_counter() - started)
+    print(stages["normalize"].line(), flush=True)
+    shards = storage.list_shards(str(root / "normalized"))
+
+    stages["minhash_buckets"] = run_stage(
+        runner, "minhash_buckets", label,
+        [ShardTask(minhash.minhash_shard, (s,), str(root / "minhash" / storage.basename(s)), minhash.MinHashParams()) for s in shards],
+        docs, text_bytes,
+    )
+    index = eval_index(root, files[0])
+    decon_params = decon.DeconParams(index_uri=index)
+    stages["contamination"] = run_stage(
+        runner, "contamination", label,
+        [ShardTask(decon.contamination_shard, (s,), str(root / "contamination" / storage.basename(s)), decon_params) for s in shards],
+        docs, text_bytes,
+    )
+    runner.map([ShardTask(synthetic_attributes, (s,), str(root / "attrs" / "done" / storage.basename(s)), {}) for s in shards])
+    edges = quality.band_edges(None, quality.BandParams(method="fixed"))
+    edges_uri = quality.save_band_edges(edges, str(root / "bands"))
+    pool_params = pool.PoolParams(
+        source="bench",
+        pool_dir=str(root / "pool"),
+        band_edges_uri=edges_uri,
+        exact_removed_uri=removal_list(str(root / "normalized"), str(root / "exact"), 97),
+        fuzzy_removed_uri=removal_list(str(root / "normalized"), str(root / "fuzzy"), 53),
+        tokenizer=pool.offline_tokenizer_params(),
+    )
+    pool_tasks = [
+        ShardTask(
+            pool.pool_shard,
+            (s, str(root / "attrs" / "topics" / storage.basename(s)), str(root / "attrs" / "quality" / storage.basename(s)), str(root / "contamination" / storage.basename(s))),
+            str(root / "pool_index" / storage.basename(s)),
+            pool_params,
+        )
+        for s in shards
+    ]
+    stages["pool"] = run_stage(runner, "pool", label, pool_tasks, docs, text_bytes)
+    indexes = tuple(t.output for t in pool_tasks)
+    stages["sampling_groups"] = run_stage(
+        runner, "sampling_groups", label,
+        [ShardTask(sampling_groups_task, indexes, str(root / "groups" / "done"), {"source": "bench", "pool_dir": str(root / "pool")})],
+        docs, text_bytes,
+    )
+    shutil.rmtree(root, ignore_errors=True)
+    return stages
+
+
+class _Recording(ShardRunner):
+    """The same runner, keeping every task result (normalize maps twice: scatter, then gather)."""
+
+    def __init__(self, runner: ShardRunner, sink: list[ShardResult]) -> None:
+        object.__setattr__(self, "_inner", runner)
+        object.__setattr__(self, "_sink", sink)
+        for field in ("processes", "ray_address", "max_in_flight", "retries", "task_resources", "local_cpus"):
+            object.__setattr__(self, field, getattr(runner, field))
+
+    def map(self, tasks: Sequence[ShardTask], on_done: Callable[[ShardResult], None] | None = None) -> list[ShardResult]:
+        results = self._inner.map(tasks, on_done)
+        self._sink.extend(results)
+        return results
+
+
+def big_file(work: Path, runner: ShardRunner) -> Stage:
+    root = work / "big"
+    (path,) = write_corpus(root / "in", BIG_FILE_MB * MIB, seed=99, file_bytes=BIG_FILE_MB * MIB * 2)
+    size = os.path.getsize(path)
+    collected: list[ShardResult] = []
+    started = time.perf_counter()
+    manifest = normalize.normalize_source(
+        "big", [path], str(root / "normalized"), normalize.NormalizeParams(target_shard_bytes=TARGET_SHARD_BYTES), runner=_Recording(runner, collected)
+    )
+    stage = Stage("normalize_one_file", f"{size / MIB:.0f}MiB", collected, int(manifest["counters"]["rows_in"]), size, time.perf_counter() - started)
+    print(stage.line(), flush=True)
+    shutil.rmtree(root, ignore_errors=True)
+    return stage
+
+
+def embeddings(work: Path, runner: ShardRunner) -> dict[int, Stage]:
+    root = work / "embed"
+    files = write_corpus(root / "in", EMBED_DOCS * 6_000, seed=7)  # ~6 KB (1,500+ tokens) per document
+    manifest = normalize.normalize_source("embed", files, str(root / "normalized"), normalize.NormalizeParams(), runner=runner)
+    shards = storage.list_shards(str(root / "normalized"))
+    docs = int(manifest["rows"])
+    out: dict[int, Stage] = {}
+    for tokens in (512, 8192):
+        params = embed.EmbedParams(encoder=embed.offline_encoder_params(max_tokens=tokens))
+        out[tokens] = run_stage(
+            runner, "embeddings", f"max_tokens={tokens}",
+            [ShardTask(embed_task, (s,), str(root / f"emb{tokens}" / storage.basename(s)), params) for s in shards],
+            docs, sum(os.path.getsize(f) for f in files),
+        )
+    shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def main() -> int:
+    import ray  # noqa: PLC0415
+
+    work = Path(os.environ.get("BENCH_SCALE_DIR") or tempfile.mkdtemp(prefix="marin-scale-"))
+    print(f"scale bench: 1x = {BASE_MB} MiB of text, scales {SCALES}, shard target {TARGET_SHARD_BYTES // MIB} MiB, "
+          f"local Ray with 2 workers, data under {work}", flush=True)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    runner = ShardRunner(ray_address=LOCAL, max_in_flight=4)
+    started = time.perf_counter()
+    ok = True
+    try:
+        by_scale = {scale: pipeline(work, scale, runner) for scale in SCALES}
+        low, high = by_scale[SCALES[0]], by_scale[SCALES[-1]]
+        for name in low:
+            ok &= goal(f"{name}: largest task peak {SCALES[-1]}x / {SCALES[0]}x", high[name].peak / max(low[name].peak, 1))
+            if name != "sampling_groups":  # one task whose work is per file, not per document
+                ok &= goal(f"{name}: CPU s per document {SCALES[-1]}x / {SCALES[0]}x", high[name].cpu_per_kdoc / max(low[name].cpu_per_kdoc, 1e-9))
+        one = big_file(work, runner)
+        ok &= goal("normalize: one large file, largest task peak / 1x corpus", one.peak / max(low["normalize"].peak, 1))
+        emb = embeddings(work, runner)
+        ok &= goal("embeddings: task peak at max_seq_length 8192 / 512", emb[8192].peak / max(emb[512].peak, 1))
+    finally:
+        ray.shutdown()
+        if not os.environ.get("BENCH_SCALE_DIR"):
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"scale bench: {time.perf_counter() - started:.0f} s in all; {'every goal met' if ok else 'some goals MISSED'}", flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
