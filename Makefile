@@ -10,7 +10,7 @@ export MARIN_DEMO_HUB ?= $(CURDIR)/.demo_hub
 export GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT = false
 export HF_HUB_DISABLE_TELEMETRY = 1
 
-.PHONY: install demo dev test test-fast faults bench check clean home
+.PHONY: install demo dev test test-fast faults bench bench-scale check clean home
 
 install: $(VENV)/.installed
 
@@ -54,6 +54,10 @@ check: install
 ## Benchmarks against their peers; ONLY=minhash,normalize selects, BENCH_QUICK=1 shortens.
 bench: install
 	$(BIN)/python -m bench $(if $(ONLY),--only $(ONLY))
+
+## Every per-shard stage on a local Ray (2 workers) at 1x/4x/16x of 200 MiB (~30 min; BENCH_QUICK=1: minutes).
+bench-scale: install
+	$(BIN)/python bench/bench_scale.py
 
 clean:
 	rm -rf $(DAGSTER_HOME) $(MARIN_PREFIX) $(MARIN_DEMO_HUB)
