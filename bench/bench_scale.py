@@ -43,7 +43,8 @@ SCALES = (1, 4) if QUICK else (1, 4, 16)
 BIG_FILE_MB = int(os.environ.get("BENCH_BIG_FILE_MB", "128" if QUICK else "1100"))
 EMBED_DOCS = int(os.environ.get("BENCH_EMBED_DOCS", "500"))
 TARGET_SHARD_BYTES = int(os.environ.get("BENCH_SHARD_MB", "8" if QUICK else "32")) * MIB
-FILE_BYTES = 32 * MIB
+FILE_BYTES = int(os.environ.get("BENCH_FILE_MB", "32")) * MIB
+BATCH_BYTES = int(os.environ.get("BENCH_BATCH_MB", "64")) * MIB
 GROWTH_LIMIT = 1.3
 
 def _vocabulary() -> np.ndarray:
@@ -197,7 +198,7 @@ def pipeline(work: Path, scale: int, runner: ShardRunner) -> dict[str, Stage]:
     root = work / label
     files = write_corpus(root / "in", BASE_MB * scale * MIB, seed=scale)
     text_bytes = sum(os.path.getsize(f) for f in files)
-    params = normalize.NormalizeParams(target_shard_bytes=TARGET_SHARD_BYTES)
+    params = normalize.NormalizeParams(target_shard_bytes=TARGET_SHARD_BYTES, batch_bytes=BATCH_BYTES)
     stages: dict[str, Stage] = {}
 
     started = time.perf_counter()
@@ -274,7 +275,7 @@ def big_file(work: Path, runner: ShardRunner) -> Stage:
     collected: list[ShardResult] = []
     started = time.perf_counter()
     manifest = normalize.normalize_source(
-        "big", [path], str(root / "normalized"), normalize.NormalizeParams(target_shard_bytes=TARGET_SHARD_BYTES), runner=_Recording(runner, collected)
+        "big", [path], str(root / "normalized"), normalize.NormalizeParams(target_shard_bytes=TARGET_SHARD_BYTES, batch_bytes=BATCH_BYTES), runner=_Recording(runner, collected)
     )
     stage = Stage("normalize_one_file", f"{size / MIB:.0f}MiB", collected, int(manifest["counters"]["rows_in"]), size, time.perf_counter() - started)
     print(stage.line(), flush=True)
