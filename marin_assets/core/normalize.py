@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import polars as pl
+import pyarrow.parquet as pq
 import xxhash
 
 from marin_assets.core import formats, storage
