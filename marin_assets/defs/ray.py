@@ -4,9 +4,8 @@
 * ``local``: ``dagster_ray.LocalRay``, a Ray started on this machine the first time a step maps
   shards (``make dev``, the tests);
 * an address (``auto``, ``ray://head:10001``): an existing cluster;
-* production on Kubernetes may instead hand ``MarinResource(ray=...)`` a
-  ``dagster_ray.kuberay.KubeRayCluster`` (see ``deploy/ray``): the step creates or shares the
-  RayCluster and the runner connects to its ``ray://`` address.
+* production on Kubernetes: the standing KubeRay cluster of ``deploy/ray`` by its ``ray://``
+  address (a per-run ``dagster_ray.kuberay.KubeRayCluster`` is not wired yet).
 
 The resource is created with ``connect=False``: steps that map no shards (downloads, global
 decisions) never start or join Ray; the shard runner connects on first use.

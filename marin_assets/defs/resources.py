@@ -31,9 +31,8 @@ class MarinResource(dg.ConfigurableResource):
     # 15 min cap, at least the rate-limit reset + 10 s after a 429) unless MARIN_RETRY_WAIT_S
     # sets every wait.
     retry_wait_s: float = -1.0
-    # Shards on Ray (see defs/ray.py): a dagster-ray resource, or an address
+    # Shards on Ray (see defs/ray.py): an address
     # (``local``, ``auto``, ``ray://head:10001``; empty: ``MARIN_RAY_ADDRESS``, else in-process).
-    ray: RayResource | None = None
     ray_address: str = ""
     ray_max_in_flight: int = 0  # 0: twice the cluster's CPUs
     ray_retries: int = 2
@@ -50,8 +49,8 @@ class MarinResource(dg.ConfigurableResource):
         return load_catalog(self.catalog_path or None, strict=False)
 
     def ray_cluster(self) -> RayResource | None:
-        if self.ray is not None:
-            return self.ray
+        """The dagster-ray resource for the configured address (built here, not a nested resource:
+        steps that map no shards then open nothing)."""
         return ray_cluster(self.ray_address or os.environ.get("MARIN_RAY_ADDRESS", ""))
 
     def runner(self) -> ShardRunner:

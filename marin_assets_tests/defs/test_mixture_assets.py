@@ -51,7 +51,12 @@ def _write_pool(root: str) -> None:
     layout = storage.Layout(root)
     out = SAMPLING_GROUPS.output_uri(layout, None, "testfp")
     mixture.write_sampling_groups(result, out)
-    storage.write_json(storage.join(out, "pool_files.json"), files)
+    import pyarrow as pa
+
+    storage.write_parquet(
+        pa.table({"group": list(files), "source": [f.split("/pool/", 1)[1].split("/")[0] for fs in files.values() for f in fs], "file": [f for fs in files.values() for f in fs]}),
+        storage.join(out, "pool_files.parquet"),
+    )
     storage.write_manifest(out, {"stage": "sampling_groups", "fingerprint": "testfp", "stats": result.summary})
     storage.publish_current(SAMPLING_GROUPS.group_uri(layout), "testfp", out)
 

@@ -37,6 +37,6 @@ def test_a_step_with_a_lazy_ray_resource_starts_no_cluster(tmp_path) -> None:
     def probe(marin: MarinResource) -> None:
         seen["address"] = marin.runner().ray_address
 
-    result = dg.materialize([probe], resources={"marin": MarinResource(prefix=str(tmp_path), ray=ray_cluster(LOCAL))})
+    result = dg.materialize([probe], resources={"marin": MarinResource(prefix=str(tmp_path), ray_address=LOCAL)})
     assert result.success and seen["address"] == LOCAL
     assert not ray.is_initialized()  # connecting waits for the first shard map

@@ -15,6 +15,7 @@ from marin_assets.core import mixture, mixture_report, report, stages, storage
 from marin_assets.core import mixture_fit as fit
 from marin_assets.core import mixture_results as results
 from marin_assets.core import mixture_swarm as swarm_core
+from marin_assets.core import pool as pool_core
 from marin_assets.core import proxy_trainer
 from marin_assets.core.specs import MIXTURE_MODEL, MIXTURE_SWARM, MIXTURE_WEIGHTS, PROXY_RESULTS
 from marin_assets.core.specs import SAMPLING_GROUPS as SAMPLING_GROUPS_SPEC
@@ -77,7 +78,7 @@ def mixture_swarm(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
     except stages.MissingInput as exc:
         raise dg.Failure(str(exc)) from exc
     groups, _ = mixture.read_sampling_groups(groups_in.uri)
-    pool_files = storage.read_json(storage.join(groups_in.uri, "pool_files.json"))
+    pool_files = pool_core.read_pool_files(storage.join(groups_in.uri, "pool_files.parquet"))
     results_uri = swarm_core.results_dir(root, study)
 
     def build(out: str) -> dict:
