@@ -57,7 +57,7 @@ bench: install
 
 ## Every per-shard stage on a local Ray (2 workers) at 1x/4x/16x of 200 MiB (~30 min; BENCH_QUICK=1: minutes).
 bench-scale: install
-	$(BIN)/python bench/bench_scale.py
+	$(BIN)/python bench/scale.py
 
 clean:
 	rm -rf $(DAGSTER_HOME) $(MARIN_PREFIX) $(MARIN_DEMO_HUB)
