@@ -1,7 +1,8 @@
 """``marin-assets``: the catalog, the offline demo, the local Hub server and the UI.
 
     marin-assets sources            list the catalog with kind, pin, tokens, runnable
-    marin-assets status             recipe and fixture coverage of every catalog entry
+    marin-assets status             whether this version implements each catalog entry's recipe
+    marin-assets settings           every setting (environment variable), its default and meaning
     marin-assets demo               run the offline demo pipeline into DAGSTER_HOME/MARIN_PREFIX
     marin-assets serve-hub ROOT     serve a directory of dataset repos with the Hub HTTP API
     marin-assets dev                the Dagster UI on the embedded default (demo Hub if no HF_ENDPOINT)
@@ -16,12 +17,19 @@ import subprocess
 import sys
 
 
+def _catalog_path(args: argparse.Namespace) -> str | None:
+    """``--catalog``, else the ``MARIN_CATALOG`` setting, else None (the packaged catalog)."""
+    from marin_assets.defs.settings import configured_catalog_path
+
+    return args.catalog or configured_catalog_path()
+
+
 def _cmd_sources(args: argparse.Namespace) -> int:
     from marin_assets.catalog.sources import format_sources_table, load_catalog
     from marin_assets.core import ingest
     from marin_assets.core.transforms import known_transforms
 
-    catalog = load_catalog(args.catalog)
+    catalog = load_catalog(_catalog_path(args))
     print(format_sources_table(catalog))
     transforms = known_transforms()
     runnable, missing = [], []
@@ -42,7 +50,14 @@ def _cmd_sources(args: argparse.Namespace) -> int:
 def _cmd_status(args: argparse.Namespace) -> int:
     from marin_assets.core.recipes import format_status
 
-    print(format_status(args.catalog))
+    print(format_status(_catalog_path(args)))
+    return 0
+
+
+def _cmd_settings(args: argparse.Namespace) -> int:
+    from marin_assets.defs.resources import settings_table
+
+    print(settings_table())
     return 0
 
 
@@ -53,7 +68,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve_hub(args: argparse.Namespace) -> int:
-    from marin_assets.core.hub_server import serve
+    from marin_assets.testing.hub_server import serve  # test and demo infrastructure, not a stage
 
     serve(args.root, port=args.port, host=args.host)
     return 0
@@ -106,9 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--verbose", action="store_true")
     p.set_defaults(fn=_cmd_sources)
 
-    p = sub.add_parser("status", help="recipe and fixture coverage per catalog entry")
-    p.add_argument("--catalog", default=None)
+    p = sub.add_parser("status", help="recipe status per catalog entry")
+    p.add_argument("--catalog", default=None, help="catalog file (default: MARIN_CATALOG or the packaged one)")
     p.set_defaults(fn=_cmd_status)
+
+    p = sub.add_parser("settings", help="every setting: environment variable, default, meaning (the README table)")
+    p.set_defaults(fn=_cmd_settings)
 
     p = sub.add_parser("demo", help="run the offline demo pipeline")
     p.add_argument("--sources", default="", help="comma-separated demo sources (default: all)")

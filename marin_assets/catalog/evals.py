@@ -26,7 +26,6 @@ from typing import Any
 
 from marin_assets.catalog.sources import EntryError
 
-EVALS_ENV = "MARIN_EVALS"
 PACKAGED_EVALS = "evals.toml"
 LOCK_SUFFIX = ".lock.json"
 LOCK_VERSION = 1
@@ -216,10 +215,7 @@ class EvalRegistry:
 
 
 def default_evals_path() -> Path:
-    """``$MARIN_EVALS`` when set, else the registry shipped inside the package."""
-    override = os.environ.get(EVALS_ENV)
-    if override:
-        return Path(override)
+    """The registry shipped inside the package (the ``MARIN_EVALS`` setting chooses another)."""
     return Path(str(resources.files(__package__).joinpath(PACKAGED_EVALS)))
 
 
@@ -232,13 +228,12 @@ def lock_path_for(registry_path: str | Path) -> Path:
 def load_evals(path: str | Path | None = None) -> EvalRegistry:
     """Read and validate the registry and its lock; read from disk on every call."""
     where = Path(path) if path is not None else default_evals_path()
-    hint = f" (set by {EVALS_ENV})" if path is None and os.environ.get(EVALS_ENV) else ""
     try:
         raw = tomllib.loads(where.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise EvalRegistryError(f"eval registry file {str(where)!r}{hint} does not exist", path=str(where)) from None
+        raise EvalRegistryError(f"eval registry file {str(where)!r} does not exist", path=str(where)) from None
     except tomllib.TOMLDecodeError as exc:
-        raise EvalRegistryError(f"eval registry file {str(where)!r}{hint} is not valid TOML: {exc}",
+        raise EvalRegistryError(f"eval registry file {str(where)!r} is not valid TOML: {exc}",
                                 path=str(where)) from None
     registry = parse_evals(raw, path=str(where))
     lock_file = lock_path_for(where)

@@ -88,10 +88,11 @@ class DeconParams:
     batch_bytes: int = 1 << 20  # per-byte work arrays stay small enough to be reused, not re-faulted
     index_uri: str = ""
     drop_set_uris: tuple[str, ...] = ()
+    index_cache_dir: str = ""  # local copies of a remote index (empty: the system temp folder)
 
     def rule(self) -> dict[str, Any]:
-        """The parameters that decide the output (fingerprint input); URIs and batch size excluded."""
-        skip = {"index_uri", "drop_set_uris", "batch_bytes"}
+        """The parameters that decide the output (fingerprint input); URIs, cache and batch size excluded."""
+        skip = {"index_uri", "drop_set_uris", "batch_bytes", "index_cache_dir"}
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
 
 
@@ -663,18 +664,19 @@ def build_eval_index(
     return stats
 
 
-def load_eval_index(index_uri: str) -> EvalIndex:
-    """Load (and cache per process) the index at ``index_uri``; remote indexes are cached on local disk."""
+def load_eval_index(index_uri: str, cache_dir: str = "") -> EvalIndex:
+    """Load (and cache per process) the index at ``index_uri``; remote indexes are cached on local
+    disk under ``cache_dir`` (empty: the system temp folder)."""
     meta = storage.read_json(storage.join(index_uri, _INDEX_META))
     if meta.get("hash_scheme") != HASH_SCHEME:
         raise EvalIndexError(f"eval index {index_uri!r} uses hash scheme {meta.get('hash_scheme')!r}, this code "
                              f"uses {HASH_SCHEME!r}; rebuild eval_ngrams")
-    return _load_index_cached(index_uri, meta["build_id"])
+    return _load_index_cached(index_uri, meta["build_id"], cache_dir)
 
 
 @functools.lru_cache(maxsize=2)
-def _load_index_cached(index_uri: str, build_id: str) -> EvalIndex:
-    local = _local_copy(index_uri, build_id)
+def _load_index_cached(index_uri: str, build_id: str, cache_dir: str = "") -> EvalIndex:
+    local = _local_copy(index_uri, build_id, cache_dir)
     rows = storage.read_parquet(storage.join(local, "rows.parquet"), columns=["eval_set", "row_id", "excerpt"])
     return EvalIndex(
         hashes=np.ascontiguousarray(_load_npy(storage.join(local, "hashes.npy"))),
@@ -688,11 +690,11 @@ def _load_index_cached(index_uri: str, build_id: str) -> EvalIndex:
     )
 
 
-def _local_copy(index_uri: str, build_id: str) -> str:
+def _local_copy(index_uri: str, build_id: str, cache_dir: str = "") -> str:
     """Local indexes are used in place; remote ones are copied once into a local cache directory."""
     if "://" not in index_uri or index_uri.startswith("file://"):
         return index_uri
-    cache = os.path.join(os.environ.get("MARIN_DECON_CACHE") or tempfile.gettempdir(), "marin-eval-index", build_id)
+    cache = os.path.join(cache_dir or tempfile.gettempdir(), "marin-eval-index", build_id)
     if not os.path.exists(os.path.join(cache, _INDEX_META)):
         os.makedirs(cache, exist_ok=True)
         for name in ("hashes.npy", "record_hashes.npy", "attribution_hashes.npy", "attribution_rows.npy",
@@ -1039,7 +1041,7 @@ def mark_documents(
 def _required_index(params: DeconParams, stage: str) -> EvalIndex:
     if not params.index_uri:
         raise ValueError(f"{stage}: params.index_uri is empty; pass the eval_ngrams output directory")
-    return load_eval_index(params.index_uri)
+    return load_eval_index(params.index_uri, params.index_cache_dir)
 
 
 def _sample_key(doc_id: str) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 
 from marin_assets.catalog.evals import EvalRegistry, EvalSet, HuggingFaceProvider, LocalFileProvider, WebArchiveProvider, resolve_pins, write_lock
 from marin_assets.core import hub, stages, storage
+from marin_assets.core.providers import ProviderAccess
 
 
 def lock_branch_pins(registry: EvalRegistry, resolve: Callable[[str, str], str] | None = None) -> EvalRegistry:
@@ -33,33 +34,39 @@ def lock_branch_pins(registry: EvalRegistry, resolve: Callable[[str, str], str] 
     return dataclasses.replace(registry, lock=lock)
 
 
-def fetch_eval_set(eval_set: EvalSet, registry: EvalRegistry, layout: storage.Layout, policy: hub.RetryPolicy = hub.DEFAULT_POLICY) -> list[str]:
-    """Local URIs of the set's files, downloading them under ``raw/evals/`` when needed."""
+def fetch_eval_set(eval_set: EvalSet, registry: EvalRegistry, layout: storage.Layout, access: ProviderAccess = ProviderAccess()) -> list[str]:
+    """Local URIs of the set's files, downloading them under ``raw/evals/`` when needed.
+
+    ``access`` (retry policy, mirrors, Hub endpoint and token, staging folder) comes from the settings.
+    """
     provider = eval_set.provider
     if isinstance(provider, LocalFileProvider):
         return [provider.path]
     if isinstance(provider, HuggingFaceProvider):
         revision = registry.revision(eval_set)
         dest = layout.raw("evals__" + provider.repo.replace("/", "__"), revision)
-        manifest = stages.commit_copy(dest, lambda: hub.download_snapshot(provider.repo, revision, list(provider.files) or None, None, dest, policy))
+        manifest = stages.commit_copy(dest, lambda: hub.download_snapshot(
+            provider.repo, revision, list(provider.files) or None, None, dest, access.policy,
+            endpoint=access.hf_endpoint, token=access.hf_token, staging_dir=access.staging_dir))
         paths = [f["path"] for f in manifest["files"]]
         return [storage.join(dest, p) for p in sorted(paths) if not p.endswith((".md", ".gitattributes", ".py"))]
     if isinstance(provider, WebArchiveProvider):
-        return [_fetch_archive(provider, registry.archive_sha256(eval_set), layout, policy)]
+        return [_fetch_archive(provider, registry.archive_sha256(eval_set), layout, access)]
     raise TypeError(f"eval set {eval_set.name!r}: unknown provider {type(provider).__name__}")
 
 
-def _fetch_archive(provider: WebArchiveProvider, sha256: str, layout: storage.Layout, policy: hub.RetryPolicy) -> str:
+def _fetch_archive(provider: WebArchiveProvider, sha256: str, layout: storage.Layout, access: ProviderAccess) -> str:
     from marin_assets.core.providers import http  # noqa: PLC0415
 
     name = provider.url.rstrip("/").rsplit("/", 1)[-1] or "archive"
     dest = storage.join(layout.root, "raw", "evals__web", sha256[:16], name)
     if storage.exists(dest):
         return dest
-    with tempfile.TemporaryDirectory(prefix="marin-eval-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="marin-eval-", dir=access.staging_dir) as tmp:
         local = os.path.join(tmp, name)
         with open(local, "wb") as out:
-            http.fetch_into(provider.url, out, what=f"eval archive {name}", policy=policy, expected_sha256=sha256)
+            http.fetch_into(provider.url, out, what=f"eval archive {name}", policy=access.policy,
+                            mirrors=access.mirrors, expected_sha256=sha256)
         storage.put_file(local, dest)
     return dest
 

@@ -10,7 +10,6 @@ the shard.
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
@@ -50,18 +49,11 @@ def _run_one(task: ShardTask) -> ShardResult:
 class ShardRunner:
     """Runs shard tasks. ``processes=1`` runs in-process (deterministic, easy to debug).
 
-    ``ray_address`` (or ``MARIN_RAY_ADDRESS``) sends each shard to a Ray cluster as a task.
+    ``ray_address`` (the ``MARIN_RAY_ADDRESS`` setting) sends each shard to a Ray cluster as a task.
     """
 
     processes: int = 1
     ray_address: str | None = None
-
-    @classmethod
-    def from_env(cls) -> ShardRunner:
-        return cls(
-            processes=int(os.environ.get("MARIN_SHARD_PROCESSES", "1")),
-            ray_address=os.environ.get("MARIN_RAY_ADDRESS") or None,
-        )
 
     def map(self, tasks: Sequence[ShardTask], on_done: Callable[[ShardResult], None] | None = None) -> list[ShardResult]:
         results: list[ShardResult] = []

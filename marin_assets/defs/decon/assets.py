@@ -4,8 +4,7 @@ import hashlib
 
 import dagster as dg
 
-from marin_assets.catalog.evals import load_evals
-from marin_assets.core import decon, eval_sources, stages, storage
+from marin_assets.core import decon, eval_sources, hub, stages, storage
 from marin_assets.core.specs import BOILERPLATE_NGRAMS, CONTAMINATION, EVAL_NGRAMS, NORMALIZED
 from marin_assets.defs.metadata import markdown_table, materialized
 from marin_assets.defs.resources import MarinResource, source_or_fail
@@ -21,7 +20,10 @@ GLOBAL_DROP = "global_drop.parquet"
 )
 def eval_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
     layout = marin.layout()
-    registry = eval_sources.lock_branch_pins(load_evals())
+    hub_access = marin.hub_kwargs()
+    registry = eval_sources.lock_branch_pins(
+        marin.evals(), lambda repo, branch: hub.resolve_revision(repo, branch, "dataset", policy=marin.retry_policy(), **hub_access)
+    )
     params = decon.DeconParams()
     skipped: list[dict] = []
     inputs = {"registry": stages.StageInput(registry.lock_path or "packaged", eval_sources.registry_digest(registry))}
@@ -29,7 +31,7 @@ def eval_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.M
     def build(out: str) -> dict:
         rows = decon.registry_rows(
             registry,
-            lambda eval_set: eval_sources.fetch_eval_set(eval_set, registry, layout, marin.retry_policy()),
+            lambda eval_set: eval_sources.fetch_eval_set(eval_set, registry, layout, marin.provider_access()),
             on_skip=lambda eval_set, exc: skipped.append({"eval set": eval_set.name, "reason": str(exc)[:200]}),
         )
         return decon.build_eval_index(rows, out, params, registry.expected_rows())
@@ -70,7 +72,7 @@ def boilerplate_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) 
     found, missing = stages.current_inputs(layout, NORMALIZED, marin.catalog().names)
     if not found:
         raise dg.Failure("no source has a normalized output yet; materialize normalized for some partitions first")
-    params = decon.DeconParams(index_uri=index.uri)
+    params = decon.DeconParams(index_uri=index.uri, index_cache_dir=marin.resolved("decon_cache_dir") or "")
 
     def build(out: str) -> dict:
         per_source = {}
@@ -120,7 +122,7 @@ def contamination(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
         raise dg.Failure(
             f"boilerplate_ngrams has no drop set for '{source.name}' (it was built before this source was normalized); re-materialize boilerplate_ngrams"
         )
-    params = decon.DeconParams(index_uri=index.uri, drop_set_uris=drop_uris)
+    params = decon.DeconParams(index_uri=index.uri, drop_set_uris=drop_uris, index_cache_dir=marin.resolved("decon_cache_dir") or "")
     manifest = stages.run_shards(
         CONTAMINATION,
         layout,
