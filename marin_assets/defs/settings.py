@@ -65,9 +65,12 @@ class SettingsResource(dg.ConfigurableResource):
     """A resource whose unset fields come from their environment variables when used."""
 
     def resolved(self, name: str) -> Any:
-        """The field's value: as configured, else its environment variable (read now), else None."""
+        """The field's value: as configured, else its environment variable (read now), else None.
+
+        An empty string counts as unset, like an empty variable.
+        """
         value = getattr(self, name)
-        if value is not None:
+        if value is not None and value != "":
             return value
         field = type(self).model_fields[name]
         declared = _declared(field)
