@@ -15,7 +15,7 @@ from typing import Any
 import dagster as dg
 
 from marin_assets.catalog.evals import EvalRegistry, load_evals
-from marin_assets.catalog.sources import Catalog, load_catalog
+from marin_assets.catalog.sources import Catalog, EntryError, load_catalog
 from marin_assets.core import hub, storage
 from marin_assets.core.providers import ProviderAccess
 from marin_assets.core.providers.http import parse_mirrors, policy_with_wait
@@ -44,13 +44,23 @@ class MarinResource(SettingsResource):
 
     def catalog(self) -> Catalog:
         """The catalog as it is on disk now (re-read so edited pins are seen without a restart)."""
-        return load_catalog(self.resolved("catalog_path"), strict=False)
+        return self._load("catalog_path", lambda path: load_catalog(path, strict=False))
 
     def catalog_label(self) -> str:
         return self.resolved("catalog_path") or "packaged catalog"
 
     def evals(self) -> EvalRegistry:
-        return load_evals(self.resolved("evals_path"))
+        return self._load("evals_path", load_evals)
+
+    def _load(self, field: str, load: Any) -> Any:
+        """``load(path)``; an unusable file named by a variable says which variable named it."""
+        try:
+            return load(self.resolved(field))
+        except EntryError as exc:
+            variable = self.variable_of(field)
+            if variable is None:
+                raise
+            raise type(exc)(f"{exc} (set by {variable})", entry=exc.entry, field=exc.field, path=exc.path) from None
 
     def runner(self) -> ShardRunner:
         return ShardRunner(processes=self.resolved("shard_processes") or 1, ray_address=self.resolved("ray_address"))

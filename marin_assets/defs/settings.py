@@ -81,6 +81,13 @@ class SettingsResource(dg.ConfigurableResource):
             return None
         return _parse(raw, field.annotation, declared.env)
 
+    def variable_of(self, name: str) -> str | None:
+        """The environment variable the field's value comes from now (None: set directly, or unset)."""
+        declared = _declared(type(self).model_fields[name])
+        if getattr(self, name) not in (None, "") or declared is None or self.resolved(name) is None:
+            return None
+        return declared.env
+
     @classmethod
     def declared_settings(cls) -> list[Setting]:
         return [s for s in (_declared(f) for f in cls.model_fields.values()) if s is not None]

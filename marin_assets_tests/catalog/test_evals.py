@@ -76,7 +76,7 @@ def test_packaged_registry_excludes_passages_and_image_bytes():
     assert len(gpqa.fields) == 5 and gpqa.provider.config == "gpqa_diamond"
 
 
-def test_env_var_overrides_the_registry_and_local_paths_are_relative_to_it(tmp_path, monkeypatch):
+def test_another_registry_file_and_local_paths_are_relative_to_it(tmp_path, monkeypatch):
     (tmp_path / "sub").mkdir()
     path = write(tmp_path / "sub", """
 [[eval]]
@@ -87,9 +87,9 @@ rows = 8
 fields = ["question", "answer"]
 provider = { kind = "local", path = "../data/demo.jsonl" }
 """)
-    monkeypatch.setenv("MARIN_EVALS", str(path))
-    assert default_evals_path() == path
-    registry = load_evals()
+    monkeypatch.setenv("MARIN_EVALS", str(path))  # read by the Dagster resource, never by the catalog layer
+    assert default_evals_path() != path
+    registry = load_evals(path)
     provider = registry.get("demo_qa").provider
     assert isinstance(provider, LocalFileProvider) and provider.format == "jsonl"
     assert provider.path == str((tmp_path / "data" / "demo.jsonl").resolve())
@@ -97,9 +97,13 @@ provider = { kind = "local", path = "../data/demo.jsonl" }
 
 
 def test_missing_registry_file_names_the_env_var(tmp_path, monkeypatch):
+    from marin_assets.defs.resources import MarinResource  # the setting lives in the Dagster resource
+
     monkeypatch.setenv("MARIN_EVALS", str(tmp_path / "nope.toml"))
     with pytest.raises(EvalRegistryError, match=r"nope\.toml.*MARIN_EVALS"):
-        load_evals()
+        MarinResource().evals()
+    with pytest.raises(EvalRegistryError, match=r"nope\.toml' does not exist$"):
+        MarinResource(evals_path=str(tmp_path / "nope.toml")).evals()
 
 
 # ----------------------------------------------------------------------------- validation

@@ -356,7 +356,7 @@ def _registry(tmp_path, body: str):
     return load_evals(path)
 
 
-def test_demo_registry_via_env_builds_an_index(tmp_path, monkeypatch):
+def test_demo_registry_file_builds_an_index(tmp_path):
     demo = storage.join(str(decon.__file__).rsplit("/core/", 1)[0], "demo", "evals_demo.jsonl")
     (tmp_path / "evals.toml").write_text(f"""version = 1
 [[eval]]
@@ -368,8 +368,7 @@ fields = ["question", "answer"]
 id_field = "id"
 provider = {{ kind = "local", path = "{demo}" }}
 """)
-    monkeypatch.setenv("MARIN_EVALS", str(tmp_path / "evals.toml"))
-    registry = load_evals()
+    registry = load_evals(tmp_path / "evals.toml")
     rows = list(registry_rows(registry, fetch=lambda s: [s.provider.path]))
     assert len(rows) == 8 and rows[0][:2] == ("demo_qa", "demo-0001")
     stats = build_eval_index(rows, str(tmp_path / "idx"), P, registry.expected_rows())
