@@ -17,8 +17,9 @@ server (``HF_ENDPOINT``). What this module adds on top:
   missing, and the stage runner writes ``_manifest.json`` last (``stages.commit_copy``). A
   complete destination makes a repeated call a no-op that returns the stored manifest.
 
-The token (the ``HF_TOKEN`` setting) is passed in by the caller and only ever sent as a header: it never appears in
-logs, errors or manifests. Nothing here imports dagster.
+The token (the ``HF_TOKEN`` setting) is passed in by the caller and only ever sent as a
+header: it never appears in logs, errors or manifests. Nothing here imports dagster or reads
+the environment.
 """
 
 from __future__ import annotations

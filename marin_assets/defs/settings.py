@@ -48,14 +48,9 @@ def _declared(field: Any) -> Setting | None:
 
 
 def _parse(raw: str, annotation: Any, env: str) -> Any:
-    kinds = [a for a in typing.get_args(annotation) if a is not type(None)] if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union else [annotation]
-    kind = kinds[0] if kinds else str
+    union = isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union
+    kind = next((a for a in typing.get_args(annotation) if a is not type(None)), str) if union else annotation
     try:
-        if kind is bool:
-            lowered = raw.strip().lower()
-            if lowered not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-                raise ValueError(raw)
-            return lowered in ("1", "true", "yes", "on")
         return kind(raw.strip()) if kind in (int, float) else raw
     except ValueError:
         raise dg.Failure(f"{env}={raw!r} is not a valid {kind.__name__}; fix or unset it") from None
