@@ -106,9 +106,9 @@ _DEFS_SETTING_NAMES = frozenset(s.env for s in DEFS_SETTINGS)
 
 
 def defs_setting(env: str) -> str | None:
-    """A declared load-time setting's value (None when unset or empty)."""
+    """A setting the definitions read themselves (declared in ``DEFS_SETTINGS``); None when unset or empty."""
     if env not in _DEFS_SETTING_NAMES:
-        raise KeyError(f"{env} is not a declared load-time setting; declare it in marin_assets/defs/settings.py")
+        raise KeyError(f"{env} is not a declared setting; declare it in DEFS_SETTINGS (marin_assets/defs/settings.py)")
     value = dg.EnvVar(env).get_value()
     return value.strip() if value and value.strip() else None
 
