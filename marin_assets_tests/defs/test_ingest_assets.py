@@ -172,12 +172,3 @@ def test_recipe_not_implemented_is_named(pipeline, tmp_path) -> None:
     # refused when the catalog loads (before anything is downloaded), naming the entry and the transform
     assert "catalog entry is invalid" in message and "no_such_transform" in message and PEPS in message
 
-
-def test_hub_downloads_stage_under_the_staging_setting(pipeline, hub_store, tmp_path, monkeypatch) -> None:
-    """``MARIN_STAGING_DIR`` reaches the Hub download: its scratch folder is made there, then removed."""
-    publish(hub_store, {})
-    staging = tmp_path / "scratch"
-    monkeypatch.setenv("MARIN_STAGING_DIR", str(staging))
-    assert pipeline.materialize(["raw_files"], partition=PEPS).success
-    assert staging.is_dir()  # created for the download's scratch copies
-    assert list(staging.iterdir()) == []  # and emptied once they are stored
