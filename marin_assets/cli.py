@@ -5,6 +5,7 @@
     marin-assets settings           every setting (environment variable), its default and meaning
     marin-assets demo               run the offline demo pipeline into DAGSTER_HOME/MARIN_PREFIX
     marin-assets serve-hub ROOT     serve a directory of dataset repos with the Hub HTTP API
+    marin-assets evals lock         pin the eval registry: branch -> commit, web file -> sha256 and rows
     marin-assets dev                the Dagster UI on the embedded default (demo Hub if no HF_ENDPOINT)
     marin-assets runs [--free]      runs whose process died (still STARTED, holding pool slots); --free frees them
 """
@@ -89,6 +90,22 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_evals(args: argparse.Namespace) -> int:
+    from marin_assets.catalog.evals import load_evals, write_lock
+    from marin_assets.core.eval_sources import lock_registry
+
+    registry = load_evals(args.registry)
+    lock, changes = lock_registry(registry, refresh=args.refresh)
+    for line in changes:
+        print(line)
+    if args.check:
+        print(f"{len(changes)} change(s); lock not written (--check)")
+        return 1 if changes else 0
+    write_lock(lock, registry.lock_path)
+    print(f"{len(changes)} change(s); wrote {registry.lock_path}" if changes else f"{registry.lock_path} is up to date")
+    return 0
+
+
 def _cmd_dev(args: argparse.Namespace) -> int:
     """Run ``dagster dev``; without ``HF_ENDPOINT`` the demo Hub serves the bundled sample."""
     from marin_assets.demo.run import demo_hub
@@ -137,6 +154,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--host", default="127.0.0.1")
     p.set_defaults(fn=_cmd_serve_hub)
+
+    p = sub.add_parser("evals", help="the eval registry: `evals lock` pins branches and web files")
+    p.add_argument("action", choices=["lock"])
+    p.add_argument("--registry", default=None, help="the registry file (default: MARIN_EVALS or the packaged one)")
+    p.add_argument("--refresh", action="store_true", help="re-resolve every pin, not only the missing ones")
+    p.add_argument("--check", action="store_true", help="print the changes, write nothing, exit 1 if any")
+    p.set_defaults(fn=_cmd_evals)
 
     p = sub.add_parser("dev", help="the Dagster UI on the embedded default")
     p.add_argument("--port", type=int, default=3000)

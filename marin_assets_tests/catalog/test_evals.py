@@ -60,9 +60,22 @@ def test_packaged_registry_holds_the_mandatory_index_and_common_sets():
     assert registry.expected_rows() == AA_INDEX
     assert sum(registry.expected_rows().values()) == 4165
     assert all(s.group == "aa-index-v4.1.1" for s in registry.mandatory)
-    common = [s for s in registry.sets if not s.mandatory]
+    common = [s for s in registry.sets if s.group == "common"]
     assert {s.provider.repo for s in common if isinstance(s.provider, HuggingFaceProvider)} == COMMON_REPOS
-    assert all(s.group == "common" for s in common)
+    assert not any(s.mandatory for s in common)
+
+
+def test_packaged_registry_includes_the_lm_eval_leaf_tasks_with_marins_rules():
+    registry = load_evals()
+    lmh = [s for s in registry.sets if s.group == "lm-eval"]
+    names = {s.name for s in lmh}
+    assert len(lmh) > 500 and not any(s.mandatory for s in lmh)
+    assert {"lmh_commonsense_qa", "lmh_openbookqa", "lmh_social_iqa", "lmh_triviaqa", "lmh_drop"} <= names
+    assert any(n.startswith("lmh_bbh_") for n in names) and any(n.startswith("lmh_agieval_") for n in names)
+    assert not any(n.startswith(("lmh_code2text", "lmh_jsonschema_bench", "lmh_lambada", "lmh_wikitext",
+                                 "lmh_swde", "lmh_realtoxicityprompts")) for n in names)
+    assert all(s.fields == ("*",) and "passage" in s.passage_fields for s in lmh)
+    assert registry.get("lmh_commonsense_qa").provider.split == "validation"  # the task names no test split
     assert registry.lock_path.endswith("evals.lock.json")
     load_lock(registry.lock_path)  # the committed lock is valid
 
@@ -174,7 +187,7 @@ def test_branches_resolve_once_into_the_lock_and_builds_read_the_lock(tmp_path):
     registry = load_evals(path)
     with pytest.raises(EvalRegistryError) as err:
         registry.revision("one")
-    assert err.value.entry == "one" and err.value.field == "provider.revision" and "resolve_pins" in str(err.value)
+    assert err.value.entry == "one" and err.value.field == "provider.revision" and "marin-assets evals lock" in str(err.value)
     assert registry.revision("three") == "c" * 40  # a commit pin needs no lock
 
     resolver = Resolver({("org/one", "main"): SHA_A})

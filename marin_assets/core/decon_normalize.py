@@ -1,0 +1,133 @@
+"""Text normalization of the ``coverage`` rule: one function for eval rows and documents alike.
+
+A copy should match however it was reformatted, so both sides are rewritten the same way:
+
+* Unicode NFKC (full-width letters, ligatures, compatibility forms), then case folding;
+* format characters (Unicode category Cf: zero-width spaces and joiners, soft hyphens, BOMs)
+  removed;
+* punctuation and symbols (categories P* and S*) become spaces: they are split off and not
+  counted, so added or removed commas, quotes and brackets do not change the tokens;
+* quote markers (``>``, itself punctuation) are ignored, and so are numbers (tokens made only
+  of digits once punctuation is split off: ``12``, ``12.``, ``[12]``, ``3.2``), so line numbers,
+  and numbers that a reflow moved to the start of a line, do not matter;
+* line breaks become spaces: paragraphs do not matter to the rule.
+
+ASCII documents never leave the byte level (a 256-entry table and a few vector passes keep
+byte offsets unchanged); only documents with non-ASCII bytes go through ``unicodedata``.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sys
+import unicodedata
+
+import numpy as np
+
+@functools.cache
+def _ascii_table() -> np.ndarray:
+    """Per byte: ASCII letters lowered, ASCII punctuation/symbols to space; other bytes unchanged."""
+    table = np.arange(256, dtype=np.uint8)
+    for b in range(128):
+        c = chr(b)
+        if c.isupper():
+            table[b] = ord(c.lower())
+        elif not c.isalnum() and not c.isspace() and b >= 32 and b != 127:
+            table[b] = ord(" ")
+    return table
+
+
+@functools.cache
+def _unicode_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """(format characters, punctuation and symbols) as character classes; built once per process."""
+    fmt, punct = [], []
+    for cp in range(128, sys.maxunicode + 1):
+        cat = unicodedata.category(chr(cp))
+        if cat == "Cf":
+            fmt.append(cp)
+        elif cat[0] in "PS":
+            punct.append(cp)
+
+    def char_class(cps: list[int]) -> str:
+        ranges, start, prev = [], cps[0], cps[0]
+        for cp in cps[1:] + [-1]:
+            if cp != prev + 1:
+                ranges.append(re.escape(chr(start)) + ("-" + re.escape(chr(prev)) if prev > start else ""))
+                start = cp
+            prev = cp
+        return "[" + "".join(ranges) + "]"
+
+    return re.compile(char_class(fmt)), re.compile(char_class(punct))
+
+
+def normalize_unicode(text: str) -> str:
+    """NFKC, case fold, drop format characters, non-ASCII punctuation/symbols to spaces."""
+    fmt, punct = _unicode_patterns()
+    text = fmt.sub("", unicodedata.normalize("NFKC", text))
+    text = unicodedata.normalize("NFKC", text.casefold())
+    return punct.sub(" ", fmt.sub("", text))
+
+
+def normalize_batch(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Normalized UTF-8 bytes and offsets of the documents ``data[offsets[d]:offsets[d+1]]``.
+
+    Offsets change only for documents with non-ASCII bytes (the others keep their byte
+    positions, which lets evidence excerpts point into the original text).
+    """
+    n_docs = len(offsets) - 1
+    if len(data) and n_docs:
+        high = np.zeros(len(data) + 1, dtype=np.int64)
+        np.cumsum(data >= 0x80, out=high[1:])
+        wide = np.flatnonzero(high[offsets[1:]] != high[offsets[:-1]])
+    else:
+        wide = np.zeros(0, dtype=np.int64)
+    if wide.size:
+        raw = data.tobytes()
+        pieces, cursor = [], 0
+        new_lengths = np.diff(offsets).copy()
+        for d in wide.tolist():
+            a, b = int(offsets[d]), int(offsets[d + 1])
+            pieces.append(raw[cursor:a])
+            piece = normalize_unicode(raw[a:b].decode("utf-8", errors="replace")).encode("utf-8")
+            pieces.append(piece)
+            new_lengths[d] = len(piece)
+            cursor = b
+        pieces.append(raw[cursor:])
+        data = np.frombuffer(b"".join(pieces), dtype=np.uint8)
+        offsets = np.zeros(n_docs + 1, dtype=np.int64)
+        np.cumsum(new_lengths, out=offsets[1:])
+    out = _ascii_table()[data]
+    _blank_numbers(out, offsets)
+    out[out == 10] = 32  # line breaks: paragraphs do not matter
+    return out, offsets
+
+
+def _blank_numbers(out: np.ndarray, offsets: np.ndarray) -> None:
+    """Blank (in place) every token made only of ASCII digits: line numbers and the numbers a reflow
+    moved to a line start then cannot tell a copy from its eval row."""
+    n = len(out)
+    if n == 0:
+        return
+    digit = (out >= 48) & (out <= 57)
+    change = np.flatnonzero(np.diff(digit.view(np.int8), prepend=0, append=0))
+    starts, ends = change[0::2], change[1::2]
+    if not len(starts):
+        return
+    boundary_before = np.isin(starts, offsets)
+    boundary_after = np.isin(ends, offsets)
+    before = out[np.maximum(starts - 1, 0)] <= 32
+    after = out[np.minimum(ends, n - 1)] <= 32
+    alone = (boundary_before | before) & (boundary_after | after | (ends >= n))
+    starts, ends = starts[alone], ends[alone]
+    cover = np.zeros(n + 1, dtype=np.int32)
+    np.add.at(cover, starts, 1)
+    np.add.at(cover, ends, -1)
+    out[np.cumsum(cover[:-1]) > 0] = 32
+
+
+def normalize_text(text: str) -> str:
+    """The normalized form of one text (tests, the eval side, inspection)."""
+    data = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+    out, _ = normalize_batch(data, np.array([0, len(data)], dtype=np.int64))
+    return out.tobytes().decode("utf-8")
