@@ -17,7 +17,9 @@ Speed: documents per second per core of ``mark_documents`` (each rule) against t
 (Marin's rule written plainly: ``str.split``, a Python set of 13-gram strings), both with the
 index padded to 21.78M n-grams (the reference set padded with random integers, which cost what
 absent strings cost to look up). Each measurement runs in its own child process, interleaved
-A B C A B C, median and range over the rounds, with each child's own peak memory (VmHWM).
+A B C A B C, median and range over the rounds, with each child's own peak memory (VmHWM; it
+includes building the padded index or set). Time is the child's CPU time (``process_time``):
+documents per second per core, unaffected by other load on the machine.
 Goal: >= 5x the reference, both rules.
 """
 
@@ -317,18 +319,18 @@ def child(which: str, corpus_file: str) -> None:
         grams, records = reference_index(eval_rows)
         padded = set(np.random.default_rng(2).integers(0, 2**62, PRODUCTION_NGRAMS - len(grams)).tolist())
         padded.update(grams)
-        start = time.perf_counter()
+        start = time.process_time()
         flags, _ = reference_mark(pages, padded, records)
-        elapsed = time.perf_counter() - start
+        elapsed = time.process_time() - start
         flagged = sum(flags)
     else:
         with tempfile.TemporaryDirectory() as tmp:
             decon.build_eval_index(eval_rows, tmp, PARAMS, {})
             index = _pad(decon.load_eval_index(tmp, which), PRODUCTION_NGRAMS)
         decon.mark_documents(texts[:200], index, None, PARAMS, which)  # warm the caches
-        start = time.perf_counter()
+        start = time.process_time()
         marks = decon.mark_documents(texts, index, None, PARAMS, which)
-        elapsed = time.perf_counter() - start
+        elapsed = time.process_time() - start
         flagged = int(marks.contaminated.sum())
     print(json.dumps({"which": which, "docs_per_s": len(pages) / elapsed, "flagged": flagged,
                       "vmhwm_mib": _vmhwm_mib(), "docs": len(pages)}))
@@ -347,6 +349,8 @@ def speed() -> bool:
                 out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", which, corpus_file],
                                      check=True, capture_output=True, text=True).stdout
                 results[which].append(json.loads(out.strip().splitlines()[-1]))
+                print(f"  round {len(results[which])} {which}: {results[which][-1]['docs_per_s']:,.0f} docs/s, "
+                      f"VmHWM {results[which][-1]['vmhwm_mib']:,.0f} MiB", flush=True)
     ref = statistics.median(r["docs_per_s"] for r in results["reference"])
     print(f"\nmarking speed at the production index size ({PRODUCTION_NGRAMS / 1e6:.2f}M n-grams), one core, "
           f"{results['reference'][0]['docs']:,} documents, {ROUNDS} interleaved rounds:")
