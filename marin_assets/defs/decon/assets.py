@@ -189,8 +189,7 @@ def contamination(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
                                           "only this rule": summary.get(f"flagged_only_{r}", 0)}
                                          for r in ("coverage", "marin")]),
         flagged_by_one_rule_only=markdown_table(only) if only else None,
-        summary=f"  {source.name}: {summary['contaminated']} of {rows} documents flagged "
-        + (f"({', '.join(f'{k}: {v}' for k, v in sorted(flagged.items()))})" if flagged else "")
-        + f"; rule {params.rule_name} (coverage {summary.get('flagged_coverage', 0)}, "
-        f"marin {summary.get('flagged_marin', 0)})",
+        summary=f"  {source.name}: {summary['contaminated']} of {rows} documents flagged"
+        + (f" ({', '.join(f'{k}: {v}' for k, v in sorted(flagged.items()))})" if flagged else "")
+        + f"; by rule: coverage {summary.get('flagged_coverage', 0)}, marin {summary.get('flagged_marin', 0)}",
     )
