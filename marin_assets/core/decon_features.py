@@ -196,15 +196,21 @@ class TokenWindows:
     def window_hashes(self, length: int, positions: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(positions, hashes) of the ``length``-token windows inside one document (all, or at ``positions``)."""
         n_tok = len(self.token_doc)
-        if positions is None:
-            positions = np.arange(max(n_tok - length + 1, 0), dtype=np.int64)
-        else:
-            positions = positions[positions + length <= n_tok]
+        salt = np.uint64((length * _FEATURE_LEN_SALT) & _MASK)
+        if positions is None:  # every window: slices, no gathers
+            n_win = max(n_tok - length + 1, 0)
+            same = self.token_doc[:n_win] == self.token_doc[length - 1:]
+            hashes = self.prefix[length:n_tok + 1] - self.prefix[:n_win]
+            hashes *= self.up[length:n_tok + 1]
+            hashes += salt
+            positions = np.flatnonzero(same)
+            return positions, hashes[same]
+        positions = positions[positions + length <= n_tok]
         ends = positions + length
         same = self.token_doc[positions] == self.token_doc[ends - 1]
         positions, ends = positions[same], ends[same]
         hashes = (self.prefix[ends] - self.prefix[positions]) * self.up[ends]
-        hashes += np.uint64((length * _FEATURE_LEN_SALT) & _MASK)
+        hashes += salt
         return positions, hashes
 
 
@@ -363,7 +369,7 @@ def extract_features(data: np.ndarray, offsets: np.ndarray, params: DeconParams,
 
     tokens = None
     if keep_tokens:
-        token_doc = np.searchsorted(offsets, starts, side="right") - 1
+        token_doc = np.repeat(np.arange(n_docs, dtype=np.int64), np.diff(np.append(doc_first_tok, n_tok)))
         tokens = TokenWindows(np.flatnonzero(valid), starts, token_doc, seq, t_up)
     return Features(
         hashes=np.concatenate([gram_hash, rec_hash]),

@@ -77,6 +77,13 @@ class EvalIndex:
             bitmap[byte[first]] = np.bitwise_or.reduceat(mask, first)
         return bitmap
 
+    @functools.cached_property
+    def short_prefix_set(self) -> "EvalIndex":
+        """Membership over the short-row prefix keys, with the same bitmap front as the index."""
+        empty = np.zeros(0, np.uint64)
+        prefix = np.zeros(0, np.uint64) if self.short_prefix is None else np.asarray(self.short_prefix)
+        return EvalIndex(prefix, empty, empty, np.zeros(0, np.int32), [], [], [], {})
+
     @property
     def size(self) -> int:
         return len(self.hashes)

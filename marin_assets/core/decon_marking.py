@@ -184,7 +184,7 @@ def short_row_matches(tokens: TokenWindows | None, index: EvalIndex,
     if tokens is None or index.short_prefix is None or not len(index.short_prefix) or not len(tokens.token_doc):
         return empty
     starts, prefix = tokens.window_hashes(params.short_min_tokens)
-    cand = starts[_sorted_member(index.short_prefix, prefix)]
+    cand = starts[index.short_prefix_set.contains(prefix)]
     if not cand.size:
         return empty
     docs, hashes_out, positions = [], [], []

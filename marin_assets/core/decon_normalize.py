@@ -76,12 +76,8 @@ def normalize_batch(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, 
     positions, which lets evidence excerpts point into the original text).
     """
     n_docs = len(offsets) - 1
-    if len(data) and n_docs:
-        high = np.zeros(len(data) + 1, dtype=np.int64)
-        np.cumsum(data >= 0x80, out=high[1:])
-        wide = np.flatnonzero(high[offsets[1:]] != high[offsets[:-1]])
-    else:
-        wide = np.zeros(0, dtype=np.int64)
+    high = np.flatnonzero(data >= 0x80)  # non-ASCII bytes are few in most text
+    wide = np.unique(np.searchsorted(offsets, high, side="right") - 1) if high.size else high
     if wide.size:
         raw = data.tobytes()
         pieces, cursor = [], 0
@@ -105,25 +101,21 @@ def normalize_batch(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, 
 
 def _blank_numbers(out: np.ndarray, offsets: np.ndarray) -> None:
     """Blank (in place) every token made only of ASCII digits: line numbers and the numbers a reflow
-    moved to a line start then cannot tell a copy from its eval row."""
+    moved to a line start then cannot tell a copy from its eval row. Work is per digit, not per byte."""
     n = len(out)
-    if n == 0:
+    pos = np.flatnonzero((out >= 48) & (out <= 57))
+    if not pos.size:
         return
-    digit = (out >= 48) & (out <= 57)
-    change = np.flatnonzero(np.diff(digit.view(np.int8), prepend=0, append=0))
-    starts, ends = change[0::2], change[1::2]
-    if not len(starts):
-        return
-    boundary_before = np.isin(starts, offsets)
-    boundary_after = np.isin(ends, offsets)
-    before = out[np.maximum(starts - 1, 0)] <= 32
-    after = out[np.minimum(ends, n - 1)] <= 32
-    alone = (boundary_before | before) & (boundary_after | after | (ends >= n))
-    starts, ends = starts[alone], ends[alone]
-    cover = np.zeros(n + 1, dtype=np.int32)
-    np.add.at(cover, starts, 1)
-    np.add.at(cover, ends, -1)
-    out[np.cumsum(cover[:-1]) > 0] = 32
+    first = np.flatnonzero(np.r_[True, pos[1:] != pos[:-1] + 1])
+    starts = pos[first]
+    ends = pos[np.append(first[1:], len(pos)) - 1] + 1
+    at_start = np.isin(starts, offsets)
+    at_end = np.isin(ends, offsets) | (ends >= n)
+    before = at_start | (out[np.maximum(starts - 1, 0)] <= 32)
+    after = at_end | (out[np.minimum(ends, n - 1)] <= 32)
+    alone = before & after
+    if alone.any():
+        out[pos[np.repeat(alone, np.diff(np.append(first, len(pos))))]] = 32
 
 
 def normalize_text(text: str) -> str:
