@@ -19,7 +19,6 @@ byte offsets unchanged); only documents with non-ASCII bytes go through ``unicod
 from __future__ import annotations
 
 import functools
-import re
 import sys
 import unicodedata
 
@@ -35,38 +34,34 @@ def _ascii_table() -> np.ndarray:
             table[b] = ord(c.lower())
         elif not c.isalnum() and not c.isspace() and b >= 32 and b != 127:
             table[b] = ord(" ")
+    table[10] = ord(" ")  # line breaks: paragraphs do not matter
     return table
 
 
+_DIGIT = np.array([48 <= b <= 57 for b in range(256)], dtype=bool)
+
+
 @functools.cache
-def _unicode_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
-    """(format characters, punctuation and symbols) as character classes; built once per process."""
-    fmt, punct = [], []
-    for cp in range(128, sys.maxunicode + 1):
+def _codepoint_action() -> np.ndarray:
+    """Per code point: 0 keep, 1 drop (format characters, Cf), 2 space (punctuation and symbols, P* and S*)."""
+    action = np.zeros(sys.maxunicode + 1, dtype=np.uint8)
+    for cp in range(sys.maxunicode + 1):
         cat = unicodedata.category(chr(cp))
         if cat == "Cf":
-            fmt.append(cp)
+            action[cp] = 1
         elif cat[0] in "PS":
-            punct.append(cp)
-
-    def char_class(cps: list[int]) -> str:
-        ranges, start, prev = [], cps[0], cps[0]
-        for cp in cps[1:] + [-1]:
-            if cp != prev + 1:
-                ranges.append(re.escape(chr(start)) + ("-" + re.escape(chr(prev)) if prev > start else ""))
-                start = cp
-            prev = cp
-        return "[" + "".join(ranges) + "]"
-
-    return re.compile(char_class(fmt)), re.compile(char_class(punct))
+            action[cp] = 2
+    return action
 
 
 def normalize_unicode(text: str) -> str:
-    """NFKC, case fold, drop format characters, non-ASCII punctuation/symbols to spaces."""
-    fmt, punct = _unicode_patterns()
-    text = fmt.sub("", unicodedata.normalize("NFKC", text))
-    text = unicodedata.normalize("NFKC", text.casefold())
-    return punct.sub(" ", fmt.sub("", text))
+    """NFKC, case fold, drop format characters, punctuation and symbols to spaces (one table pass)."""
+    text = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+    cps = np.frombuffer(text.encode("utf-32-le", errors="surrogatepass"), dtype=np.uint32)
+    action = _codepoint_action()[np.minimum(cps, sys.maxunicode)]
+    if action.any():
+        cps = np.where(action == 2, np.uint32(32), cps)[action != 1]
+    return cps.tobytes().decode("utf-32-le", errors="replace")
 
 
 def normalize_batch(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -82,10 +77,15 @@ def normalize_batch(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, 
         raw = data.tobytes()
         pieces, cursor = [], 0
         new_lengths = np.diff(offsets).copy()
-        for d in wide.tolist():
+        texts = [raw[int(offsets[d]):int(offsets[d + 1])].decode("utf-8", errors="replace") for d in wide.tolist()]
+        joined = "\x00".join(texts)  # one pass for all of them; NUL is kept by every step
+        normalized = normalize_unicode(joined).split("\x00") if "\x00" not in "".join(texts) else []
+        if len(normalized) != len(texts):
+            normalized = [normalize_unicode(t) for t in texts]
+        for d, text in zip(wide.tolist(), normalized):
             a, b = int(offsets[d]), int(offsets[d + 1])
             pieces.append(raw[cursor:a])
-            piece = normalize_unicode(raw[a:b].decode("utf-8", errors="replace")).encode("utf-8")
+            piece = text.encode("utf-8")
             pieces.append(piece)
             new_lengths[d] = len(piece)
             cursor = b
@@ -95,7 +95,6 @@ def normalize_batch(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, 
         np.cumsum(new_lengths, out=offsets[1:])
     out = _ascii_table()[data]
     _blank_numbers(out, offsets)
-    out[out == 10] = 32  # line breaks: paragraphs do not matter
     return out, offsets
 
 
@@ -103,7 +102,7 @@ def _blank_numbers(out: np.ndarray, offsets: np.ndarray) -> None:
     """Blank (in place) every token made only of ASCII digits: line numbers and the numbers a reflow
     moved to a line start then cannot tell a copy from its eval row. Work is per digit, not per byte."""
     n = len(out)
-    pos = np.flatnonzero((out >= 48) & (out <= 57))
+    pos = np.flatnonzero(_DIGIT[out])
     if not pos.size:
         return
     first = np.flatnonzero(np.r_[True, pos[1:] != pos[:-1] + 1])
