@@ -93,9 +93,11 @@ def _cmd_runs(args: argparse.Namespace) -> int:
 def _cmd_evals(args: argparse.Namespace) -> int:
     from marin_assets.catalog.evals import load_evals, write_lock
     from marin_assets.core.eval_sources import lock_registry
+    from marin_assets.defs.resources import MarinResource
 
-    registry = load_evals(args.registry)
-    lock, changes = lock_registry(registry, refresh=args.refresh)
+    marin = MarinResource()  # MARIN_EVALS, HF_ENDPOINT, HF_TOKEN, MARIN_WEB_MIRROR, retry waits
+    registry = load_evals(args.registry) if args.registry else marin.evals()
+    lock, changes = lock_registry(registry, access=marin.provider_access(), refresh=args.refresh)
     for line in changes:
         print(line)
     if args.check:

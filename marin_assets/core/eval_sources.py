@@ -42,6 +42,7 @@ def lock_registry(
     resolve: Callable[[str, str], str] | None = None,
     download: Callable[[str, str], None] | None = None,
     *,
+    access: ProviderAccess = ProviderAccess(),
     refresh: bool = False,
     workers: int = 8,
 ) -> tuple[EvalLock, list[str]]:
@@ -52,8 +53,9 @@ def lock_registry(
     (``download(url, local_path)``), hashed, read and its row count recorded. Entries the lock
     already holds are kept unless ``refresh``. Nothing is written: pass the lock to ``write_lock``.
     """
-    resolver = resolve or (lambda repo, branch: hub.resolve_revision(repo, branch, "dataset"))
-    fetch = download or _download
+    resolver = resolve or (lambda repo, branch: hub.resolve_revision(
+        repo, branch, "dataset", policy=access.policy, endpoint=access.hf_endpoint, token=access.hf_token))
+    fetch = download or (lambda url, local: _download(url, local, access))
     counted: dict[str, int] = {}
     failed: list[str] = []
     mandatory = {s.provider.lock_key if isinstance(s.provider, HuggingFaceProvider) else s.provider.url
@@ -106,11 +108,11 @@ def lock_registry(
     return lock, changes
 
 
-def _download(url: str, local: str) -> None:
+def _download(url: str, local: str, access: ProviderAccess) -> None:
     from marin_assets.core.providers import http  # noqa: PLC0415
 
     with open(local, "wb") as out:
-        http.fetch_into(url, out, what=f"eval file {url}")
+        http.fetch_into(url, out, what=f"eval file {url}", policy=access.policy, mirrors=access.mirrors)
 
 
 def fetch_eval_set(eval_set: EvalSet, registry: EvalRegistry, layout: storage.Layout, access: ProviderAccess = ProviderAccess()) -> list[str]:

@@ -28,7 +28,7 @@ class MarinResource(SettingsResource):
 
     prefix: str | None = setting("MARIN_PREFIX", "`./.marin_data`", "storage root: a local directory or any fsspec URI (`gs://bucket/prefix`)")
     catalog_path: str | None = setting("MARIN_CATALOG", "packaged `sources.toml`", "another catalog file (also read when the code location loads: its entries are the partitions)")
-    evals_path: str | None = setting("MARIN_EVALS", "packaged `evals.toml` (demo: `marin_assets/demo/evals.toml`)", "the eval registry; branch pins are locked in `<registry>.lock.json` on first build")
+    evals_path: str | None = setting("MARIN_EVALS", "packaged `evals.toml` (demo: `marin_assets/demo/evals.toml`)", "the eval registry; builds read its pins from `<registry>.lock.json`, written by `marin-assets evals lock`")
     hf_endpoint: str | None = setting("HF_ENDPOINT", "the demo Hub under `make dev`/`make demo`", "Hub endpoint (`https://huggingface.co` for the real Hub)")
     hf_token: str | None = setting("HF_TOKEN", "unset", "Hugging Face token for gated sources; never logged or written anywhere")
     shard_processes: int | None = setting("MARIN_SHARD_PROCESSES", "`1`", "local processes per step for per-shard work")

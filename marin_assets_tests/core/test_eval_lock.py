@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from marin_assets import cli
+from marin_assets.defs.resources import MarinResource
 from marin_assets.catalog.evals import EvalRegistryError, HuggingFaceProvider, load_evals, write_lock
 from marin_assets.core import decon, storage
 from marin_assets.core.eval_sources import fetch_eval_set, lock_registry, registry_rows
@@ -197,7 +198,8 @@ def test_the_packaged_registry_locks_and_builds_without_edits(tmp_path, web, hub
                                                                          f"them by size and print the largest one")
             web.put(provider.url.replace("https://github.com", "/gh"), buf.getvalue())
 
-    lock, changes = lock_registry(registry)
+    access = MarinResource().provider_access()  # the mirror setting, as `marin-assets evals lock` reads it
+    lock, changes = lock_registry(registry, access=access)
     pinned = [c for c in changes if c.startswith("+ ")]
     assert len([c for c in pinned if c.startswith("+ revision")]) == 7  # the mandatory Hub sets
     assert len([c for c in pinned if c.startswith("+ sha256")]) == 2  # the mandatory web files
@@ -207,7 +209,7 @@ def test_the_packaged_registry_locks_and_builds_without_edits(tmp_path, web, hub
     locked = load_evals(tmp_path / "evals.toml")
     layout = storage.Layout(str(tmp_path / "data"))
     skipped = []
-    rows = registry_rows(locked, lambda s: fetch_eval_set(s, locked, layout),
+    rows = registry_rows(locked, lambda s: fetch_eval_set(s, locked, layout, access),
                          on_skip=lambda s, exc: skipped.append(s.name))
     stats = decon.build_eval_index(rows, str(tmp_path / "index"), decon.DeconParams(), locked.expected_rows())
     assert {name: v["rows"] for name, v in stats["eval_sets"].items()} == locked.expected_rows()
