@@ -1,34 +1,40 @@
-"""Per-source contamination marking throughput against a plain Python reference, and index memory.
+"""Decontamination: a planted benchmark (recall per kind of copy, false positives) for both rules,
+and marking speed against a plain Python reference at the production index size.
 
-Run: ``python bench/bench_decon.py`` (under a minute on two cores; ``--quick`` skips the
-production-size index, ``--full`` also times the reference at production size, ~2 GB more). Both paths run in this process, one core each, on the same documents:
-standard-library docstrings (read with ``ast``) joined into pages of a few paragraphs, 3% of
-them quoting one docstring that serves as an eval row. The 1,000 eval rows are drawn from a
-disjoint set of docstrings, and page docstrings sharing any feature with them are left out, so
-matches come from the planted copies (as in a real corpus, where matches are rare).
+Run: ``python bench/bench_decon.py`` (``--quick``: planted benchmark only, no speed rounds).
 
-* marin-assets: ``decon.mark_documents`` (vectorized features, bitmaps + sorted-array index);
-* reference: the same rule written plainly (``str.split``, a set of 13-gram strings, a regex
-  for the letter test, the 2-distinct-features rule); its decisions must equal ours.
+Planted benchmark: an eval set written here (synthetic sentences over a made-up vocabulary, 60
+rows of 40-110 tokens, 8 short rows of 6-11 tokens; rows 0-9 open with a shared 60-token licence
+paragraph), and one source of generated documents holding copies of eval rows placed as: its own
+paragraph, inline inside a paragraph, reflowed, upper case, full-width letters, zero-width
+characters inside words, ``> `` quoted, with line numbers, 1 token in 26 changed, inside a 5 MB
+page, and repeated 20 times each (10 rows) in the source; plus clean near-misses (the row's words
+shuffled and a sentence that shares 8 tokens) and documents holding only the licence paragraph.
+Each rule runs with its own drop sets computed on that source, as in production. Goal: coverage
+flags >= 95% of every kind and no near-miss or licence-only document.
 
-Then the index is padded with random hashes to the production size (21.78M n-grams) and the
-marking is timed again; with ``--full`` the reference set is padded the same way (with random
-integers: lookups of absent strings then cost what they would in a 21.78M-string set, the
-memory does not). Memory per million n-grams: resident bytes of our membership structure
-against the reference set of strings measured with tracemalloc.
+Speed: documents per second per core of ``mark_documents`` (each rule) against the reference
+(Marin's rule written plainly: ``str.split``, a Python set of 13-gram strings), both with the
+index padded to 21.78M n-grams (the reference set padded with random integers, which cost what
+absent strings cost to look up). Each measurement runs in its own child process, interleaved
+A B C A B C, median and range over the rounds, with each child's own peak memory (VmHWM; it
+includes building the padded index or set). Time is the child's CPU time (``process_time``):
+documents per second per core, unaffected by other load on the machine.
+Goal: >= 5x the reference, both rules.
 """
 
 from __future__ import annotations
 
 import ast
-import gc
+import json
 import os
 import random
 import re
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
-import tracemalloc
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 if __package__ in (None, ""):
@@ -44,8 +50,152 @@ N_EVAL_ROWS = 1_000
 PLANT_RATE = 0.03
 PRODUCTION_NGRAMS = 21_780_000
 TARGET_RATIO = 5.0
+RECALL_GOAL = 0.95
+ROUNDS = 3
 PARAMS = decon.DeconParams()
+KINDS = ("paragraph", "inline", "reflowed", "upper_case", "full_width", "zero_width", "quoted", "line_numbers",
+         "one_in_26_changed", "inside_5mb_page", "repeated_20x")
+NEGATIVES = ("near_miss", "licence_only")
 
+
+# ----------------------------------------------------------------------------- the planted benchmark
+
+
+def _vocabulary(rng: random.Random, size: int = 3000) -> list[str]:
+    syllables = ["ka", "lo", "mi", "tre", "san", "vor", "pel", "du", "ri", "shan", "quo", "ne", "bal", "tis", "gor",
+                 "fa", "wen", "li", "mor", "zu", "che", "pra", "do", "xi", "len"]
+    words = set()
+    while len(words) < size:
+        words.add("".join(rng.choice(syllables) for _ in range(rng.randint(1, 3))))
+    return sorted(words)
+
+
+def _sentence(rng: random.Random, vocab: list[str], n: int) -> str:
+    words = [rng.choice(vocab) for _ in range(n)]
+    words[0] = words[0].capitalize()
+    out = []
+    for i, w in enumerate(words):
+        out.append(w + ("," if i % 9 == 8 and i < n - 1 else ""))
+    return " ".join(out) + "."
+
+
+def planted(seed: int = 7) -> tuple[list[tuple[str, str, str]], list[tuple[str, int, str]]]:
+    """(eval rows, documents as (kind, eval row or -1, text)), all generated from ``seed``."""
+    rng = random.Random(seed)
+    vocab = _vocabulary(rng)
+    licence = _sentence(rng, vocab, 60)
+    rows = []
+    for i in range(60):
+        text = _sentence(rng, vocab, rng.randint(40, 110))
+        rows.append(licence + "\n\n" + text if i < 10 else text)
+    shorts = [_sentence(rng, vocab, rng.randint(6, 11)) for _ in range(8)]
+    eval_rows = [("planted", str(i), t) for i, t in enumerate(rows + shorts)]
+    long_ids = list(range(10, 60))
+    short_ids = list(range(60, 68))
+
+    def filler(n: int) -> str:
+        return _sentence(rng, vocab, n)
+
+    def lines(text: str, width: int = 9) -> list[str]:
+        words = text.split()
+        return [" ".join(words[k:k + width]) for k in range(0, len(words), width)]
+
+    full = {c: chr(ord(c) + 0xFEE0) for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"}
+    docs: list[tuple[str, int, str]] = []
+    targets = long_ids[:40] + short_ids
+    for r in targets:
+        row = eval_rows[r][2]
+        docs.append(("paragraph", r, f"{filler(40)}\n\n{row}\n\n{filler(30)}"))
+        docs.append(("inline", r, f"{filler(40)} {row} {filler(60)}"))
+        docs.append(("reflowed", r, filler(20) + "\n" + "\n".join(lines(row, 7)) + "\n" + filler(20)))
+        docs.append(("upper_case", r, f"{filler(30)}\n\n{row.upper()}"))
+        docs.append(("full_width", r, f"{filler(30)} {''.join(full.get(c, c) for c in row)} {filler(10)}"))
+        docs.append(("zero_width", r, filler(30) + " " + " ".join(w[:len(w) // 2] + "\u200b" + w[len(w) // 2:]
+                                                                   for w in row.split())))
+        docs.append(("quoted", r, filler(30) + "\n" + "\n".join("> " + x for x in lines(row))))
+        docs.append(("line_numbers", r, "\n".join(f"{k + 1:>3}  {x}" for k, x in enumerate(
+            lines(filler(30)) + lines(row) + lines(filler(20))))))
+        if r in long_ids:
+            words = row.split()
+            changed = [("zz" + w if k % 26 == 25 else w) for k, w in enumerate(words)]
+            docs.append(("one_in_26_changed", r, f"{filler(30)} {' '.join(changed)} {filler(30)}"))
+            shuffled = row.split()
+            rng.shuffle(shuffled)
+            near = " ".join(shuffled) + " " + " ".join(row.split()[:8]) + " " + filler(20)
+            docs.append(("near_miss", -1, near))
+    for r in long_ids[:4]:  # a 5 MB page with one copy in the middle
+        body = []
+        size = 0
+        while size < 5_000_000:
+            paragraph = filler(rng.randint(60, 200))
+            body.append(paragraph)
+            size += len(paragraph) + 2
+        body.insert(len(body) // 2, eval_rows[r][2])
+        docs.append(("inside_5mb_page", r, "\n\n".join(body)))
+    for r in range(10, 20):  # 20 copies of each of 10 rows in the source
+        for _ in range(20):
+            docs.append(("repeated_20x", r, f"{filler(rng.randint(20, 80))}\n\n{eval_rows[r][2]}"))
+    for _ in range(300):  # the licence paragraph alone, as boilerplate of many documents
+        docs.append(("licence_only", -1, f"{filler(rng.randint(30, 90))}\n\n{licence}\n\n{filler(40)}"))
+    for _ in range(2000):
+        docs.append(("clean", -1, "\n\n".join(filler(rng.randint(30, 120)) for _ in range(rng.randint(1, 4)))))
+    rng.shuffle(docs)
+    return eval_rows, docs
+
+
+def run_planted(tmp: str) -> dict[str, dict[str, tuple[int, int]]]:
+    """Per rule: kind -> (flagged, documents), with each rule's drop sets computed on the source."""
+    eval_rows, docs = planted()
+    index_dir = storage.join(tmp, "index")
+    decon.build_eval_index(eval_rows, index_dir, PARAMS, {"planted": len(eval_rows)})
+    shard = storage.join(tmp, "normalized", storage.shard_name(0, 1))
+    storage.write_parquet(pa.table({"id": [f"{i:032x}" for i in range(len(docs))],
+                                    "text": pa.array([d[2] for d in docs], pa.large_string())}), shard)
+    params = decon.DeconParams(index_uri=index_dir)
+    texts = pa.array([d[2] for d in docs], pa.large_string())
+    out: dict[str, dict[str, tuple[int, int]]] = {}
+    for rule in ("coverage", "marin"):
+        freq = storage.join(tmp, f"{rule}_freq.parquet")
+        decon.eval_ngram_frequencies([shard], freq, params, rule=rule)
+        drop_uri = storage.join(tmp, f"{rule}_drop.parquet")
+        decon.source_drop_set(freq, drop_uri, params)
+        marks = decon.mark_documents(texts, decon.load_eval_index(index_dir, rule), decon.load_drop_set([drop_uri]),
+                                     params, rule)
+        per_kind: dict[str, list[int]] = {}
+        for (kind, _, _), flagged in zip(docs, marks.contaminated.tolist()):
+            slot = per_kind.setdefault(kind, [0, 0])
+            slot[0] += int(flagged)
+            slot[1] += 1
+        out[rule] = {k: (v[0], v[1]) for k, v in per_kind.items()}
+    return out
+
+
+def print_planted(result: dict[str, dict[str, tuple[int, int]]]) -> bool:
+    print(f"{'kind of copy':22s} {'coverage':>16s} {'marin':>16s}")
+    ok = True
+    for kind in KINDS:
+        cells = []
+        for rule in ("coverage", "marin"):
+            flagged, total = result[rule].get(kind, (0, 0))
+            cells.append(f"{flagged:>5d}/{total:<5d} {flagged / max(total, 1):5.0%}")
+        flagged, total = result["coverage"].get(kind, (0, 0))
+        ok &= flagged >= RECALL_GOAL * total
+        print(f"{kind:22s} {cells[0]:>16s} {cells[1]:>16s}")
+    print("false positives (documents flagged):")
+    for kind in NEGATIVES + ("clean",):
+        cells = []
+        for rule in ("coverage", "marin"):
+            flagged, total = result[rule].get(kind, (0, 0))
+            cells.append(f"{flagged:>5d}/{total:<5d}      ")
+        if kind in NEGATIVES:
+            ok &= result["coverage"].get(kind, (0, 0))[0] == 0
+        print(f"{kind:22s} {cells[0]:>16s} {cells[1]:>16s}")
+    print(f"goal: coverage recall >= {RECALL_GOAL:.0%} of every kind, no near-miss or licence-only document "
+          f"flagged: {'met' if ok else 'NOT MET'}")
+    return ok
+
+
+# ----------------------------------------------------------------------------- speed (children)
 
 def docstrings(limit: int = 14_000) -> list[str]:
     """Docstrings of the standard library, read with ``ast`` from its sources (nothing imported)."""
@@ -143,106 +293,97 @@ def reference_mark(texts: list[str], grams: set[str], records: set[str]) -> tupl
     return flags, overlaps
 
 
-# ----------------------------------------------------------------------------- timing
+def _vmhwm_mib() -> float:
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
 
 
-def best_of(*fns, repeats: int = 3) -> list[float]:
-    """Best time of each function over ``repeats`` rounds, interleaved so that both see the same load."""
-    times = [[] for _ in fns]
-    for _ in range(repeats):
-        for fn, slot in zip(fns, times):
-            gc.collect()
-            start = time.perf_counter()
-            fn()
-            slot.append(time.perf_counter() - start)
-    return [min(t) for t in times]
+def _pad(index: "decon.EvalIndex", size: int) -> "decon.EvalIndex":
+    rng = np.random.default_rng(1)
+    padding = rng.integers(0, 2**63, max(size - index.size, 0), dtype=np.int64).astype(np.uint64) << 1
+    return decon.EvalIndex(np.unique(np.concatenate([index.hashes, padding])), index.record_hashes,
+                           index.attribution_hashes, index.attribution_rows, index.row_sets, index.row_ids,
+                           index.row_excerpts, index.meta, index.row_features, index.short_prefix)
+
+
+def child(which: str, corpus_file: str) -> None:
+    """One measurement: build, pad to production size, time marking of the speed corpus, print JSON."""
+    with open(corpus_file, encoding="utf-8") as handle:
+        data = json.load(handle)
+    eval_rows, pages = [tuple(r) for r in data["eval_rows"]], data["pages"]
+    texts = pa.array(pages, pa.large_string())
+    if which == "reference":
+        grams, records = reference_index(eval_rows)
+        padded = set(np.random.default_rng(2).integers(0, 2**62, PRODUCTION_NGRAMS - len(grams)).tolist())
+        padded.update(grams)
+        start = time.process_time()
+        flags, _ = reference_mark(pages, padded, records)
+        elapsed = time.process_time() - start
+        flagged = sum(flags)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            decon.build_eval_index(eval_rows, tmp, PARAMS, {})
+            index = _pad(decon.load_eval_index(tmp, which), PRODUCTION_NGRAMS)
+        decon.mark_documents(texts[:200], index, None, PARAMS, which)  # warm the caches
+        start = time.process_time()
+        marks = decon.mark_documents(texts, index, None, PARAMS, which)
+        elapsed = time.process_time() - start
+        flagged = int(marks.contaminated.sum())
+    print(json.dumps({"which": which, "docs_per_s": len(pages) / elapsed, "flagged": flagged,
+                      "vmhwm_mib": _vmhwm_mib(), "docs": len(pages)}))
+
+
+def speed() -> bool:
+    order = ("coverage", "reference", "marin")
+    results: dict[str, list[dict]] = {k: [] for k in order}
+    eval_rows, pages = corpus()
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus_file = os.path.join(tmp, "corpus.json")
+        with open(corpus_file, "w", encoding="utf-8") as handle:
+            json.dump({"eval_rows": eval_rows, "pages": pages}, handle)
+        for _ in range(ROUNDS):
+            for which in order:
+                done = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", which, corpus_file],
+                                      capture_output=True, text=True)
+                if done.returncode != 0:  # report the child's error and keep the other rounds
+                    print(f"  {which} child failed ({done.returncode}): {done.stderr.strip()[-400:]}", flush=True)
+                    continue
+                results[which].append(json.loads(done.stdout.strip().splitlines()[-1]))
+                print(f"  round {len(results[which])} {which}: {results[which][-1]['docs_per_s']:,.0f} docs/s, "
+                      f"VmHWM {results[which][-1]['vmhwm_mib']:,.0f} MiB", flush=True)
+    ref = statistics.median(r["docs_per_s"] for r in results["reference"])
+    print(f"\nmarking speed at the production index size ({PRODUCTION_NGRAMS / 1e6:.2f}M n-grams), one core, "
+          f"{results['reference'][0]['docs']:,} documents, {ROUNDS} interleaved rounds:")
+    print(f"{'path':40s} {'docs/s median':>14s} {'range':>20s} {'ratio':>7s} {'VmHWM MiB':>10s}")
+    ok = True
+    for which in order:
+        rates = [r["docs_per_s"] for r in results[which]] or [float("nan")]
+        med = statistics.median(rates)
+        label = "reference (set of 13-gram strings)" if which == "reference" else f"mark_documents rule={which}"
+        mem = max((r["vmhwm_mib"] for r in results[which]), default=float("nan"))
+        print(f"{label:40s} {med:14,.0f} {min(rates):9,.0f}-{max(rates):<10,.0f} {med / ref:6.1f}x {mem:10,.0f}")
+        if which != "reference":
+            ok &= med / ref >= TARGET_RATIO
+    print(f"goal: both rules >= {TARGET_RATIO:.0f}x the reference: {'met' if ok else 'NOT MET'}")
+    return ok
 
 
 def main() -> int:
-    quick = "--quick" in sys.argv[1:]
-    full = "--full" in sys.argv[1:]
-    eval_rows, pages = corpus()
-    n_bytes = sum(len(p.encode()) for p in pages)
-    texts = pa.array(pages, pa.large_string())
-    print(f"documents: {len(pages):,} ({n_bytes / 1e6:.1f} MB, {n_bytes / len(pages):,.0f} B/doc); "
-          f"eval rows: {len(eval_rows):,}")
-
+    if "--child" in sys.argv:
+        at = sys.argv.index("--child")
+        child(sys.argv[at + 1], sys.argv[at + 2])
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        stats = decon.build_eval_index(eval_rows, tmp, PARAMS, {"bench_eval": len(eval_rows)})
-        build_s = time.perf_counter() - start
-        index = decon.load_eval_index(tmp)
-        index = decon.EvalIndex(np.array(index.hashes), np.array(index.record_hashes),
-                                np.array(index.attribution_hashes), np.array(index.attribution_rows),
-                                index.row_sets, index.row_ids, index.row_excerpts, index.meta)
-    print(f"eval index: {stats['ngrams']:,} n-grams built in {build_s:.2f} s")
-
-    tracemalloc.start()
-    grams, records = reference_index(eval_rows)
-    ref_bytes, _ = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-
-    ours = decon.mark_documents(texts, index, None, PARAMS)
-    ref_flags, ref_overlaps = reference_mark(pages, grams, records)
-    agree_flags = int((ours.contaminated == np.array(ref_flags)).sum())
-    agree_overlap = bool(np.allclose(ours.max_overlap, np.array(ref_overlaps, dtype=np.float32), atol=1e-6))
-    print(f"agreement with the reference: contaminated {agree_flags:,}/{len(pages):,}, max_overlap "
-          f"{'equal' if agree_overlap else 'DIFFERENT'}; flagged {int(ours.contaminated.sum()):,} "
-          f"(planted ~{PLANT_RATE:.0%})")
-
-    t_ours, t_ref = best_of(lambda: decon.mark_documents(texts, index, None, PARAMS),
-                            lambda: reference_mark(pages, grams, records))
-    ratio = t_ref / t_ours
-    print(f"\n{'path':34s} {'docs/s/core':>12s} {'MB/s/core':>10s}")
-    print(f"{'reference (set of 13-gram strings)':34s} {len(pages) / t_ref:12,.0f} {n_bytes / t_ref / 1e6:10.1f}")
-    print(f"{'marin-assets mark_documents':34s} {len(pages) / t_ours:12,.0f} {n_bytes / t_ours / 1e6:10.1f}")
-    verdict = "ok" if ratio >= TARGET_RATIO else "BELOW TARGET"
-    print(f"speed-up: {ratio:.1f}x (target >= {TARGET_RATIO:.0f}x): {verdict}")
-
-    with tempfile.TemporaryDirectory() as tmp:
-        shard = storage.join(tmp, "normalized", storage.shard_name(0, 1))
-        ids = [f"{i:032x}" for i in range(len(pages))]
-        storage.write_parquet(pa.table({"id": ids, "text": texts}), shard)
-        decon._load_index_cached.cache_clear()
-        index_dir = storage.join(tmp, "index")
-        decon.build_eval_index(eval_rows, index_dir, PARAMS, {})
-        params = decon.DeconParams(index_uri=index_dir)
-        out = storage.join(tmp, "contamination", storage.shard_name(0, 1))
-        decon.contamination_shard([shard], out, params)  # warm: index load and caches
-        [t_shard] = best_of(lambda: decon.contamination_shard([shard], out, params), repeats=2)
-    label = "contamination_shard (read+mark+write)"
-    print(f"{label:34s} {len(pages) / t_shard:12,.0f} {n_bytes / t_shard / 1e6:10.1f}")
-
-    per_m_ref = ref_bytes / max(len(grams), 1) * 1e6 / 2**20
-    per_m_ours = index.memory_bytes / index.size * 1e6 / 2**20
-    print(f"\nindex memory per million n-grams: marin-assets {per_m_ours:.1f} MiB at {index.size:,} n-grams "
-          f"(sorted uint64 + bitmaps), reference set of strings {per_m_ref:.1f} MiB")
-    if not quick:
-        rng = np.random.default_rng(1)
-        padding = rng.integers(0, 2**63, PRODUCTION_NGRAMS - index.size, dtype=np.int64).astype(np.uint64) << 1
-        big = decon.EvalIndex(np.unique(np.concatenate([index.hashes, padding])), index.record_hashes,
-                              index.attribution_hashes, index.attribution_rows, index.row_sets, index.row_ids,
-                              index.row_excerpts, index.meta)
-        del padding
-        same = np.array_equal(decon.mark_documents(texts, big, None, PARAMS).contaminated, ours.contaminated)
-        print(f"production-size index ({big.size / 1e6:.2f}M n-grams): {big.memory_bytes / 2**20:.0f} MiB resident, "
-              f"{big.memory_bytes / big.size * 1e6 / 2**20:.1f} MiB per million n-grams; decisions "
-              f"{'unchanged' if same else 'CHANGED'}")
-        if full:
-            padded = set(np.random.default_rng(2).integers(0, 2**62, PRODUCTION_NGRAMS - len(grams)).tolist())
-            padded.update(grams)
-            t_big, t_ref_big = best_of(lambda: decon.mark_documents(texts, big, None, PARAMS),
-                                       lambda: reference_mark(pages, padded, records), repeats=2)
-            del padded
-            print(f"  reference at production size {len(pages) / t_ref_big:12,.0f} docs/s/core")
-        else:
-            [t_big] = best_of(lambda: decon.mark_documents(texts, big, None, PARAMS), repeats=2)
-            t_ref_big = None
-        print(f"  marin-assets at production size {len(pages) / t_big:9,.0f} docs/s/core"
-              + (f"; speed-up {t_ref_big / t_big:.1f}x" if t_ref_big else " (reference: run with --full)"))
-        per_m_attr = (index.attribution_hashes.nbytes + index.attribution_rows.nbytes) / index.size * 1e6 / 2**20
-        print(f"attribution table (memory-mapped, touched only for matches): {per_m_attr:.1f} MiB per million n-grams")
-    return 0 if agree_flags == len(pages) and agree_overlap else 1
+        result = run_planted(tmp)
+        print(f"planted benchmark ({time.perf_counter() - start:.0f} s):")
+    ok = print_planted(result)
+    if "--quick" not in sys.argv:
+        ok &= speed()
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """``marin-assets``: the catalog, the offline demo, the local Hub server and the UI.
 
     marin-assets sources            list the catalog with kind, pin, tokens, runnable
-    marin-assets status             recipe and fixture coverage of every catalog entry
+    marin-assets status             whether this version implements each catalog entry's recipe
+    marin-assets settings           every setting (environment variable), its default and meaning
     marin-assets demo               run the offline demo pipeline into DAGSTER_HOME/MARIN_PREFIX
     marin-assets serve-hub ROOT     serve a directory of dataset repos with the Hub HTTP API
+    marin-assets evals lock         pin the eval registry: branch -> commit, web file -> sha256 and rows
     marin-assets dev                the Dagster UI on the embedded default (demo Hub if no HF_ENDPOINT)
     marin-assets runs [--free]      runs whose process died (still STARTED, holding pool slots); --free frees them
 """
@@ -16,12 +18,19 @@ import subprocess
 import sys
 
 
+def _catalog_path(args: argparse.Namespace) -> str | None:
+    """``--catalog``, else the ``MARIN_CATALOG`` setting, else None (the packaged catalog)."""
+    from marin_assets.defs.settings import configured_catalog_path
+
+    return args.catalog or configured_catalog_path()
+
+
 def _cmd_sources(args: argparse.Namespace) -> int:
     from marin_assets.catalog.sources import format_sources_table, load_catalog
     from marin_assets.core import ingest
     from marin_assets.core.transforms import known_transforms
 
-    catalog = load_catalog(args.catalog)
+    catalog = load_catalog(_catalog_path(args))
     print(format_sources_table(catalog))
     transforms = known_transforms()
     runnable, missing = [], []
@@ -42,7 +51,14 @@ def _cmd_sources(args: argparse.Namespace) -> int:
 def _cmd_status(args: argparse.Namespace) -> int:
     from marin_assets.core.recipes import format_status
 
-    print(format_status(args.catalog))
+    print(format_status(_catalog_path(args)))
+    return 0
+
+
+def _cmd_settings(args: argparse.Namespace) -> int:
+    from marin_assets.defs.resources import settings_table
+
+    print(settings_table())
     return 0
 
 
@@ -53,7 +69,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve_hub(args: argparse.Namespace) -> int:
-    from marin_assets.core.hub_server import serve
+    from marin_assets.testing.hub_server import serve  # test and demo infrastructure, not a stage
 
     serve(args.root, port=args.port, host=args.host)
     return 0
@@ -71,6 +87,24 @@ def _cmd_runs(args: argparse.Namespace) -> int:
         print(format_stuck(stuck, freed=args.free))
     finally:
         instance.dispose()
+    return 0
+
+
+def _cmd_evals(args: argparse.Namespace) -> int:
+    from marin_assets.catalog.evals import load_evals, write_lock
+    from marin_assets.core.eval_sources import lock_registry
+    from marin_assets.defs.resources import MarinResource
+
+    marin = MarinResource()  # MARIN_EVALS, HF_ENDPOINT, HF_TOKEN, MARIN_WEB_MIRROR, retry waits
+    registry = load_evals(args.registry) if args.registry else marin.evals()
+    lock, changes = lock_registry(registry, access=marin.provider_access(), refresh=args.refresh)
+    for line in changes:
+        print(line)
+    if args.check:
+        print(f"{len(changes)} change(s); lock not written (--check)")
+        return 1 if changes else 0
+    write_lock(lock, registry.lock_path)
+    print(f"{len(changes)} change(s); wrote {registry.lock_path}" if changes else f"{registry.lock_path} is up to date")
     return 0
 
 
@@ -106,9 +140,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--verbose", action="store_true")
     p.set_defaults(fn=_cmd_sources)
 
-    p = sub.add_parser("status", help="recipe and fixture coverage per catalog entry")
-    p.add_argument("--catalog", default=None)
+    p = sub.add_parser("status", help="recipe status per catalog entry")
+    p.add_argument("--catalog", default=None, help="catalog file (default: MARIN_CATALOG or the packaged one)")
     p.set_defaults(fn=_cmd_status)
+
+    p = sub.add_parser("settings", help="every setting: environment variable, default, meaning (the README table)")
+    p.set_defaults(fn=_cmd_settings)
 
     p = sub.add_parser("demo", help="run the offline demo pipeline")
     p.add_argument("--sources", default="", help="comma-separated demo sources (default: all)")
@@ -119,6 +156,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--host", default="127.0.0.1")
     p.set_defaults(fn=_cmd_serve_hub)
+
+    p = sub.add_parser("evals", help="the eval registry: `evals lock` pins branches and web files")
+    p.add_argument("action", choices=["lock"])
+    p.add_argument("--registry", default=None, help="the registry file (default: MARIN_EVALS or the packaged one)")
+    p.add_argument("--refresh", action="store_true", help="re-resolve every pin, not only the missing ones")
+    p.add_argument("--check", action="store_true", help="print the changes, write nothing, exit 1 if any")
+    p.set_defaults(fn=_cmd_evals)
 
     p = sub.add_parser("dev", help="the Dagster UI on the embedded default")
     p.add_argument("--port", type=int, default=3000)

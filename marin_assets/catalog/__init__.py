@@ -4,7 +4,6 @@ Never imports dagster; the Dagster wiring reads the catalog through ``load_catal
 """
 
 from marin_assets.catalog.sources import (
-    CATALOG_ENV,
     INPUT_FORMATS,
     PROVIDER_KINDS,
     Catalog,
@@ -18,7 +17,6 @@ from marin_assets.catalog.sources import (
 )
 
 __all__ = [
-    "CATALOG_ENV",
     "INPUT_FORMATS",
     "PROVIDER_KINDS",
     "Catalog",

@@ -26,21 +26,22 @@ from typing import Any
 
 from marin_assets.catalog.sources import EntryError
 
-EVALS_ENV = "MARIN_EVALS"
 PACKAGED_EVALS = "evals.toml"
 LOCK_SUFFIX = ".lock.json"
 LOCK_VERSION = 1
+LOCK_COMMAND = "marin-assets evals lock"
 
 PROVIDER_KINDS = ("huggingface", "web", "local")
 FILE_FORMATS = ("parquet", "jsonl", "json", "csv", "zip")
-GROUPS = ("aa-index-v4.1.1", "common", "local")
+GROUPS = ("aa-index-v4.1.1", "common", "lm-eval", "local")
+ALL_STRING_FIELDS = "*"  # fields = ["*"]: every string field of a row, passage fields excepted
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
-Resolver = Callable[[str, str], str]  # (repo, branch) -> 40-hex commit
+Resolver = Callable[[str, str], str | None]  # (repo, branch) -> 40-hex commit (None: could not, skip it)
 
 
 class EvalRegistryError(EntryError):
@@ -124,14 +125,33 @@ class EvalSet:
 
 @dataclasses.dataclass(frozen=True)
 class EvalLock:
-    """Resolved pins: ``revisions["repo@branch"] = commit`` and ``archives[url] = sha256``."""
+    """Resolved pins: ``revisions["repo@branch"] = commit``, ``archives[url] = sha256`` and the row
+    count each web file gave when it was hashed (``rows[url]``), written by ``marin-assets evals lock``."""
 
     revisions: Mapping[str, str] = dataclasses.field(default_factory=dict)
     archives: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    rows: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"version": LOCK_VERSION, "revisions": dict(sorted(self.revisions.items())),
-                "archives": dict(sorted(self.archives.items()))}
+                "archives": dict(sorted(self.archives.items())), "rows": dict(sorted(self.rows.items()))}
+
+    def changes(self, new: "EvalLock") -> list[str]:
+        """Human-readable differences from this lock to ``new`` (what ``evals lock`` prints for review)."""
+        out = []
+        for label, old_map, new_map in (("revision", self.revisions, new.revisions),
+                                         ("sha256", self.archives, new.archives), ("rows", self.rows, new.rows)):
+            for key in sorted(set(old_map) | set(new_map)):
+                before, after = old_map.get(key), new_map.get(key)
+                if before == after:
+                    continue
+                if before is None:
+                    out.append(f"+ {label} {key}: {after}")
+                elif after is None:
+                    out.append(f"- {label} {key}: {before}")
+                else:
+                    out.append(f"~ {label} {key}: {before} -> {after}")
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,7 +195,7 @@ class EvalRegistry:
             raise EvalRegistryError(
                 f"eval registry entry {eval_set.name!r}: field 'provider.revision' is the branch "
                 f"{provider.revision!r} of {provider.repo}, which is not resolved in the lock file "
-                f"{self.lock_path!r}; run resolve_pins() and write_lock() (or pin a 40-hex commit) "
+                f"{self.lock_path!r}; run `{LOCK_COMMAND}` (or pin a 40-hex commit) "
                 f"(in {self.path})", entry=eval_set.name, field="provider.revision", path=self.path)
         return commit
 
@@ -192,8 +212,8 @@ class EvalRegistry:
         if not sha:
             raise EvalRegistryError(
                 f"eval registry entry {eval_set.name!r}: field 'provider.sha256' is empty and the lock file "
-                f"{self.lock_path!r} records no hash for {provider.url}; fetch it once and record its sha256 "
-                f"with resolve_pins(..., archive_hasher=...) or write it into the registry (in {self.path})",
+                f"{self.lock_path!r} records no hash for {provider.url}; run `{LOCK_COMMAND}` to fetch it once "
+                f"and record its sha256, or write it into the registry (in {self.path})",
                 entry=eval_set.name, field="provider.sha256", path=self.path)
         return sha
 
@@ -216,10 +236,7 @@ class EvalRegistry:
 
 
 def default_evals_path() -> Path:
-    """``$MARIN_EVALS`` when set, else the registry shipped inside the package."""
-    override = os.environ.get(EVALS_ENV)
-    if override:
-        return Path(override)
+    """The registry shipped inside the package (the ``MARIN_EVALS`` setting chooses another)."""
     return Path(str(resources.files(__package__).joinpath(PACKAGED_EVALS)))
 
 
@@ -232,14 +249,28 @@ def lock_path_for(registry_path: str | Path) -> Path:
 def load_evals(path: str | Path | None = None) -> EvalRegistry:
     """Read and validate the registry and its lock; read from disk on every call."""
     where = Path(path) if path is not None else default_evals_path()
-    hint = f" (set by {EVALS_ENV})" if path is None and os.environ.get(EVALS_ENV) else ""
     try:
         raw = tomllib.loads(where.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise EvalRegistryError(f"eval registry file {str(where)!r}{hint} does not exist", path=str(where)) from None
+        raise EvalRegistryError(f"eval registry file {str(where)!r} does not exist", path=str(where)) from None
     except tomllib.TOMLDecodeError as exc:
-        raise EvalRegistryError(f"eval registry file {str(where)!r}{hint} is not valid TOML: {exc}",
+        raise EvalRegistryError(f"eval registry file {str(where)!r} is not valid TOML: {exc}",
                                 path=str(where)) from None
+    includes = raw.pop("include", [])
+    if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
+        raise EvalRegistryError(f"eval registry file {str(where)!r}: field 'include' must be a list of file names",
+                                field="include", path=str(where))
+    for name in includes:
+        part = where.parent / name
+        try:
+            extra = tomllib.loads(part.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise EvalRegistryError(f"eval registry file {str(where)!r}: included file {str(part)!r} does not exist",
+                                    field="include", path=str(where)) from None
+        except tomllib.TOMLDecodeError as exc:
+            raise EvalRegistryError(f"eval registry file {str(part)!r} (included) is not valid TOML: {exc}",
+                                    path=str(part)) from None
+        raw["eval"] = list(raw.get("eval", [])) + list(extra.get("eval", []))
     registry = parse_evals(raw, path=str(where))
     lock_file = lock_path_for(where)
     return dataclasses.replace(registry, lock_path=str(lock_file), lock=load_lock(lock_file))
@@ -267,7 +298,12 @@ def load_lock(path: str | Path) -> EvalLock:
         if not isinstance(sha, str) or not _SHA256.match(sha):
             raise EvalRegistryError(f"eval lock file {str(where)!r}: field 'archives.{url}' must be a 64-hex "
                                     f"sha256, got {sha!r}", field=f"archives.{url}", path=str(where))
-    return EvalLock(revisions=dict(revisions), archives=dict(archives))
+    rows = raw.get("rows", {})
+    for url, count in dict(rows).items():
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise EvalRegistryError(f"eval lock file {str(where)!r}: field 'rows.{url}' must be a row count, "
+                                    f"got {count!r}", field=f"rows.{url}", path=str(where))
+    return EvalLock(revisions=dict(revisions), archives=dict(archives), rows=dict(rows))
 
 
 def write_lock(lock: EvalLock, path: str | Path) -> None:
@@ -302,6 +338,7 @@ def resolve_pins(
     """
     revisions: dict[str, str] = {}
     archives: dict[str, str] = {}
+    rows: dict[str, int] = {}
     for eval_set in registry.sets:
         provider = eval_set.provider
         if isinstance(provider, HuggingFaceProvider) and provider.is_branch:
@@ -313,6 +350,8 @@ def resolve_pins(
                 revisions[key] = known
                 continue
             commit = resolver(provider.repo, provider.revision)
+            if commit is None:  # the resolver reported it could not pin this one (best effort)
+                continue
             if not isinstance(commit, str) or not _COMMIT.match(commit):
                 raise EvalRegistryError(
                     f"eval registry entry {eval_set.name!r}: field 'provider.revision': resolving branch "
@@ -323,15 +362,19 @@ def resolve_pins(
             known = registry.lock.archives.get(provider.url)
             if known and not refresh:
                 archives[provider.url] = known
+                if provider.url in registry.lock.rows:
+                    rows[provider.url] = registry.lock.rows[provider.url]
             elif archive_hasher is not None:
                 sha = archive_hasher(provider.url)
+                if sha is None:
+                    continue
                 if not isinstance(sha, str) or not _SHA256.match(sha):
                     raise EvalRegistryError(
                         f"eval registry entry {eval_set.name!r}: field 'provider.sha256': hashing "
                         f"{provider.url} gave {sha!r}, not a 64-hex sha256 (in {registry.path})",
                         entry=eval_set.name, field="provider.sha256", path=registry.path)
                 archives[provider.url] = sha
-    return EvalLock(revisions=revisions, archives=archives)
+    return EvalLock(revisions=revisions, archives=archives, rows=rows)
 
 
 # ----------------------------------------------------------------------------- validation

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import math
-import os
 import re
 import tomllib
 from collections.abc import Collection, Iterator, Mapping
@@ -22,7 +21,6 @@ from typing import Any
 from marin_assets.core.errors import ConfigurationError
 from marin_assets.core.formats import CATALOG_FORMATS
 
-CATALOG_ENV = "MARIN_CATALOG"
 PACKAGED_CATALOG = "sources.toml"
 
 PROVIDER_KINDS = ("hf", "prestaged", "web", "api")
@@ -207,10 +205,7 @@ class Catalog:
 
 
 def default_catalog_path() -> Path:
-    """``$MARIN_CATALOG`` when set, else the catalog shipped inside the package."""
-    override = os.environ.get(CATALOG_ENV)
-    if override:
-        return Path(override)
+    """The catalog shipped inside the package (the ``MARIN_CATALOG`` setting chooses another)."""
     return Path(str(resources.files(__package__).joinpath(PACKAGED_CATALOG)))
 
 
@@ -228,8 +223,7 @@ def load_catalog(path: str | Path | None = None, *, strict: bool = True,
     try:
         raw = tomllib.loads(where.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        hint = f" (set by {CATALOG_ENV})" if path is None and os.environ.get(CATALOG_ENV) else ""
-        raise CatalogError(f"catalog file {str(where)!r}{hint} does not exist", path=str(where)) from None
+        raise CatalogError(f"catalog file {str(where)!r} does not exist", path=str(where)) from None
     except tomllib.TOMLDecodeError as exc:
         raise CatalogError(f"catalog file {str(where)!r} is not valid TOML: {exc}", path=str(where)) from None
     return parse_catalog(raw, path=str(where), strict=strict, known_transforms=known_transforms, check_transforms=check_transforms)

@@ -155,7 +155,7 @@ def _load_model(model: str, revision: str | None, device: str, dtype: str, max_t
             location,
             device=device,
             revision=None if local else revision,
-            local_files_only=local or os.environ.get("HF_HUB_OFFLINE") == "1",
+            local_files_only=local,  # HF_HUB_OFFLINE is honoured by the Hub client itself
             model_kwargs={"dtype": getattr(torch, dtype)},
         )
     except OSError as exc:

@@ -17,8 +17,9 @@ server (``HF_ENDPOINT``). What this module adds on top:
   missing, and the stage runner writes ``_manifest.json`` last (``stages.commit_copy``). A
   complete destination makes a repeated call a no-op that returns the stored manifest.
 
-``HF_TOKEN`` is read when a call is made and only ever sent as a header: it never appears in
-logs, errors or manifests. Nothing here imports dagster.
+The token (the ``HF_TOKEN`` setting) is passed in by the caller and only ever sent as a
+header: it never appears in logs, errors or manifests. Nothing here imports dagster or reads
+the environment.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from urllib.parse import quote
 
 from fsspec.utils import glob_translate
 from huggingface_hub import HfApi, hf_hub_url
+from huggingface_hub import constants as hf_constants
 from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
@@ -103,12 +105,12 @@ _Counters = Counters
 
 
 def hub_endpoint(endpoint: str | None = None) -> str:
-    """The Hub to talk to: the argument, else ``HF_ENDPOINT``, else huggingface.co."""
-    return (endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+    """The Hub to talk to: the argument (the ``HF_ENDPOINT`` setting), else the Hub client's default."""
+    return (endpoint or hf_constants.ENDPOINT or DEFAULT_ENDPOINT).rstrip("/")
 
 
 def _token(token: str | None) -> str | None:
-    return token or os.environ.get("HF_TOKEN") or None
+    return token or None
 
 
 def _api(endpoint: str | None, token: str | None) -> HfApi:

@@ -73,12 +73,14 @@ def fetch_raw(
     download: Callable[..., dict[str, Any]],
     resolve: Callable[..., str],
     progress: Callable[[str], None] | None = None,
+    access: Any = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Fetch ``source``'s provider files at its pin (a complete shared copy is reused).
 
     Hugging Face sources download their family's selection with the injected hub client
     (``download_snapshot`` and ``resolve_revision``: callers choose endpoint, token and retry
-    policy). Other provider kinds go through ``marin_assets.core.providers``.
+    policy). Other provider kinds go through ``marin_assets.core.providers`` with ``access``
+    (a ``providers.ProviderAccess``: retry policy, mirrors, Hub endpoint and token, staging folder).
     Returns the copy's manifest and its pin record (``uri``, ``revision``, ``fingerprint``,
     ``pin``); ``stages.run_copy`` records both.
     """
@@ -102,7 +104,7 @@ def fetch_raw(
             raise RecipeNotImplemented(
                 f"recipe not implemented yet: source '{source.name}' needs the '{provider.kind}' provider"
             )
-        manifest = fetch(source, layout, progress)
+        manifest = fetch(source, layout, progress, access=access or providers.ProviderAccess())
         dest, revision, fp = manifest["uri"], manifest.get("revision", provider.revision), manifest["fingerprint"]
     return manifest, {"uri": dest, "revision": revision, "fingerprint": fp, "pin": provider.revision}
 

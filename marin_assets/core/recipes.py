@@ -1,9 +1,9 @@
 """Recipe status of every catalog entry: can this version build it, and does a fixture test it?
 
 ``implemented`` means the entry's provider kind and family transform are both available (the
-same check ``normalized`` runs before it starts). Fixture coverage comes from the test
-suite's fixture registry (``marin_assets_tests.recipes``); installs without the tests report
-it as unknown rather than guessing.
+same check ``normalized`` runs before it starts). Fixture coverage is passed in by the caller
+(the test suite's registry prints it: ``python -m marin_assets_tests.recipes``); without it
+coverage is reported as unknown rather than guessed.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from marin_assets.core import ingest
 from marin_assets.core.transforms import known_transforms
 
 GENERIC = "generic"
-UNKNOWN = "unknown (tests not installed)"
+UNKNOWN = "unknown (python -m marin_assets_tests.recipes reports it from a checkout)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,26 +29,14 @@ class RecipeStatus:
     recipe: str  # the family transform, or "generic"
     implemented: bool
     missing: str  # what is not implemented yet ("" when implemented)
-    fixture: bool | None  # None: the fixture registry is not importable
+    fixture: bool | None  # None: coverage not given
 
 
-def fixture_coverage() -> set[str] | None:
-    """Sources covered by a fixture test, or None when the test package is not installed."""
-    try:
-        from marin_assets_tests.recipes import covered_sources  # noqa: PLC0415 - optional, test-only
-    except ImportError:
-        return None
-    return covered_sources()
-
-
-def recipe_status(catalog: Catalog, covered: set[str] | None | bool = True) -> list[RecipeStatus]:
-    """One row per entry, in catalog order.
-
-    ``covered`` is the set of fixture-tested names, None for "unknown", or True (the default)
-    to ask the fixture registry.
-    """
+def recipe_status(catalog: Catalog, covered: set[str] | None = None) -> list[RecipeStatus]:
+    """One row per entry, in catalog order; ``covered`` is the set of fixture-tested names
+    (None: unknown)."""
     known = sorted(known_transforms())
-    fixtures = fixture_coverage() if covered is True else covered
+    fixtures = covered
     rows = []
     for source in catalog:
         provider = source.provider
@@ -88,9 +76,9 @@ def summarize(rows: Sequence[RecipeStatus]) -> dict[str, Any]:
     return {"total": total, "kinds": dict(sorted(kinds.items())), "fixtures_known": all(r.fixture is not None for r in rows)}
 
 
-def format_status(catalog_path: str | Path | None = None) -> str:
-    """The status table of the catalog at ``catalog_path`` (default: the configured catalog)."""
-    rows = recipe_status(load_catalog(catalog_path, check_transforms=False))  # lists what is not implemented yet
+def format_status(catalog_path: str | Path | None = None, covered: set[str] | None = None) -> str:
+    """The status table of the catalog at ``catalog_path`` (default: the packaged catalog)."""
+    rows = recipe_status(load_catalog(catalog_path, check_transforms=False), covered)  # lists what is not implemented yet
     width = max([len(r.name) for r in rows] + [6])
     recipe_width = max([len(r.recipe) for r in rows] + [6])
     lines = [f"{'source':<{width}}  {'kind':<9}  {'recipe':<{recipe_width}}  {'implemented':<11}  {'fixture':<7}  pin"]

@@ -10,6 +10,7 @@ inputs and parameters: its outputs (and everything downstream) get new fingerpri
 from __future__ import annotations
 
 from marin_assets.core import ingest, normalize
+from marin_assets.core.decon import CODE_VERSION as DECON_CODE_VERSION
 from marin_assets.core.decon import DeconParams
 from marin_assets.core.dedup import ExactDedupParams, FuzzyDedupParams
 from marin_assets.core.embed import EmbedParams
@@ -38,9 +39,9 @@ FUZZY_DUPLICATES = StageSpec(
 )
 
 # decontamination
-EVAL_NGRAMS = StageSpec("eval_ngrams", (), partitioned=False, params=DeconParams, group="decon")
-BOILERPLATE_NGRAMS = StageSpec("boilerplate_ngrams", (NORMALIZED, EVAL_NGRAMS), partitioned=False, params=DeconParams, group="decon")
-CONTAMINATION = StageSpec("contamination", (NORMALIZED, EVAL_NGRAMS, BOILERPLATE_NGRAMS), params=DeconParams, group="decon")
+EVAL_NGRAMS = StageSpec("eval_ngrams", (), partitioned=False, params=DeconParams, code_version=DECON_CODE_VERSION, group="decon")
+BOILERPLATE_NGRAMS = StageSpec("boilerplate_ngrams", (NORMALIZED, EVAL_NGRAMS), partitioned=False, params=DeconParams, code_version=DECON_CODE_VERSION, group="decon")
+CONTAMINATION = StageSpec("contamination", (NORMALIZED, EVAL_NGRAMS, BOILERPLATE_NGRAMS), params=DeconParams, code_version=DECON_CODE_VERSION, group="decon")
 
 # embeddings and topics
 EMBEDDINGS = StageSpec("embeddings", (NORMALIZED,), params=EmbedParams, group="embed")

@@ -62,11 +62,11 @@ def _is_object_store(fs: fsspec.AbstractFileSystem) -> bool:
 
 
 def resolve_prefix(prefix: str | None = None) -> str:
-    """The storage root: the argument, else ``MARIN_PREFIX``, else ``./.marin_data``.
+    """The storage root: the argument (the ``MARIN_PREFIX`` setting), else ``./.marin_data``.
 
     Local roots are made absolute so that subprocesses and Dagster runs agree on them.
     """
-    value = prefix or os.environ.get("MARIN_PREFIX") or DEFAULT_PREFIX
+    value = prefix or DEFAULT_PREFIX
     if "://" not in value:
         value = os.path.abspath(os.path.expanduser(value))
     return value.rstrip("/")

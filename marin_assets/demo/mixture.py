@@ -40,7 +40,7 @@ def run_mixture_demo(defs: Any, instance: Any, study: swarm_core.StudyParams = D
     """Propose, train every proxy, fit and optimize the demo study; print what each step found."""
     from marin_assets.defs.mixture.partitions import add_study, proxy_run_key
 
-    root = storage.resolve_prefix()
+    root = defs.resources["marin"].layout().root  # the MARIN_PREFIX setting, as the assets see it
     if not storage.exists(storage.join(swarm_core.study_dir(root, study.name), swarm_core.STUDY_FILE)):
         swarm_core.write_study(root, study)  # an edited spec is kept
     add_study(instance, study.name)

@@ -50,7 +50,7 @@ def demo_eval_items() -> list[dict[str, Any]]:
 
 def build_demo_hub(root: str | None = None) -> str:
     """Publish the sample repos (idempotent: rebuilt only when the sample version changes)."""
-    from marin_assets.core.hub_server import HubRepoStore
+    from marin_assets.testing.hub_server import HubRepoStore
 
     root = root or demo_hub_root()
     marker = Path(root) / f".sample-v{SAMPLE_VERSION}"
@@ -69,7 +69,7 @@ def build_demo_hub(root: str | None = None) -> str:
 @contextlib.contextmanager
 def demo_hub(root: str | None = None) -> Iterator[str]:
     """A running local Hub server over the demo repos; yields its endpoint."""
-    from marin_assets.core.hub_server import LocalHubServer
+    from marin_assets.testing.hub_server import LocalHubServer
 
     with LocalHubServer(build_demo_hub(root)) as server:
         yield server.endpoint

@@ -13,7 +13,7 @@ from marin_assets_tests.automation.system import DagsterDev
 def demo_dagster(tmp_path_factory) -> Iterator[DagsterDev]:
     """Webserver + daemon + code server on the packaged definitions, the demo repos served by a
     local Hub, DAGSTER_HOME and MARIN_PREFIX in a temporary folder, automation off."""
-    from marin_assets.core.hub_server import LocalHubServer
+    from marin_assets.testing.hub_server import LocalHubServer
     from marin_assets.demo.run import build_demo_hub
 
     root = tmp_path_factory.mktemp("demo_dagster")

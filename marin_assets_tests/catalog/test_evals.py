@@ -60,9 +60,22 @@ def test_packaged_registry_holds_the_mandatory_index_and_common_sets():
     assert registry.expected_rows() == AA_INDEX
     assert sum(registry.expected_rows().values()) == 4165
     assert all(s.group == "aa-index-v4.1.1" for s in registry.mandatory)
-    common = [s for s in registry.sets if not s.mandatory]
+    common = [s for s in registry.sets if s.group == "common"]
     assert {s.provider.repo for s in common if isinstance(s.provider, HuggingFaceProvider)} == COMMON_REPOS
-    assert all(s.group == "common" for s in common)
+    assert not any(s.mandatory for s in common)
+
+
+def test_packaged_registry_includes_the_lm_eval_leaf_tasks_with_marins_rules():
+    registry = load_evals()
+    lmh = [s for s in registry.sets if s.group == "lm-eval"]
+    names = {s.name for s in lmh}
+    assert len(lmh) > 500 and not any(s.mandatory for s in lmh)
+    assert {"lmh_commonsense_qa", "lmh_openbookqa", "lmh_social_iqa", "lmh_triviaqa", "lmh_drop"} <= names
+    assert any(n.startswith("lmh_bbh_") for n in names) and any(n.startswith("lmh_agieval_") for n in names)
+    assert not any(n.startswith(("lmh_code2text", "lmh_jsonschema_bench", "lmh_lambada", "lmh_wikitext",
+                                 "lmh_swde", "lmh_realtoxicityprompts")) for n in names)
+    assert all(s.fields == ("*",) and "passage" in s.passage_fields for s in lmh)
+    assert registry.get("lmh_commonsense_qa").provider.split == "validation"  # the task names no test split
     assert registry.lock_path.endswith("evals.lock.json")
     load_lock(registry.lock_path)  # the committed lock is valid
 
@@ -76,7 +89,7 @@ def test_packaged_registry_excludes_passages_and_image_bytes():
     assert len(gpqa.fields) == 5 and gpqa.provider.config == "gpqa_diamond"
 
 
-def test_env_var_overrides_the_registry_and_local_paths_are_relative_to_it(tmp_path, monkeypatch):
+def test_another_registry_file_and_local_paths_are_relative_to_it(tmp_path, monkeypatch):
     (tmp_path / "sub").mkdir()
     path = write(tmp_path / "sub", """
 [[eval]]
@@ -87,9 +100,9 @@ rows = 8
 fields = ["question", "answer"]
 provider = { kind = "local", path = "../data/demo.jsonl" }
 """)
-    monkeypatch.setenv("MARIN_EVALS", str(path))
-    assert default_evals_path() == path
-    registry = load_evals()
+    monkeypatch.setenv("MARIN_EVALS", str(path))  # read by the Dagster resource, never by the catalog layer
+    assert default_evals_path() != path
+    registry = load_evals(path)
     provider = registry.get("demo_qa").provider
     assert isinstance(provider, LocalFileProvider) and provider.format == "jsonl"
     assert provider.path == str((tmp_path / "data" / "demo.jsonl").resolve())
@@ -97,9 +110,13 @@ provider = { kind = "local", path = "../data/demo.jsonl" }
 
 
 def test_missing_registry_file_names_the_env_var(tmp_path, monkeypatch):
+    from marin_assets.defs.resources import MarinResource  # the setting lives in the Dagster resource
+
     monkeypatch.setenv("MARIN_EVALS", str(tmp_path / "nope.toml"))
     with pytest.raises(EvalRegistryError, match=r"nope\.toml.*MARIN_EVALS"):
-        load_evals()
+        MarinResource().evals()
+    with pytest.raises(EvalRegistryError, match=r"nope\.toml' does not exist$"):
+        MarinResource(evals_path=str(tmp_path / "nope.toml")).evals()
 
 
 # ----------------------------------------------------------------------------- validation
@@ -170,7 +187,7 @@ def test_branches_resolve_once_into_the_lock_and_builds_read_the_lock(tmp_path):
     registry = load_evals(path)
     with pytest.raises(EvalRegistryError) as err:
         registry.revision("one")
-    assert err.value.entry == "one" and err.value.field == "provider.revision" and "resolve_pins" in str(err.value)
+    assert err.value.entry == "one" and err.value.field == "provider.revision" and "marin-assets evals lock" in str(err.value)
     assert registry.revision("three") == "c" * 40  # a commit pin needs no lock
 
     resolver = Resolver({("org/one", "main"): SHA_A})

@@ -15,7 +15,6 @@ import pytest
 
 from marin_assets.catalog import sources as sources_module
 from marin_assets.catalog import (
-    CATALOG_ENV,
     CatalogError,
     default_catalog_path,
     format_sources_table,
@@ -35,11 +34,6 @@ def catalog():
 def reference() -> dict[str, dict[str, str]]:
     with REFERENCE.open(newline="") as handle:
         return {row["name"]: row for row in csv.DictReader(handle, delimiter="\t")}
-
-
-@pytest.fixture(autouse=True)
-def _no_catalog_override(monkeypatch):
-    monkeypatch.delenv(CATALOG_ENV, raising=False)
 
 
 # ----------------------------------------------------------------------------- the packaged catalog
@@ -209,21 +203,20 @@ def test_minimal_entry_gets_documented_defaults(tmp_path):
     assert source.provider.share_key == "cp/pubmed"
 
 
-def test_environment_override_and_reread_on_every_call(tmp_path, monkeypatch):
+def test_another_catalog_file_is_reread_on_every_call_and_the_environment_is_ignored(tmp_path, monkeypatch):
     path = _write(tmp_path, MINIMAL)
-    monkeypatch.setenv(CATALOG_ENV, str(path))
-    assert load_catalog().names == ("cp/pubmed",)
+    assert load_catalog(path).names == ("cp/pubmed",)
     path.write_text(MINIMAL.replace("c156f05", "1234567"))
-    edited = load_catalog().by_name("cp/pubmed")
+    edited = load_catalog(path).by_name("cp/pubmed")
     assert edited.provider.revision == "1234567"
-    # An explicit path wins over the environment.
-    assert len(load_catalog(PACKAGED)) == 146
+    # The catalog layer reads no environment: MARIN_CATALOG is a setting of the Dagster resource.
+    monkeypatch.setenv("MARIN_CATALOG", str(path))
+    assert len(load_catalog()) == len(load_catalog(PACKAGED)) == 146
 
 
-def test_missing_override_file_names_the_variable(tmp_path, monkeypatch):
-    monkeypatch.setenv(CATALOG_ENV, str(tmp_path / "nope.toml"))
-    with pytest.raises(CatalogError, match=re.escape(CATALOG_ENV)):
-        load_catalog()
+def test_missing_catalog_file_is_named(tmp_path):
+    with pytest.raises(CatalogError, match=re.escape(str(tmp_path / "nope.toml"))):
+        load_catalog(tmp_path / "nope.toml")
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ import pytest
 
 from marin_assets.catalog.evals import load_evals
 from marin_assets.core import decon, storage
+from marin_assets.core.eval_sources import read_eval_rows, registry_rows
 from marin_assets.core.decon import (
     DeconParams,
     EvalIndexError,
@@ -26,8 +27,6 @@ from marin_assets.core.decon import (
     load_drop_set,
     load_eval_index,
     mark_documents,
-    read_eval_rows,
-    registry_rows,
     source_drop_set,
     summarize_contamination,
     text_features,
@@ -327,11 +326,14 @@ def test_contamination_shard_is_co_partitioned_with_evidence(tmp_path, index_dir
     stats = contamination_shard([shard], out, DeconParams(index_uri=index_dir))
 
     table = pq.read_table(out)
-    assert table.column_names == ["id", "contaminated", "max_overlap", "matched_evals", "matched_rows"]
+    assert table.column_names == ["id", "contaminated", "max_overlap", "matched_evals", "matched_rows",
+                                  "contaminated_marin", "contaminated_coverage"]
     assert table.schema.field("max_overlap").type == pa.float32()
     assert table.schema.field("matched_rows").type == pa.list_(pa.string())
     assert table.column("id").to_pylist() == ids
     assert table.column("contaminated").to_pylist() == [False, True, False, True, False]
+    assert table.column("contaminated_marin").to_pylist() == [False, True, False, True, False]
+    assert stats["flagged_marin"] == stats["flagged_coverage"] == 2 and stats["flagged_only_coverage"] == 0
     assert table.column("matched_evals").to_pylist()[1] == ["physics_demo"]
     assert table.column("matched_rows").to_pylist()[3] == ["geo_demo:g-1"]
     assert stats["documents"] == 5 and stats["contaminated"] == 2 and stats["null_text"] == 1
@@ -356,7 +358,7 @@ def _registry(tmp_path, body: str):
     return load_evals(path)
 
 
-def test_demo_registry_via_env_builds_an_index(tmp_path, monkeypatch):
+def test_demo_registry_file_builds_an_index(tmp_path):
     demo = storage.join(str(decon.__file__).rsplit("/core/", 1)[0], "demo", "evals_demo.jsonl")
     (tmp_path / "evals.toml").write_text(f"""version = 1
 [[eval]]
@@ -368,8 +370,7 @@ fields = ["question", "answer"]
 id_field = "id"
 provider = {{ kind = "local", path = "{demo}" }}
 """)
-    monkeypatch.setenv("MARIN_EVALS", str(tmp_path / "evals.toml"))
-    registry = load_evals()
+    registry = load_evals(tmp_path / "evals.toml")
     rows = list(registry_rows(registry, fetch=lambda s: [s.provider.path]))
     assert len(rows) == 8 and rows[0][:2] == ("demo_qa", "demo-0001")
     stats = build_eval_index(rows, str(tmp_path / "idx"), P, registry.expected_rows())
@@ -483,3 +484,21 @@ provider = { kind = "huggingface", repo = "org/nice", split = "test", revision =
     assert [r[0] for r in rows] == ["must"] and skipped == [("nice", "hub unreachable")]
     with pytest.raises(EvalIndexError, match="mandatory eval set 'must'"):
         list(registry_rows(registry, lambda s: (_ for _ in ()).throw(ConnectionError("down"))))
+
+
+def test_every_string_field_but_the_passages(tmp_path):
+    rows = [{"id": "r0", "passage": "A long shared passage that must not be indexed at all.", "question": "Who?",
+             "answers": ["the first answer", "the second"], "label": 1}]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    registry = _registry(tmp_path, f"""[[eval]]
+name = "lmh_task"
+group = "lm-eval"
+mandatory = false
+fields = ["*"]
+passage_fields = ["passage", "context"]
+provider = {{ kind = "local", path = "{path}" }}
+""")
+    [(name, row_id, text)] = list(read_eval_rows(registry.get("lmh_task"), [str(path)]))
+    assert text.split("\n\n") == ["the first answer", "the second", "r0", "Who?"]
+    assert "passage" not in text

@@ -165,15 +165,13 @@ def test_gated_repo_without_token_fails_at_once_with_the_fix(hub_server, sha, wa
     assert file_gets(hub_server) == 1 and waits == []
 
 
-def test_refused_token_fails_at_once_and_is_never_echoed(hub_server, sha, waits, tmp_path, monkeypatch):
+def test_refused_token_fails_at_once_and_is_never_echoed(hub_server, sha, waits, tmp_path):
     hub_server.store.set_gated(REPO, True, allowed_tokens=["hf_allowed_secret"])
-    monkeypatch.setenv("HF_TOKEN", "hf_refused_secret")
     with pytest.raises(hub.HubAuthError) as err:
-        download(tmp_path / "raw", waits)
+        download(tmp_path / "raw", waits, token="hf_refused_secret")
     assert "was refused" in str(err.value) and "hf_refused_secret" not in str(err.value)
     assert file_gets(hub_server, "*") == 1 and waits == []
-    monkeypatch.setenv("HF_TOKEN", "hf_allowed_secret")
-    download(tmp_path / "raw", waits)
+    download(tmp_path / "raw", waits, token="hf_allowed_secret")
     assert "hf_allowed_secret" not in (tmp_path / "raw/_manifest.json").read_text()
 
 

@@ -8,7 +8,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from marin_assets.core import mixture, pool, report
+from marin_assets.core import mixture, pool
+from marin_assets.defs import report
 from marin_assets.core.runner import ShardRunner
 from marin_assets_tests.core.test_pool import N_TOPICS, build_pool_inputs, read_pool
 

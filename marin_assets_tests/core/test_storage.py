@@ -55,10 +55,11 @@ def test_fingerprint_changes_with_params_code_and_inputs() -> None:
 
 
 def test_layout_is_rooted_and_prefix_resolution(monkeypatch, tmp_path) -> None:
-    monkeypatch.setenv("MARIN_PREFIX", "gs://bucket/prefix/")
-    assert storage.resolve_prefix() == "gs://bucket/prefix"
-    monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / "rel"))
-    layout = storage.Layout(storage.resolve_prefix())
+    assert storage.resolve_prefix("gs://bucket/prefix/") == "gs://bucket/prefix"
+    monkeypatch.setenv("MARIN_PREFIX", "gs://elsewhere")  # core reads no environment
+    monkeypatch.chdir(tmp_path)
+    assert storage.resolve_prefix() == str(tmp_path / ".marin_data")
+    layout = storage.Layout(storage.resolve_prefix(str(tmp_path / "rel")))
     assert specs.NORMALIZED.output_uri(layout, "cp/pubmed", "fp") == f"{tmp_path}/rel/normalized/cp/pubmed/fp"
     assert specs.MINHASH_BUCKETS.output_uri(layout, "s", "fp").endswith("/attributes/minhash_buckets/s/fp")
     assert specs.TOPIC_MODEL.output_uri(layout, None, "fp") == f"{tmp_path}/rel/global/topic_model/fp"

@@ -68,6 +68,61 @@ def test_core_and_catalog_never_import_dagster() -> None:
     assert out == "False"
 
 
+def layer_violations(source: str) -> list[str]:
+    """What a core or catalog module must not do: read the environment, import dagster, import the tests."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "os" and node.attr in ("environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"):
+            found.append(f"line {node.lineno}: os.{node.attr}")
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        if isinstance(node, ast.ImportFrom) and node.module == "os":
+            found += [f"line {node.lineno}: from os import {a.name}" for a in node.names if a.name in ("environ", "environb", "getenv", "getenvb", "putenv", "unsetenv")]
+        for name in names:
+            if name == "dagster" or name.startswith(("dagster.", "dagster_")):
+                found.append(f"line {node.lineno}: imports {name}")
+            if name == "marin_assets_tests" or name.startswith("marin_assets_tests."):
+                found.append(f"line {node.lineno}: imports {name}")
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("marin_assets_tests"):
+            found.append(f"line {node.lineno}: names module {node.value!r}")
+    return found
+
+
+def test_layer_rules_catch_what_they_forbid() -> None:
+    bad = (
+        "import os\nfrom os import getenv\nimport dagster as dg\nfrom dagster_k8s import x\n"
+        "import marin_assets_tests.recipes\nimport importlib\nimportlib.import_module('marin_assets_tests.recipes')\n"
+        "a = os.environ.get('X')\nb = os.getenv('Y')\n"
+    )
+    assert len(layer_violations(bad)) == 7
+    assert layer_violations("import os\npath = os.path.join('a', 'b')\n") == []
+
+
+def test_core_and_catalog_read_no_environment_and_never_import_dagster_or_tests() -> None:
+    offenders = {
+        str(path.relative_to(PACKAGE)): found
+        for layer in ("core", "catalog")
+        for path in sorted((PACKAGE / layer).rglob("*.py"))
+        if (found := layer_violations(path.read_text()))
+    }
+    assert offenders == {}
+
+
+def test_product_code_never_imports_the_tests_and_only_entry_points_use_testing() -> None:
+    """The wheel ships no tests, so no product module may need them; the local Hub server
+    (``marin_assets.testing``) serves the demo and ``serve-hub``, never a pipeline stage."""
+    tests_users, testing_users = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = str(path.relative_to(PACKAGE))
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if any(n.startswith("marin_assets_tests") for n in names):
+                tests_users.append(rel)
+            if any(n.startswith("marin_assets.testing") for n in names) and not rel.startswith("testing/"):
+                testing_users.append(rel)
+    assert tests_users == []
+    assert sorted(set(testing_users)) == ["cli.py", "demo/run.py"]
+
+
 @pytest.mark.system  # the Dagster CLI in a subprocess, as `make check`
 def test_dagster_cli_validates_the_code_location(tmp_path) -> None:
     exe = pathlib.Path(sys.executable).with_name("dagster")

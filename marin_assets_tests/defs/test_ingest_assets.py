@@ -171,3 +171,4 @@ def test_recipe_not_implemented_is_named(pipeline, tmp_path) -> None:
     message = _failure_message(result)
     # refused when the catalog loads (before anything is downloaded), naming the entry and the transform
     assert "catalog entry is invalid" in message and "no_such_transform" in message and PEPS in message
+

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from marin_assets.catalog.sources import CatalogError, Provider, Source, parse_catalog
 from marin_assets.core import errors, hub, storage, trust
-from marin_assets.core.providers import hf_bucket, http
+from marin_assets.core.providers import ProviderAccess, hf_bucket, http
 from marin_assets.core.retry import RetryPolicy
 from marin_assets.core.specs import NORMALIZED
+from marin_assets.defs.resources import MarinResource
 from marin_assets_tests.faults.conftest import TOKEN
 from marin_assets_tests.faults.hostile import SHA
 
 ESCAPE = "../../../../outside/X"
 FAST = RetryPolicy(attempts=3, base_wait_s=0, min_wait_s=0, max_jitter_s=0, rate_limit_margin_s=0, sleep=lambda s: None)
+
+
+def access() -> ProviderAccess:
+    """How the pipeline reaches providers, built by the settings from what the fixtures set
+    (``HF_ENDPOINT``, ``HF_TOKEN``, ``MARIN_STAGING_DIR``), with waits of zero."""
+    return dataclasses.replace(MarinResource().provider_access(), policy=FAST)
 
 
 def bucket_source(repo_id: str = "evil/bucket") -> Source:
@@ -42,7 +51,7 @@ def test_hub_bucket_listing_cannot_write_outside_the_destination(world, hostile)
     hostile.files = {"data/part-0.jsonl": b'{"text": "fine"}\n', ESCAPE: b"attacker bytes"}
     world.inject()
     with pytest.raises(trust.UnsafePathError, match="outside/X"):
-        hf_bucket.fetch(bucket_source(), storage.Layout(str(world.root)), policy=FAST)
+        hf_bucket.fetch(bucket_source(), storage.Layout(str(world.root)), access=access())
     assert not (world.path / "outside").exists()
 
 
@@ -64,7 +73,7 @@ def test_bucket_pagination_link_to_another_host_gets_no_token(world, hostile, el
     hostile.files = {"data/part-0.jsonl": b'{"text": "fine"}\n'}
     hostile.bucket_next = f"{elsewhere.base}/api/buckets/evil/bucket/tree?cursor=2"
     world.inject()
-    listed = hf_bucket.list_bucket(bucket_source(), policy=FAST, counters=http.FetchCounters())
+    listed = hf_bucket.list_bucket(bucket_source(), access=access(), counters=http.FetchCounters())
     assert [f["path"] for f in listed] == ["data/part-0.jsonl"]
     assert len(elsewhere.seen) == 1, "the link was followed"
     assert elsewhere.credentials_seen() == []
@@ -77,7 +86,7 @@ def test_bucket_file_redirect_to_another_host_gets_no_token(world, hostile, else
     elsewhere.files["/bridge/part-0"] = body
     hostile.redirect["data/part-0.jsonl"] = f"{elsewhere.base}/bridge/part-0"
     world.inject()
-    manifest = hf_bucket.fetch(bucket_source(), storage.Layout(str(world.root)), policy=FAST)
+    manifest = hf_bucket.fetch(bucket_source(), storage.Layout(str(world.root)), access=access())
     assert storage.read_bytes(storage.join(manifest["uri"], "data/part-0.jsonl")) == body
     assert elsewhere.credentials_seen() == [] and len(elsewhere.seen) == 1
 

@@ -15,7 +15,7 @@ from marin_assets_tests.recipes import covered_sources
 
 
 def test_every_hub_entry_is_implemented_and_fixture_tested() -> None:
-    rows = recipe_status(load_catalog())
+    rows = recipe_status(load_catalog(), covered_sources())
     hub = [r for r in rows if r.kind == "hf"]
     assert len(hub) == 137
     assert [r.name for r in hub if not (r.implemented and r.fixture)] == []
@@ -31,25 +31,27 @@ def test_missing_transform_and_unknown_coverage_are_reported(tmp_path: Path) -> 
     path = catalog_with(tmp_path / "catalog.toml", entries=[extra], keep=["agenttrove", "cp/peps"])
     with pytest.raises(CatalogError, match="no_such_family"):  # the pipeline refuses it when the catalog loads
         load_catalog(path)
-    rows = {r.name: r for r in recipe_status(load_catalog(path, check_transforms=False))}
+    rows = {r.name: r for r in recipe_status(load_catalog(path, check_transforms=False), covered_sources())}
     new = rows["demo/new-family"]
     assert (new.implemented, new.fixture, new.recipe) == (False, False, "no_such_family")
     assert "no_such_family" in new.missing
     assert summarize(list(rows.values()))["total"] == {"entries": 3, "implemented": 2, "fixtures": 2, "ready": 2}
-    text = format_status(path)
+    text = format_status(path, covered_sources())
     assert "implemented 2/3; fixture-tested 2/3" in text
     assert "no: needs the family transform 'no_such_family'" in text
-    unknown = recipe_status(load_catalog(path, check_transforms=False), covered=None)
+    unknown = recipe_status(load_catalog(path, check_transforms=False))
     assert {r.fixture for r in unknown} == {None}
+    assert UNKNOWN in format_status(path)
 
 
 def test_status_covers_the_fixture_registry_and_stays_free_of_dagster() -> None:
     code = (
-        "import sys; from marin_assets.core.recipes import format_status; out = format_status(); "
-        "assert 'dagster' not in sys.modules, 'core imported dagster'; print(next(l for l in out.splitlines() if l.startswith('total:')))"
+        "import sys; from marin_assets_tests.recipes.__main__ import main; main([]); "
+        "assert 'dagster' not in sys.modules, 'core imported dagster'"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     total = len(load_catalog())
-    assert done.stdout.startswith(f"total: {total} entries; implemented ")
-    assert f"fixture-tested {len(covered_sources() & set(load_catalog().names))}/{total}" in done.stdout
+    summary = next(line for line in done.stdout.splitlines() if line.startswith("total:"))
+    assert summary.startswith(f"total: {total} entries; implemented ")
+    assert f"fixture-tested {len(covered_sources() & set(load_catalog().names))}/{total}" in summary
     assert UNKNOWN not in done.stdout

@@ -9,6 +9,7 @@ other tests cover what must fail, and how.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -53,9 +54,9 @@ def web(pipeline, web_server, monkeypatch):
     base = web_server.base
     mirrors = {fx.HPLT_ORIGIN: "/hplt", fx.MASSIVE_ORIGIN: "/massive", fx.NSF_API_ORIGIN: "/nsf-api",
                fx.NSF_S3_ORIGIN: "/nsf-s3", fx.DOCX_API_ORIGIN: "/docx-api", fx.DOCX_ORIGIN: "/docx"}  # fmt: skip
-    monkeypatch.setenv(http.MIRROR_ENV, ";".join(f"{origin}={base}{path}" for origin, path in mirrors.items()))
-    monkeypatch.setenv(http.RETRY_WAIT_ENV, "0")
-    monkeypatch.setenv("HF_ENDPOINT", base)
+    monkeypatch.setenv("MARIN_WEB_MIRROR", ";".join(f"{origin}={base}{path}" for origin, path in mirrors.items()))
+    monkeypatch.setenv("MARIN_RETRY_WAIT_S", "0")
+    monkeypatch.setenv("HF_ENDPOINT", base)  # settings the resource reads when a step runs
     return pipeline
 
 
@@ -280,30 +281,31 @@ def test_massive_annotation_parsing() -> None:
 
 
 def test_mirror_map_and_safe_display() -> None:
-    env = {http.MIRROR_ENV: "https://a.example=http://m/a; https://a.example/deep=http://m/deep\n"}
-    assert http.mirror_url("https://a.example/deep/x?q=1", env) == "http://m/deep/x?q=1"
-    assert http.mirror_url("https://a.example/y", env) == "http://m/a/y"
-    assert http.mirror_url("https://b.example/y", env) == "https://b.example/y"
+    mirrors = http.parse_mirrors("https://a.example=http://m/a; https://a.example/deep=http://m/deep\n")
+    assert http.mirror_url("https://a.example/deep/x?q=1", mirrors) == "http://m/deep/x?q=1"
+    assert http.mirror_url("https://a.example/y", mirrors) == "http://m/a/y"
+    assert http.mirror_url("https://b.example/y", mirrors) == "https://b.example/y"
+    assert http.mirror_url("https://a.example/y") == "https://a.example/y"
     assert http.display_url("https://user:pw@h.example:8443/p/f.zip?X-Amz-Signature=abc#frag") == "https://h.example:8443/p/f.zip"
     with pytest.raises(ValueError, match=http.MIRROR_ENV):
-        http.mirror_url("https://a", {http.MIRROR_ENV: "no-equals-sign"})
+        http.parse_mirrors("no-equals-sign")
 
 
-def test_gone_file_fails_at_once_and_retries_run_out(web_server, monkeypatch) -> None:
-    monkeypatch.setenv(http.RETRY_WAIT_ENV, "0")
+def test_gone_file_fails_at_once_and_retries_run_out(web_server) -> None:
+    no_wait = http.policy_with_wait(0)
     with pytest.raises(http.ProviderGoneError, match="HTTP 404"):
-        http.fetch_bytes(web_server.url("/missing.bin"), what="test")
+        http.fetch_bytes(web_server.url("/missing.bin"), what="test", policy=no_wait)
     assert web_server.count("/missing.bin") == 1
     web_server.put("/flaky.bin", os.urandom(1000))
     web_server.fail("/flaky.bin", "status", times=None, status=503)
     with pytest.raises(http.DownloadError, match="gave up after 3 attempts"):
-        http.fetch_bytes(web_server.url("/flaky.bin"), what="test", policy=http.policy_from_env(http.RetryPolicy(attempts=3)))
+        http.fetch_bytes(web_server.url("/flaky.bin"), what="test", policy=http.policy_with_wait(0, http.RetryPolicy(attempts=3)))
     assert web_server.count("/flaky.bin") == 3
     body = os.urandom(5000)
     web_server.put("/pinned.bin", body)
     with pytest.raises(http.IntegrityError, match="sha256 mismatch"):
-        http.fetch_bytes(web_server.url("/pinned.bin"), what="test", expected_sha256="0" * 64)
-    data, fetched = http.fetch_bytes(web_server.url("/pinned.bin"), what="test", expected_size=5000)
+        http.fetch_bytes(web_server.url("/pinned.bin"), what="test", expected_sha256="0" * 64, policy=no_wait)
+    data, fetched = http.fetch_bytes(web_server.url("/pinned.bin"), what="test", expected_size=5000, policy=no_wait)
     assert data == body and fetched.size == 5000
 
 
@@ -312,20 +314,21 @@ def test_drift_checks_of_web_and_bucket_pins(web, web_server, tmp_path) -> None:
     from marin_assets.core.providers import pins
 
     layout = storage.Layout(web.prefix)
+    access = dataclasses.replace(web.resource.provider_access(), policy=pins.QUICK)  # the settings, as the drift sensor builds them
     api = place(web, web_server, tmp_path, BIO, case_of(BIO))
     bio = load(web.catalog_path).by_name(BIO)
-    assert pins.check_pin(bio, layout)[0] == pins.OK
+    assert pins.check_pin(bio, layout, access=access)[0] == pins.OK
     api.add(fx.BucketFile("data/part-009.jsonl.zst", b"late"))
-    status, detail = pins.check_pin(bio, layout)
+    status, detail = pins.check_pin(bio, layout, access=access)
     assert status == pins.REVISION_GONE and bio.provider.sha256 in detail
     place(web, web_server, tmp_path, DOCX, case_of(DOCX), {})  # the packaged pin, another manifest served
-    assert pins.check_pin(load(web.catalog_path).by_name(DOCX), layout)[0] == pins.REVISION_GONE
+    assert pins.check_pin(load(web.catalog_path).by_name(DOCX), layout, access=access)[0] == pins.REVISION_GONE
     place(web, web_server, tmp_path, HPLT, case_of(HPLT))
-    assert pins.check_pin(load(web.catalog_path).by_name(HPLT), layout)[0] == pins.OK
+    assert pins.check_pin(load(web.catalog_path).by_name(HPLT), layout, access=access)[0] == pins.OK
     del web_server.files[f"{fx.HPLT_DIR}/10_3.jsonl.zst"]
-    assert pins.check_pin(load(web.catalog_path).by_name(HPLT), layout)[0] == pins.REVISION_GONE
+    assert pins.check_pin(load(web.catalog_path).by_name(HPLT), layout, access=access)[0] == pins.REVISION_GONE
     web.catalog_path = str(catalog_with(tmp_path / "catalog.toml", keep=[GHALOGS]))
-    status, detail = pins.check_pin(load(web.catalog_path).by_name(GHALOGS), layout)
+    status, detail = pins.check_pin(load(web.catalog_path).by_name(GHALOGS), layout, access=access)
     assert status == pins.UNKNOWN and "not staged" in detail
 
 

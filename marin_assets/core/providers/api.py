@@ -16,8 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from marin_assets.core import storage
-from marin_assets.core.hub import RetryPolicy
-from marin_assets.core.providers import docx_corpus, nsf_awards, register
+from marin_assets.core.providers import ProviderAccess, docx_corpus, nsf_awards, register
 from marin_assets.core.providers.rawcopy import Progress, ProviderError
 
 RECIPES = {
@@ -27,11 +26,11 @@ RECIPES = {
 
 
 @register("api")
-def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, policy: RetryPolicy | None = None) -> dict[str, Any]:
+def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, access: ProviderAccess = ProviderAccess()) -> dict[str, Any]:
     recipe = RECIPES.get(source.transform or "")
     if recipe is None:
         raise ProviderError(
             f"source '{source.name}': no api recipe for transform {source.transform!r} "
             f"(known: {', '.join(sorted(RECIPES))}); add one in marin_assets/core/providers/api.py"
         )
-    return recipe(source, layout, progress, policy=policy)
+    return recipe(source, layout, progress, access=access)

@@ -18,8 +18,8 @@ from urllib.parse import parse_qs, urlsplit
 import polars as pl
 
 from marin_assets.core import storage
-from marin_assets.core.hub import IntegrityError, RetryPolicy
-from marin_assets.core.providers import http, rawcopy
+from marin_assets.core.hub import IntegrityError
+from marin_assets.core.providers import ProviderAccess, http, rawcopy
 from marin_assets.core.providers.rawcopy import ProviderError, Progress
 
 DATASET = "superdoc-dev/docx-corpus"
@@ -51,13 +51,14 @@ def parse_manifest(text: str) -> tuple[list[tuple[str, str, str]], dict[str, int
     return docs, counts
 
 
-def _document_row(doc: tuple[str, str, str], language: str, source_name: str, policy: RetryPolicy | None,
+def _document_row(doc: tuple[str, str, str], language: str, source_name: str, access: ProviderAccess,
                   counters: http.FetchCounters) -> dict[str, Any]:  # fmt: skip
     doc_id, raw_url, text_url = doc
     row = {"id": doc_id, "text": None, "url": text_url, "raw_url": raw_url, "source": DATASET, "language": language,
            "status": "ok", "utf8_repaired": False}  # fmt: skip
     try:
-        body, _ = http.fetch_bytes(text_url, what=f"source '{source_name}' document {doc_id}", policy=policy, counters=counters)
+        body, _ = http.fetch_bytes(text_url, what=f"source '{source_name}' document {doc_id}", policy=access.policy,
+                                   mirrors=access.mirrors, counters=counters)
     except http.ProviderGoneError:
         return row | {"status": "not_found"}
     try:
@@ -68,7 +69,7 @@ def _document_row(doc: tuple[str, str, str], language: str, source_name: str, po
     return row | {"text": text, "status": "ok" if text.strip() else "empty"}
 
 
-def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, policy: RetryPolicy | None = None) -> dict[str, Any]:
+def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, access: ProviderAccess = ProviderAccess()) -> dict[str, Any]:
     p = source.provider
     language = (parse_qs(urlsplit(p.url).query).get("lang") or [""])[0]
     fp = rawcopy.recipe_fingerprint("docx_corpus", source, batch_docs=BATCH_DOCS)
@@ -78,7 +79,7 @@ def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, pol
     counters = http.FetchCounters()
     copy = rawcopy.RawCopy(uri)
     try:
-        manifest, fetched = http.fetch_bytes(p.url, what=f"source '{source.name}' manifest", policy=policy,
+        manifest, fetched = http.fetch_bytes(p.url, what=f"source '{source.name}' manifest", policy=access.policy, mirrors=access.mirrors,
                                              expected_sha256=p.sha256 or None, counters=counters)  # fmt: skip
     except IntegrityError as err:
         raise ProviderError(
@@ -96,7 +97,7 @@ def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, pol
     rawcopy.say(progress, f"{source.name}: {len(docs)} documents in {len(batches)} batches, {len(done)} batches already stored")
 
     def task(index: int) -> dict[str, Any]:
-        rows = [_document_row(doc, language, source.name, policy, counters) for doc in batches[index]]
+        rows = [_document_row(doc, language, source.name, access, counters) for doc in batches[index]]
         frame = pl.DataFrame(rows, schema={"id": pl.Utf8, "text": pl.Utf8, "url": pl.Utf8, "raw_url": pl.Utf8, "source": pl.Utf8,
                                            "language": pl.Utf8, "status": pl.Utf8, "utf8_repaired": pl.Boolean})  # fmt: skip
         storage.write_parquet(frame, storage.join(uri, paths[index]))

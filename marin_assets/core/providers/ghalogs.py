@@ -25,8 +25,7 @@ from typing import Any
 import zstandard
 
 from marin_assets.core import storage
-from marin_assets.core.hub import RetryPolicy
-from marin_assets.core.providers import http, rawcopy
+from marin_assets.core.providers import ProviderAccess, http, rawcopy
 from marin_assets.core.providers.rawcopy import ProviderError, Progress
 
 CHUNK_BYTES = 256 << 20
@@ -87,8 +86,8 @@ def _open_zip(source: Any, uri: str) -> tuple[Any, zipfile.ZipFile]:
         ) from None
 
 
-def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, policy: RetryPolicy | None = None) -> dict[str, Any]:
-    del policy  # nothing is fetched over the network
+def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, access: ProviderAccess = ProviderAccess()) -> dict[str, Any]:
+    del access  # nothing is fetched over the network
     p = source.provider
     archive = archive_uri(source, layout)
     if not storage.exists(archive):

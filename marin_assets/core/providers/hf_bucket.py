@@ -15,7 +15,7 @@ The Hub's bucket HTTP API (the one ``huggingface_hub`` >= 1.6 uses for ``hf://bu
 * ``GET {endpoint}/buckets/{namespace}/{name}/resolve/{path}``: the file's bytes (usually a
   redirect to the Xet bridge; the token is not forwarded across hosts).
 
-``HF_ENDPOINT`` and ``HF_TOKEN`` apply as for dataset repos. Each file is checked against its
+The ``HF_ENDPOINT`` and ``HF_TOKEN`` settings apply as for dataset repos. Each file is checked against its
 size and, when ``hf_xet`` is installed, its Xet hash recomputed locally.
 """
 
@@ -29,8 +29,8 @@ from typing import Any
 from urllib.parse import quote
 
 from marin_assets.core import storage, trust
-from marin_assets.core.hub import RetryPolicy, hub_endpoint, select_paths
-from marin_assets.core.providers import http, rawcopy, register
+from marin_assets.core.hub import hub_endpoint, select_paths
+from marin_assets.core.providers import ProviderAccess, http, rawcopy, register
 from marin_assets.core.providers.rawcopy import Progress, ProviderError
 
 WORKERS = 4
@@ -52,8 +52,7 @@ def xet_hash_of(path: str) -> str | None:
     return str(hf_xet.hash_files([path])[0].hash)
 
 
-def _auth_headers() -> dict[str, str]:
-    token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+def _auth_headers(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
@@ -69,18 +68,19 @@ def _list_prefix(globs: tuple[str, ...]) -> str:
     return common.rsplit("/", 1)[0] if common not in folders else common
 
 
-def list_bucket(source: Any, *, policy: RetryPolicy | None, counters: http.FetchCounters) -> list[dict[str, Any]]:
+def list_bucket(source: Any, *, access: ProviderAccess, counters: http.FetchCounters) -> list[dict[str, Any]]:
     """Every file of the bucket under the selection's folder, following the pagination."""
     p = source.provider
-    endpoint = hub_endpoint()
+    endpoint = hub_endpoint(access.hf_endpoint)
     prefix = _list_prefix(p.allow)
     url = f"{endpoint}/api/buckets/{p.repo_id}/tree" + (f"/{quote(prefix, safe='')}" if prefix else "") + "?recursive=true"
     hint = f"the bucket is private or the token lacks access: set HF_TOKEN to a token that can read buckets/{p.repo_id}"
     entries: list[dict[str, Any]] = []
     while url:
         headers: dict[str, str] = {}
-        page = http.fetch_json(url, what=f"source '{source.name}' listing buckets/{p.repo_id}", policy=policy,
-                               headers=trust.credentials_for(url, endpoint, _auth_headers()), access_hint=hint, counters=counters, mirror=False,
+        page = http.fetch_json(url, what=f"source '{source.name}' listing buckets/{p.repo_id}", policy=access.policy,
+                               headers=trust.credentials_for(url, endpoint, _auth_headers(access.hf_token)), access_hint=hint,
+                               counters=counters, mirror=False,
                                headers_out=headers)  # fmt: skip
         if not isinstance(page, list):
             raise ProviderError(f"source '{source.name}': the bucket listing of buckets/{p.repo_id} is not a JSON list; the API changed")
@@ -117,10 +117,10 @@ def _newer_than(files: list[dict[str, Any]], revision: str) -> list[str]:
 
 
 @register("hf_bucket")
-def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, policy: RetryPolicy | None = None) -> dict[str, Any]:
+def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, access: ProviderAccess = ProviderAccess()) -> dict[str, Any]:
     p = source.provider
     counters = http.FetchCounters()
-    listed = list_bucket(source, policy=policy, counters=counters)
+    listed = list_bucket(source, access=access, counters=counters)
     selected = sorted((f for f in listed if select_paths([f["path"]], list(p.allow) or None, list(p.exclude) or None)),
                       key=lambda f: f["path"])  # fmt: skip
     if not selected:
@@ -145,7 +145,7 @@ def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, pol
     done = copy.finished()
     todo = [f for f in selected if f["path"] not in done or done[f["path"]].get("xet_hash") != f["xet_hash"]]
     rawcopy.say(progress, f"{source.name}: {len(selected)} files, {len(selected) - len(todo)} already copied")
-    endpoint = hub_endpoint()
+    endpoint = hub_endpoint(access.hf_endpoint)
 
     def task(remote: dict[str, Any], staging: str) -> dict[str, Any]:
         local = os.path.join(staging, hashlib.sha1(remote["path"].encode()).hexdigest())
@@ -161,7 +161,7 @@ def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, pol
         try:
             with open(local, "w+b") as body:
                 fetched = http.fetch_into(url, body, what=f"source '{source.name}' buckets/{p.repo_id}/{remote['path']}",
-                                          policy=policy, headers=trust.credentials_for(url, endpoint, _auth_headers()),
+                                          policy=access.policy, headers=trust.credentials_for(url, endpoint, _auth_headers(access.hf_token)),
                                           expected_size=remote["size"],
                                           validate=validate, counters=counters, mirror=False)  # fmt: skip
             storage.put_file(local, trust.child_uri(uri, remote["path"], f"source '{source.name}' buckets/{p.repo_id}"))
@@ -174,7 +174,7 @@ def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, pol
         rawcopy.say(progress, f"{source.name}: copied {remote['path']}")
         return record
 
-    with rawcopy.staging_dir("marin-bucket-") as staging:
+    with rawcopy.staging_dir(access.staging_dir, "marin-bucket-") as staging:
         records, errors = rawcopy.run_tasks([lambda f=f: task(f, staging) for f in todo], WORKERS)
     rawcopy.raise_first(errors, what=f"source '{source.name}'", done=len(selected) - len(todo) + len(records), total=len(selected), uri=uri)
     by_path = done | {r["path"]: r for r in records}

@@ -18,8 +18,8 @@ from typing import Any
 import zstandard
 
 from marin_assets.core import storage
-from marin_assets.core.hub import RetryPolicy, select_paths
-from marin_assets.core.providers import http, rawcopy
+from marin_assets.core.hub import select_paths
+from marin_assets.core.providers import ProviderAccess, http, rawcopy
 from marin_assets.core.providers.rawcopy import ProviderError, Progress
 
 # Shards per WDS tier in HPLT v3.0 eng_Latn (tiers 5-10: 1,294 shards).
@@ -107,7 +107,7 @@ def transcode(published: io.BufferedIOBase, out: io.BufferedIOBase, tier: int) -
     return {"rows": rows, "blank_lines": blank}
 
 
-def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, policy: RetryPolicy | None = None) -> dict[str, Any]:
+def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, access: ProviderAccess = ProviderAccess()) -> dict[str, Any]:
     plan = shard_plan(source)
     p = source.provider
     fp = rawcopy.recipe_fingerprint("hplt", source, shards=[path for *_, path in plan])
@@ -131,7 +131,7 @@ def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, pol
 
         try:
             with open(published, "w+b") as body:
-                fetched = http.fetch_into(url, body, what=f"source '{source.name}' shard {path}", policy=policy,
+                fetched = http.fetch_into(url, body, what=f"source '{source.name}' shard {path}", policy=access.policy, mirrors=access.mirrors,
                                           validate=validate, counters=counters)  # fmt: skip
             storage.put_file(tagged, storage.join(uri, path))
         finally:
@@ -144,7 +144,7 @@ def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, pol
         rawcopy.say(progress, f"{source.name}: copied {path} ({stats.get('rows', 0)} records)")
         return record
 
-    with rawcopy.staging_dir("marin-hplt-") as staging:
+    with rawcopy.staging_dir(access.staging_dir, "marin-hplt-") as staging:
         records, errors = rawcopy.run_tasks([lambda item=item: task(*item, staging) for item in todo], WORKERS)
     rawcopy.raise_first(errors, what=f"source '{source.name}'", done=len(done) + len(records), total=len(plan), uri=uri)
     by_path = done | {r["path"]: r for r in records}

@@ -10,8 +10,9 @@
 * Verification: the body must match ``Content-Length``, and the size and sha256 a pin gives;
   a caller's ``validate`` hook (zstd/zip integrity) can reject a body too. A bad body is
   fetched again, at most ``policy.integrity_attempts`` times, then ``IntegrityError``.
-* Mirrors: ``MARIN_WEB_MIRROR`` rewrites provider URLs before they are fetched, so tests,
-  air-gapped sites and mirrors serve the same recipes. Its value is a list of
+* Mirrors: the ``MARIN_WEB_MIRROR`` setting (passed in as ``mirrors``, parsed by
+  ``parse_mirrors``) rewrites provider URLs before they are fetched, so tests, air-gapped
+  sites and mirrors serve the same recipes. Its value is a list of
   ``<origin prefix>=<replacement prefix>`` pairs separated by ``;`` or newlines, e.g.
   ``https://data.hplt-project.org=http://mirror.internal/hplt``; the longest matching
   prefix wins; URLs that match nothing are fetched as they are. Links found inside
@@ -20,8 +21,8 @@
   or manifests (``display_url``). Credentials go only to their own origin
   (``trust.credentials_for``); redirects to another host drop ``Authorization``.
 
-Tests keep the retry rules but not the production waits: ``MARIN_RETRY_WAIT_S`` (seconds)
-replaces every wait when set, like the ``retry_wait_s`` setting of the Dagster resource.
+Tests keep the retry rules but not the production waits: the ``MARIN_RETRY_WAIT_S`` setting
+gives a policy whose every wait is that many seconds (``policy_with_wait``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, BinaryIO
 from urllib.parse import urlsplit, urlunsplit
 
@@ -53,8 +54,7 @@ from marin_assets.core.retry import (  # noqa: F401 - the one retry loop, shared
 
 log = logging.getLogger(__name__)
 
-MIRROR_ENV = "MARIN_WEB_MIRROR"
-RETRY_WAIT_ENV = "MARIN_RETRY_WAIT_S"
+MIRROR_ENV = "MARIN_WEB_MIRROR"  # the setting named in messages
 USER_AGENT = "marin-assets/0.1 (+data pipeline; plain HTTP provider client)"
 CHUNK_BYTES = 1 << 20
 
@@ -82,9 +82,8 @@ FetchCounters = Counters
 # --------------------------------------------------------------------------- URLs
 
 
-def mirror_map(env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
-    """The ``MARIN_WEB_MIRROR`` pairs, longest origin first."""
-    value = (env if env is not None else os.environ).get(MIRROR_ENV, "")
+def parse_mirrors(value: str) -> tuple[tuple[str, str], ...]:
+    """The pairs of a ``MARIN_WEB_MIRROR`` value, longest origin first."""
     pairs = []
     for item in value.replace("\n", ";").split(";"):
         item = item.strip()
@@ -94,12 +93,12 @@ def mirror_map(env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
         if not sep or not origin.strip() or not replacement.strip():
             raise ValueError(f"{MIRROR_ENV}: entry {item!r} is not '<origin prefix>=<replacement prefix>'")
         pairs.append((origin.strip(), replacement.strip()))
-    return sorted(pairs, key=lambda p: len(p[0]), reverse=True)
+    return tuple(sorted(pairs, key=lambda p: len(p[0]), reverse=True))
 
 
-def mirror_url(url: str, env: Mapping[str, str] | None = None) -> str:
+def mirror_url(url: str, mirrors: Sequence[tuple[str, str]] = ()) -> str:
     """``url`` as this site fetches it (rewritten by the longest matching mirror prefix)."""
-    for origin, replacement in mirror_map(env):
+    for origin, replacement in sorted(mirrors, key=lambda p: len(p[0]), reverse=True):
         if url.startswith(origin):
             return replacement + url[len(origin) :]
     return url
@@ -114,12 +113,11 @@ def display_url(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
-def policy_from_env(default: RetryPolicy = DEFAULT_POLICY) -> RetryPolicy:
-    """The retry policy, with every wait set to ``MARIN_RETRY_WAIT_S`` when that is set."""
-    value = os.environ.get(RETRY_WAIT_ENV, "").strip()
-    if not value:
+def policy_with_wait(wait_s: float | None, default: RetryPolicy = DEFAULT_POLICY) -> RetryPolicy:
+    """``default``, or with every wait set to ``wait_s`` seconds when given (tests, mirrors)."""
+    if wait_s is None:
         return default
-    wait = max(0.0, float(value))
+    wait = max(0.0, float(wait_s))
     return dataclasses.replace(default, base_wait_s=wait, min_wait_s=wait, max_jitter_s=wait, rate_limit_margin_s=wait)
 
 
@@ -191,6 +189,7 @@ def fetch_into(
     access_hint: str = "",
     counters: FetchCounters | None = None,
     mirror: bool = True,
+    mirrors: Sequence[tuple[str, str]] = (),
     headers_out: dict[str, str] | None = None,
 ) -> Fetched:
     """Stream ``url`` (through the mirror map) into ``out`` (a seekable ``w+b`` file), verified.
@@ -199,8 +198,8 @@ def fetch_into(
     ``validate(out)`` runs on the finished body and raises ``CorruptBody`` to reject it.
     ``headers_out`` receives the headers of the answer (pagination links).
     """
-    policy = policy or policy_from_env()
-    target = mirror_url(url) if mirror else url
+    policy = policy or DEFAULT_POLICY
+    target = mirror_url(url, mirrors) if mirror else url
     state: dict[str, Any] = {}
 
     def restart() -> None:
@@ -298,4 +297,4 @@ def fetch_json(url: str, **kwargs: Any) -> Any:
     try:
         return json.loads(data)
     except ValueError:
-        raise DownloadError(f"{kwargs.get('what', 'request')}: {display_url(mirror_url(url))} did not answer JSON") from None
+        raise DownloadError(f"{kwargs.get('what', 'request')}: {display_url(mirror_url(url, kwargs.get('mirrors', ())))} did not answer JSON") from None

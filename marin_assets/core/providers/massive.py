@@ -14,8 +14,7 @@ import zlib
 from typing import Any
 
 from marin_assets.core import storage
-from marin_assets.core.hub import RetryPolicy
-from marin_assets.core.providers import http, rawcopy
+from marin_assets.core.providers import ProviderAccess, http, rawcopy
 from marin_assets.core.providers.rawcopy import ProviderError, Progress
 
 
@@ -36,7 +35,7 @@ def _check_tarball(body: Any) -> None:
         raise http.CorruptBody(f"the tarball does not read ({type(err).__name__}: {err})") from None
 
 
-def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, policy: RetryPolicy | None = None) -> dict[str, Any]:
+def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, access: ProviderAccess = ProviderAccess()) -> dict[str, Any]:
     p = source.provider
     fp = rawcopy.recipe_fingerprint("massive", source)
     uri = rawcopy.dest_uri(layout, rawcopy.url_key(p.url), p.revision, fp)
@@ -44,10 +43,10 @@ def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, pol
         return stored
     counters = http.FetchCounters()
     copy = rawcopy.RawCopy(uri)
-    with rawcopy.staging_dir("marin-massive-") as staging:
+    with rawcopy.staging_dir(access.staging_dir, "marin-massive-") as staging:
         local = os.path.join(staging, "release.tar.gz")
         with open(local, "w+b") as body:
-            fetched = http.fetch_into(p.url, body, what=f"source '{source.name}' tarball", policy=policy,
+            fetched = http.fetch_into(p.url, body, what=f"source '{source.name}' tarball", policy=access.policy, mirrors=access.mirrors,
                                       expected_sha256=p.sha256 or None, validate=_check_tarball, counters=counters)  # fmt: skip
         rawcopy.say(progress, f"{source.name}: fetched the tarball ({fetched.size} bytes)")
         files = []

@@ -21,8 +21,7 @@ from typing import Any
 import zstandard
 
 from marin_assets.core import storage
-from marin_assets.core.hub import RetryPolicy
-from marin_assets.core.providers import http, rawcopy
+from marin_assets.core.providers import ProviderAccess, http, rawcopy
 from marin_assets.core.providers.rawcopy import ProviderError, Progress
 
 AWARD_FIELDS = (
@@ -91,7 +90,7 @@ def _check_zip(body: Any) -> None:
         raise http.CorruptBody(f"member {bad} fails its CRC check")
 
 
-def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, policy: RetryPolicy | None = None) -> dict[str, Any]:
+def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, access: ProviderAccess = ProviderAccess()) -> dict[str, Any]:
     p = source.provider
     years = year_range(source)
     fp = rawcopy.recipe_fingerprint("nsf_awards", source, fields=list(AWARD_FIELDS))
@@ -99,7 +98,7 @@ def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, pol
     if (stored := rawcopy.reused(uri)) is not None:
         return stored
     counters = http.FetchCounters()
-    listing = http.fetch_json(p.url, what=f"source '{source.name}' year listing", policy=policy, headers=LIST_HEADERS, counters=counters)
+    listing = http.fetch_json(p.url, what=f"source '{source.name}' year listing", policy=access.policy, mirrors=access.mirrors, headers=LIST_HEADERS, counters=counters)
     links = year_links(listing, source.name)
     wanted = sorted(links) if years is None else [y for y in years if y in links]
     missing = [] if years is None else [y for y in years if y not in links]
@@ -116,7 +115,7 @@ def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, pol
         hint = "the presigned link may have expired: rerun raw_files (years already stored are kept)"
         try:
             with open(local, "w+b") as body:
-                fetched = http.fetch_into(links[year], body, what=f"source '{source.name}' year {year}", policy=policy,
+                fetched = http.fetch_into(links[year], body, what=f"source '{source.name}' year {year}", policy=access.policy, mirrors=access.mirrors,
                                           validate=_check_zip, access_hint=hint, counters=counters)  # fmt: skip
             counts = {"awards": 0, "parse_errors": 0, "utf8_repaired": 0}
             buffer = io.BytesIO()
@@ -142,7 +141,7 @@ def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, pol
         return record
 
     todo = [y for y in wanted if paths[y] not in done]
-    with rawcopy.staging_dir("marin-nsf-") as staging:
+    with rawcopy.staging_dir(access.staging_dir, "marin-nsf-") as staging:
         records, errors = rawcopy.run_tasks([lambda y=y: task(y, staging) for y in todo], WORKERS)
     rawcopy.raise_first(errors, what=f"source '{source.name}'", done=len(done) + len(records), total=len(wanted), uri=uri)
     by_path = done | {r["path"]: r for r in records}

@@ -14,21 +14,21 @@ from typing import Any
 
 from marin_assets.core import storage
 from marin_assets.core.hub import DownloadError, RetryPolicy, select_paths
-from marin_assets.core.providers import ghalogs, hf_bucket, hplt, http, nsf_awards, prestaged
+from marin_assets.core.providers import ProviderAccess, ghalogs, hf_bucket, hplt, http, nsf_awards, prestaged
 from marin_assets.core.providers.rawcopy import ProviderError
 
 OK, REVISION_GONE, UNKNOWN, NOT_CHECKED = "ok", "revision-gone", "unknown", "not-checked"
 QUICK = RetryPolicy(attempts=2, base_wait_s=0.5, min_wait_s=0.5, max_wait_s=2.0, max_jitter_s=0.2, rate_limit_margin_s=1.0, timeout_s=10.0)
 
 
-def _first_byte(url: str, what: str, policy: RetryPolicy) -> None:
-    http.fetch_bytes(url, what=what, policy=policy, headers={"Range": "bytes=0-0"})
+def _first_byte(url: str, what: str, access: ProviderAccess) -> None:
+    http.fetch_bytes(url, what=what, policy=access.policy, mirrors=access.mirrors, headers={"Range": "bytes=0-0"})
 
 
-def _check(source: Any, layout: storage.Layout, policy: RetryPolicy) -> tuple[str, str]:
+def _check(source: Any, layout: storage.Layout, access: ProviderAccess) -> tuple[str, str]:
     p = source.provider
     if p.kind == "hf" and p.repo_type == "bucket":
-        listed = hf_bucket.list_bucket(source, policy=policy, counters=http.FetchCounters())
+        listed = hf_bucket.list_bucket(source, access=access, counters=http.FetchCounters())
         selected = [f for f in listed if select_paths([f["path"]], list(p.allow) or None, list(p.exclude) or None)]
         fingerprint = hf_bucket.snapshot_fingerprint(selected)
         if p.sha256 and fingerprint != p.sha256:
@@ -42,13 +42,14 @@ def _check(source: Any, layout: storage.Layout, policy: RetryPolicy) -> tuple[st
         archive = ghalogs.archive_uri(source, layout)
         return (OK, f"archive staged at {archive}") if storage.exists(archive) else (UNKNOWN, f"archive not staged at {archive}")
     if transform == "docx_corpus_records":
-        manifest, _ = http.fetch_bytes(p.url, what=f"source '{source.name}' manifest", policy=policy)
+        manifest, _ = http.fetch_bytes(p.url, what=f"source '{source.name}' manifest", policy=access.policy, mirrors=access.mirrors)
         digest = hashlib.sha256(manifest).hexdigest()
         if p.sha256 and digest != p.sha256:
             return REVISION_GONE, f"the manifest now hashes to {digest}, the pin is {p.sha256}"
         return OK, "the manifest matches its pin"
     if transform == "nsf_award_abstracts":
-        listing = http.fetch_json(p.url, what=f"source '{source.name}' listing", policy=policy, headers=nsf_awards.LIST_HEADERS)
+        listing = http.fetch_json(p.url, what=f"source '{source.name}' listing", policy=access.policy, mirrors=access.mirrors,
+                                 headers=nsf_awards.LIST_HEADERS)
         links = nsf_awards.year_links(listing, source.name)
         years = nsf_awards.year_range(source) or range(0)
         missing = [y for y in years if y not in links]
@@ -56,18 +57,18 @@ def _check(source: Any, layout: storage.Layout, policy: RetryPolicy) -> tuple[st
     if transform == "hplt_register_filter":
         plan = hplt.shard_plan(source)
         for _, _, url, path in (plan[0], plan[-1]):
-            _first_byte(url, f"source '{source.name}' shard {path}", policy)
+            _first_byte(url, f"source '{source.name}' shard {path}", access)
         return OK, f"{len(plan)} shards planned; the first and last are served"
     if p.url:
-        _first_byte(p.url, f"source '{source.name}'", policy)
+        _first_byte(p.url, f"source '{source.name}'", access)
         return OK, f"{http.display_url(p.url)} is served"
     return NOT_CHECKED, f"no drift check for {p.kind} pins of this recipe"
 
 
-def check_pin(source: Any, layout: storage.Layout, *, policy: RetryPolicy = QUICK) -> tuple[str, str]:
+def check_pin(source: Any, layout: storage.Layout, *, access: ProviderAccess = ProviderAccess(policy=QUICK)) -> tuple[str, str]:
     """``(status, detail)`` for ``source``'s pin; never raises for provider or network trouble."""
     try:
-        return _check(source, layout, policy)
+        return _check(source, layout, access)
     except http.ProviderGoneError as err:
         return REVISION_GONE, str(err)
     except (DownloadError, ProviderError, OSError, ValueError) as err:

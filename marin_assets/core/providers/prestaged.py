@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from marin_assets.core import storage
-from marin_assets.core.hub import RetryPolicy, select_paths
-from marin_assets.core.providers import rawcopy, register
+from marin_assets.core.hub import select_paths
+from marin_assets.core.providers import ProviderAccess, rawcopy, register
 from marin_assets.core.providers.rawcopy import Progress, ProviderError
 
 STAGING_DOC = str(Path(__file__).with_name("PRESTAGED.md"))
@@ -124,8 +124,8 @@ def verify(source: Any, layout: storage.Layout) -> dict[str, int]:
 
 
 @register("prestaged")
-def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, policy: RetryPolicy | None = None) -> dict[str, Any]:
-    del policy  # nothing is fetched
+def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, access: ProviderAccess = ProviderAccess()) -> dict[str, Any]:
+    del access  # nothing is fetched
     p = source.provider
     root = layout.staged(p.staged_path)
     shards = verify(source, layout)

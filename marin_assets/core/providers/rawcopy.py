@@ -9,7 +9,6 @@ writes it last, and a repeated call is a no-op that returns the stored manifest 
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -106,12 +105,13 @@ class RawCopy:
 
 
 @contextmanager
-def staging_dir(prefix: str) -> Iterator[str]:
-    """A local scratch folder (``MARIN_STAGING_DIR`` or the system temp), removed afterwards.
+def staging_dir(root: str | None, prefix: str) -> Iterator[str]:
+    """A local scratch folder under ``root`` (the ``MARIN_STAGING_DIR`` setting; None: the system
+    temp), removed afterwards.
 
     Leftovers of killed runs under the same folder are removed first.
     """
-    with trust.staging_area(os.environ.get("MARIN_STAGING_DIR") or None, prefix) as path:
+    with trust.staging_area(root or None, prefix) as path:
         yield path
 
 

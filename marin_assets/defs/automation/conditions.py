@@ -32,6 +32,7 @@ from dagster import AutomationCondition as AC
 
 from marin_assets.catalog.sources import default_catalog_path, load_catalog
 from marin_assets.core.specs import QUALITY_MODEL, TOPIC_MODEL
+from marin_assets.defs.settings import configured_catalog_path
 
 MANUAL = None  # an exception that means: never automated, rebuilt by hand or backfill
 
@@ -48,7 +49,7 @@ EXCEPTIONS: dict[str, dg.AutomationCondition | None] = {
 
 
 def _catalog_mtime() -> tuple[str, int]:
-    path = str(default_catalog_path())
+    path = configured_catalog_path() or str(default_catalog_path())
     try:
         return path, os.stat(path).st_mtime_ns
     except OSError:

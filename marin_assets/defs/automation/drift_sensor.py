@@ -11,7 +11,6 @@ the last known state of every pin. It never edits the catalog. ``MARIN_DRIFT_INT
 import datetime as dt
 import hashlib
 import json
-import os
 import re
 import time
 from collections import Counter
@@ -20,23 +19,16 @@ from typing import Any
 
 import dagster as dg
 
-from marin_assets.defs.automation import drift
+from marin_assets.core import drift
 from marin_assets.defs.automation.sensors import SOURCE_PINS, default_status
 from marin_assets.defs.metadata import markdown_table
 from marin_assets.defs.partitions import source_partitions
 from marin_assets.defs.resources import MarinResource
+from marin_assets.defs.settings import defs_setting_number
 
 DRIFT_PREFIX = "pin_drift_"
 SUMMARY_CHECK = "pin_drift_summary"
 UNREACHABLE = "the provider is unreachable"
-
-
-def _env_number(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    try:
-        return float(raw) if raw else default
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a number") from None
 
 
 def drift_check_names(names: Iterable[str]) -> dict[str, str]:
@@ -106,7 +98,8 @@ def _walk(names: Sequence[str], after: str) -> list[str]:
     return list(names[start:]) + list(names[:start])
 
 
-def check_batch(sources: Iterable[Any], batch: int, budget_s: float, layout: Any = None) -> tuple[list[drift.PinReport], str | None]:
+def check_batch(sources: Iterable[Any], batch: int, budget_s: float, layout: Any = None,
+                access: Any = None) -> tuple[list[drift.PinReport], str | None]:  # fmt: skip
     """Check up to ``batch`` pins within ``budget_s``; stop early when a provider is unreachable.
 
     Returns the reports and why the walk stopped early (``None`` if it did not).
@@ -119,7 +112,7 @@ def check_batch(sources: Iterable[Any], batch: int, budget_s: float, layout: Any
             return reports, None
         if time.monotonic() - started > budget_s:
             return reports, f"time budget of {budget_s:.0f}s used"
-        report = drift.check_source_pin(source, layout=layout)
+        report = drift.check_source_pin(source, layout=layout, **({"access": access} if access is not None else {}))
         reports.append(report)
         if report.status != drift.NOT_CHECKED:
             asked += 1
@@ -130,13 +123,13 @@ def check_batch(sources: Iterable[Any], batch: int, budget_s: float, layout: Any
 
 @dg.sensor(
     name="pin_drift",
-    minimum_interval_seconds=int(_env_number("MARIN_DRIFT_INTERVAL_S", 3600)),
+    minimum_interval_seconds=int(defs_setting_number("MARIN_DRIFT_INTERVAL_S", 3600)),
     default_status=default_status(),
     description="Asks each provider whether the pinned revision is still served, whether its branch moved, whether the repo is now gated or gone. Never changes a pin.",
 )
 def pin_drift(context: dg.SensorEvaluationContext, marin: MarinResource) -> dg.SensorResult:
-    batch = int(_env_number("MARIN_DRIFT_BATCH", 10))
-    budget = _env_number("MARIN_DRIFT_BUDGET_S", 30)
+    batch = int(defs_setting_number("MARIN_DRIFT_BATCH", 10))
+    budget = defs_setting_number("MARIN_DRIFT_BUDGET_S", 30)
     catalog = marin.catalog()
     partitions = set(source_partitions.get_partition_keys())
     sources = [s for s in catalog if s.name in partitions]
@@ -145,7 +138,7 @@ def pin_drift(context: dg.SensorEvaluationContext, marin: MarinResource) -> dg.S
     state = json.loads(context.cursor) if context.cursor else {}
     statuses: dict[str, dict[str, Any]] = {n: s for n, s in state.get("status", {}).items() if n in partitions}
     order = _walk([s.name for s in sources], state.get("last", ""))
-    reports, stopped = check_batch((catalog.by_name(n) for n in order), batch, budget, marin.layout())
+    reports, stopped = check_batch((catalog.by_name(n) for n in order), batch, budget, marin.layout(), marin.provider_access())
     events: list[dg.AssetCheckEvaluation] = []
     for report in reports:
         if report.status == drift.NOT_CHECKED:
@@ -194,7 +187,7 @@ def pin_drift_checks(context: dg.AssetCheckExecutionContext, marin: MarinResourc
             yield dg.AssetCheckResult(check_name=key.name, asset_key=SOURCE_PINS, passed=False, severity=dg.AssetCheckSeverity.WARN,
                                       description=f"{name} is no longer in the catalog")  # fmt: skip
             continue
-        report = drift.check_source_pin(catalog.by_name(name), layout=marin.layout())
+        report = drift.check_source_pin(catalog.by_name(name), layout=marin.layout(), access=marin.provider_access())
         yield dg.AssetCheckResult(check_name=key.name, asset_key=SOURCE_PINS, **drift_verdict(report))
 
 
@@ -202,7 +195,8 @@ def pin_drift_checks(context: dg.AssetCheckExecutionContext, marin: MarinResourc
 def pin_drift_summary(marin: MarinResource) -> dg.AssetCheckResult:
     partitions = set(source_partitions.get_partition_keys())
     sources = [s for s in marin.catalog() if s.name in partitions]
-    reports = [drift.check_source_pin(s, layout=marin.layout()) for s in sources]
+    access = marin.provider_access()
+    reports = [drift.check_source_pin(s, layout=marin.layout(), access=access) for s in sources]
     statuses = {r.source: {"status": r.status, "detail": r.detail, "checked": _now()} for r in reports if r.status != drift.NOT_CHECKED}
     return dg.AssetCheckResult(**summary_verdict(statuses, len(statuses)))
 

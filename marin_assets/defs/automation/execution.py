@@ -10,16 +10,16 @@ steps run on CPU nodes; its namespace, image and env come from the instance's
 
 from __future__ import annotations
 
-import os
-
 import dagster as dg
+
+from marin_assets.defs.settings import defs_setting
 
 EXECUTOR_ENV = "MARIN_EXECUTOR"
 
 
 def executor_from_env(value: str | None = None) -> dg.ExecutorDefinition | None:
     """The executor for ``Definitions(executor=...)``; ``None`` keeps Dagster's multiprocess default."""
-    choice = (value if value is not None else os.environ.get(EXECUTOR_ENV, "")).strip().lower() or "multiprocess"
+    choice = (value if value is not None else defs_setting(EXECUTOR_ENV) or "").strip().lower() or "multiprocess"
     if choice == "multiprocess":
         return None
     if choice == "in_process":

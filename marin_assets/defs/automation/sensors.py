@@ -6,7 +6,6 @@ All of them start in the state ``MARIN_AUTOMATION`` names when the code location
 """
 
 import json
-import os
 from typing import Any
 
 import dagster as dg
@@ -15,6 +14,7 @@ from marin_assets.core import ingest, specs
 from marin_assets.defs.automation.conditions import catalog_names
 from marin_assets.defs.partitions import source_partitions
 from marin_assets.defs.resources import MarinResource
+from marin_assets.defs.settings import defs_setting
 
 AUTOMATION_ENV = "MARIN_AUTOMATION"
 SOURCE_PINS = dg.AssetKey(specs.SOURCE_PINS.name)
@@ -23,7 +23,7 @@ CATALOG_CHECK = "catalog_in_sync"
 
 def automation_enabled(value: str | None = None) -> bool:
     """``MARIN_AUTOMATION``: on/true/1 or off/false/0 (unset: off)."""
-    raw = (value if value is not None else os.environ.get(AUTOMATION_ENV, "")).strip().lower()
+    raw = (value if value is not None else defs_setting(AUTOMATION_ENV) or "").strip().lower()
     if raw in ("", "off", "false", "0", "no"):
         return False
     if raw in ("on", "true", "1", "yes"):

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from marin_assets.core import dedup, embed, hub, mixture, quality, report, stages, storage
+from marin_assets.core import dedup, embed, hub, mixture, quality, stages, storage
 from marin_assets.core import pool as pool_core
 from marin_assets.core import topics as topic_core
 from marin_assets.core.specs import (
@@ -19,6 +19,7 @@ from marin_assets.core.specs import (
     TOPIC_MODEL,
     TOPICS,
 )
+from marin_assets.defs import report
 from marin_assets.defs.metadata import markdown_table, materialized
 from marin_assets.defs.resources import CurationResource, EncoderResource, MarinResource, source_or_fail
 from marin_assets.defs.stage_assets import stage_asset
@@ -33,7 +34,8 @@ def _annotation_files(curation: CurationResource, marin: MarinResource, params: 
     manifest = stages.commit_copy(
         dest,
         lambda: hub.download_snapshot(
-            params.annotations_repo, params.annotations_revision, ["**/*.parquet", "*.parquet"], None, dest, marin.retry_policy()
+            params.annotations_repo, params.annotations_revision, ["**/*.parquet", "*.parquet"], None, dest, marin.retry_policy(),
+            staging_dir=marin.provider_access().staging_dir, **marin.hub_kwargs(),
         ),
     )
     return [storage.join(dest, f["path"]) for f in manifest["files"]], f"{params.annotations_repo}@{params.annotations_revision}"

@@ -4,7 +4,6 @@ import hashlib
 
 import dagster as dg
 
-from marin_assets.catalog.evals import load_evals
 from marin_assets.core import decon, eval_sources, stages, storage
 from marin_assets.core.specs import BOILERPLATE_NGRAMS, CONTAMINATION, EVAL_NGRAMS, NORMALIZED
 from marin_assets.defs.metadata import markdown_table, materialized
@@ -12,27 +11,32 @@ from marin_assets.defs.resources import MarinResource, source_or_fail
 from marin_assets.defs.stage_assets import stage_asset
 
 GLOBAL_DROP = "global_drop.parquet"
+GLOBAL_COVERAGE_DROP = "global_coverage_drop.parquet"
 
 
 @stage_asset(
     EVAL_NGRAMS,
     kinds={"numpy"},
-    description="Exact sorted index of the pinned eval sets' 13-gram features, with attribution to eval set and row.",
+    description="Exact sorted index of the pinned eval sets' 13-gram features (both rules), with attribution to eval "
+    "set and row. Refuses to build when a mandatory set is missing or not pinned by the lock.",
+    check_specs=[dg.AssetCheckSpec("eval_sets_available", asset="eval_ngrams",
+                                   description="every best-effort eval set was fetched and read (non-blocking)")],
 )
 def eval_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
     layout = marin.layout()
-    registry = eval_sources.lock_branch_pins(load_evals())
+    registry = marin.evals()
     params = decon.DeconParams()
     skipped: list[dict] = []
     inputs = {"registry": stages.StageInput(registry.lock_path or "packaged", eval_sources.registry_digest(registry))}
 
     def build(out: str) -> dict:
-        rows = decon.registry_rows(
+        rows = eval_sources.registry_rows(
             registry,
-            lambda eval_set: eval_sources.fetch_eval_set(eval_set, registry, layout, marin.retry_policy()),
+            lambda eval_set: eval_sources.fetch_eval_set(eval_set, registry, layout, marin.provider_access()),
             on_skip=lambda eval_set, exc: skipped.append({"eval set": eval_set.name, "reason": str(exc)[:200]}),
         )
-        return decon.build_eval_index(rows, out, params, registry.expected_rows())
+        stats = decon.build_eval_index(rows, out, params, registry.expected_rows())
+        return {**stats, "unavailable_sets": skipped}
 
     manifest = stages.run_global(
         EVAL_NGRAMS,
@@ -43,12 +47,22 @@ def eval_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.M
         build=build,
     )
     stats = manifest["stats"]
+    skipped = stats.get("unavailable_sets", skipped)
     for row in skipped:
         context.log.warning(f"best-effort eval set skipped: {row['eval set']}: {row['reason']}")
+    check = dg.AssetCheckResult(
+        check_name="eval_sets_available",
+        passed=not skipped,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={"unavailable": len(skipped),
+                  "reasons": "; ".join(f"{r['eval set']}: {r['reason']}" for r in skipped)[:4000] or "none"},
+    )
     return materialized(
         manifest,
+        check_results=[check],
         rows=stats.get("rows") if isinstance(stats.get("rows"), int) else None,
         counters={k: v for k, v in stats.items() if isinstance(v, (int, float))},
+        coverage_ngrams=stats.get("coverage", {}).get("ngrams"),
         eval_sets=len(registry.sets),
         skipped_sets=markdown_table(skipped) if skipped else None,
     )
@@ -70,7 +84,7 @@ def boilerplate_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) 
     found, missing = stages.current_inputs(layout, NORMALIZED, marin.catalog().names)
     if not found:
         raise dg.Failure("no source has a normalized output yet; materialize normalized for some partitions first")
-    params = decon.DeconParams(index_uri=index.uri)
+    params = decon.DeconParams(index_uri=index.uri, index_cache_dir=marin.resolved("decon_cache_dir") or "")
 
     def build(out: str) -> dict:
         per_source = {}
@@ -78,10 +92,18 @@ def boilerplate_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) 
             freq = storage.join(out, name, "frequencies.parquet")
             decon.eval_ngram_frequencies(storage.list_shards(inp.uri), freq, params)
             per_source[name] = decon.source_drop_set(freq, storage.join(out, name, "drop.parquet"), params)
+            cov = storage.join(out, name, "coverage_frequencies.parquet")
+            decon.eval_ngram_frequencies(storage.list_shards(inp.uri), cov, params, rule="coverage")
+            coverage = decon.source_drop_set(cov, storage.join(out, name, "coverage_drop.parquet"), params)
+            per_source[name]["coverage_dropped_ngrams"] = coverage["dropped_ngrams"]
         overall = decon.global_drop_set(
             [storage.join(out, n, "frequencies.parquet") for n in sorted(found)], storage.join(out, GLOBAL_DROP), params
         )
-        return {"per_source": per_source, "global": overall}
+        overall_coverage = decon.global_drop_set(
+            [storage.join(out, n, "coverage_frequencies.parquet") for n in sorted(found)],
+            storage.join(out, GLOBAL_COVERAGE_DROP), params,
+        )
+        return {"per_source": per_source, "global": overall, "global_coverage": overall_coverage}
 
     manifest = stages.run_global(
         BOILERPLATE_NGRAMS,
@@ -92,13 +114,15 @@ def boilerplate_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) 
     )
     stats = manifest["stats"]
     rows = [
-        {"source": s, "dropped n-grams": v["dropped_ngrams"], "head documents": v["head_documents"]}
+        {"source": s, "dropped n-grams (marin)": v["dropped_ngrams"],
+         "dropped n-grams (coverage)": v.get("coverage_dropped_ngrams", 0), "head documents": v["head_documents"]}
         for s, v in stats["per_source"].items()
     ]
     return materialized(
         manifest,
         rows=None,
         global_dropped_ngrams=stats["global"]["dropped_ngrams"],
+        global_coverage_dropped_ngrams=stats.get("global_coverage", {}).get("dropped_ngrams", 0),
         per_source=markdown_table(rows),
         sources_without_normalized=len(missing),
     )
@@ -120,7 +144,10 @@ def contamination(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
         raise dg.Failure(
             f"boilerplate_ngrams has no drop set for '{source.name}' (it was built before this source was normalized); re-materialize boilerplate_ngrams"
         )
-    params = decon.DeconParams(index_uri=index.uri, drop_set_uris=drop_uris)
+    own_coverage = storage.join(drops.uri, source.name, "coverage_drop.parquet")
+    coverage_uris = tuple(u for u in (own_coverage, storage.join(drops.uri, GLOBAL_COVERAGE_DROP)) if storage.exists(u))
+    params = decon.DeconParams(index_uri=index.uri, drop_set_uris=drop_uris, coverage_drop_set_uris=coverage_uris,
+                                index_cache_dir=marin.resolved("decon_cache_dir") or "")
     manifest = stages.run_shards(
         CONTAMINATION,
         layout,
@@ -129,7 +156,8 @@ def contamination(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
         shard_fn=decon.contamination_shard,
         params=params,
         fingerprint_params=params.rule(),
-        extra_fingerprint={"index": index.fingerprint, "drop_sets": [_file_digest(u) for u in drop_uris]},
+        extra_fingerprint={"index": index.fingerprint,
+                           "drop_sets": [_file_digest(u) for u in drop_uris + coverage_uris]},
         runner=marin.runner(),
         progress=context.log.info,
     )
@@ -146,12 +174,22 @@ def contamination(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
         }
         for s in summary["flagged_sample"]
     ]
+    only = [
+        {"only by": rule, "document": s["id"][:10], "eval rows": ", ".join(s["matched_rows"]),
+         "excerpt": s["excerpt"][:200]}
+        for rule in ("marin", "coverage") for s in summary[f"only_{rule}_sample"]
+    ]
     return materialized(
         manifest,
         rows=rows,
         counters={k: v for k, v in summary.items() if isinstance(v, (int, float))},
         flagged_by_eval=markdown_table([{"eval set": k, "documents": v} for k, v in sorted(flagged.items())]),
         flagged_sample=markdown_table(samples),
-        summary=f"  {source.name}: {summary['contaminated']} of {rows} documents flagged "
-        + (f"({', '.join(f'{k}: {v}' for k, v in sorted(flagged.items()))})" if flagged else ""),
+        flagged_per_rule=markdown_table([{"rule": r, "documents": summary.get(f"flagged_{r}", 0),
+                                          "only this rule": summary.get(f"flagged_only_{r}", 0)}
+                                         for r in ("coverage", "marin")]),
+        flagged_by_one_rule_only=markdown_table(only) if only else None,
+        summary=f"  {source.name}: {summary['contaminated']} of {rows} documents flagged"
+        + (f" ({', '.join(f'{k}: {v}' for k, v in sorted(flagged.items()))})" if flagged else "")
+        + f"; by rule: coverage {summary.get('flagged_coverage', 0)}, marin {summary.get('flagged_marin', 0)}",
     )

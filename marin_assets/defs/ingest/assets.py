@@ -1,7 +1,5 @@
 """``source_pins`` (observed from the catalog) and ``raw_files`` (provider files at the pin)."""
 
-import os
-
 import dagster as dg
 
 from marin_assets.core import hub, ingest, stages
@@ -58,7 +56,8 @@ def source_pins(context, marin: MarinResource) -> dg.DataVersionsByPartition:
 )
 def raw_files(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
     source = source_or_fail(marin, context.partition_key)
-    policy = marin.retry_policy()
+    access = marin.provider_access()
+    policy, hub_access = access.policy, marin.hub_kwargs()
     layout = marin.layout()
     manifest = stages.run_copy(
         record_uri=ingest.pin_record_uri(layout, source),
@@ -74,10 +73,12 @@ def raw_files(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.Mat
                 dest_uri=dest,
                 on_progress=progress,
                 policy=policy,
-                staging_dir=os.environ.get("MARIN_STAGING_DIR") or None,
+                staging_dir=access.staging_dir,
+                **hub_access,
             ),
-            resolve=lambda repo, rev, repo_type: hub.resolve_revision(repo, rev, repo_type, policy=policy),
+            resolve=lambda repo, rev, repo_type: hub.resolve_revision(repo, rev, repo_type, policy=policy, **hub_access),
             progress=context.log.info,
+            access=access,
         ),
     )
     return materialized(

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 import polars as pl
 
-from marin_assets.core.report import _figure, _matrix, render_png, topic_row_labels
+from marin_assets.defs.report import _figure, _matrix, render_png, topic_row_labels
 
 
 def predicted_vs_actual_png(actual: np.ndarray, predicted: Mapping[str, np.ndarray], chosen: str, metric: str) -> bytes:

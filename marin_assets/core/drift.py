@@ -6,20 +6,21 @@ so), or is it gone. Other pins (buckets, web, API, pre-staged) are asked by
 ``core.providers.pins.check_pin``. The answer never changes a pin; it is reported, and a
 person decides.
 
-A missing ``HF_TOKEN`` or an unreachable provider makes the answer ``unknown``, never an
+Endpoint, token, mirrors and staging come in as one ``ProviderAccess`` (the settings); a
+missing token or an unreachable provider makes the answer ``unknown``, never an
 exception: the drift sensor must keep running on a laptop without network.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any
 
 from huggingface_hub import HfApi
 from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
 
 from marin_assets.core import hub
+from marin_assets.core.providers import ProviderAccess
 
 OK = "ok"
 BRANCH_MOVED = "branch-moved"
@@ -60,17 +61,13 @@ class PinReport:
         return dataclasses.asdict(self)
 
 
-def _token(token: str | None) -> str | None:
-    return token or os.environ.get("HF_TOKEN") or None
-
-
 def _has_token(token: str | None) -> bool:
-    return _token(token) is not None
+    return bool(token)
 
 
 def _repo_gating(repo_id: str, repo_type: str, endpoint: str | None, token: str | None, timeout_s: float) -> bool:
     """Whether the repo is gated (its metadata is public even when the files are not)."""
-    api = HfApi(endpoint=hub.hub_endpoint(endpoint), token=_token(token))
+    api = HfApi(endpoint=hub.hub_endpoint(endpoint), token=token or None)
     info = api.repo_info(repo_id, repo_type=repo_type, timeout=timeout_s)
     return bool(getattr(info, "gated", False))
 
@@ -79,21 +76,23 @@ def is_hub_dataset(source: Any) -> bool:
     return source.provider.kind == "hf" and source.provider.repo_type == "dataset"
 
 
-def check_source_pin(source: Any, *, layout: Any = None, branch: str = "main", policy: hub.RetryPolicy = QUICK_POLICY,
-                     endpoint: str | None = None, token: str | None = None) -> PinReport:  # fmt: skip
+def check_source_pin(source: Any, *, layout: Any = None, branch: str = "main", access: ProviderAccess = ProviderAccess()) -> PinReport:
     """Ask the provider about ``source``'s pin. Never raises for provider or network trouble.
 
     ``layout`` (the storage layout) is needed for pins other than Hub datasets (pre-staged
-    copies live under it); without it they are ``not-checked``.
+    copies live under it); without it they are ``not-checked``. ``access`` says how to reach
+    providers; its retry policy is replaced by the quick one of drift checks.
     """
+    access = dataclasses.replace(access, policy=QUICK_POLICY)
+    policy, endpoint, token = access.policy, access.hf_endpoint, access.hf_token
     p = source.provider
     report = dict(source=source.name, pin=p.pin, branch=branch)
     if not is_hub_dataset(source):
         if layout is None:
             return PinReport(**report, status=NOT_CHECKED, detail=f"no storage layout given to check a {p.kind} pin")
-        from marin_assets.core.providers import pins
+        from marin_assets.core.providers import pins  # noqa: PLC0415
 
-        status, detail = pins.check_pin(source, layout, policy=policy)
+        status, detail = pins.check_pin(source, layout, access=access)
         return PinReport(**report, status=status, detail=detail)
     try:
         gated = _repo_gating(p.repo_id, p.repo_type, endpoint, token, policy.timeout_s)

@@ -15,7 +15,7 @@ from huggingface_hub.errors import (
 from huggingface_hub.utils import parse_ratelimit_headers
 
 from marin_assets.core.hub import httpx
-from marin_assets.core.hub_server import HubStoreError, git_blob_sha1
+from marin_assets.testing.hub_server import HubStoreError, git_blob_sha1
 
 REPO = "org/corpus"
 PARQUET = bytes(range(256)) * 40  # LFS by suffix
@@ -181,3 +181,21 @@ def test_store_pins_and_deletes(hub_store):
     assert hub_store.resolve("a/b", "abc1234") == sha
     hub_store.delete_repo("a/b")
     assert not hub_store.exists("a/b")
+
+
+def test_serve_hub_command_serves_a_repo_store(tmp_path):
+    """``marin-assets serve-hub ROOT`` serves what ``HubRepoStore`` wrote, at the endpoint it prints."""
+    import subprocess
+    import sys
+
+    from marin_assets.testing.hub_server import HubRepoStore
+
+    sha = HubRepoStore(tmp_path / "hub").publish(REPO, {"README.md": README}, commit="060fca9")
+    command = [sys.executable, "-m", "marin_assets.cli", "serve-hub", str(tmp_path / "hub"), "--port", "0"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as server:
+        try:
+            assert server.stdout.readline().startswith("local hub: 1 dataset repos")
+            endpoint = server.stdout.readline().strip().removeprefix("HF_ENDPOINT=")
+            assert HfApi(endpoint=endpoint, token=False).dataset_info(REPO, revision="060fca9").sha == sha
+        finally:
+            server.terminate()
