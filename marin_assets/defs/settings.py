@@ -91,10 +91,11 @@ class SettingsResource(dg.ConfigurableResource):
 # Settings the definitions read themselves, then the ones read outside this package (Dagster,
 # the Makefile, the demo runner).
 DEFS_SETTINGS = (
-    Setting("MARIN_EXECUTOR", "`multiprocess`", "`multiprocess`, `in_process` or `k8s` (one pod per step); read when the code location loads"),
+    Setting("MARIN_EXECUTOR", "`in_process`", "`in_process` (a run's steps in one process: an unchanged partition re-runs in seconds), `multiprocess` (a subprocess per step) or `k8s` (one pod per step); read when the code location loads"),
     Setting("MARIN_AUTOMATION", "`off`", "`on` starts the automation, catalog and drift sensors; read when the code location loads"),
-    Setting("MARIN_DRIFT_INTERVAL_S", "3600", "seconds between drift sensor ticks; read when the code location loads"),
-    Setting("MARIN_DRIFT_BATCH", "10", "pins the drift sensor checks per tick"),
+    Setting("MARIN_DRIFT_PERIOD_S", "86400", "every pin is checked for drift at least once per this many seconds"),
+    Setting("MARIN_DRIFT_INTERVAL_S", "600", "seconds between drift sensor ticks; read when the code location loads"),
+    Setting("MARIN_DRIFT_BATCH", "10", "at most this many pins checked per drift tick"),
     Setting("MARIN_DRIFT_BUDGET_S", "30", "seconds the drift sensor may spend per tick"),
 )
 OTHER_SETTINGS = (

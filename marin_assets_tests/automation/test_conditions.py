@@ -154,30 +154,32 @@ def test_a_new_entry_is_built_after_the_code_location_reloads(one_built, tmp_pat
     assert ticks_after_reload["next_tick"] == {}
 
 
-def test_the_sensor_observes_source_pins_on_its_cron_without_drift_checks(observed) -> None:
-    built = observed
-    """The real ``marin_automation`` sensor: a cron tick requests an observation of every pin,
-    and no network-bound drift check rides along."""
-    import datetime as dt
+def test_catalog_changes_records_changed_pins_runless_and_its_baseline_requests_nothing(pipeline, hub_store, tmp_path, monkeypatch) -> None:
+    """The real ``catalog_changes`` sensor records ``source_pins`` without a run: every pin on
+    its first tick (the baseline, which rebuilds nothing already built for its pin), then only
+    the pins that changed; a changed pin then rebuilds exactly that source's chain."""
+    from marin_assets.defs.automation.sensors import catalog_changes
+    from marin_assets_tests.automation.test_sensors import Sensor
 
-    from dagster._core.test_utils import freeze_time
+    catalog = catalog_with(tmp_path / "catalog.toml")
+    monkeypatch.setenv("MARIN_CATALOG", str(catalog))
+    pipeline.catalog_path = str(catalog)
+    publish_source(hub_store, PEPS)
+    pipeline.materialize(CHAIN, partition=PEPS)  # built before automation, never observed
+    ticks, sensor = Ticks(pipeline.instance), Sensor(catalog_changes, pipeline.instance, pipeline.resource)
+    assert ticks() == {}
+    runs_before = len(pipeline.instance.get_run_records())
 
-    from marin_assets.definitions import defs
+    baseline = [e for e in sensor.tick().asset_events if isinstance(e, dg.AssetObservation)]
+    names = _catalog_names(pipeline)
+    assert sorted(e.partition for e in baseline) == sorted(names), "the first tick records every pin"
+    assert ticks() == {}, "the baseline rebuilds nothing that is built for its pin"
+    assert not [e for e in sensor.tick().asset_events if isinstance(e, dg.AssetObservation)], "unchanged pins: nothing recorded"
+    assert ticks() == {}
 
-    sensor = next(s for s in defs.sensors if s.name == "marin_automation")
-    first = dt.datetime.now(dt.timezone.utc).replace(second=0, microsecond=0)
-    context = dg.build_sensor_context(instance=built.instance, definitions=defs, resources={"marin": built.resource})
-    with freeze_time(first):
-        result = sensor(context)
-    cursor = result.cursor
-    context = dg.build_sensor_context(instance=built.instance, definitions=defs, cursor=cursor, resources={"marin": built.resource})
-    with freeze_time(first + dt.timedelta(minutes=6)):
-        result = sensor(context)
-    requests = result.run_requests or []
-    assert requests, "a cron tick of source_pins passed"
-    subsets = [r.asset_graph_subset for r in requests if r.asset_graph_subset is not None]
-    keys = {k for s in subsets for k in s.asset_keys} | {k for r in requests for k in (r.asset_selection or [])}
-    assert keys == {dg.AssetKey("source_pins")}
-    checks = {c for r in requests for c in (r.asset_check_keys or [])}
-    assert not {c.name for c in checks} & {"pin_drift", "pin_drift_summary"}
-
+    catalog_with(Path(pipeline.catalog_path), edit={PEPS: {"provider": {"revision": "0" * 40}}})
+    changed = [e for e in sensor.tick().asset_events if isinstance(e, dg.AssetObservation)]
+    assert [e.partition for e in changed] == [PEPS]
+    assert pin_versions(pipeline.instance, [PEPS])[PEPS] == changed[0].tags["dagster/data_version"]
+    assert ticks() == {name: [PEPS] for name in CHAIN}, "exactly the changed source's chain"
+    assert len(pipeline.instance.get_run_records()) == runs_before, "observations are runless: no run, no drift checks"

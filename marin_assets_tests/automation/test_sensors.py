@@ -109,6 +109,7 @@ def drift_hub(hub_store, tmp_path):
 
 def test_drift_sensor_reports_each_pin_in_bounded_ticks(drift_hub, hub_server, monkeypatch) -> None:
     monkeypatch.setenv("MARIN_DRIFT_BATCH", "2")
+    monkeypatch.setenv("MARIN_DRIFT_PERIOD_S", "60")  # 6 pins a minute: more than the cap of 2 per tick
     with dg.instance_for_test() as instance:
         sensor = Sensor(pin_drift, instance, drift_hub)
         seen: dict[str, dg.AssetCheckEvaluation] = {}

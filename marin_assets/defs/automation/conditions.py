@@ -16,7 +16,8 @@ The rule is generic so that new stages are automated without touching this modul
   its dependencies changed, once none of them is in progress or about to be requested (the
   global steps run after the per-source chains of that tick, in their own run).
 * **exceptions** (``EXCEPTIONS``): an asset whose author set ``automation_condition``
-  keeps it (``source_pins`` is observed on a cron); model training steps are manual.
+  keeps it; model training steps are manual. ``source_pins`` has none: the
+  ``catalog_changes`` sensor records its observations (runless, only for changed recipes).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ import dagster as dg
 from dagster import AutomationCondition as AC
 
 from marin_assets.catalog.sources import default_catalog_path, load_catalog
-from marin_assets.core.specs import QUALITY_MODEL, TOPIC_MODEL
+from marin_assets.core import ingest
+from marin_assets.core.specs import QUALITY_MODEL, SOURCE_PINS, TOPIC_MODEL
 from marin_assets.defs.settings import configured_catalog_path
 
 MANUAL = None  # an exception that means: never automated, rebuilt by hand or backfill
@@ -64,6 +66,55 @@ def _catalog_names(path: str, mtime_ns: int) -> frozenset[str]:
 def catalog_names() -> frozenset[str]:
     """Source names in the catalog as it is on disk now (``MARIN_CATALOG`` or the packaged one)."""
     return _catalog_names(*_catalog_mtime())
+
+
+@functools.lru_cache(maxsize=4)
+def _recipes(path: str, mtime_ns: int) -> dict[str, str]:
+    return {s.name: ingest.recipe_fingerprint(s) for s in load_catalog(path)}
+
+
+def catalog_recipes() -> dict[str, str]:
+    """Recipe fingerprint per source in the catalog as it is on disk now."""
+    return _recipes(*_catalog_mtime())
+
+
+RECIPE_METADATA = "recipe"
+
+
+class BuiltForAnotherRecipe(dg.AutomationCondition):
+    """True for partitions whose last materialization was built for another recipe than the
+    catalog's current one (read from its ``recipe`` metadata; a materialization without it
+    counts as another recipe).
+
+    ``source_pins``' first observation of a partition counts as a data-version change; this
+    keeps that baseline (switching automation on, a lost sensor cursor) from rebuilding sources
+    that are already built for their pin. Only the candidates (partitions whose pin was just
+    observed to change) are looked up, one event-log query each.
+    """
+
+    @property
+    def name(self) -> str:
+        return "built_for_another_recipe"
+
+    @property
+    def description(self) -> str:
+        return "Last built for another recipe than the catalog's"
+
+    def evaluate(self, context):  # type: ignore[override]
+        subset = context.candidate_subset
+        if not subset.is_partitioned or subset.is_empty:
+            return dg.AutomationResult(context=context, true_subset=context.get_empty_subset())
+        instance = context.asset_graph_view.instance
+        recipes = catalog_recipes()
+        stale: set[str] = set()
+        for partition in subset.expensively_compute_partition_keys():
+            records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=context.key, asset_partitions=[partition]), limit=1).records
+            if not records or records[0].asset_materialization is None:
+                continue
+            built = records[0].asset_materialization.metadata.get(RECIPE_METADATA)
+            if getattr(built, "value", built) != recipes.get(partition):
+                stale.add(partition)
+        return dg.AutomationResult(context=context, true_subset=subset.compute_intersection_with_partition_keys(stale))
 
 
 class InCatalog(dg.AutomationCondition):
@@ -161,13 +212,19 @@ def _no_dep_failed_blocking_check() -> dg.AutomationCondition:
     )
 
 
-def per_source_condition(global_deps: Iterable[str] = ()) -> dg.AutomationCondition:
+def per_source_condition(global_deps: Iterable[str] = (), pins_dep: bool = False) -> dg.AutomationCondition:
     """For partitioned assets: rebuild the partitions whose inputs changed (see module doc).
 
     ``global_deps`` are the unpartitioned dependencies: they are judged per source by
-    ``GlobalInputChanged`` instead of by their data version alone.
+    ``GlobalInputChanged`` instead of by their data version alone. ``pins_dep``: the asset
+    reads ``source_pins``, whose change counts only where the asset was built for another
+    recipe (``BuiltForAnotherRecipe``).
     """
     per_source_deps = AC.any_deps_match(_dep_data_changed() | AC.will_be_requested())
+    if pins_dep:
+        pins = dg.AssetSelection.assets(SOURCE_PINS.name)
+        pin_changed = (AC.any_deps_match(AC.data_version_changed()).allow(pins) & BuiltForAnotherRecipe()).with_label("pin_changed")
+        per_source_deps = per_source_deps.ignore(pins) | pin_changed
     if global_deps:
         per_source_deps = per_source_deps.ignore(dg.AssetSelection.assets(*sorted(global_deps)))
         inputs_changed = (per_source_deps | GlobalInputChanged()).with_label("any_dep_changed_or_requested")
@@ -209,7 +266,8 @@ def condition_for(spec: dg.AssetSpec, unpartitioned: set[dg.AssetKey] = frozense
         return exceptions[name]
     if spec.partitions_def is None:
         return global_condition()
-    return per_source_condition(sorted(d.asset_key.to_user_string() for d in spec.deps if d.asset_key in unpartitioned))
+    deps = {d.asset_key for d in spec.deps}
+    return per_source_condition(sorted(k.to_user_string() for k in deps if k in unpartitioned), pins_dep=dg.AssetKey(SOURCE_PINS.name) in deps)
 
 
 def _unpartitioned_keys(assets: list[Any]) -> set[dg.AssetKey]:

@@ -4,13 +4,18 @@ Each tick asks the provider about the next few pins (a cursor walks the catalog,
 time stays bounded however many sources there are) and records, per source, a result of that
 source's check ``pin_drift_<source>`` on ``source_pins`` (one check per source, so the
 asset's Checks tab lists every source with its last verdict), plus ``pin_drift_summary`` over
-the last known state of every pin. It never edits the catalog. ``MARIN_DRIFT_INTERVAL_S`` (3600),
-``MARIN_DRIFT_BATCH`` (10 pins per tick) and ``MARIN_DRIFT_BUDGET_S`` (30 s per tick) tune it.
+the last known state of every pin. It never edits the catalog and never launches a run.
+
+Pace: every pin is checked at least once per ``MARIN_DRIFT_PERIOD_S`` (86400, daily). A tick
+checks ``ceil(pins x seconds since the last tick / period)`` pins, at most ``MARIN_DRIFT_BATCH``
+(10) and within ``MARIN_DRIFT_BUDGET_S`` (30 s); ticks come every ``MARIN_DRIFT_INTERVAL_S``
+(600). With 146 pins that is 1-2 pins (2-4 provider requests) per 10-minute tick.
 """
 
 import datetime as dt
 import hashlib
 import json
+import math
 import re
 import time
 from collections import Counter
@@ -121,21 +126,41 @@ def check_batch(sources: Iterable[Any], batch: int, budget_s: float, layout: Any
     return reports, None
 
 
+def pins_per_tick(total: int, elapsed_s: float, period_s: float, cap: int) -> int:
+    """Pins to check on a tick so that ``total`` pins are covered once per ``period_s``."""
+    if total <= 0:
+        return 0
+    return max(1, min(cap, math.ceil(total * max(elapsed_s, 0.0) / max(period_s, 1.0))))
+
+
+INTERVAL_S = int(defs_setting_number("MARIN_DRIFT_INTERVAL_S", 600))
+
+
 @dg.sensor(
     name="pin_drift",
-    minimum_interval_seconds=int(defs_setting_number("MARIN_DRIFT_INTERVAL_S", 3600)),
+    minimum_interval_seconds=INTERVAL_S,
     default_status=default_status(),
-    description="Asks each provider whether the pinned revision is still served, whether its branch moved, whether the repo is now gated or gone. Never changes a pin.",
+    description=(
+        "Checks every pin at least once a day (MARIN_DRIFT_PERIOD_S), a few per tick: is the pinned "
+        "revision still served, did its branch move, is the repo now gated or gone. Records check "
+        "results on source_pins; never changes a pin, never launches a run."
+    ),
 )
 def pin_drift(context: dg.SensorEvaluationContext, marin: MarinResource) -> dg.SensorResult:
-    batch = int(defs_setting_number("MARIN_DRIFT_BATCH", 10))
+    cap = int(defs_setting_number("MARIN_DRIFT_BATCH", 10))
     budget = defs_setting_number("MARIN_DRIFT_BUDGET_S", 30)
+    period = defs_setting_number("MARIN_DRIFT_PERIOD_S", 86400)
     catalog = marin.catalog()
     partitions = set(source_partitions.get_partition_keys())
     sources = [s for s in catalog if s.name in partitions]
     total = len(sources)
     checks = _CHECK_NAMES
     state = json.loads(context.cursor) if context.cursor else {}
+    now = time.time()
+    elapsed = max(INTERVAL_S, now - state["at"]) if state.get("at") else INTERVAL_S
+    batch = pins_per_tick(total, elapsed, period, cap)
+    if cap * period < total * INTERVAL_S:
+        context.log.warning(f"MARIN_DRIFT_BATCH={cap} pins every {INTERVAL_S}s cannot cover {total} pins every {period:.0f}s")
     statuses: dict[str, dict[str, Any]] = {n: s for n, s in state.get("status", {}).items() if n in partitions}
     order = _walk([s.name for s in sources], state.get("last", ""))
     reports, stopped = check_batch((catalog.by_name(n) for n in order), batch, budget, marin.layout(), marin.provider_access())
@@ -163,7 +188,7 @@ def pin_drift(context: dg.SensorEvaluationContext, marin: MarinResource) -> dg.S
     )
     if any(r.status in drift.BROKEN for r in asked):
         context.log.warning(message)
-    return dg.SensorResult(asset_events=events, cursor=json.dumps({"last": last, "status": statuses}, sort_keys=True), skip_reason=message)
+    return dg.SensorResult(asset_events=events, cursor=json.dumps({"last": last, "status": statuses, "at": now}, sort_keys=True), skip_reason=message)
 
 
 SOURCE_NAMES_AT_LOAD = list(source_partitions.get_partition_keys())  # one check per source, like the partitions

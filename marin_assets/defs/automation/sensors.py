@@ -9,9 +9,11 @@ import json
 from typing import Any
 
 import dagster as dg
+from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
 from marin_assets.core import ingest, specs
 from marin_assets.defs.automation.conditions import catalog_names
+from marin_assets.defs.ingest.assets import REMOVED
 from marin_assets.defs.partitions import source_partitions
 from marin_assets.defs.resources import MarinResource
 from marin_assets.defs.settings import defs_setting
@@ -36,7 +38,7 @@ def default_status() -> dg.DefaultSensorStatus:
 
 
 def automation_sensor() -> dg.AutomationConditionSensorDefinition:
-    """Evaluates every asset's condition (``source_pins`` observations included) every 30 s.
+    """Evaluates every asset's condition every 30 s (``source_pins`` has none: ``catalog_changes`` records it).
 
     It runs in the code server because one operand (``in_catalog``) reads the catalog file;
     requests become asset backfills, so a tick's partitions are grouped into runs per source.
@@ -48,8 +50,8 @@ def automation_sensor() -> dg.AutomationConditionSensorDefinition:
         default_status=default_status(),
         minimum_interval_seconds=30,
         description=(
-            "Observes source_pins on its cron, rebuilds the chain of every source whose recipe changed, "
-            "then the global steps, then the partitions whose inputs changed. Default from MARIN_AUTOMATION (off)."
+            "Every 30 s: rebuilds the chain of every source whose pin changed (as recorded by catalog_changes), "
+            "then the global steps, then the partitions whose inputs changed. Starts on when MARIN_AUTOMATION=on."
         ),
     )
 
@@ -80,7 +82,7 @@ def _catalog_message(state: dict[str, Any], changed: list[str]) -> str:
             "source_pins reports them as removed-from-catalog and automation skips them; reload to drop them"
         )
     if changed:
-        parts.append(f"recipes changed since the last tick: {', '.join(changed)} (marin_automation rebuilds them after source_pins is observed)")
+        parts.append(f"recipes changed since the last tick: {', '.join(changed)} (recorded on source_pins; marin_automation rebuilds their chains)")
     if not parts:
         parts.append(f"catalog and partitions agree ({state['entries']} entries); no recipe changed")
     return ". ".join(parts)
@@ -101,11 +103,28 @@ def catalog_check_result(state: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+
+
+def pin_observations(versions: dict[str, str], known: dict[str, str]) -> list[dg.AssetObservation]:
+    """Runless observations of ``source_pins`` for the partitions whose recipe differs from
+    ``known`` (all of them when ``known`` is empty: the baseline); the data version is the
+    recipe fingerprint."""
+    return [
+        dg.AssetObservation(asset_key=SOURCE_PINS, partition=name, tags={DATA_VERSION_TAG: version})
+        for name, version in sorted(versions.items())
+        if known.get(name) != version
+    ]
+
+
 @dg.sensor(
     name="catalog_changes",
     minimum_interval_seconds=60,
     default_status=default_status(),
-    description="Reports catalog entries that are not partitions yet (reload needed), partitions that left the catalog, and changed recipes.",
+    description=(
+        "Every minute: records source_pins for the sources whose recipe changed (one runless "
+        "observation each, no run; the first tick records every pin as the baseline), and reports "
+        "catalog entries that need a code-location reload or left the catalog."
+    ),
 )
 def catalog_changes(context: dg.SensorEvaluationContext, marin: MarinResource) -> dg.SensorResult:
     catalog = marin.catalog()
@@ -113,10 +132,11 @@ def catalog_changes(context: dg.SensorEvaluationContext, marin: MarinResource) -
     state = catalog_state(catalog, partitions)
     previous = json.loads(context.cursor) if context.cursor else {}
     fingerprints = {s.name: ingest.recipe_fingerprint(s) for s in catalog if s.name in partitions}
-    known = previous.get("fingerprints", {})
+    versions = {n: fingerprints.get(n, REMOVED) for n in sorted(partitions)}
+    known = previous.get("versions", {})
     changed = sorted(n for n, fp in fingerprints.items() if n in known and known[n] != fp)
     reported = {"new": state["new"], "removed": state["removed"]}
-    events = []
+    events: list = pin_observations(versions, known)
     if reported != previous.get("reported"):
         events.append(dg.AssetCheckEvaluation(asset_key=SOURCE_PINS, check_name=CATALOG_CHECK, **catalog_check_result(state)))
     message = _catalog_message(state, changed)
@@ -124,7 +144,7 @@ def catalog_changes(context: dg.SensorEvaluationContext, marin: MarinResource) -
         context.log.warning(message)
     return dg.SensorResult(
         asset_events=events,
-        cursor=json.dumps({"fingerprints": fingerprints, "reported": reported}, sort_keys=True),
+        cursor=json.dumps({"versions": versions, "reported": reported}, sort_keys=True),
         skip_reason=message,
     )
 

@@ -18,17 +18,19 @@ DATA_VERSION_TAG = "dagster/data_version"
     name=SOURCE_PINS.name,
     partitions_def=source_partitions,
     group_name=SOURCE_PINS.group,
-    description="Each source's recipe as the catalog pins it; the data version is the recipe fingerprint.",
-    automation_condition=dg.AutomationCondition.cron_tick_passed("*/5 * * * *"),
+    description=(
+        "Each source's recipe as the catalog pins it; the data version is the recipe fingerprint. "
+        "The catalog_changes sensor records it (runless, only for recipes that changed); observing "
+        "a partition here records that partition only."
+    ),
 )
 def source_pins(context, marin: MarinResource) -> dg.DataVersionsByPartition:
     catalog = marin.catalog()
     names = set(catalog.names)
     broken = dict(catalog.broken)
-    versions = {
-        key: ingest.recipe_fingerprint(catalog.by_name(key)) if key in names else INVALID if key in broken else REMOVED
-        for key in source_partitions.get_partition_keys()
-    }
+    keys = [context.partition_key] if context.has_partition_key else source_partitions.get_partition_keys()
+    versions = {key: ingest.recipe_fingerprint(catalog.by_name(key)) if key in names else INVALID if key in broken else REMOVED for key in keys}
+    broken = {k: v for k, v in broken.items() if k in versions}
     removed = sorted(k for k, v in versions.items() if v == REMOVED)
     if removed:
         context.log.warning(f"sources removed from the catalog: {', '.join(removed)}")
@@ -88,4 +90,5 @@ def raw_files(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.Mat
         pin=source.provider.revision,
         revision=manifest.get("revision") or manifest.get("resolved_revision"),
         files=len(manifest.get("files", [])),
+        recipe=ingest.recipe_fingerprint(source),
     )
