@@ -9,6 +9,7 @@ export MARIN_PREFIX ?= $(CURDIR)/.marin_data
 export MARIN_DEMO_HUB ?= $(CURDIR)/.demo_hub
 export GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT = false
 export HF_HUB_DISABLE_TELEMETRY = 1
+PORT ?= 3000
 
 .PHONY: install demo dev test test-fast faults bench bench-scale check clean home
 
@@ -33,7 +34,7 @@ demo: install home
 ## The Dagster UI (webserver + daemon) on the embedded default.
 dev: install home
 	$(BIN)/dagster instance concurrency set hf_download 4 >/dev/null
-	$(BIN)/marin-assets dev
+	$(BIN)/marin-assets dev --port $(PORT)
 
 ## Every test (CI runs this). test-fast leaves out the system tests (marker `system`:
 ## PostgreSQL, daemon, browser, the whole demo pipeline, other slow end-to-end runs) and

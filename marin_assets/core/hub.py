@@ -32,6 +32,7 @@ import hashlib
 import logging
 import os
 import re
+import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -214,7 +215,20 @@ def _call_api(what: str, fn: Callable[[], T], *, repo_id: str, repo_type: str, r
         code = headers.get("X-Error-Code") if headers is not None else None
         raise _classify_status(status, headers, what, repo_id, repo_type, revision, endpoint, token, code) from None
     except httpx.TransportError as err:
+        if _unresolvable(err):
+            raise DownloadError(f"{what}: the host of {hub_endpoint(endpoint)} cannot be resolved (offline, or a wrong HF_ENDPOINT); not retried") from None
         raise Retryable(f"{type(err).__name__}: {err}") from None
+
+
+def _unresolvable(err: BaseException | None) -> bool:
+    """Whether a transport error is a failed host-name lookup (retrying cannot help)."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, socket.gaierror):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
 
 
 # --------------------------------------------------------------------------- metadata

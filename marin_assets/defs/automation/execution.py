@@ -1,8 +1,10 @@
 """The executor a deployment runs steps with, chosen by ``MARIN_EXECUTOR`` when the code loads.
 
-``multiprocess`` (default; the embedded default) runs each step in a subprocess of the run
-worker. ``in_process`` runs the steps one after another inside the run worker (fewer
-processes: tests and small machines; shards still use the ShardRunner's pool). ``k8s`` runs each step in its own pod (``dagster_k8s.k8s_job_executor``), so the
+``in_process`` (the default) runs a run's steps one after another inside the run worker: a
+partition whose output is reused re-runs in seconds (a subprocess per step costs ~2-5 s of
+imports each); shards still use the ShardRunner's pool (``MARIN_SHARD_PROCESSES``) or Ray.
+``multiprocess`` runs each step in a subprocess of the run worker (steps of one run in
+parallel; pays only when a run's independent steps are long). ``k8s`` runs each step in its own pod (``dagster_k8s.k8s_job_executor``), so the
 ``embeddings`` step gets the GPU its ``dagster-k8s/config`` op tag requests while the other
 steps run on CPU nodes; its namespace, image and env come from the instance's
 ``K8sRunLauncher`` (deploy/dagster.production.yaml).
@@ -18,10 +20,10 @@ EXECUTOR_ENV = "MARIN_EXECUTOR"
 
 
 def executor_from_env(value: str | None = None) -> dg.ExecutorDefinition | None:
-    """The executor for ``Definitions(executor=...)``; ``None`` keeps Dagster's multiprocess default."""
-    choice = (value if value is not None else defs_setting(EXECUTOR_ENV) or "").strip().lower() or "multiprocess"
+    """The executor for ``Definitions(executor=...)``."""
+    choice = (value if value is not None else defs_setting(EXECUTOR_ENV) or "").strip().lower() or "in_process"
     if choice == "multiprocess":
-        return None
+        return dg.multiprocess_executor
     if choice == "in_process":
         return dg.in_process_executor
     if choice == "k8s":

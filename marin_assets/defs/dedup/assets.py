@@ -30,7 +30,7 @@ def minhash_buckets(context: dg.AssetExecutionContext, marin: MarinResource) -> 
         progress=context.log.info,
     )
     totals = manifest["totals"]
-    return materialized(manifest, rows=int(totals.get("rows", 0)), counters=totals)
+    return materialized(manifest, rows=int(totals.get("docs", 0)), counters=totals)  # one row per document
 
 
 def _normalized_inputs(marin: MarinResource, context) -> dict[str, stages.StageInput]:

@@ -61,7 +61,27 @@ def raw_files(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.Mat
     access = marin.provider_access()
     policy, hub_access = access.policy, marin.hub_kwargs()
     layout = marin.layout()
-    manifest = stages.run_copy(
+    try:
+        manifest = _copy(context, marin, source, policy, layout)
+    except (hub.HubAuthError, hub.RevisionGoneError) as err:  # expected: gated, repo or revision gone
+        raise dg.Failure(
+            description=str(err),
+            metadata={"source": source.name, "repo": source.provider.repo_id or "", "pin": source.provider.revision or "", "error": type(err).__name__},
+            allow_retries=False,
+        ) from None
+    return materialized(
+        manifest,
+        counters=manifest.get("counters", {}),
+        repo=source.provider.repo_id,
+        pin=source.provider.revision,
+        revision=manifest.get("revision") or manifest.get("resolved_revision"),
+        files=len(manifest.get("files", [])),
+        recipe=ingest.recipe_fingerprint(source),
+    )
+
+
+def _copy(context: dg.AssetExecutionContext, marin: MarinResource, source, policy, layout) -> dict:
+    return stages.run_copy(
         record_uri=ingest.pin_record_uri(layout, source),
         fetch=lambda: ingest.fetch_raw(
             source,
@@ -82,13 +102,4 @@ def raw_files(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.Mat
             progress=context.log.info,
             access=access,
         ),
-    )
-    return materialized(
-        manifest,
-        counters=manifest.get("counters", {}),
-        repo=source.provider.repo_id,
-        pin=source.provider.revision,
-        revision=manifest.get("revision") or manifest.get("resolved_revision"),
-        files=len(manifest.get("files", [])),
-        recipe=ingest.recipe_fingerprint(source),
     )
