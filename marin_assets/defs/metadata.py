@@ -6,6 +6,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from marin_assets.core import storage
 
 
 def stage_metadata(
@@ -26,6 +30,22 @@ def stage_metadata(
         if value is not None:
             meta[key] = value
     return meta
+
+
+def column_schema(manifest: Mapping[str, Any]) -> dg.TableSchema | None:
+    """The columns of a stage's Parquet output (its first shard's schema), for the UI's
+    Columns view; ``None`` when the output is not Parquet shards or cannot be read."""
+    shards = [str(s) for s in manifest.get("shards") or [] if str(s).endswith(".parquet")]
+    if not shards or not manifest.get("uri"):
+        return None
+    first = shards[0] if "://" in shards[0] or shards[0].startswith("/") else storage.join(str(manifest["uri"]), shards[0])
+    try:
+        fs, path = storage.filesystem(first)
+        with fs.open(path, "rb") as handle:
+            schema = pq.read_schema(handle)
+    except (OSError, pa.ArrowException):
+        return None
+    return dg.TableSchema(columns=[dg.TableColumn(field.name, str(field.type)) for field in schema])
 
 
 def markdown_table(rows: list[Mapping[str, Any]], columns: list[str] | None = None) -> dg.MetadataValue:
@@ -54,6 +74,9 @@ def materialized(
     """
     if isinstance(extra.get("summary"), str):
         extra["summary"] = dg.MetadataValue.md(f"```\n{extra['summary']}\n```")
+    schema = column_schema(manifest)
+    if schema is not None and "dagster/column_schema" not in extra:
+        extra["dagster/column_schema"] = schema
     return dg.MaterializeResult(
         metadata=stage_metadata(
             uri=uri or manifest["uri"],

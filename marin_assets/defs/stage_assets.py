@@ -12,6 +12,14 @@ from marin_assets.core.stages import StageSpec
 from marin_assets.defs.partitions import source_partitions
 
 
+# Who answers for the assets, and the tags the UI filters by: set here, once, for every stage.
+OWNERS = ["team:marin-data"]
+
+
+def tags_for(spec: StageSpec) -> dict[str, str]:
+    return {"stage": spec.name, "scope": "per_source" if spec.partitioned else "global"}
+
+
 def key(spec: StageSpec) -> dg.AssetKey:
     return dg.AssetKey(spec.name)
 
@@ -27,5 +35,7 @@ def stage_asset(spec: StageSpec, **kwargs: Any) -> Callable[[Callable[..., Any]]
         partitions_def=source_partitions if spec.partitioned else None,
         group_name=spec.group or None,
         code_version=spec.code_version,
+        owners=kwargs.pop("owners", OWNERS),
+        tags={**tags_for(spec), **kwargs.pop("tags", {})},
         **kwargs,
     )

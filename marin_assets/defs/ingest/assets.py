@@ -7,7 +7,7 @@ from marin_assets.core.specs import RAW_FILES, SOURCE_PINS
 from marin_assets.defs.metadata import materialized
 from marin_assets.defs.partitions import source_partitions
 from marin_assets.defs.resources import MarinResource, source_or_fail
-from marin_assets.defs.stage_assets import stage_asset
+from marin_assets.defs.stage_assets import stage_asset, tags_for
 
 REMOVED = "removed-from-catalog"
 INVALID = "invalid-catalog-entry"
@@ -18,6 +18,7 @@ DATA_VERSION_TAG = "dagster/data_version"
     name=SOURCE_PINS.name,
     partitions_def=source_partitions,
     group_name=SOURCE_PINS.group,
+    tags=tags_for(SOURCE_PINS),
     description=(
         "Each source's recipe as the catalog pins it; the data version is the recipe fingerprint. "
         "The catalog_changes sensor records it (runless, only for recipes that changed); observing "
