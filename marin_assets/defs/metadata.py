@@ -25,10 +25,10 @@ def stage_metadata(
         meta["dagster/row_count"] = int(rows)
     for key, value in (counters or {}).items():
         if isinstance(value, (int, float, str, bool)):
-            meta[key if key not in meta else f"{key}_count"] = value
+            meta[key if key not in meta else f"{key}_count"] = round(value, 4) if isinstance(value, float) else value
     for key, value in extra.items():
         if value is not None:
-            meta[key] = value
+            meta[key] = round(value, 4) if isinstance(value, float) else value
     return meta
 
 
@@ -48,15 +48,37 @@ def column_schema(manifest: Mapping[str, Any]) -> dg.TableSchema | None:
     return dg.TableSchema(columns=[dg.TableColumn(field.name, str(field.type)) for field in schema])
 
 
-def markdown_table(rows: list[Mapping[str, Any]], columns: list[str] | None = None) -> dg.MetadataValue:
+def _cell(value: Any) -> str | int | float | bool | None:
+    if isinstance(value, float):
+        return round(value, 4)
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    return str(value)
+
+
+def table(rows: list[Mapping[str, Any]], columns: list[str] | None = None) -> dg.MetadataValue:
+    """Rows as a Dagster table (sortable, sized to its content in the UI); floats rounded."""
     if not rows:
         return dg.MetadataValue.md("_none_")
     columns = columns or list(rows[0].keys())
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in rows:
-        cells = [str(row.get(c, "")).replace("|", "\\|").replace("\n", " ") for c in columns]
-        lines.append("| " + " | ".join(cells) + " |")
-    return dg.MetadataValue.md("\n".join(lines))
+    cells = [{c: _cell(row.get(c)) for c in columns} for row in rows]
+    kinds = {}
+    for c in columns:
+        seen = {type(r[c]) for r in cells if r[c] is not None}
+        kinds[c] = {frozenset({int}): "int", frozenset({float}): "float", frozenset({int, float}): "float", frozenset({bool}): "bool"}.get(frozenset(seen), "string")
+        if kinds[c] == "string":
+            for r in cells:
+                r[c] = None if r[c] is None else str(r[c])
+        elif kinds[c] == "float":
+            for r in cells:
+                r[c] = None if r[c] is None else float(r[c])
+    return dg.MetadataValue.table(
+        records=[dg.TableRecord(r) for r in cells],
+        schema=dg.TableSchema(columns=[dg.TableColumn(c, kinds[c]) for c in columns]),
+    )
+
+
+markdown_table = table  # the name callers used when tables were Markdown
 
 
 def materialized(
