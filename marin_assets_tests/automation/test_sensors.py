@@ -169,3 +169,13 @@ def test_drift_sensor_degrades_to_unknown_when_the_provider_is_unreachable(drift
         assert after["status"][LIBRE]["status"] == "branch-moved", "the last real answer is kept"
         assert cursor["last"] == DOCS, "the first tick walked every pin (the default batch is 10)"
         assert after["last"] == LIBRE, "the walk wrapped to the first pin, found it unreachable, and moves on next tick"
+
+
+def test_drift_pace_covers_every_pin_once_per_period_with_few_requests_per_tick() -> None:
+    from marin_assets.defs.automation.drift_sensor import pins_per_tick
+
+    per_tick = pins_per_tick(146, 600, 86400, cap=10)
+    assert per_tick == 2, "146 pins a day at a tick every 10 minutes: 2 pins (4 provider requests) a tick"
+    assert per_tick * (86400 // 600) >= 146, "every pin within the period"
+    assert pins_per_tick(146, 3 * 3600, 86400, cap=10) == 10, "a daemon that was down catches up, capped"
+    assert pins_per_tick(6, 600, 86400, cap=10) == 1 and pins_per_tick(0, 600, 86400, cap=10) == 0
