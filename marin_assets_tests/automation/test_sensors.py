@@ -151,6 +151,7 @@ def test_drift_sensor_reports_each_pin_in_bounded_ticks(drift_hub, hub_server, m
 
 
 def test_drift_sensor_degrades_to_unknown_when_the_provider_is_unreachable(drift_hub, hub_server, monkeypatch) -> None:
+    monkeypatch.setenv("MARIN_DRIFT_PERIOD_S", "60")  # a pace that asks for every pin each tick, up to the batch cap
     with dg.instance_for_test() as instance:
         sensor = Sensor(pin_drift, instance, drift_hub)
         before = sensor.tick()
@@ -167,7 +168,7 @@ def test_drift_sensor_degrades_to_unknown_when_the_provider_is_unreachable(drift
         assert _drift(offline) == {}, "an unknown answer records no verdict"
         after = json.loads(sensor.cursor)
         assert after["status"][LIBRE]["status"] == "branch-moved", "the last real answer is kept"
-        assert cursor["last"] == DOCS, "the first tick walked every pin (the default batch is 10)"
+        assert cursor["last"] == DOCS, "the first tick walked every pin (the default cap is 10)"
         assert after["last"] == LIBRE, "the walk wrapped to the first pin, found it unreachable, and moves on next tick"
 
 
