@@ -13,7 +13,7 @@ from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
 from marin_assets.core import ingest, specs
 from marin_assets.defs.automation.conditions import catalog_names
-from marin_assets.defs.ingest.assets import REMOVED
+from marin_assets.defs.ingest.assets import INVALID, REMOVED
 from marin_assets.defs.partitions import source_partitions
 from marin_assets.defs.resources import MarinResource
 from marin_assets.defs.settings import defs_setting
@@ -132,7 +132,8 @@ def catalog_changes(context: dg.SensorEvaluationContext, marin: MarinResource) -
     state = catalog_state(catalog, partitions)
     previous = json.loads(context.cursor) if context.cursor else {}
     fingerprints = {s.name: ingest.recipe_fingerprint(s) for s in catalog if s.name in partitions}
-    versions = {n: fingerprints.get(n, REMOVED) for n in sorted(partitions)}
+    broken = dict(getattr(catalog, "broken", {}) or {})
+    versions = {n: fingerprints.get(n, INVALID if n in broken else REMOVED) for n in sorted(partitions)}
     known = previous.get("versions", {})
     changed = sorted(n for n, fp in fingerprints.items() if n in known and known[n] != fp)
     reported = {"new": state["new"], "removed": state["removed"]}
