@@ -33,6 +33,9 @@ SYSTEM = {
 NOT_RUN = {
     "make demo": "the whole demo pipeline: run by the demo system tests",
     "make test": "the test suite itself",
+    "make test-fast": "the test suite itself",
+    ".venv/bin/marin-assets runs": "inspects the instance of a running `make dev` (its own tests are in faults/)",
+    ".venv/bin/marin-assets runs --free": "repairs the instance of a running `make dev` (its own tests are in faults/)",
     "make install": "installs into the virtualenv (the copy shares the project's)",
     "make check": "depends on make install (same as dg check defs, run as a system test)",
     "make bench": "the benchmarks",
@@ -43,7 +46,7 @@ NOT_RUN = {
     "export MARIN_PREFIX=gs://my-bucket/marin": "a real bucket (network)",
     "export MARIN_EMBED_MODEL=microsoft/harrier-oss-v1-0.6b": "the production model (network)",
     "export MARIN_EMBED_REVISION=f9b9dc8d367d443f2479d27aa5d8d2850c0774ee": "the production model (network)",
-    "export DAGSTER_HOME=$PWD/.dagster_home": "sets up the next command, which needs the real Hub",
+    "export DAGSTER_HOME=$PWD/.dagster_home": "sets up the commands after it, which are not run here",
     ".venv/bin/dagster asset materialize -m marin_assets.definitions --select 'raw_files,normalized' --partition coderforge": "downloads from the real Hub",
 }
 
