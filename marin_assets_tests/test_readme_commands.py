@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 FAST = {
     ".venv/bin/marin-assets sources",
     ".venv/bin/marin-assets status",
+    ".venv/bin/python -m marin_assets_tests.recipes",
     "export DAGSTER_HOME=$PWD/.dagster_home && make home",
     ".venv/bin/dagster instance info",
 }

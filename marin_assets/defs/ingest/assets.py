@@ -59,11 +59,8 @@ def source_pins(context, marin: MarinResource) -> dg.DataVersionsByPartition:
 )
 def raw_files(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
     source = source_or_fail(marin, context.partition_key)
-    access = marin.provider_access()
-    policy, hub_access = access.policy, marin.hub_kwargs()
-    layout = marin.layout()
     try:
-        manifest = _copy(context, marin, source, policy, layout)
+        manifest = _copy(context, marin, source)
     except (hub.HubAuthError, hub.RevisionGoneError) as err:  # expected: gated, repo or revision gone
         raise dg.Failure(
             description=str(err),
@@ -81,7 +78,10 @@ def raw_files(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.Mat
     )
 
 
-def _copy(context: dg.AssetExecutionContext, marin: MarinResource, source, policy, layout) -> dict:
+def _copy(context: dg.AssetExecutionContext, marin: MarinResource, source) -> dict:
+    access = marin.provider_access()
+    policy, hub_access = access.policy, marin.hub_kwargs()
+    layout = marin.layout()
     return stages.run_copy(
         record_uri=ingest.pin_record_uri(layout, source),
         fetch=lambda: ingest.fetch_raw(
