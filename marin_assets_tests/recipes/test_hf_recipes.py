@@ -72,10 +72,7 @@ def bad_rows_of(meta: dict[str, Any]) -> dict[str, int]:
     table = meta.get("bad_rows")
     if not table or table == "_none_":
         return {}
-    found = {}
-    for line in str(table).splitlines()[2:]:
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        found[cells[0]] = int(cells[1])
+    found = {record.data["reason"]: int(record.data["rows"]) for record in table.records}
     assert sum(found.values()) == meta["bad_rows_total"]
     return found
 
