@@ -76,7 +76,7 @@ def test_runs_automation_and_sensors_on_postgres_storage(production_instance, hu
 
     catalog_tick = Sensor(catalog_changes, instance, pipeline.resource).tick()
     assert "agree" in catalog_tick.skip_reason.skip_message
-    only_peps = MarinResource(catalog_path=str(catalog_with(tmp_path / "peps.toml", keep=[PEPS])))
+    only_peps = MarinResource(catalog_path=str(catalog_with(tmp_path / "peps.toml", keep=[PEPS], edit={PEPS: {"provider": {"revision": new_sha[:7]}}})))
     drift = Sensor(pin_drift, instance, only_peps)
     for _ in range(2):  # the same check answered on every tick, stored each time
         drift.tick()
