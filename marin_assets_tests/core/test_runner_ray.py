@@ -189,9 +189,13 @@ def test_demo_pipeline_on_ray_is_byte_identical_to_in_process(ray_cluster, tmp_p
     assert all(listings.values()), listings  # both runs list their pool files
     local = {p: b for p, b in local.items() if not p.endswith("pool_files.parquet")}  # paths under each root
     remote = {p: b for p, b in remote.items() if not p.endswith("pool_files.parquet")}
-    # The mixture's trainer configs name pool files by their path under each root.
-    local = {p: b.replace(roots["local"].encode(), b"<root>") for p, b in local.items()}
-    remote = {p: b.replace(roots["ray"].encode(), b"<root>") for p, b in remote.items()}
+    # The mixture's trainer configs name pool files by their path under each root (fingerprint
+    # folders included, written as <fp> like the file names).
+    def portable(blob: bytes, root: str) -> bytes:
+        return re.sub(rb"/[0-9a-f]{16}/", b"/<fp>/", blob.replace(root.encode(), b"<root>"))
+
+    local = {p: portable(b, roots["local"]) for p, b in local.items()}
+    remote = {p: portable(b, roots["ray"]) for p, b in remote.items()}
     assert sorted(set(local) ^ set(remote)) == []
     assert [p for p in local if local[p] != remote[p]] == []
     assert any(p.startswith("pool/") for p in local)
