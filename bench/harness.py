@@ -42,6 +42,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+from marin_assets.core.runner import reset_peak_rss
 
 MIB = 1 << 20
 QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
@@ -70,14 +71,9 @@ def proc_status_kib(field: str) -> int:
     return 0
 
 
-def reset_peak() -> bool:
-    """Restart this process's ``VmHWM`` from its current resident size (Linux >= 4.0)."""
-    try:
-        with open("/proc/self/clear_refs", "w") as handle:
-            handle.write("5")
-        return True
-    except OSError:
-        return False
+# Restart this process's ``VmHWM`` from its current resident size (Linux >= 4.0): the shard
+# runner's own reset, so a bench and a Ray task measure peaks the same way.
+reset_peak = reset_peak_rss
 
 
 @dataclasses.dataclass
