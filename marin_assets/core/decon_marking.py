@@ -57,6 +57,12 @@ def load_drop_set(uris: Sequence[str]) -> np.ndarray:
     return np.unique(np.concatenate(parts).astype(np.uint64))
 
 
+def _batch_inputs(texts: pa.Array | pa.ChunkedArray | Sequence[str | None], drop: np.ndarray | None) -> tuple:
+    """Both rules' start: the texts' UTF-8 buffers (data, offsets, nulls) and the drop set (empty if none)."""
+    array = texts if isinstance(texts, (pa.Array, pa.ChunkedArray)) else pa.array(list(texts), pa.large_string())
+    return (*_string_buffers(array), np.zeros(0, np.uint64) if drop is None else drop)
+
+
 def mark_marin(
     texts: pa.Array | pa.ChunkedArray | Sequence[str | None],
     index: EvalIndex,
@@ -64,10 +70,8 @@ def mark_marin(
     params: DeconParams = DeconParams(),
 ) -> DocumentMarks:
     """Apply Marin's paragraph rule to every text (vectorized per batch; Python only for documents with matches)."""
-    array = texts if isinstance(texts, (pa.Array, pa.ChunkedArray)) else pa.array(list(texts), pa.large_string())
-    data, offsets, nulls = _string_buffers(array)
+    data, offsets, nulls, drop = _batch_inputs(texts, drop)
     n_docs = len(offsets) - 1
-    drop = np.zeros(0, np.uint64) if drop is None else drop
     contaminated = np.zeros(n_docs, dtype=bool)
     max_overlap = np.zeros(n_docs, dtype=np.float32)
     matched_evals: list[list[str]] = [[] for _ in range(n_docs)]
@@ -204,10 +208,8 @@ def mark_coverage(
     params: DeconParams = DeconParams(),
 ) -> DocumentMarks:
     """Apply the coverage rule to every text (``index`` is the coverage index: normalized features)."""
-    array = texts if isinstance(texts, (pa.Array, pa.ChunkedArray)) else pa.array(list(texts), pa.large_string())
-    data, offsets, nulls = _string_buffers(array)
+    data, offsets, nulls, drop = _batch_inputs(texts, drop)
     n_docs = len(offsets) - 1
-    drop = np.zeros(0, np.uint64) if drop is None else drop
     kept_total = _kept_row_features(index, drop)
     contaminated = np.zeros(n_docs, dtype=bool)
     max_overlap = np.zeros(n_docs, dtype=np.float32)
