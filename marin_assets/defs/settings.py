@@ -93,6 +93,8 @@ class SettingsResource(dg.ConfigurableResource):
 DEFS_SETTINGS = (
     Setting("MARIN_EXECUTOR", "`in_process`", "`in_process` (a run's steps in one process: an unchanged partition re-runs in seconds), `multiprocess` (a subprocess per step) or `k8s` (one pod per step); read when the code location loads"),
     Setting("MARIN_AUTOMATION", "`off`", "`on` starts the automation, catalog and drift sensors; read when the code location loads"),
+    Setting("MARIN_AUTOMATION_INTERVAL_S", "30", "seconds between `marin_automation` ticks; read when the code location loads"),
+    Setting("MARIN_CATALOG_INTERVAL_S", "60", "seconds between `catalog_changes` ticks (catalog re-read, changed pins recorded); read when the code location loads"),
     Setting("MARIN_DRIFT_PERIOD_S", "86400", "every pin is checked for drift at least once per this many seconds"),
     Setting("MARIN_DRIFT_INTERVAL_S", "600", "seconds between drift sensor ticks; read when the code location loads"),
     Setting("MARIN_DRIFT_BATCH", "10", "at most this many pins checked per drift tick"),

@@ -180,3 +180,20 @@ def test_drift_pace_covers_every_pin_once_per_period_with_few_requests_per_tick(
     assert per_tick * (86400 // 600) >= 146, "every pin within the period"
     assert pins_per_tick(146, 3 * 3600, 86400, cap=10) == 10, "a daemon that was down catches up, capped"
     assert pins_per_tick(6, 600, 86400, cap=10) == 1 and pins_per_tick(0, 600, 86400, cap=10) == 0
+
+
+def test_every_sensor_reads_well_in_the_ui() -> None:
+    """The sensor page shows a target as its selection string (never a Python repr) and a
+    description that names the sensor's real cadence."""
+    from marin_assets.definitions import defs
+    from marin_assets.defs.automation.sensors import AUTOMATION_INTERVAL_S, CATALOG_INTERVAL_S
+
+    for sensor in defs.sensors or []:
+        selection = getattr(sensor, "asset_selection", None)
+        if selection is not None:
+            text = selection.to_selection_str()  # what the UI prints; raises where it would fall back to repr
+            assert "Selection(" not in text and text, (sensor.name, text)
+        assert sensor.description and "<" not in sensor.description, sensor.name
+    by_name = {s.name: s for s in defs.sensors or []}
+    assert by_name["marin_automation"].minimum_interval_seconds == AUTOMATION_INTERVAL_S
+    assert by_name["catalog_changes"].minimum_interval_seconds == CATALOG_INTERVAL_S

@@ -16,11 +16,18 @@ from marin_assets.defs.automation.conditions import catalog_names
 from marin_assets.defs.ingest.assets import INVALID, REMOVED
 from marin_assets.defs.partitions import source_partitions
 from marin_assets.defs.resources import MarinResource
-from marin_assets.defs.settings import defs_setting
+from marin_assets.defs.settings import defs_setting, defs_setting_number
 
 AUTOMATION_ENV = "MARIN_AUTOMATION"
 SOURCE_PINS = dg.AssetKey(specs.SOURCE_PINS.name)
 CATALOG_CHECK = "catalog_in_sync"
+# Tick cadences, read when the code location loads (tests set them to seconds).
+AUTOMATION_INTERVAL_S = max(5, int(defs_setting_number("MARIN_AUTOMATION_INTERVAL_S", 30)))
+CATALOG_INTERVAL_S = max(5, int(defs_setting_number("MARIN_CATALOG_INTERVAL_S", 60)))
+
+
+def _every(seconds: int) -> str:
+    return "Every minute" if seconds == 60 else f"Every {seconds // 60} minutes" if seconds % 60 == 0 else f"Every {seconds} s"
 
 
 def automation_enabled(value: str | None = None) -> bool:
@@ -38,19 +45,20 @@ def default_status() -> dg.DefaultSensorStatus:
 
 
 def automation_sensor() -> dg.AutomationConditionSensorDefinition:
-    """Evaluates every asset's condition every 30 s (``source_pins`` has none: ``catalog_changes`` records it).
+    """Evaluates every asset's condition every ``MARIN_AUTOMATION_INTERVAL_S`` (30 s) (``source_pins`` has none: ``catalog_changes`` records it).
 
     It runs in the code server because one operand (``in_catalog``) reads the catalog file;
     requests become asset backfills, so a tick's partitions are grouped into runs per source.
     """
     return dg.AutomationConditionSensorDefinition(
         "marin_automation",
-        target=dg.AssetSelection.all(include_sources=True) - dg.AssetSelection.all_asset_checks(),
+        # "*" in the UI; checks have no condition, so the sensor evaluates assets only.
+        target=dg.AssetSelection.all(include_sources=True),
         use_user_code_server=True,
         default_status=default_status(),
-        minimum_interval_seconds=30,
+        minimum_interval_seconds=AUTOMATION_INTERVAL_S,
         description=(
-            "Every 30 s: rebuilds the chain of every source whose pin changed (as recorded by catalog_changes), "
+            f"{_every(AUTOMATION_INTERVAL_S)}: rebuilds the chain of every source whose pin changed (as recorded by catalog_changes), "
             "then the global steps, then the partitions whose inputs changed. Starts on when MARIN_AUTOMATION=on."
         ),
     )
@@ -118,10 +126,10 @@ def pin_observations(versions: dict[str, str], known: dict[str, str]) -> list[dg
 
 @dg.sensor(
     name="catalog_changes",
-    minimum_interval_seconds=60,
+    minimum_interval_seconds=CATALOG_INTERVAL_S,
     default_status=default_status(),
     description=(
-        "Every minute: records source_pins for the sources whose recipe changed (one runless "
+        f"{_every(CATALOG_INTERVAL_S)}: records source_pins for the sources whose recipe changed (one runless "
         "observation each, no run; the first tick records every pin as the baseline), and reports "
         "catalog entries that need a code-location reload or left the catalog."
     ),
