@@ -124,7 +124,10 @@ def _cmd_dev(args: argparse.Namespace) -> int:
         env["HF_ENDPOINT"] = endpoint
         for key, value in DEMO_ENV.items():
             env.setdefault(key, value)
-        print(f"offline demo Hub at {endpoint} (set HF_ENDPOINT to use another Hub)", flush=True)
+        from marin_assets.demo.sample import DEMO_SOURCES
+
+        print(f"offline demo Hub at {endpoint}: it serves the {len(DEMO_SOURCES)} demo sources ({', '.join(DEMO_SOURCES)}); "
+              "the UI lists every catalog source, the others need HF_ENDPOINT=https://huggingface.co", flush=True)  # fmt: skip
         try:
             return subprocess.call(command, env=env)
         except KeyboardInterrupt:

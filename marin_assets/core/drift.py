@@ -97,9 +97,13 @@ def check_source_pin(source: Any, *, layout: Any = None, branch: str = "main", a
     try:
         gated = _repo_gating(p.repo_id, p.repo_type, endpoint, token, policy.timeout_s)
         status = hub.check_pin(p.repo_id, p.revision, branch, repo_type=p.repo_type, policy=policy, endpoint=endpoint, token=token)
+    except hub.NotServedHere as err:  # the demo Hub serves only the demo's sources
+        return PinReport(**report, status=UNKNOWN, detail=str(err))
     except (GatedRepoError, hub.HubAuthError):
         return PinReport(**report, status=GATED, gated=True, detail=f"{p.repo_id} refuses access ({'token refused' if _has_token(token) else 'no HF_TOKEN'}): accept its terms and set HF_TOKEN")
-    except RepositoryNotFoundError:  # after GatedRepoError, its subclass
+    except RepositoryNotFoundError as err:  # after GatedRepoError, its subclass
+        if (here := hub.not_served(err, p.repo_id, p.repo_type, p.revision)) is not None:
+            return PinReport(**report, status=UNKNOWN, detail=str(here))
         if not _has_token(token):
             return PinReport(**report, status=UNKNOWN, detail=f"{p.repo_id} not found without HF_TOKEN: it is gone or private; set HF_TOKEN to tell")
         return PinReport(**report, status=REPO_GONE, detail=f"{p.repo_id} no longer exists at {hub.hub_endpoint(endpoint)}: pick another provider or remove the entry")

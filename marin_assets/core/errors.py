@@ -38,6 +38,20 @@ class ConfigurationError(MarinError):
 
 KINDS = (BadInput, ProviderRefused, IntegrityFailure, ConfigurationError)
 
+# A server that serves only part of the catalog (the local demo Hub) says so on every 404, in
+# this header: which sources it serves and how to get the others.
+NOT_SERVED_HEADER = "X-Marin-Not-Served"
+
+
+class NotServedHere(ProviderRefused):
+    """The endpoint serves only some sources, and not this one: not a gone pin, a wrong endpoint."""
+
+
+def not_served_here(headers, what: str) -> NotServedHere | None:
+    """``NotServedHere`` when a 404's ``headers`` carry the server's note on what it serves."""
+    note = headers.get(NOT_SERVED_HEADER) if headers is not None else None
+    return NotServedHere(f"{what} is not served by this endpoint: {note}") if note else None
+
 
 def kind_of(error: BaseException) -> str:
     """``bad_input``, ``provider_refused``, ``integrity`` or ``configuration`` (``other`` if none)."""

@@ -51,7 +51,7 @@ from huggingface_hub.errors import (
 from huggingface_hub.utils import build_hf_headers, get_session
 
 from marin_assets.core import storage, trust
-from marin_assets.core.errors import ProviderRefused
+from marin_assets.core.errors import NotServedHere, ProviderRefused, not_served_here
 from marin_assets.core.retry import (  # noqa: F401 - the one retry loop, re-exported for callers
     DEFAULT_POLICY,
     RETRY_STATUS,
@@ -134,6 +134,8 @@ def _gated_message(repo_id: str, repo_type: str, endpoint: str | None, token: st
 def _classify_status(status: int, headers: Any, what: str, repo_id: str, repo_type: str, revision: str,
                      endpoint: str | None, token: str | None, error_code: str | None) -> Exception:  # fmt: skip
     """Map an HTTP failure to our error (or ``_Retryable``)."""
+    if status == 404 and (here := not_served_here(headers, f"{repo_type} {repo_id}@{revision}")) is not None:
+        return here
     if error_code == "GatedRepo" or status in (401, 403):
         return HubAuthError(_gated_message(repo_id, repo_type, endpoint, token))
     if error_code == "RevisionNotFound":
@@ -158,6 +160,11 @@ def _repo_gone(repo_id: str, repo_type: str, endpoint: str | None) -> RepoNotFou
         f"{repo_type} {repo_id} was not found at {hub_endpoint(endpoint)}: check the repo id in the catalog; "
         f"if the repo is private, set HF_TOKEN to a token that can read it"
     )
+
+
+def not_served(err: Exception, repo_id: str, repo_type: str, revision: str) -> NotServedHere | None:
+    response = getattr(err, "response", None)
+    return not_served_here(getattr(response, "headers", None), f"{repo_type} {repo_id}@{revision}")
 
 
 # The Hub whose token the current call carries; requests elsewhere go without it.
@@ -202,12 +209,12 @@ def _call_api(what: str, fn: Callable[[], T], *, repo_id: str, repo_type: str, r
             return fn()
     except GatedRepoError:
         raise HubAuthError(_gated_message(repo_id, repo_type, endpoint, token)) from None
-    except RevisionNotFoundError:
-        raise _revision_gone(repo_id, repo_type, revision, endpoint) from None
+    except RevisionNotFoundError as err:
+        raise not_served(err, repo_id, repo_type, revision) or _revision_gone(repo_id, repo_type, revision, endpoint) from None
     except RemoteEntryNotFoundError:
         raise DownloadError(f"{what}: no such path in {repo_id}@{revision}; check the file selection") from None
-    except RepositoryNotFoundError:
-        raise _repo_gone(repo_id, repo_type, endpoint) from None
+    except RepositoryNotFoundError as err:
+        raise not_served(err, repo_id, repo_type, revision) or _repo_gone(repo_id, repo_type, endpoint) from None
     except HfHubHTTPError as err:
         response = getattr(err, "response", None)
         status = response.status_code if response is not None else 0

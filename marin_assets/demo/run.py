@@ -66,12 +66,21 @@ def build_demo_hub(root: str | None = None) -> str:
     return root
 
 
+def served_note() -> str:
+    """What the demo Hub says on every 404: the sources it serves, and how to build the others."""
+    return (
+        f"This is the offline demo Hub: it serves only the {len(DEMO_SOURCES)} demo sources "
+        f"({', '.join(DEMO_SOURCES)}). Every other catalog source needs its real provider: set "
+        "HF_ENDPOINT=https://huggingface.co (and HF_TOKEN for gated sources) on a machine with network access"
+    )
+
+
 @contextlib.contextmanager
 def demo_hub(root: str | None = None) -> Iterator[str]:
     """A running local Hub server over the demo repos; yields its endpoint."""
     from marin_assets.testing.hub_server import LocalHubServer
 
-    with LocalHubServer(build_demo_hub(root)) as server:
+    with LocalHubServer(build_demo_hub(root), served_note=served_note()) as server:
         yield server.endpoint
 
 

@@ -50,6 +50,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
+from marin_assets.core.errors import NOT_SERVED_HEADER
+
 REPO_TYPES = ("dataset", "model", "space")
 DEFAULT_BRANCH = "main"
 DEFAULT_PAGE_SIZE = 1000
@@ -548,6 +550,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_error(self, err: _HubError) -> None:
         headers = dict(err.headers)
+        note = self.hub.served_note if err.status == 404 else None
+        if note:  # a Hub that serves part of the catalog says which part, and where the rest is
+            err.message = f"{err.message}. {note}"
+            headers[NOT_SERVED_HEADER] = note.encode("ascii", "replace").decode()
         headers["X-Error-Message"] = err.message.encode("ascii", "replace").decode()
         if err.code:
             headers["X-Error-Code"] = err.code
@@ -885,6 +891,8 @@ class LocalHubServer:
     Use as a context manager or with ``start()``/``stop()``; point clients at ``endpoint``
     (``HF_ENDPOINT``). ``faults`` injects failures at runtime; ``requests`` records what was
     asked (method, decoded path, status, range, fault) so tests can count fetches.
+    ``served_note``: said on every 404 (message and ``X-Marin-Not-Served``), for a Hub that
+    serves only part of the catalog (the demo's): which sources, and how to get the others.
     """
 
     def __init__(
@@ -894,8 +902,10 @@ class LocalHubServer:
         port: int = 0,
         *,
         page_size: int = DEFAULT_PAGE_SIZE,
+        served_note: str | None = None,
     ):
         self.store = root if isinstance(root, HubRepoStore) else HubRepoStore(root)
+        self.served_note = " ".join(served_note.split()) if served_note else None
         self.host, self.port = host, port
         self.page_size = page_size
         self.faults = FaultPlan()

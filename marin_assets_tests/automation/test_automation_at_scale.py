@@ -1,25 +1,30 @@
 """Automation switched on over the full catalog of a demo instance, tick by tick.
 
 The demo is built by ``marin-assets demo`` into a temporary ``DAGSTER_HOME`` (real SQLite
-instance, dagster.yaml of the embedded default). Then the real sensors are evaluated as the
-daemon evaluates them, three ticks in a row, each tick = ``catalog_changes`` (whose
-observations are written as runless events) then ``marin_automation`` (the declarative
-automation sensor with its carried cursor). The daemon itself is not started: on this
-project's CI machine a daemon tick cadence of 30-60 s would make three ticks take minutes
-while adding nothing the sensor evaluation does not already decide.
+instance, dagster.yaml of the embedded default). Two tests switch automation on over it:
+
+* the real daemon (``dagster-daemon run`` on the project's ``workspace.yaml``, its own code
+  server) with the sensor cadences set to seconds (``MARIN_CATALOG_INTERVAL_S``,
+  ``MARIN_AUTOMATION_INTERVAL_S``: 60 s and 30 s in production would make three rounds take
+  minutes); the test polls the instance's tick records with a deadline;
+* the same sensors evaluated in this process, tick by tick, as the daemon evaluates them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
-from marin_assets_tests.automation.system import REPO
+from marin_assets_tests.automation.system import REPO, wait_for
 from marin_assets_tests.fixtures.pipeline import catalog_with
 
 pytestmark = pytest.mark.system
@@ -43,6 +48,7 @@ def demo_home(tmp_path_factory) -> Path:
         env.pop(key, None)
     done = subprocess.run([sys.executable, "-m", "marin_assets.cli", "demo"], cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    shutil.copytree(home, root / "dagster_home_as_built")  # for tests that need the instance as the demo left it
     return root
 
 
@@ -169,3 +175,157 @@ def _all_materializations(instance: dg.DagsterInstance) -> list:
     for key in defs.resolve_asset_graph().get_all_asset_keys():
         out.extend(instance.fetch_materializations(key, limit=10000).records)
     return out
+
+
+# --------------------------------------------------------------------------- the real daemon
+
+ROUND_TIMEOUT_S = 600  # one round on a loaded CI machine: a catalog tick, then an automation tick over 146 partitions
+
+
+def _event_log_bytes(home: Path) -> int:
+    """The SQLite event log (index plus per-run logs) of an embedded-default instance."""
+    return _tree_bytes(home / "history" / "runs") if (home / "history" / "runs").exists() else 0
+
+
+class Daemon:
+    """``dagster-daemon run`` on the project's workspace.yaml, its output in a log file."""
+
+    def __init__(self, env: dict[str, str], log_path: Path):
+        self.env, self.log_path = env, log_path
+        self.process: subprocess.Popen | None = None
+
+    def __enter__(self) -> "Daemon":
+        exe = str(Path(sys.executable).with_name("dagster-daemon"))
+        self._log = open(self.log_path, "wb")
+        self.process = subprocess.Popen([exe, "run", "-w", str(REPO / "workspace.yaml")], cwd=REPO, env=self.env,
+                                        stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        return self
+
+    def __exit__(self, *exc) -> None:
+        assert self.process is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)  # the daemon's own group: it and its code server
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+        self._log.close()
+
+    def tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def alive(self) -> None:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise AssertionError(f"dagster-daemon exited with {self.process.returncode}:\n{self.tail()}")
+
+
+class SensorTicks:
+    """The finished ticks of one sensor, read from the instance (oldest first)."""
+
+    def __init__(self, instance: dg.DagsterInstance, name: str):
+        self.instance, self.name, self.state = instance, name, None
+
+    def finished(self) -> list:
+        from dagster._core.scheduler.instigation import InstigatorType, TickStatus
+
+        if self.state is None:
+            states = self.instance.all_instigator_state(instigator_type=InstigatorType.SENSOR)
+            self.state = next((s for s in states if s.instigator_name == self.name), None)
+            if self.state is None:
+                return []
+        ticks = self.instance.get_ticks(self.state.instigator_origin_id, self.state.selector_id, limit=1000)
+        return sorted((t for t in ticks if t.status != TickStatus.STARTED), key=lambda t: t.timestamp)
+
+
+def test_the_daemon_switched_on_over_the_full_catalog(demo_home: Path, tmp_path: Path) -> None:
+    """Three rounds of the real daemon (on, idle, one pin edit); a round is a ``catalog_changes``
+    tick followed by a ``marin_automation`` tick that started after it. Runs it requests stay
+    queued (``max_concurrent_runs: 0``): the test measures what automation asks for."""
+    from dagster._core.scheduler.instigation import TickStatus
+
+    from marin_assets.catalog.sources import load_catalog
+    from marin_assets.demo.sample import DEMO_SOURCES
+
+    home = tmp_path / "dagster_home"
+    shutil.copytree(demo_home / "dagster_home_as_built", home)
+    config = (REPO / "dagster.yaml").read_text()
+    assert "max_concurrent_runs: 4" in config
+    (home / "dagster.yaml").write_text(config.replace("max_concurrent_runs: 4", "max_concurrent_runs: 0"))
+    catalog_path = tmp_path / "catalog.toml"
+    catalog_with(catalog_path)
+    env = {
+        **os.environ, "DAGSTER_HOME": str(home), "MARIN_PREFIX": str(demo_home / "data"), "MARIN_CATALOG": str(catalog_path),
+        "MARIN_AUTOMATION": "on", "MARIN_CATALOG_INTERVAL_S": "5", "MARIN_AUTOMATION_INTERVAL_S": "5",
+        "MARIN_DRIFT_INTERVAL_S": "3600", "HF_ENDPOINT": "http://127.0.0.1:9", "MARIN_RETRY_WAIT_S": "0",
+        "HF_HUB_DISABLE_TELEMETRY": "1", "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1",
+    }  # fmt: skip
+    env.pop("HF_TOKEN", None)
+    edited = next(n for n in DEMO_SOURCES if load_catalog(catalog_path).by_name(n).provider.kind == "hf")
+
+    pins = dg.AssetKey("source_pins")
+    with dg.DagsterInstance.from_config(str(home)) as instance, Daemon(env, tmp_path / "daemon.log") as daemon:
+        from marin_assets.definitions import defs
+
+        graph = defs.resolve_asset_graph()
+        chain = {
+            key.to_user_string()
+            for key in graph.get_all_asset_keys()
+            if key != pins and graph.get(key).partitions_def is not None
+            and instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key, asset_partitions=[edited]), limit=1).records
+        }  # fmt: skip
+        catalog_ticks, automation_ticks = SensorTicks(instance, "catalog_changes"), SensorTicks(instance, "marin_automation")
+        observations = lambda: len(instance.fetch_observations(pins, limit=100000).records)  # noqa: E731
+        before = {"observations": observations(), "runs": len(instance.get_run_records()), "bytes": _tree_bytes(home), "log": _event_log_bytes(home)}
+        rounds = []
+
+        def one_round(label: str, after: float) -> dict:
+            """Wait for a catalog tick started after ``after``, then an automation tick started after it ended."""
+            started = time.monotonic()
+
+            def catalog_tick():
+                daemon.alive()
+                return next((t for t in catalog_ticks.finished() if t.timestamp >= after), None)
+
+            catalog = wait_for(f"a catalog_changes tick ({label})", catalog_tick, ROUND_TIMEOUT_S, every_s=1.0, diagnose=daemon.tail)
+            catalog_end = catalog.end_timestamp or catalog.timestamp
+
+            def automation_tick():
+                daemon.alive()
+                return next((t for t in automation_ticks.finished() if t.timestamp >= catalog_end), None)
+
+            automation = wait_for(f"a marin_automation tick after the catalog tick ({label})", automation_tick, ROUND_TIMEOUT_S, every_s=1.0, diagnose=daemon.tail)
+            now = {"observations": observations(), "runs": len(instance.get_run_records()), "bytes": _tree_bytes(home), "log": _event_log_bytes(home)}
+            ticks_in_round = [t for t in automation_ticks.finished() if after <= t.timestamp <= automation.timestamp]
+            result = {
+                "label": label, "catalog": catalog, "automation": automation,
+                "observations": now["observations"] - before["observations"], "runs": now["runs"] - before["runs"],
+                "bytes": now["bytes"] - before["bytes"], "log": now["log"] - before["log"],
+                "automation_ticks": len(ticks_in_round), "failed": [t for t in (catalog, *ticks_in_round) if t.status == TickStatus.FAILURE],
+                "seconds": time.monotonic() - started,
+            }  # fmt: skip
+            before.update(now)
+            print(f"daemon round '{label}': {result['observations']} pin observations, {result['runs']} runs, "
+                  f"{result['automation_ticks']} automation ticks, instance +{result['bytes']:,} B (event log +{result['log']:,} B), "
+                  f"{result['seconds']:.0f} s", flush=True)  # fmt: skip
+            rounds.append(result)
+            return result
+
+        on = one_round("switched on", 0.0)
+        idle = one_round("nothing changed", on["automation"].end_timestamp or on["automation"].timestamp)
+        catalog_with(catalog_path, edit={edited: {"provider": {"revision": "f" * 40}}})
+        edit_at = time.time()
+        edit = one_round(f"pin of {edited} edited", edit_at)
+
+        assert not any(r["failed"] for r in rounds), [(t.instigator_name, t.error) for r in rounds for t in r["failed"]]
+        assert on["observations"] == 146, "the first catalog tick records every pin: the baseline"
+        assert on["runs"] == 0 and on["automation"].tick_data.requested_asset_materialization_count == 0, "switching automation on requests nothing up to date"
+        assert idle["observations"] == 0 and idle["runs"] == 0, "an unchanged catalog: nothing recorded, nothing requested"
+        assert idle["log"] <= MAX_GROWTH_PER_QUIET_TICK, f"a quiet round barely grows the event log: +{idle['log']:,} B"
+        assert edit["observations"] == 1, "one pin edit: one observation"
+        new_runs = [r.dagster_run for r in instance.get_run_records()][: edit["runs"]]
+        requested = {key.to_user_string() for run in new_runs for key in run.asset_selection or ()}
+        assert requested == chain and {run.tags.get("dagster/partition") for run in new_runs} == {edited}, f"exactly {edited}'s chain: {requested} vs {chain}"
+        assert all(r["runs"] <= MAX_RUNS_PER_TICK for r in rounds)

@@ -39,7 +39,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
-from marin_assets.core.errors import IntegrityFailure
+from marin_assets.core.errors import IntegrityFailure, not_served_here
 from marin_assets.core.retry import (  # noqa: F401 - the one retry loop, shared with the Hub client
     DEFAULT_POLICY,
     RETRY_STATUS,
@@ -142,6 +142,8 @@ def _status_error(status: int, headers: Mapping[str, str], what: str, url: str, 
         return ProviderAccessError(
             f"{what}: {shown} refused access (HTTP {status}); {hint or 'check the credentials or the link'}"
         )
+    if status == 404 and (here := not_served_here(headers, f"{what}: {shown}")) is not None:
+        return here
     if status in (404, 410):
         return ProviderGoneError(
             f"{what}: {shown} is not served (HTTP {status}); the provider moved or removed it: point "

@@ -13,6 +13,7 @@ import hashlib
 from typing import Any
 
 from marin_assets.core import storage
+from marin_assets.core.errors import NotServedHere
 from marin_assets.core.hub import DownloadError, RetryPolicy, select_paths
 from marin_assets.core.providers import ProviderAccess, ghalogs, hf_bucket, hplt, http, nsf_awards, prestaged
 from marin_assets.core.providers.rawcopy import ProviderError
@@ -69,6 +70,8 @@ def check_pin(source: Any, layout: storage.Layout, *, access: ProviderAccess = P
     """``(status, detail)`` for ``source``'s pin; never raises for provider or network trouble."""
     try:
         return _check(source, layout, access)
+    except NotServedHere as err:  # the demo Hub: a wrong endpoint for this source, not a gone pin
+        return UNKNOWN, str(err)
     except http.ProviderGoneError as err:
         return REVISION_GONE, str(err)
     except (DownloadError, ProviderError, OSError, ValueError) as err:

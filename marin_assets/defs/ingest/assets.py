@@ -61,7 +61,7 @@ def raw_files(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.Mat
     source = source_or_fail(marin, context.partition_key)
     try:
         manifest = _copy(context, marin, source)
-    except (hub.HubAuthError, hub.RevisionGoneError) as err:  # expected: gated, repo or revision gone
+    except (hub.HubAuthError, hub.RevisionGoneError, hub.NotServedHere) as err:  # expected: gated, repo or revision gone, not served here
         raise dg.Failure(
             description=str(err),
             metadata={"source": source.name, "repo": source.provider.repo_id or "", "pin": source.provider.revision or "", "error": type(err).__name__},
