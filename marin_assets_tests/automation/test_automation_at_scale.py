@@ -38,18 +38,8 @@ def _tree_bytes(root: Path) -> int:
 
 
 @pytest.fixture(scope="module")
-def demo_home(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("demo_scale")
-    home = root / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
-    env = {**os.environ, "DAGSTER_HOME": str(home), "MARIN_PREFIX": str(root / "data"), "MARIN_DEMO_HUB": str(root / "hub")}
-    for key in ("MARIN_CATALOG", "HF_TOKEN", "HF_ENDPOINT", "MARIN_AUTOMATION"):
-        env.pop(key, None)
-    done = subprocess.run([sys.executable, "-m", "marin_assets.cli", "demo"], cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    shutil.copytree(home, root / "dagster_home_as_built")  # for tests that need the instance as the demo left it
-    return root
+def demo_home(built_demo: Path) -> Path:
+    return built_demo
 
 
 class Tick:
