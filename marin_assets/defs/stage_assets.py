@@ -1,5 +1,6 @@
 """Assets generated from stage specs: dependencies, partitions, group and code version come from
-the spec (``marin_assets.core.specs``), so an asset's ``deps`` are exactly its declared inputs."""
+the spec (``marin_assets.core.specs``), so an asset's ``deps`` are its declared inputs (plus
+``source_pins`` for per-source stages, see ``deps_for``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 import dagster as dg
 
+from marin_assets.core.specs import SOURCE_PINS
 from marin_assets.core.stages import StageSpec
 from marin_assets.defs.partitions import source_partitions
 
@@ -24,6 +26,17 @@ def key(spec: StageSpec) -> dg.AssetKey:
     return dg.AssetKey(spec.name)
 
 
+def deps_for(spec: StageSpec) -> list[dg.AssetKey]:
+    """The spec's inputs, plus ``source_pins`` for every per-source stage that does not read it:
+    Dagster marks stale only the direct dependents of a changed data version, and a pin edit
+    rebuilds the source's whole chain, so the whole chain is shown stale. Automation ignores
+    this extra edge (``conditions.per_source_condition``); the stage never reads it."""
+    deps = [key(i) for i in spec.inputs]
+    if spec.partitioned and spec.name != SOURCE_PINS.name and SOURCE_PINS not in spec.inputs:
+        deps.append(key(SOURCE_PINS))
+    return deps
+
+
 def stage_asset(spec: StageSpec, **kwargs: Any) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
     """``@dg.asset`` for ``spec``; ``kwargs`` add what is Dagster's own (description, kinds, pool, checks)."""
     for field in ("name", "deps", "partitions_def", "group_name", "code_version"):
@@ -31,7 +44,7 @@ def stage_asset(spec: StageSpec, **kwargs: Any) -> Callable[[Callable[..., Any]]
             raise TypeError(f"stage_asset({spec.name}): '{field}' comes from the stage spec")
     return dg.asset(
         name=spec.name,
-        deps=[key(i) for i in spec.inputs],
+        deps=deps_for(spec),
         partitions_def=source_partitions if spec.partitioned else None,
         group_name=spec.group or None,
         code_version=spec.code_version,

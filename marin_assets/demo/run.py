@@ -110,6 +110,7 @@ def run_demo(sources: Sequence[str] | None = None) -> int:
         print(f"offline Hub at {endpoint}; data under {os.environ.get('MARIN_PREFIX', '.marin_data')}", flush=True)
         from marin_assets.defs.jobs import BUILD_ORDER
 
+        _record_pins(instance, sources)
         rows: list[dict[str, Any]] = []
         for job_name, _keys, partitioned in BUILD_ORDER:
             job = defs.resolve_job_def(job_name)
@@ -132,6 +133,17 @@ def run_demo(sources: Sequence[str] | None = None) -> int:
         print(f"  {row['source']:28s} {row['rows_in']!s:>8s} {row['empty']!s:>6s} {row['dups']!s:>5s} {row['rows']!s:>6s} {row['reused']}")
     print("\nSee the runs in the UI: make dev  (http://127.0.0.1:3000)")
     return 0
+
+
+def _record_pins(instance: Any, sources: Sequence[str]) -> None:
+    """Record the built sources' pins first (as ``catalog_changes`` does): each build then
+    remembers the pin it was built for, and the UI marks its chain stale when the pin changes."""
+    from marin_assets.core import ingest
+    from marin_assets.defs.automation.sensors import pin_observations
+
+    catalog = load_catalog(os.environ.get("MARIN_CATALOG") or None)
+    for event in pin_observations({name: ingest.recipe_fingerprint(catalog.by_name(name)) for name in sources}, {}):
+        instance.report_runless_asset_event(event)
 
 
 def _normalized_row(name: str, norm: dict[str, Any]) -> dict[str, Any]:

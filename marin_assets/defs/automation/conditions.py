@@ -33,6 +33,7 @@ from dagster import AutomationCondition as AC
 
 from marin_assets.catalog.sources import default_catalog_path, load_catalog
 from marin_assets.core import ingest
+from marin_assets.core.specs import ALL as ALL_SPECS
 from marin_assets.core.specs import QUALITY_MODEL, SOURCE_PINS, TOPIC_MODEL
 from marin_assets.defs.settings import configured_catalog_path
 
@@ -212,19 +213,27 @@ def _no_dep_failed_blocking_check() -> dg.AutomationCondition:
     )
 
 
-def per_source_condition(global_deps: Iterable[str] = (), pins_dep: bool = False) -> dg.AutomationCondition:
+# Stages that read source_pins; the other per-source stages depend on it only so that the UI
+# marks a source's whole chain stale after a pin edit (``stage_assets.deps_for``).
+_READS_PINS = frozenset(s.name for s in ALL_SPECS if SOURCE_PINS in s.inputs)
+
+
+def per_source_condition(global_deps: Iterable[str] = (), pins_dep: bool = False, pins_edge: bool = False) -> dg.AutomationCondition:
     """For partitioned assets: rebuild the partitions whose inputs changed (see module doc).
 
     ``global_deps`` are the unpartitioned dependencies: they are judged per source by
     ``GlobalInputChanged`` instead of by their data version alone. ``pins_dep``: the asset
     reads ``source_pins``, whose change counts only where the asset was built for another
-    recipe (``BuiltForAnotherRecipe``).
+    recipe (``BuiltForAnotherRecipe``). ``pins_edge``: ``source_pins`` is a dependency the asset
+    does not read (for staleness in the UI); it is ignored, the chain follows its inputs.
     """
     per_source_deps = AC.any_deps_match(_dep_data_changed() | AC.will_be_requested())
+    pins = dg.AssetSelection.assets(SOURCE_PINS.name)
     if pins_dep:
-        pins = dg.AssetSelection.assets(SOURCE_PINS.name)
         pin_changed = (AC.any_deps_match(AC.data_version_changed()).allow(pins) & BuiltForAnotherRecipe()).with_label("pin_changed")
         per_source_deps = per_source_deps.ignore(pins) | pin_changed
+    elif pins_edge:
+        per_source_deps = per_source_deps.ignore(pins)
     if global_deps:
         per_source_deps = per_source_deps.ignore(dg.AssetSelection.assets(*sorted(global_deps)))
         inputs_changed = (per_source_deps | GlobalInputChanged()).with_label("any_dep_changed_or_requested")
@@ -267,7 +276,9 @@ def condition_for(spec: dg.AssetSpec, unpartitioned: set[dg.AssetKey] = frozense
     if spec.partitions_def is None:
         return global_condition()
     deps = {d.asset_key for d in spec.deps}
-    return per_source_condition(sorted(k.to_user_string() for k in deps if k in unpartitioned), pins_dep=dg.AssetKey(SOURCE_PINS.name) in deps)
+    pins = dg.AssetKey(SOURCE_PINS.name)
+    return per_source_condition(sorted(k.to_user_string() for k in deps if k in unpartitioned),
+                                pins_dep=pins in deps and name in _READS_PINS, pins_edge=pins in deps)  # fmt: skip
 
 
 def _unpartitioned_keys(assets: list[Any]) -> set[dg.AssetKey]:
