@@ -125,14 +125,16 @@ def postgres_env(settings: dict[str, Any]) -> dict[str, str]:
 class DagsterDev:
     """``dagster dev`` (webserver, daemon, code server) on the demo Hub, in temporary folders."""
 
-    def __init__(self, root: Path, hub_endpoint: str):
+    def __init__(self, root: Path, hub_endpoint: str, home: Path | None = None, prefix: Path | None = None, env: dict[str, str] | None = None):
+        """``home``/``prefix``: an existing instance and data root (default: new, empty ones
+        under ``root``); ``env``: more variables (e.g. ``MARIN_CATALOG``)."""
         self.root = root
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.home = root / "dagster_home"
-        self.prefix = root / "data"
-        self.home.mkdir(parents=True)
-        self.prefix.mkdir(parents=True)
+        self.home = home or root / "dagster_home"
+        self.prefix = prefix or root / "data"
+        self.home.mkdir(parents=True, exist_ok=home is not None)
+        self.prefix.mkdir(parents=True, exist_ok=prefix is not None)
         shutil.copy(REPO / "dagster.yaml", self.home / "dagster.yaml")
         self.env = {
             **os.environ,
@@ -148,6 +150,7 @@ class DagsterDev:
         }
         self.env.pop("HF_TOKEN", None)
         self.env.pop("MARIN_CATALOG", None)
+        self.env.update(env or {})
         self.log_path = root / "dagster-dev.log"
         self.process: subprocess.Popen | None = None
 

@@ -1,15 +1,20 @@
-"""The Dagster UI in a real browser (headless Chromium): the asset graph shows every stage, and
-one source's materialization launched from the UI succeeds. Screenshots go to test-artifacts/."""
+"""The Dagster UI in a real browser (headless Chromium, selenium): the asset graph shows every
+stage; one source's materialization launched from the UI succeeds; on a built demo instance,
+``normalized`` shows its column schema, ``sampling_groups`` its groups as a Dagster table, and a
+pin edit marks that source's whole chain stale (Unsynced). Screenshots go to test-artifacts/
+(``ui-*.png``), taken whether the test passes or fails."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from marin_assets_tests.automation.system import REPO, require
+from marin_assets_tests.automation.system import REPO, DagsterDev, require
 
 ARTIFACTS = REPO / "test-artifacts"
 SOURCE = "eai-taxonomy-code-w-dclm"  # a demo source no other test of this session builds
@@ -124,3 +129,103 @@ def test_materialize_one_source_from_the_ui(demo_dagster, browser) -> None:
     finally:
         _screenshot(browser, "ui-materialize-run.png")
     assert SOURCE in demo_dagster.materialized_partitions("raw_files")
+
+
+# --------------------------------------------------------------------------- on a built demo
+
+EDITED = "cp/peps"  # a demo source whose pin the last test edits
+
+
+@pytest.fixture(scope="module")
+def built_dev(built_demo: Path, tmp_path_factory) -> Iterator[DagsterDev]:
+    """``dagster dev`` over a copy of the built demo instance (its data read in place), the
+    catalog an editable copy (``MARIN_CATALOG``), the demo Hub serving the sample."""
+    from marin_assets.demo.run import build_demo_hub, served_note
+    from marin_assets.testing.hub_server import LocalHubServer
+    from marin_assets_tests.fixtures.pipeline import catalog_with
+
+    root = tmp_path_factory.mktemp("built_dev")
+    shutil.copytree(built_demo / "dagster_home_as_built", root / "dagster_home")
+    catalog_with(root / "catalog.toml")
+    with LocalHubServer(build_demo_hub(str(root / "hub")), served_note=served_note()) as hub:
+        dev = DagsterDev(root, hub.endpoint, home=root / "dagster_home", prefix=built_demo / "data", env={"MARIN_CATALOG": str(root / "catalog.toml")})
+        try:
+            yield dev.start()
+        finally:
+            dev.stop()
+
+
+def _texts(driver) -> set[str]:
+    from selenium.webdriver.common.by import By
+
+    return {e.text.strip() for e in driver.find_elements(By.XPATH, "//*[normalize-space(text())!='']") if e.is_displayed()}
+
+
+def test_normalized_shows_its_column_schema(built_dev, browser) -> None:
+    browser.get(f"{built_dev.url}/assets/normalized")
+    try:
+        _wait(browser, 120).until(lambda d: {"Columns", "Column name", "id", "text", "source_id", "large_string"} <= _texts(d),
+                                  message="normalized's column schema (id, text, source_id) on its overview")  # fmt: skip
+    finally:
+        _screenshot(browser, "ui-normalized-columns.png")
+
+
+def test_sampling_groups_show_a_dagster_table(built_dev, browser) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{built_dev.url}/assets/sampling_groups")
+    header = ["group", "topic_label", "documents", "tokens", "weight"]
+
+    def groups_table(d):
+        for table in d.find_elements(By.XPATH, "//table[.//*[normalize-space(text())='topic_label']][not(.//table)]"):
+            cells = [c.text.strip() for c in table.find_elements(By.XPATH, ".//th")]
+            if cells[: len(header)] == header and table.find_elements(By.XPATH, ".//tbody/tr"):
+                return table
+        return False
+
+    try:
+        _wait(browser, 120).until(lambda d: "groups_table" in _texts(d), message="the groups_table metadata entry")
+        table = _wait(browser, 60).until(groups_table, message="groups_table rendered as a table with its columns")
+        browser.execute_script("arguments[0].scrollIntoView({block: 'start'});", table)
+        groups = [cells[0].text.strip() for cells in (row.find_elements(By.XPATH, "./td") for row in table.find_elements(By.XPATH, ".//tr")) if cells]
+        assert groups and all(re.fullmatch(r"c\d\dq\d", g) for g in groups), f"one row per group (c00q0 ...): {groups[:5]}"
+    finally:
+        _screenshot(browser, "ui-sampling-groups-table.png")
+
+
+def test_a_pin_edit_marks_that_sources_chain_stale(built_dev, browser) -> None:
+    """The pin edit is recorded as ``catalog_changes`` records it (one runless observation of
+    ``source_pins``); every per-source asset built for that source turns Unsynced, and only for it."""
+    import dagster as dg
+    from selenium.webdriver.common.by import By
+
+    from marin_assets.catalog.sources import load_catalog
+    from marin_assets.core import ingest
+    from marin_assets.defs.automation.sensors import pin_observations
+    from marin_assets.demo.sample import DEMO_SOURCES
+    from marin_assets_tests.fixtures.pipeline import catalog_with
+
+    catalog_path = Path(built_dev.env["MARIN_CATALOG"])
+    catalog_with(catalog_path, edit={EDITED: {"provider": {"revision": "f" * 40}}})
+    recipe = ingest.recipe_fingerprint(load_catalog(catalog_path).by_name(EDITED))
+    with dg.DagsterInstance.from_config(str(built_dev.home)) as instance:
+        for event in pin_observations({EDITED: recipe}, {}):
+            instance.report_runless_asset_event(event)
+    other = next(n for n in DEMO_SOURCES if n != EDITED)
+    chain = sorted(a for a in ("raw_files", "normalized", "minhash_buckets", "embeddings", "contamination", "topics", "quality_scores", "pool")
+                   if {EDITED, other} <= built_dev.materialized_partitions(a))  # fmt: skip
+    status = {}
+    for asset in chain:
+        data = built_dev.graphql("query($k: AssetKeyInput!) { assetNodeOrError(assetKey: $k) { ... on AssetNode { staleStatusByPartition(partitions: $p) } } }".replace("$p", f'["{EDITED}", "{other}"]'),
+                                 {"k": {"path": [asset]}})  # fmt: skip
+        status[asset] = data["assetNodeOrError"]["staleStatusByPartition"]
+    print("stale status after the pin edit (edited, other):", status)
+    assert len(chain) == 8 and all(v == ["STALE", "FRESH"] for v in status.values()), status
+
+    browser.get(f"{built_dev.url}/assets/pool?view=partitions&partition={EDITED.replace('/', '%2F')}")
+    try:
+        _click(browser, "//span[starts-with(normalize-space(text()), 'Unsynced')]", timeout_s=120)
+        _wait(browser).until(lambda d: d.find_elements(By.XPATH, "//*[normalize-space(text())='has a new data version']") and "source_pins" in _texts(d),
+                             message="the Unsynced popover naming source_pins' new data version")  # fmt: skip
+    finally:
+        _screenshot(browser, "ui-chain-stale-after-pin-edit.png")
