@@ -642,7 +642,7 @@ def download_snapshot(
             sha256 = _fetch_file(
                 repo_id, repo_type, sha, remote, local, policy=policy, endpoint=endpoint, token=token, counters=counters
             )
-            storage.put_file(local, trust.child_uri(dest_uri, remote.path, f"{repo_type} {repo_id}@{sha[:12]}"))
+            storage.move_file(local, trust.child_uri(dest_uri, remote.path, f"{repo_type} {repo_id}@{sha[:12]}"))
             record = {"path": remote.path, "size": remote.size, "sha256": sha256, "etag": remote.etag}
             storage.write_json(_marker_uri(dest_uri, remote.path), record)
             with progress_lock:

@@ -195,6 +195,21 @@ def put_file(local_path: str, uri: str) -> None:
             dst.write(chunk)
 
 
+def move_file(source: str, uri: str) -> None:
+    """Move a finished local file to ``uri`` atomically: a rename when ``uri`` is on the same
+    local filesystem (no second pass over the bytes), else a copy (``put_file``) and a delete."""
+    path = local_path(uri)
+    if path is not None:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        try:
+            os.replace(source, path)
+            return
+        except OSError:  # another filesystem: copy
+            pass
+    put_file(source, uri)
+    os.remove(source)
+
+
 # --------------------------------------------------------------------------- parquet
 
 PARQUET_COMPRESSION = "zstd"
