@@ -11,13 +11,17 @@ from marin_assets.defs.stage_assets import stage_asset
 
 def test_every_asset_is_a_spec_with_deps_group_partitions_and_code_version_from_it() -> None:
     from marin_assets.definitions import defs
+    from marin_assets.defs.partitions import source_partitions
 
     graph = defs.resolve_asset_graph()
     assets = {k.to_user_string() for k in graph.get_all_asset_keys()}
     assert assets == {s.name for s in specs.ALL}
     for spec in specs.ALL:
         node = graph.get(dg.AssetKey(spec.name))
-        assert sorted(p.to_user_string() for p in node.parent_keys) == sorted(i.name for i in spec.inputs), spec.name
+        # per-source stages also depend on source_pins, for staleness in the UI (stage_assets.deps_for)
+        by_source = node.partitions_def == source_partitions and spec is not specs.SOURCE_PINS
+        pins = {specs.SOURCE_PINS.name} if by_source else set()
+        assert sorted(p.to_user_string() for p in node.parent_keys) == sorted({i.name for i in spec.inputs} | pins), spec.name
         assert node.group_name == spec.group, spec.name
         assert (node.partitions_def is not None) == spec.partitioned, spec.name
         if node.is_materializable:
