@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from marin_assets.core import decon_kernels as kernels
 from marin_assets.core.decon_params import DeconParams
 
 # ----------------------------------------------------------------------------- feature hashing
@@ -57,19 +58,11 @@ def _mix_token_int(h: int) -> int:
     return h ^ (h >> 32)
 
 
-def _mix_token(h: np.ndarray) -> np.ndarray:
-    """Multiply-xorshift of the token hashes, in place."""
-    h ^= h >> np.uint64(29)
-    h *= np.uint64(_TOKEN_MIX)
-    h ^= h >> np.uint64(32)
-    return h
-
-
 class _Powers:
     """``base**i`` and ``base**-i`` (mod 2**64) arrays, cached up to 8M entries and grown on demand.
 
-    A batch needs them as long as its text (in bytes), so an exceptionally large document gets
-    uncached tables for its own batch: peak memory is about 40 bytes per byte of the largest batch.
+    A batch needs them as long as its token count, so an exceptionally large document gets
+    uncached tables for its own batch.
     """
 
     MAX_CACHED = 1 << 23
@@ -98,7 +91,6 @@ class _Powers:
         return out
 
 
-_BYTE_POWERS = _Powers(_BYTE_BASE)
 _TOKEN_POWERS = _Powers(_TOKEN_BASE)
 
 # Byte tables. Python's str.split() whitespace in ASCII: \t \n \v \f \r, \x1c-\x1f and space; every
@@ -117,49 +109,8 @@ def _codepoint_tables() -> tuple[np.ndarray, np.ndarray]:
     return alpha, space
 
 
-def _decode_leads(data: np.ndarray, lead: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Code points and byte widths of the UTF-8 sequences starting at ``lead``."""
-    n = len(data)
-    b0 = data[lead].astype(np.uint32)
-    b1 = data[np.minimum(lead + 1, n - 1)].astype(np.uint32) & 0x3F
-    b2 = data[np.minimum(lead + 2, n - 1)].astype(np.uint32) & 0x3F
-    b3 = data[np.minimum(lead + 3, n - 1)].astype(np.uint32) & 0x3F
-    width = np.where(b0 < 0xE0, 2, np.where(b0 < 0xF0, 3, 4))
-    cp = np.where(width == 2, ((b0 & 0x1F) << 6) | b1,
-                  np.where(width == 3, ((b0 & 0x0F) << 12) | (b1 << 6) | b2,
-                           ((b0 & 0x07) << 18) | (b1 << 12) | (b2 << 6) | b3))
-    return np.minimum(cp, 0x10FFFF), width
-
-
-def _token_bytes(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per byte: part of a token, i.e. not whitespace (exactly ``str.isspace``); and the ``\\n`` positions."""
-    inside = data > 32
-    special = np.flatnonzero((data < 28) | (data >= 0xC2))  # newlines, tabs, control bytes, UTF-8 leads
-    special_bytes = data[special]
-    low = special_bytes < 28
-    inside[special[low & ~_ASCII_SPACE[special_bytes]]] = True  # control characters are not whitespace
-    newlines = special[special_bytes == 10]
-    maybe = special[(special_bytes == 0xC2) | ((special_bytes >= 0xE1) & (special_bytes <= 0xE3))]
-    if maybe.size:
-        cp, width = _decode_leads(data, maybe)
-        spaces = _codepoint_tables()[1][cp]
-        for step in range(3):
-            inside[maybe[spaces & (width > step)] + step] = False
-    return inside, newlines
-
-
-def _tokens_with_letter(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Exact ``any(c.isalpha())`` for the given tokens (only called for the few undecided ones)."""
-    lengths = ends - starts
-    first = np.cumsum(lengths) - lengths
-    pos = np.arange(int(lengths.sum())) + np.repeat(starts - first, lengths)
-    chunk = data[pos]
-    flag = _ASCII_LETTER[chunk]
-    leads = np.flatnonzero(chunk >= 0xC0)
-    if leads.size:
-        cp, _ = _decode_leads(data, pos[leads])
-        flag[leads] = _codepoint_tables()[0][cp]
-    return np.maximum.reduceat(flag.view(np.uint8), first) > 0
+_NO_CODEPOINTS = np.zeros(1, dtype=bool)  # stands in for the tables in a batch without non-ASCII leads
+_BYTE_CLASSES = kernels.byte_classes(_ASCII_SPACE, _ASCII_LETTER)
 
 
 @dataclasses.dataclass
@@ -252,133 +203,39 @@ def _batches(offsets: np.ndarray, batch_bytes: int) -> Iterator[tuple[int, int]]
 
 def extract_features(data: np.ndarray, offsets: np.ndarray, params: DeconParams, short_paragraphs: bool,
                      keep_tokens: bool = False) -> Features:
-    """Features of the documents ``data[offsets[d]:offsets[d+1]]``, vectorized over the whole batch.
+    """Features of the documents ``data[offsets[d]:offsets[d+1]]``, over the whole batch at once.
 
-    ``short_paragraphs`` makes every 3-12 token paragraph an exact feature (document side); the
-    eval side only makes a complete short record one. Token-level work uses slices rather than
-    gathers where it can: this function is the marking's inner loop.
+    Tokens are maximal runs of non-whitespace characters (``str.isspace``) inside one document;
+    a paragraph starts at a document's first token and after a gap holding two or more ``\\n``;
+    a document whose paragraphs are all shorter than ``ngram_tokens`` is one unit (a record),
+    otherwise each paragraph is one. Features: every ``ngram_tokens`` window inside a unit that
+    holds a letter, and every ``record_min_tokens``..``record_max_tokens`` unit holding a letter
+    (``short_paragraphs``, the document side; the eval side only makes a complete short record
+    one). Two compiled passes (``decon_kernels``): one over the bytes, one over the tokens.
     """
-    n_gram = params.ngram_tokens
     n_docs = len(offsets) - 1
     n = len(data)
     if n == 0 or n_docs == 0:
         return _empty_features(n_docs)
-
-    # -- tokens: maximal non-whitespace runs, never crossing a document boundary
-    inside, newlines = _token_bytes(data)
-    change = np.empty(n + 1, dtype=bool)
-    change[0], change[n] = inside[0], inside[-1]
-    np.not_equal(inside[1:], inside[:-1], out=change[1:n])
-    edges = np.flatnonzero(change)  # starts and ends alternate
-    starts, ends = edges[0::2], edges[1::2]
-    inner = offsets[1:-1]
-    inner = inner[(inner > 0) & (inner < n)]
-    glued = np.unique(inner[inside[inner - 1] & inside[inner]]) if inner.size else inner
-    if glued.size:
-        starts = np.insert(starts, np.searchsorted(starts, glued), glued)
-        ends = np.insert(ends, np.searchsorted(ends, glued), glued)
+    # non-ASCII characters are decoded and looked up in the code point tables (built on first use)
+    cp_alpha, cp_space = _codepoint_tables() if data.max() >= 0xC0 else (_NO_CODEPOINTS, _NO_CODEPOINTS)
+    starts, ends, token_hash, flags, token_doc = kernels.scan_tokens(
+        kernels.readonly(data, np.uint8), kernels.readonly(offsets, np.int64), _BYTE_CLASSES, cp_space, cp_alpha)
     n_tok = len(starts)
     if n_tok == 0:
         return _empty_features(n_docs)
-    doc_first_tok = np.searchsorted(starts, offsets[:-1])
-    doc_has_tokens = doc_first_tok < np.append(doc_first_tok[1:], n_tok)
-
-    # -- token hashes: polynomial over bytes via prefix sums of b_j * B^-j, then mixed
-    up, down = _BYTE_POWERS.get(n + 1)
-    prefix = np.empty(n + 1, dtype=np.uint64)
-    prefix[0] = 0
-    prefix[1:] = data
-    prefix[1:] *= down[:n]
-    np.cumsum(prefix[1:], out=prefix[1:])
-    token_hash = prefix[ends]
-    token_hash -= prefix[starts]
-    del prefix
-    token_hash *= up[ends]
-    lengths = (ends - starts).view(np.uint64)
-    lengths *= np.uint64(_TOKEN_LEN_SALT)
-    token_hash += lengths
-    _mix_token(token_hash)
-
-    # -- paragraphs: a gap with two or more newlines starts one, and so does every document
-    para_start = np.zeros(n_tok, dtype=bool)
-    if newlines.size > 1:
-        first_nl, second_nl = newlines[:-1], newlines[1:]
-        # consecutive newlines with only whitespace between: a cheap necessary test, then exact
-        maybe = np.flatnonzero(~inside[first_nl + 1] & ~inside[second_nl - 1])
-        if maybe.size:
-            after_first = np.searchsorted(starts, first_nl[maybe])  # the next token
-            inside_doc = after_first < n_tok
-            after_first, maybe = after_first[inside_doc], maybe[inside_doc]
-            para_start[after_first[starts[after_first] > second_nl[maybe]]] = True
-    para_start[doc_first_tok[doc_has_tokens]] = True
-    para_first = np.flatnonzero(para_start)
-    para_len = np.diff(np.append(para_first, n_tok))
-    para_doc = np.searchsorted(doc_first_tok, para_first, side="right") - 1
-    whole_record = np.ones(n_docs, dtype=bool)  # every paragraph short: the record is one unit
-    whole_record[para_doc[para_len >= n_gram]] = False
-    merged = whole_record[para_doc] & (para_first != doc_first_tok[para_doc])
-    if merged.any():
-        para_start[para_first[merged]] = False
-        unit_first, unit_doc = para_first[~merged], para_doc[~merged]
-    else:
-        unit_first, unit_doc = para_first, para_doc
-    unit_end = np.append(unit_first[1:], n_tok)
-    unit_len = unit_end - unit_first
-    tok_unit = np.cumsum(para_start, dtype=np.int32)  # unit number + 1
-
-    # -- which windows / short units hold a letter: decided by first bytes, exact check for the rest
-    sure = _ASCII_LETTER[data[starts]]
-    letters = np.zeros(n_tok + 1, dtype=np.int32)
-    np.cumsum(sure, out=letters[1:])
-    n_win = max(n_tok - n_gram + 1, 0)
-    in_unit = tok_unit[:n_win] == tok_unit[n_gram - 1:]
-    valid = letters[n_gram:] != letters[:n_win]
-    valid &= in_unit
-    short = (unit_len >= params.record_min_tokens) & (unit_len <= min(params.record_max_tokens, n_gram - 1))
-    if not short_paragraphs:
-        short &= whole_record[unit_doc]
-    r = np.flatnonzero(short)
-    open_r = r[letters[unit_end[r]] == letters[unit_first[r]]]
-    if open_r.size or np.count_nonzero(valid) != np.count_nonzero(in_unit):
-        open_k = np.flatnonzero(in_unit & ~valid)
-        cover = np.bincount(np.concatenate([open_k, unit_first[open_r]]), minlength=n_tok + 1)
-        cover -= np.bincount(np.concatenate([open_k + n_gram, unit_end[open_r]]), minlength=n_tok + 1)
-        undecided = np.flatnonzero((np.cumsum(cover[:-1]) > 0) & ~sure)
-        if undecided.size:
-            sure[undecided] = _tokens_with_letter(data, starts[undecided], ends[undecided])
-            np.cumsum(sure, out=letters[1:])
-            np.not_equal(letters[n_gram:], letters[:n_win], out=valid)
-            valid &= in_unit
-        r = r[letters[unit_end[r]] > letters[unit_first[r]]]
-
-    # -- feature hashes: polynomial over token hashes via prefix sums of h_j * M^-j. Computed for
-    # every window start with slices (cheaper than gathers), then the valid windows kept.
     t_up, t_down = _TOKEN_POWERS.get(n_tok + 1)
-    seq = np.empty(n_tok + 1, dtype=np.uint64)
-    seq[0] = 0
-    np.multiply(token_hash, t_down[:n_tok], out=seq[1:])
-    np.cumsum(seq[1:], out=seq[1:])
-    window_hash = seq[n_gram:] - seq[:n_win]
-    window_hash *= t_up[n_gram:n_tok + 1]
-    gram_hash = window_hash[valid]
-    gram_hash += np.uint64((n_gram * _FEATURE_LEN_SALT) & _MASK)
-    gram_unit = tok_unit[:n_win][valid]
-    gram_unit -= 1
-    rec_hash = (seq[unit_end[r]] - seq[unit_first[r]]) * t_up[unit_end[r]]
-    rec_hash += unit_len[r].astype(np.uint64) * np.uint64(_FEATURE_LEN_SALT)
-
-    tokens = None
-    if keep_tokens:
-        token_doc = np.repeat(np.arange(n_docs, dtype=np.int64), np.diff(np.append(doc_first_tok, n_tok)))
-        tokens = TokenWindows(np.flatnonzero(valid), starts, token_doc, seq, t_up)
+    hashes, unit, unit_doc, unit_first, unit_end, gram_pos, seq = kernels.window_features(
+        token_hash, flags, token_doc, t_up, t_down, params.ngram_tokens, params.record_min_tokens,
+        params.record_max_tokens, short_paragraphs, keep_tokens)
     return Features(
-        hashes=np.concatenate([gram_hash, rec_hash]),
-        unit=np.concatenate([gram_unit.astype(np.int64), r]),
+        hashes=hashes,
+        unit=unit,
         unit_doc=unit_doc,
         unit_byte_start=starts[unit_first],
         unit_byte_end=ends[unit_end - 1],
         n_docs=n_docs,
-        tokens=tokens,
+        tokens=TokenWindows(gram_pos, starts, token_doc, seq, t_up) if keep_tokens else None,
     )
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from marin_assets.core import decon_kernels as kernels
 from marin_assets.core import storage
 from marin_assets.core.decon_features import HASH_SCHEME, Features, _batches, _string_buffers, extract_features
 from marin_assets.core.decon_normalize import normalize_batch
@@ -93,24 +94,25 @@ class EvalIndex:
         """Resident bytes of the membership structure (sorted hashes + bitmaps)."""
         return int(self.hashes.nbytes + sum(b.nbytes for b in self.bitmaps) + self.record_hashes.nbytes)
 
+    @functools.cached_property
+    def _lookup(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """The sorted hashes as the kernel reads them, and the bucket directory over them: the
+        start of each bucket of equal top hash bits (about 16 hashes, two cache lines, each)."""
+        hashes = kernels.readonly(self.hashes, np.uint64)
+        bits = int(min(max(np.ceil(np.log2(max(len(hashes), 1) / 16)), 1), 26))
+        bounds = np.arange(1, 1 << bits, dtype=np.uint64) << np.uint64(64 - bits)
+        directory = np.empty((1 << bits) + 1, dtype=np.uint32 if len(hashes) < 1 << 32 else np.int64)
+        directory[0], directory[-1] = 0, len(hashes)
+        directory[1:-1] = np.searchsorted(hashes, bounds)
+        return hashes, directory, 64 - bits
+
     def contains(self, queries: np.ndarray) -> np.ndarray:
-        out = np.zeros(len(queries), dtype=bool)
+        """Exact membership of each ``uint64`` query (one compiled pass, ``decon_kernels.contains``)."""
         if not len(self.hashes) or not len(queries):
-            return out
-        first, second = self.bitmaps
-        slot = (queries >> np.uint64(self.shift)).view(np.int64)
-        cand = np.flatnonzero((first[slot >> 3] >> (slot & 7)) & 1)
-        if cand.size:
-            slot = ((queries[cand] >> np.uint64(2 * self.shift - 64)) & np.uint64((1 << (64 - self.shift)) - 1))
-            slot = slot.view(np.int64)
-            cand = cand[((second[slot >> 3] >> (slot & 7)) & 1).astype(bool)]
-        if cand.size:
-            q = queries[cand]
-            if cand.size > 4096:  # sorted queries make the binary searches cache-friendly
-                order = np.argsort(q, kind="stable")
-                q, cand = q[order], cand[order]
-            out[cand[_sorted_member(self.hashes, q)]] = True
-        return out
+            return np.zeros(len(queries), dtype=bool)
+        hashes, directory, dir_shift = self._lookup
+        return kernels.contains(kernels.readonly(queries, np.uint64), self.bitmaps[0], self.bitmaps[1],
+                                64 - self.shift, hashes, directory, dir_shift)
 
     @functools.cached_property
     def _row_tables(self) -> tuple[np.ndarray, np.ndarray, list[str], list[str]]:

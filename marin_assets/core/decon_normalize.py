@@ -24,6 +24,8 @@ import unicodedata
 
 import numpy as np
 
+from marin_assets.core import decon_kernels as kernels
+
 @functools.cache
 def _ascii_table() -> np.ndarray:
     """Per byte: ASCII letters lowered, ASCII punctuation/symbols to space; other bytes unchanged."""
@@ -36,9 +38,6 @@ def _ascii_table() -> np.ndarray:
             table[b] = ord(" ")
     table[10] = ord(" ")  # line breaks: paragraphs do not matter
     return table
-
-
-_DIGIT = np.array([48 <= b <= 57 for b in range(256)], dtype=bool)
 
 
 @functools.cache
@@ -93,28 +92,8 @@ def normalize_batch(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, 
         data = np.frombuffer(b"".join(pieces), dtype=np.uint8)
         offsets = np.zeros(n_docs + 1, dtype=np.int64)
         np.cumsum(new_lengths, out=offsets[1:])
-    out = _ascii_table()[data]
-    _blank_numbers(out, offsets)
+    out = kernels.normalize_ascii(kernels.readonly(data, np.uint8), kernels.readonly(offsets, np.int64), _ascii_table())
     return out, offsets
-
-
-def _blank_numbers(out: np.ndarray, offsets: np.ndarray) -> None:
-    """Blank (in place) every token made only of ASCII digits: line numbers and the numbers a reflow
-    moved to a line start then cannot tell a copy from its eval row. Work is per digit, not per byte."""
-    n = len(out)
-    pos = np.flatnonzero(_DIGIT[out])
-    if not pos.size:
-        return
-    first = np.flatnonzero(np.r_[True, pos[1:] != pos[:-1] + 1])
-    starts = pos[first]
-    ends = pos[np.append(first[1:], len(pos)) - 1] + 1
-    at_start = np.isin(starts, offsets)
-    at_end = np.isin(ends, offsets) | (ends >= n)
-    before = at_start | (out[np.maximum(starts - 1, 0)] <= 32)
-    after = at_end | (out[np.minimum(ends, n - 1)] <= 32)
-    alone = before & after
-    if alone.any():
-        out[pos[np.repeat(alone, np.diff(np.append(first, len(pos))))]] = 32
 
 
 def normalize_text(text: str) -> str:

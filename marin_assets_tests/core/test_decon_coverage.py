@@ -7,6 +7,8 @@ import pyarrow as pa
 import pytest
 
 from marin_assets.core import storage
+from marin_assets.core.decon_features import _string_buffers
+from marin_assets.core.decon_normalize import normalize_batch
 from marin_assets.core.decon import (
     DeconParams,
     build_eval_index,
@@ -129,3 +131,13 @@ def test_repeated_copies_of_one_row_stay_flagged_while_boilerplate_is_dropped(tm
     assert not marin[:20].any()  # Marin's drop set counts the copies themselves and hides them
     # the row next to the licence is still caught by its own text
     assert flags(indexes, [page(LICENCE, LICENSED_TASK)], drops["coverage"]) == [True]
+
+
+def test_normalizing_a_batch_equals_normalizing_each_document():
+    # digits ending one document and starting the next are two tokens, not one run
+    texts = ["see e1", "1 2 rows", "abc12", "34 def", "x 7", "8", "", "ＡＢ 9", "10 ok"]
+    data, offsets, _ = _string_buffers(pa.array(texts, pa.large_string()))
+    out, out_offsets = normalize_batch(data, offsets)
+    got = [out[out_offsets[i]:out_offsets[i + 1]].tobytes().decode() for i in range(len(texts))]
+    assert got == [normalize_text(t) for t in texts]
+    assert got[3].split() == ["def"] and got[1].split() == ["rows"]
