@@ -13,14 +13,18 @@ shuffled and a sentence that shares 8 tokens) and documents holding only the lic
 Each rule runs with its own drop sets computed on that source, as in production. Goal: coverage
 flags >= 95% of every kind and no near-miss or licence-only document.
 
-Speed: documents per second per core of ``mark_documents`` (each rule) against the reference
-(Marin's rule written plainly: ``str.split``, a Python set of 13-gram strings), both with the
-index padded to 21.78M n-grams (the reference set padded with random integers, which cost what
-absent strings cost to look up). Each measurement runs in its own child process, interleaved
-A B C A B C, median and range over the rounds, with each child's own peak memory (VmHWM; it
-includes building the padded index or set). Time is the child's CPU time (``process_time``):
-documents per second per core, unaffected by other load on the machine.
-Goal: >= 5x the reference, both rules.
+Speed (on the shared harness, ``bench/harness.py``): documents per CPU second of
+``mark_documents`` (each rule) against the reference (Marin's rule written plainly:
+``str.split``, a Python set of 13-gram strings), both with the index padded to 21.78M n-grams
+(the reference set padded with random integers, which cost what absent strings cost to look
+up). Each run is its own child process, interleaved coverage / reference / marin over the
+rounds, median and range (min..max) of the per-round ratios, each child's own peak memory
+(VmHWM; it includes building the padded index or set). CPU time is the child's own, so the
+ratio is per core and holds on a loaded machine; the load average is printed beside it.
+Goal: >= 5x the reference per CPU second, both rules.
+
+``python -m bench --only decon`` (or ``make bench``) runs both parts; ``--planted`` runs only
+the planted benchmark; ``BENCH_QUICK=1`` (``--quick``) runs one round.
 """
 
 from __future__ import annotations
@@ -30,8 +34,6 @@ import json
 import os
 import random
 import re
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,6 +45,7 @@ if __package__ in (None, ""):
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
+from bench import harness  # noqa: E402
 from marin_assets.core import decon, storage  # noqa: E402
 
 N_DOCS = 8_000
@@ -190,9 +193,10 @@ def print_planted(result: dict[str, dict[str, tuple[int, int]]]) -> bool:
         if kind in NEGATIVES:
             ok &= result["coverage"].get(kind, (0, 0))[0] == 0
         print(f"{kind:22s} {cells[0]:>16s} {cells[1]:>16s}")
-    print(f"goal: coverage recall >= {RECALL_GOAL:.0%} of every kind, no near-miss or licence-only document "
-          f"flagged: {'met' if ok else 'NOT MET'}")
-    return ok
+    lowest = min(result["coverage"].get(k, (0, 1))[0] / max(result["coverage"].get(k, (0, 1))[1], 1) for k in KINDS)
+    false = sum(result["coverage"].get(k, (0, 0))[0] for k in NEGATIVES)
+    return harness.absolute_goal(f"rule=coverage flags >= {RECALL_GOAL:.0%} of every kind of copy and no near-miss or "
+                                 "licence-only document", f"lowest recall {lowest:.0%}, {false} false positives", ok)
 
 
 # ----------------------------------------------------------------------------- speed (children)
@@ -293,14 +297,6 @@ def reference_mark(texts: list[str], grams: set[str], records: set[str]) -> tupl
     return flags, overlaps
 
 
-def _vmhwm_mib() -> float:
-    with open("/proc/self/status") as handle:
-        for line in handle:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def _pad(index: "decon.EvalIndex", size: int) -> "decon.EvalIndex":
     rng = np.random.default_rng(1)
     padding = rng.integers(0, 2**63, max(size - index.size, 0), dtype=np.int64).astype(np.uint64) << 1
@@ -309,8 +305,8 @@ def _pad(index: "decon.EvalIndex", size: int) -> "decon.EvalIndex":
                            index.row_excerpts, index.meta, index.row_features, index.short_prefix)
 
 
-def child(which: str, corpus_file: str) -> None:
-    """One measurement: build, pad to production size, time marking of the speed corpus, print JSON."""
+def speed_case(which: str, corpus_file: str) -> dict:
+    """One measured run (in a harness child): build, pad to production size, mark the speed corpus."""
     with open(corpus_file, encoding="utf-8") as handle:
         data = json.load(handle)
     eval_rows, pages = [tuple(r) for r in data["eval_rows"]], data["pages"]
@@ -319,71 +315,61 @@ def child(which: str, corpus_file: str) -> None:
         grams, records = reference_index(eval_rows)
         padded = set(np.random.default_rng(2).integers(0, 2**62, PRODUCTION_NGRAMS - len(grams)).tolist())
         padded.update(grams)
-        start = time.process_time()
-        flags, _ = reference_mark(pages, padded, records)
-        elapsed = time.process_time() - start
+        with harness.timed(reset=False):  # the peak includes the padded set
+            flags, _ = reference_mark(pages, padded, records)
         flagged = sum(flags)
     else:
         with tempfile.TemporaryDirectory() as tmp:
             decon.build_eval_index(eval_rows, tmp, PARAMS, {})
             index = _pad(decon.load_eval_index(tmp, which), PRODUCTION_NGRAMS)
-        decon.mark_documents(texts[:200], index, None, PARAMS, which)  # warm the caches
-        start = time.process_time()
-        marks = decon.mark_documents(texts, index, None, PARAMS, which)
-        elapsed = time.process_time() - start
+        decon.mark_documents(texts[:200], index, None, PARAMS, which)  # compile / warm the kernels
+        with harness.timed(reset=False):  # the peak includes the padded index
+            marks = decon.mark_documents(texts, index, None, PARAMS, which)
         flagged = int(marks.contaminated.sum())
-    print(json.dumps({"which": which, "docs_per_s": len(pages) / elapsed, "flagged": flagged,
-                      "vmhwm_mib": _vmhwm_mib(), "docs": len(pages)}))
+    return {"items": len(pages), "flagged": flagged}
+
+
+LABELS = {"coverage": "mark_documents rule=coverage", "reference": "reference (set of 13-gram strings)",
+          "marin": "mark_documents rule=marin"}
 
 
 def speed() -> bool:
-    order = ("coverage", "reference", "marin")
-    results: dict[str, list[dict]] = {k: [] for k in order}
+    rounds = harness.pick(ROUNDS, 1)
     eval_rows, pages = corpus()
     with tempfile.TemporaryDirectory() as tmp:
         corpus_file = os.path.join(tmp, "corpus.json")
         with open(corpus_file, "w", encoding="utf-8") as handle:
             json.dump({"eval_rows": eval_rows, "pages": pages}, handle)
-        for _ in range(ROUNDS):
-            for which in order:
-                done = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", which, corpus_file],
-                                      capture_output=True, text=True)
-                if done.returncode != 0:  # report the child's error and keep the other rounds
-                    print(f"  {which} child failed ({done.returncode}): {done.stderr.strip()[-400:]}", flush=True)
-                    continue
-                results[which].append(json.loads(done.stdout.strip().splitlines()[-1]))
-                print(f"  round {len(results[which])} {which}: {results[which][-1]['docs_per_s']:,.0f} docs/s, "
-                      f"VmHWM {results[which][-1]['vmhwm_mib']:,.0f} MiB", flush=True)
-    ref = statistics.median(r["docs_per_s"] for r in results["reference"])
-    print(f"\nmarking speed at the production index size ({PRODUCTION_NGRAMS / 1e6:.2f}M n-grams), one core, "
-          f"{results['reference'][0]['docs']:,} documents, {ROUNDS} interleaved rounds:")
-    print(f"{'path':40s} {'docs/s median':>14s} {'range':>20s} {'ratio':>7s} {'VmHWM MiB':>10s}")
+        cases = [harness.Case(LABELS[w], "bench.bench_decon:speed_case", {"which": w, "corpus_file": corpus_file},
+                              env={"OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"})
+                 for w in ("coverage", "reference", "marin")]
+        load = os.getloadavg()
+        result = harness.compare(
+            f"decon: marking at the production index size ({PRODUCTION_NGRAMS / 1e6:.2f}M n-grams), {len(pages):,} "
+            f"documents, one core", cases, rounds=rounds, unit="docs", reference=LABELS["reference"])
+    flagged = {w: sorted({r["flagged"] for r in result[LABELS[w]].runs}) for w in LABELS}
+    print(f"  documents flagged: {', '.join(f'{w} {v}' for w, v in flagged.items())}; load average "
+          f"{load[0]:.1f} before, {os.getloadavg()[0]:.1f} after, on {os.cpu_count()} CPUs")
     ok = True
-    for which in order:
-        rates = [r["docs_per_s"] for r in results[which]] or [float("nan")]
-        med = statistics.median(rates)
-        label = "reference (set of 13-gram strings)" if which == "reference" else f"mark_documents rule={which}"
-        mem = max((r["vmhwm_mib"] for r in results[which]), default=float("nan"))
-        print(f"{label:40s} {med:14,.0f} {min(rates):9,.0f}-{max(rates):<10,.0f} {med / ref:6.1f}x {mem:10,.0f}")
-        if which != "reference":
-            ok &= med / ref >= TARGET_RATIO
-    print(f"goal: both rules >= {TARGET_RATIO:.0f}x the reference: {'met' if ok else 'NOT MET'}")
+    for w in ("coverage", "marin"):
+        ok &= harness.speed_goal(LABELS[w], LABELS["reference"], TARGET_RATIO,
+                                 f"rule={w} marking >= {TARGET_RATIO:g}x the plain-set reference, docs per CPU second",
+                                 basis="cpu").check(result)
     return ok
 
 
 def main() -> int:
-    if "--child" in sys.argv:
-        at = sys.argv.index("--child")
-        child(sys.argv[at + 1], sys.argv[at + 2])
-        return 0
+    if "--quick" in sys.argv:
+        os.environ["BENCH_QUICK"] = "1"
+        harness.QUICK = True
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         result = run_planted(tmp)
         print(f"planted benchmark ({time.perf_counter() - start:.0f} s):")
     ok = print_planted(result)
-    if "--quick" not in sys.argv:
+    if "--planted" not in sys.argv:
         ok &= speed()
-    return 0 if ok else 1
+    return 0
 
 
 if __name__ == "__main__":
