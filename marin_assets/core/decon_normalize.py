@@ -26,6 +26,7 @@ import numpy as np
 
 from marin_assets.core import decon_kernels as kernels
 
+
 @functools.cache
 def _ascii_table() -> np.ndarray:
     """Per byte: ASCII letters lowered, ASCII punctuation/symbols to space; other bytes unchanged."""
