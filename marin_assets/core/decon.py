@@ -24,7 +24,7 @@ from marin_assets.core.decon_marking import (
 from marin_assets.core.decon_normalize import normalize_text
 from marin_assets.core.decon_params import RULES, DeconParams, EvalIndexError
 
-CODE_VERSION = "2"  # 2: two rules (coverage index under coverage/, coverage drop sets, per-rule columns)
+CODE_VERSION = "3"  # 2: two rules (coverage index under coverage/, coverage drop sets, per-rule columns); 3: digit runs blanked per document
 
 __all__ = [
     "CODE_VERSION",
