@@ -45,6 +45,9 @@ EMBED_DOCS = int(os.environ.get("BENCH_EMBED_DOCS", "500"))
 TARGET_SHARD_BYTES = int(os.environ.get("BENCH_SHARD_MB", "8" if QUICK else "32")) * MIB
 FILE_BYTES = int(os.environ.get("BENCH_FILE_MB", "32")) * MIB
 BATCH_BYTES = int(os.environ.get("BENCH_BATCH_MB", "64")) * MIB
+WORKER_TASKS = int(os.environ.get("BENCH_WORKER_TASKS", "1"))
+LONG_DOCS = int(os.environ.get("BENCH_LONG_DOCS", "12" if QUICK else "24"))
+LONG_ROUNDS = 1 if QUICK else 2
 GROWTH_LIMIT = 1.3
 
 def _vocabulary() -> np.ndarray:
@@ -62,19 +65,22 @@ WORDS = _vocabulary()
 # --------------------------------------------------------------------------- corpus
 
 
-def write_corpus(directory: Path, total_bytes: int, seed: int, file_bytes: int = FILE_BYTES) -> list[str]:
-    """JSONL files of generated documents (Zipf-like words, 200-1,500 words each), 1% exact copies."""
+def write_corpus(directory: Path, total_bytes: int, seed: int, file_bytes: int = FILE_BYTES, count: int | None = None) -> list[str]:
+    """JSONL files of generated documents (Zipf-like words, 200-1,500 words each), 1% exact copies.
+
+    ``count``: exactly that many files of about ``file_bytes`` each (``total_bytes`` is ignored).
+    """
     rng = np.random.default_rng(seed)
     directory.mkdir(parents=True, exist_ok=True)
     files: list[str] = []
     written = doc = 0
     weights = 1.0 / np.arange(1, len(WORDS) + 1)
     weights /= weights.sum()
-    while written < total_bytes:
+    while (len(files) < count) if count is not None else (written < total_bytes):
         path = directory / f"part-{len(files):05d}.jsonl"
         with open(path, "w") as out:
             held = 0
-            while held < file_bytes and written < total_bytes:
+            while held < file_bytes and (count is not None or written < total_bytes):
                 lengths = rng.integers(200, 1500, size=256)
                 words = WORDS[rng.choice(len(WORDS), size=int(lengths.sum()), p=weights)]
                 cuts = np.cumsum(lengths)[:-1]
@@ -193,10 +199,30 @@ def removal_list(normalized_dir: str, out: str, every: int) -> str:
     return uri
 
 
-def pipeline(work: Path, scale: int, runner: ShardRunner) -> dict[str, Stage]:
+def files_per_base() -> int:
+    """Input files per 1x: about ``BENCH_FILE_MB`` each, an equal number per 1x so scales are prefixes."""
+    return max(1, -(-BASE_MB * MIB // FILE_BYTES))
+
+
+def shared_corpus(work: Path) -> list[str]:
+    """One corpus for every scale, generated once: scale k reads its first k x 1x files.
+
+    Also long enough to make the single large file from (a concatenation of its files).
+    """
+    per_base = files_per_base()
+    file_bytes = BASE_MB * MIB // per_base
+    total = max(BASE_MB * MIB * SCALES[-1], BIG_FILE_MB * MIB)
+    started, cpu = time.perf_counter(), time.process_time()
+    files = write_corpus(work / "corpus", 0, seed=1, file_bytes=file_bytes, count=-(-total // file_bytes))
+    print(f"scale bench: corpus of {len(files)} files, {sum(os.path.getsize(f) for f in files) / MIB:.0f} MiB "
+          f"generated in {time.perf_counter() - started:.0f} s ({time.process_time() - cpu:.0f} CPU s)", flush=True)
+    return files
+
+
+def pipeline(work: Path, scale: int, runner: ShardRunner, corpus: list[str]) -> dict[str, Stage]:
     label = f"{scale}x"
     root = work / label
-    files = write_corpus(root / "in", BASE_MB * scale * MIB, seed=scale)
+    files = corpus[: files_per_base() * scale]
     text_bytes = sum(os.path.getsize(f) for f in files)
     params = normalize.NormalizeParams(target_shard_bytes=TARGET_SHARD_BYTES, batch_bytes=BATCH_BYTES)
     stages: dict[str, Stage] = {}
@@ -268,9 +294,16 @@ class _Recording(ShardRunner):
         return results
 
 
-def big_file(work: Path, runner: ShardRunner) -> Stage:
+def big_file(work: Path, runner: ShardRunner, corpus: list[str]) -> Stage:
     root = work / "big"
-    (path,) = write_corpus(root / "in", BIG_FILE_MB * MIB, seed=99, file_bytes=BIG_FILE_MB * MIB * 2)
+    (root / "in").mkdir(parents=True, exist_ok=True)
+    path = str(root / "in" / "one.jsonl")
+    with open(path, "wb") as out:  # corpus files end in a newline: their concatenation is JSON lines
+        for part in corpus:
+            with open(part, "rb") as handle:
+                shutil.copyfileobj(handle, out, 16 * MIB)
+            if out.tell() >= BIG_FILE_MB * MIB:
+                break
     size = os.path.getsize(path)
     collected: list[ShardResult] = []
     started = time.perf_counter()
@@ -283,22 +316,23 @@ def big_file(work: Path, runner: ShardRunner) -> Stage:
     return stage
 
 
-def embeddings(work: Path, runner: ShardRunner) -> dict[int, Stage]:
+def embeddings(work: Path, runner: ShardRunner) -> Stage:
     root = work / "embed"
     files = write_corpus(root / "in", EMBED_DOCS * 6_000, seed=7)  # ~6 KB (1,500+ tokens) per document
     manifest = normalize.normalize_source("embed", files, str(root / "normalized"), normalize.NormalizeParams(), runner=runner)
     shards = storage.list_shards(str(root / "normalized"))
     docs = int(manifest["rows"])
-    out: dict[int, Stage] = {}
-    for tokens in (512, 8192):
-        params = embed.EmbedParams(encoder=embed.offline_encoder_params(max_tokens=tokens))
-        out[tokens] = run_stage(
-            runner, "embeddings", f"max_tokens={tokens}",
-            [ShardTask(embed_task, (s,), str(root / f"emb{tokens}" / storage.basename(s)), params) for s in shards],
-            docs, sum(os.path.getsize(f) for f in files),
-        )
+    params = embed.EmbedParams(encoder=embed.offline_encoder_params(max_tokens=512))
+    stage = run_stage(
+        runner, "embeddings", "max_tokens=512",
+        [ShardTask(embed_task, (s,), str(root / "emb512" / storage.basename(s)), params) for s in shards],
+        docs, sum(os.path.getsize(f) for f in files),
+    )
+    tokens = sum(int(storage.read_json(storage.shard_stats_uri(str(root / "emb512" / storage.basename(s))))["tokens"]) for s in shards)
+    print(f"scale-bench embeddings throughput: {docs} docs, {tokens} tokens, {stage.cpu:.1f} CPU s on this machine's CPU "
+          f"(float32, MiniLM-L6): {tokens / max(stage.cpu, 1e-9):,.0f} tokens per CPU second", flush=True)
     shutil.rmtree(root, ignore_errors=True)
-    return out
+    return stage
 
 
 def main() -> int:
@@ -308,23 +342,30 @@ def main() -> int:
     print(f"scale bench: 1x = {BASE_MB} MiB of text, scales {SCALES}, shard target {TARGET_SHARD_BYTES // MIB} MiB, "
           f"local Ray with 2 workers, data under {work}", flush=True)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    # A fresh worker process per task: each task's peak is its own, not its worker's history.
-    runner = ShardRunner(ray_address=LOCAL, max_in_flight=4, worker_max_tasks=1)
+    # A fresh worker process per task (BENCH_WORKER_TASKS=1): each task's peak is its own, not
+    # its worker's history (a worker reused across stages keeps what the last stage left).
+    runner = ShardRunner(ray_address=LOCAL, max_in_flight=4, worker_max_tasks=WORKER_TASKS)
     started = time.perf_counter()
     ok = True
     try:
-        by_scale = {scale: pipeline(work, scale, runner) for scale in SCALES}
+        corpus = shared_corpus(work)
+        by_scale = {scale: pipeline(work, scale, runner, corpus) for scale in SCALES}
         low, high = by_scale[SCALES[0]], by_scale[SCALES[-1]]
         for name in low:
             ok &= goal(f"{name}: largest task peak {SCALES[-1]}x / {SCALES[0]}x", high[name].peak / max(low[name].peak, 1))
             if name != "sampling_groups":  # one task whose work is per file, not per document
                 ok &= goal(f"{name}: CPU s per document {SCALES[-1]}x / {SCALES[0]}x", high[name].cpu_per_kdoc / max(low[name].cpu_per_kdoc, 1e-9))
-        one = big_file(work, runner)
+        one = big_file(work, runner, corpus)
         ok &= goal("normalize: one large file, largest task peak / 1x corpus", one.peak / max(low["normalize"].peak, 1))
-        emb = embeddings(work, runner)
-        ok &= goal("embeddings: task peak at max_seq_length 8192 / 512", emb[8192].peak / max(emb[512].peak, 1))
+        shutil.rmtree(work / "corpus", ignore_errors=True)
+        embeddings(work, runner)
     finally:
         ray.shutdown()
+    try:
+        from bench import bench_embed  # noqa: PLC0415
+
+        ok &= bench_embed.bench_long(LONG_DOCS, rounds=LONG_ROUNDS)
+    finally:
         if not os.environ.get("BENCH_SCALE_DIR"):
             shutil.rmtree(work, ignore_errors=True)
     print(f"scale bench: {time.perf_counter() - started:.0f} s in all; {'every goal met' if ok else 'some goals MISSED'}", flush=True)
