@@ -6,9 +6,13 @@ the task starts in its worker) grows by at most 1.3x, and CPU seconds per docume
 1.3x. Also: normalize of one >= 1 GiB JSONL file stays within 1.3x of the 1x normalize peak (same
 shard target), and embedding at ``max_seq_length`` 8192 within 1.3x of the 512-token run.
 
-Stages: normalize, minhash_buckets, contamination, pool, sampling_groups on a generated corpus
-(1x = ``BENCH_SCALE_MB`` MiB of text, default 200), normalize on a single large file, embeddings
-(offline model) on ``BENCH_EMBED_DOCS`` (500) documents. Every figure is printed, one line per
+Stages: normalize, minhash_buckets, contamination, pool, pool_group_files (merging a source's
+group files), sampling_groups on a generated corpus (1x = ``BENCH_SCALE_MB`` MiB of text, default
+200; one corpus generated once, scale k reads its first k x 1x files), normalize on a single large
+file (a concatenation of corpus files), embeddings (offline model, 512 tokens) on
+``BENCH_EMBED_DOCS`` (500) documents, and embedding memory at 8,192 vs 512 tokens
+(``bench_embed.bench_long``: the offline MiniLM with its positions tiled to 8,192, each run in a
+child process of its own, interleaved). Every figure is printed, one line per
 stage and scale (``scale-bench <stage> <scale>x: ...``): the README's capacity table cites them.
 
     make bench-scale                      # the full run (about 30 minutes on 2 cores)
@@ -17,6 +21,7 @@ stage and scale (``scale-bench <stage> <scale>x: ...``): the README's capacity t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -45,7 +50,7 @@ EMBED_DOCS = int(os.environ.get("BENCH_EMBED_DOCS", "500"))
 TARGET_SHARD_BYTES = int(os.environ.get("BENCH_SHARD_MB", "8" if QUICK else "32")) * MIB
 FILE_BYTES = int(os.environ.get("BENCH_FILE_MB", "32")) * MIB
 BATCH_BYTES = int(os.environ.get("BENCH_BATCH_MB", "64")) * MIB
-WORKER_TASKS = int(os.environ.get("BENCH_WORKER_TASKS", "1"))
+WORKER_TASKS = int(os.environ.get("BENCH_WORKER_TASKS", "8"))
 LONG_DOCS = int(os.environ.get("BENCH_LONG_DOCS", "12" if QUICK else "24"))
 LONG_ROUNDS = 1 if QUICK else 2
 GROWTH_LIMIT = 1.3
@@ -154,9 +159,14 @@ class Stage:
         )
 
 
+def for_stage(runner: ShardRunner, name: str, scale: str) -> ShardRunner:
+    """The runner with workers of this stage's own: a reused worker carries only its own stage's history."""
+    return dataclasses.replace(runner, runtime_env={"env_vars": {"MARIN_BENCH_STAGE": f"{name}-{scale}"}})
+
+
 def run_stage(runner: ShardRunner, name: str, scale: str, tasks: list[ShardTask], docs: int, text_bytes: int) -> Stage:
     started = time.perf_counter()
-    results = runner.map(tasks)
+    results = for_stage(runner, name, scale).map(tasks)
     stage = Stage(name, scale, results, docs, text_bytes, time.perf_counter() - started)
     print(stage.line(), flush=True)
     return stage
@@ -229,7 +239,7 @@ def pipeline(work: Path, scale: int, runner: ShardRunner, corpus: list[str]) -> 
 
     started = time.perf_counter()
     collected: list[ShardResult] = []
-    recording = _Recording(runner, collected)
+    recording = _Recording(for_stage(runner, "normalize", label), collected)
     manifest = normalize.normalize_source("bench", files, str(root / "normalized"), params, runner=recording)
     docs = int(manifest["rows"])
     stages["normalize"] = Stage("normalize", label, collected, int(manifest["counters"]["rows_in"]), text_bytes, time.perf_counter() - started)
@@ -248,7 +258,7 @@ def pipeline(work: Path, scale: int, runner: ShardRunner, corpus: list[str]) -> 
         [ShardTask(decon.contamination_shard, (s,), str(root / "contamination" / storage.basename(s)), decon_params) for s in shards],
         docs, text_bytes,
     )
-    runner.map([ShardTask(synthetic_attributes, (s,), str(root / "attrs" / "done" / storage.basename(s)), {}) for s in shards])
+    for_stage(runner, "attributes", label).map([ShardTask(synthetic_attributes, (s,), str(root / "attrs" / "done" / storage.basename(s)), {}) for s in shards])
     edges = quality.band_edges(None, quality.BandParams(method="fixed"))
     edges_uri = quality.save_band_edges(edges, str(root / "bands"))
     pool_params = pool.PoolParams(
@@ -269,7 +279,13 @@ def pipeline(work: Path, scale: int, runner: ShardRunner, corpus: list[str]) -> 
         for s in shards
     ]
     stages["pool"] = run_stage(runner, "pool", label, pool_tasks, docs, text_bytes)
-    indexes = tuple(t.output for t in pool_tasks)
+    collected = []
+    started = time.perf_counter()
+    merged = pool.compact_pool([t.output for t in pool_tasks], str(root / "pool_index"), str(root / "pool"), "bench", pool.CompactParams(),
+                               _Recording(for_stage(runner, "pool_group_files", label), collected))
+    stages["pool_group_files"] = Stage("pool_group_files", label, collected, docs, text_bytes, time.perf_counter() - started)
+    print(f"{stages['pool_group_files'].line()} group_files={merged['group_files']} from_shard_files={merged['shard_group_files']}", flush=True)
+    indexes = tuple(pool.pool_index_uris(str(root / "pool_index")))
     stages["sampling_groups"] = run_stage(
         runner, "sampling_groups", label,
         [ShardTask(sampling_groups_task, indexes, str(root / "groups" / "done"), {"source": "bench", "pool_dir": str(root / "pool")})],
@@ -285,7 +301,7 @@ class _Recording(ShardRunner):
     def __init__(self, runner: ShardRunner, sink: list[ShardResult]) -> None:
         object.__setattr__(self, "_inner", runner)
         object.__setattr__(self, "_sink", sink)
-        for field in ("processes", "ray_address", "max_in_flight", "retries", "task_resources", "local_cpus"):
+        for field in ("processes", "ray_address", "max_in_flight", "retries", "task_resources", "local_cpus", "worker_max_tasks", "runtime_env", "progress"):
             object.__setattr__(self, field, getattr(runner, field))
 
     def map(self, tasks: Sequence[ShardTask], on_done: Callable[[ShardResult], None] | None = None) -> list[ShardResult]:
@@ -308,7 +324,8 @@ def big_file(work: Path, runner: ShardRunner, corpus: list[str]) -> Stage:
     collected: list[ShardResult] = []
     started = time.perf_counter()
     manifest = normalize.normalize_source(
-        "big", [path], str(root / "normalized"), normalize.NormalizeParams(target_shard_bytes=TARGET_SHARD_BYTES, batch_bytes=BATCH_BYTES), runner=_Recording(runner, collected)
+        "big", [path], str(root / "normalized"), normalize.NormalizeParams(target_shard_bytes=TARGET_SHARD_BYTES, batch_bytes=BATCH_BYTES),
+        runner=_Recording(for_stage(runner, "normalize", "one-file"), collected)
     )
     stage = Stage("normalize_one_file", f"{size / MIB:.0f}MiB", collected, int(manifest["counters"]["rows_in"]), size, time.perf_counter() - started)
     print(stage.line(), flush=True)
@@ -319,7 +336,7 @@ def big_file(work: Path, runner: ShardRunner, corpus: list[str]) -> Stage:
 def embeddings(work: Path, runner: ShardRunner) -> Stage:
     root = work / "embed"
     files = write_corpus(root / "in", EMBED_DOCS * 6_000, seed=7)  # ~6 KB (1,500+ tokens) per document
-    manifest = normalize.normalize_source("embed", files, str(root / "normalized"), normalize.NormalizeParams(), runner=runner)
+    manifest = normalize.normalize_source("embed", files, str(root / "normalized"), normalize.NormalizeParams(), runner=for_stage(runner, "normalize", "embed"))
     shards = storage.list_shards(str(root / "normalized"))
     docs = int(manifest["rows"])
     params = embed.EmbedParams(encoder=embed.offline_encoder_params(max_tokens=512))
@@ -342,8 +359,10 @@ def main() -> int:
     print(f"scale bench: 1x = {BASE_MB} MiB of text, scales {SCALES}, shard target {TARGET_SHARD_BYTES // MIB} MiB, "
           f"local Ray with 2 workers, data under {work}", flush=True)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    # A fresh worker process per task (BENCH_WORKER_TASKS=1): each task's peak is its own, not
-    # its worker's history (a worker reused across stages keeps what the last stage left).
+    # Each stage (and scale) gets worker processes of its own (a Ray runtime env per stage), each
+    # recycled after BENCH_WORKER_TASKS tasks: a task's peak (VmHWM reset when it starts) carries
+    # at most that many earlier tasks of the same stage, never another stage's leftovers, and
+    # process start-up is paid once per BENCH_WORKER_TASKS tasks (1: a fresh worker per task).
     runner = ShardRunner(ray_address=LOCAL, max_in_flight=4, worker_max_tasks=WORKER_TASKS)
     started = time.perf_counter()
     ok = True

@@ -383,14 +383,28 @@ def plan_group_files(index: pa.Table, source: str, params: CompactParams) -> lis
 
 @dataclasses.dataclass(frozen=True)
 class MergeParams:
-    merged_uri: str  # the group file written; the task's own output is a receipt beside the index
+    # the group files a task writes, each with how many of the task's inputs (in order) go into it;
+    # the task's own output is a receipt beside the index
+    merged: tuple[tuple[str, int], ...]
     row_group_size: int = 8_192
 
 
 def merge_group_files(input_uris: list[str], output_uri: str, params: MergeParams) -> dict[str, Any]:
+    """Merged group files from shard group files (one task writes several small ones)."""
+    rows: list[int] = []
+    start = 0
+    for merged_uri, count in params.merged:
+        rows.append(_merge_into(input_uris[start : start + count], merged_uri, params.row_group_size))
+        start += count
+    stats = {"rows": rows, "inputs": len(input_uris)}
+    storage.write_json(output_uri, stats)
+    return stats
+
+
+def _merge_into(input_uris: Sequence[str], merged_uri: str, row_group_size: int) -> int:
     """One merged group file from shard group files, streamed row group by row group."""
     rows = 0
-    with storage.open_atomic(params.merged_uri) as handle:
+    with storage.open_atomic(merged_uri) as handle:
         writer: pq.ParquetWriter | None = None
         try:
             for uri in input_uris:
@@ -401,14 +415,12 @@ def merge_group_files(input_uris: list[str], output_uri: str, params: MergeParam
                         table = parquet.read_row_group(group)
                         if writer is None:
                             writer = pq.ParquetWriter(handle, table.schema, compression="zstd")
-                        writer.write_table(table.cast(writer.schema), row_group_size=params.row_group_size)
+                        writer.write_table(table.cast(writer.schema), row_group_size=row_group_size)
                         rows += len(table)
         finally:
             if writer is not None:
                 writer.close()
-    stats = {"rows": rows, "inputs": len(input_uris)}
-    storage.write_json(output_uri, stats)
-    return stats
+    return rows
 
 
 def compact_pool(index_uris: Sequence[str], index_dir: str, pool_dir: str, source: str, params: CompactParams, runner: Any) -> dict[str, Any]:
@@ -422,24 +434,36 @@ def compact_pool(index_uris: Sequence[str], index_dir: str, pool_dir: str, sourc
 
     index = read_pool_index(index_uris)
     plan = plan_group_files(index, source, params)
+    # Small group files share a task, up to the same token and file limits as one merged file.
+    batches: list[list[int]] = [[]]
+    for i, (_, files, _, tokens, _) in enumerate(plan):
+        held = [plan[j] for j in batches[-1]]
+        if held and (sum(p[3] for p in held) + tokens > params.group_file_tokens or sum(len(p[1]) for p in held) + len(files) > params.max_files_per_task):
+            batches.append([])
+        batches[-1].append(i)
     tasks = [
-        ShardTask(merge_group_files, tuple(storage.join(pool_dir, f) for f in files), storage.join(index_dir, "_merges", f"{i:06d}.json"),
-                  MergeParams(storage.join(pool_dir, name), params.row_group_size))
-        for i, (_, files, _, _, name) in enumerate(plan)
+        ShardTask(
+            merge_group_files,
+            tuple(storage.join(pool_dir, f) for i in batch for f in plan[i][1]),
+            storage.join(index_dir, "_merges", f"{k:06d}.json"),
+            MergeParams(tuple((storage.join(pool_dir, plan[i][4]), len(plan[i][1])) for i in batch), params.row_group_size),
+        )
+        for k, batch in enumerate(b for b in batches if b)
     ]
     results = runner.map(tasks)
+    merged_rows = [rows for result in results for rows in result.stats["rows"]]
     merged = pa.table(
         [pa.array([p[0] for p in plan], pa.string()), pa.array([p[4] for p in plan], pa.string()), pa.array([source] * len(plan), pa.string()),
          pa.array([p[2] for p in plan], pa.int64()), pa.array([p[3] for p in plan], pa.int64())],
         schema=INDEX_SCHEMA,
     )
-    for (_, _, documents, _, name), result in zip(plan, results, strict=True):
-        if int(result.stats["rows"]) != documents:
-            raise PoolError(f"source {source!r}: merged group file {name} holds {result.stats['rows']} rows, its shard files {documents}; rerun pool for this source")
+    for (_, _, documents, _, name), rows in zip(plan, merged_rows, strict=True):
+        if int(rows) != documents:
+            raise PoolError(f"source {source!r}: merged group file {name} holds {rows} rows, its shard files {documents}; rerun pool for this source")
     storage.write_parquet(merged, storage.join(index_dir, GROUP_FILES))
     for file in index.column("file").to_pylist():
         storage.remove(storage.join(pool_dir, file))
-    return {"group_files": len(plan), "shard_group_files": len(index), "resumed_merges": sum(r.reused for r in results)}
+    return {"group_files": len(plan), "shard_group_files": len(index), "merge_tasks": len(tasks), "resumed_merges": sum(r.reused for r in results)}
 
 
 def pool_index_uris(index_dir: str) -> list[str]:

@@ -193,6 +193,9 @@ class ShardRunner:
     task_resources: TaskResources = TaskResources()
     local_cpus: int = 0
     worker_max_tasks: int = 0  # Ray: recycle a worker process after this many tasks (0: never)
+    # Ray runtime environment of the tasks (e.g. {"env_vars": {...}}); Ray shares a worker process only
+    # between tasks with the same one, so a distinct value keeps one stage's workers to itself.
+    runtime_env: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False)
     # Called after every finished task of a map with (finished, total, result): how the
     # orchestrator shows progress while a step runs (core never knows who listens).
     progress: Callable[[int, int, ShardResult], None] | None = dataclasses.field(default=None, compare=False)
@@ -289,6 +292,8 @@ class ShardRunner:
                         exhausted = True
                         break
                     options = self.resources_for(tasks[i]).ray_options()
+                    if self.runtime_env:
+                        options["runtime_env"] = dict(self.runtime_env)
                     ref = remote.options(max_retries=self.retries, retry_exceptions=True, **options).remote(tasks[i])
                     pending[ref] = i
                 if not pending:

@@ -349,8 +349,9 @@ def test_group_files_are_merged_into_a_bounded_number_per_source(tmp_path) -> No
         assert stats["group_files"] == len(groups)  # one per group: everything fits one file
         assert pool.pool_index_uris(out) == [storage.join(out, pool.GROUP_FILES)]
         merged_files += stats["group_files"]
+        assert stats["merge_tasks"] == 1  # small group files share a task
         again = pool.compact_pool(uris, out, b.pool_dir, source, pool.CompactParams(), ShardRunner())
-        assert again["resumed_merges"] == again["group_files"]
+        assert again["resumed_merges"] == again["merge_tasks"] == 1
     after = read_pool(b.pool_dir)
     assert merged_files < shard_files and sum(len(storage.listdir(g)) for g in storage.listdir(b.pool_dir)) == merged_files
     key = lambda t: sorted(zip(t.column("group").to_pylist(), t.column("source").to_pylist(), t.column("id").to_pylist(), t.column("tokens").to_pylist()))  # noqa: E731
