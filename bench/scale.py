@@ -15,8 +15,9 @@ file (a concatenation of corpus files), embeddings (offline model, 512 tokens) o
 child process of its own, interleaved). Every figure is printed, one line per
 stage and scale (``scale-bench <stage> <scale>x: ...``): the README's capacity table cites them.
 
-    make bench-scale                      # the full run (about 30 minutes on 2 cores)
-    BENCH_QUICK=1 make bench-scale        # 1x = 20 MiB, 1x/4x only (a few minutes)
+    make bench-scale                      # the full run (about an hour of an idle 2-core machine)
+    BENCH_SCALE_MB=8 BENCH_SHARD_MB=2 BENCH_FILE_MB=2 make bench-scale   # what the README cites (~40 min under load)
+    BENCH_QUICK=1 make bench-scale        # 1x = 20 MiB, 1x/4x only
 """
 
 from __future__ import annotations
