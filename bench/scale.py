@@ -6,17 +6,23 @@ the task starts in its worker) grows by at most 1.3x, and CPU seconds per docume
 1.3x. Also: normalize of one >= 1 GiB JSONL file stays within 1.3x of the 1x normalize peak (same
 shard target), and embedding at ``max_seq_length`` 8192 within 1.3x of the 512-token run.
 
-Stages: normalize, minhash_buckets, contamination, pool, sampling_groups on a generated corpus
-(1x = ``BENCH_SCALE_MB`` MiB of text, default 200), normalize on a single large file, embeddings
-(offline model) on ``BENCH_EMBED_DOCS`` (500) documents. Every figure is printed, one line per
+Stages: normalize, minhash_buckets, contamination, pool, pool_group_files (merging a source's
+group files), sampling_groups on a generated corpus (1x = ``BENCH_SCALE_MB`` MiB of text, default
+200; one corpus generated once, scale k reads its first k x 1x files), normalize on a single large
+file (a concatenation of corpus files), embeddings (offline model, 512 tokens) on
+``BENCH_EMBED_DOCS`` (500) documents, and embedding memory at 8,192 vs 512 tokens
+(``bench_embed.bench_long``: the offline MiniLM with its positions tiled to 8,192, each run in a
+child process of its own, interleaved). Every figure is printed, one line per
 stage and scale (``scale-bench <stage> <scale>x: ...``): the README's capacity table cites them.
 
-    make bench-scale                      # the full run (about 30 minutes on 2 cores)
-    BENCH_QUICK=1 make bench-scale        # 1x = 20 MiB, 1x/4x only (a few minutes)
+    make bench-scale                      # the full run (about an hour of an idle 2-core machine)
+    BENCH_SCALE_MB=8 BENCH_SHARD_MB=2 BENCH_FILE_MB=2 make bench-scale   # what the README cites (~40 min under load)
+    BENCH_QUICK=1 make bench-scale        # 1x = 20 MiB, 1x/4x only
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -45,6 +51,9 @@ EMBED_DOCS = int(os.environ.get("BENCH_EMBED_DOCS", "500"))
 TARGET_SHARD_BYTES = int(os.environ.get("BENCH_SHARD_MB", "8" if QUICK else "32")) * MIB
 FILE_BYTES = int(os.environ.get("BENCH_FILE_MB", "32")) * MIB
 BATCH_BYTES = int(os.environ.get("BENCH_BATCH_MB", "64")) * MIB
+WORKER_TASKS = int(os.environ.get("BENCH_WORKER_TASKS", "8"))
+LONG_DOCS = int(os.environ.get("BENCH_LONG_DOCS", "12" if QUICK else "24"))
+LONG_ROUNDS = 1 if QUICK else 2
 GROWTH_LIMIT = 1.3
 
 def _vocabulary() -> np.ndarray:
@@ -62,19 +71,22 @@ WORDS = _vocabulary()
 # --------------------------------------------------------------------------- corpus
 
 
-def write_corpus(directory: Path, total_bytes: int, seed: int, file_bytes: int = FILE_BYTES) -> list[str]:
-    """JSONL files of generated documents (Zipf-like words, 200-1,500 words each), 1% exact copies."""
+def write_corpus(directory: Path, total_bytes: int, seed: int, file_bytes: int = FILE_BYTES, count: int | None = None) -> list[str]:
+    """JSONL files of generated documents (Zipf-like words, 200-1,500 words each), 1% exact copies.
+
+    ``count``: exactly that many files of about ``file_bytes`` each (``total_bytes`` is ignored).
+    """
     rng = np.random.default_rng(seed)
     directory.mkdir(parents=True, exist_ok=True)
     files: list[str] = []
     written = doc = 0
     weights = 1.0 / np.arange(1, len(WORDS) + 1)
     weights /= weights.sum()
-    while written < total_bytes:
+    while (len(files) < count) if count is not None else (written < total_bytes):
         path = directory / f"part-{len(files):05d}.jsonl"
         with open(path, "w") as out:
             held = 0
-            while held < file_bytes and written < total_bytes:
+            while held < file_bytes and (count is not None or written < total_bytes):
                 lengths = rng.integers(200, 1500, size=256)
                 words = WORDS[rng.choice(len(WORDS), size=int(lengths.sum()), p=weights)]
                 cuts = np.cumsum(lengths)[:-1]
@@ -148,9 +160,14 @@ class Stage:
         )
 
 
+def for_stage(runner: ShardRunner, name: str, scale: str) -> ShardRunner:
+    """The runner with workers of this stage's own: a reused worker carries only its own stage's history."""
+    return dataclasses.replace(runner, runtime_env={"env_vars": {"MARIN_BENCH_STAGE": f"{name}-{scale}"}})
+
+
 def run_stage(runner: ShardRunner, name: str, scale: str, tasks: list[ShardTask], docs: int, text_bytes: int) -> Stage:
     started = time.perf_counter()
-    results = runner.map(tasks)
+    results = for_stage(runner, name, scale).map(tasks)
     stage = Stage(name, scale, results, docs, text_bytes, time.perf_counter() - started)
     print(stage.line(), flush=True)
     return stage
@@ -193,17 +210,37 @@ def removal_list(normalized_dir: str, out: str, every: int) -> str:
     return uri
 
 
-def pipeline(work: Path, scale: int, runner: ShardRunner) -> dict[str, Stage]:
+def files_per_base() -> int:
+    """Input files per 1x: about ``BENCH_FILE_MB`` each, an equal number per 1x so scales are prefixes."""
+    return max(1, -(-BASE_MB * MIB // FILE_BYTES))
+
+
+def shared_corpus(work: Path) -> list[str]:
+    """One corpus for every scale, generated once: scale k reads its first k x 1x files.
+
+    Also long enough to make the single large file from (a concatenation of its files).
+    """
+    per_base = files_per_base()
+    file_bytes = BASE_MB * MIB // per_base
+    total = max(BASE_MB * MIB * SCALES[-1], BIG_FILE_MB * MIB)
+    started, cpu = time.perf_counter(), time.process_time()
+    files = write_corpus(work / "corpus", 0, seed=1, file_bytes=file_bytes, count=-(-total // file_bytes))
+    print(f"scale bench: corpus of {len(files)} files, {sum(os.path.getsize(f) for f in files) / MIB:.0f} MiB "
+          f"generated in {time.perf_counter() - started:.0f} s ({time.process_time() - cpu:.0f} CPU s)", flush=True)
+    return files
+
+
+def pipeline(work: Path, scale: int, runner: ShardRunner, corpus: list[str]) -> dict[str, Stage]:
     label = f"{scale}x"
     root = work / label
-    files = write_corpus(root / "in", BASE_MB * scale * MIB, seed=scale)
+    files = corpus[: files_per_base() * scale]
     text_bytes = sum(os.path.getsize(f) for f in files)
     params = normalize.NormalizeParams(target_shard_bytes=TARGET_SHARD_BYTES, batch_bytes=BATCH_BYTES)
     stages: dict[str, Stage] = {}
 
     started = time.perf_counter()
     collected: list[ShardResult] = []
-    recording = _Recording(runner, collected)
+    recording = _Recording(for_stage(runner, "normalize", label), collected)
     manifest = normalize.normalize_source("bench", files, str(root / "normalized"), params, runner=recording)
     docs = int(manifest["rows"])
     stages["normalize"] = Stage("normalize", label, collected, int(manifest["counters"]["rows_in"]), text_bytes, time.perf_counter() - started)
@@ -222,7 +259,7 @@ def pipeline(work: Path, scale: int, runner: ShardRunner) -> dict[str, Stage]:
         [ShardTask(decon.contamination_shard, (s,), str(root / "contamination" / storage.basename(s)), decon_params) for s in shards],
         docs, text_bytes,
     )
-    runner.map([ShardTask(synthetic_attributes, (s,), str(root / "attrs" / "done" / storage.basename(s)), {}) for s in shards])
+    for_stage(runner, "attributes", label).map([ShardTask(synthetic_attributes, (s,), str(root / "attrs" / "done" / storage.basename(s)), {}) for s in shards])
     edges = quality.band_edges(None, quality.BandParams(method="fixed"))
     edges_uri = quality.save_band_edges(edges, str(root / "bands"))
     pool_params = pool.PoolParams(
@@ -243,7 +280,13 @@ def pipeline(work: Path, scale: int, runner: ShardRunner) -> dict[str, Stage]:
         for s in shards
     ]
     stages["pool"] = run_stage(runner, "pool", label, pool_tasks, docs, text_bytes)
-    indexes = tuple(t.output for t in pool_tasks)
+    collected = []
+    started = time.perf_counter()
+    merged = pool.compact_pool([t.output for t in pool_tasks], str(root / "pool_index"), str(root / "pool"), "bench", pool.CompactParams(),
+                               _Recording(for_stage(runner, "pool_group_files", label), collected))
+    stages["pool_group_files"] = Stage("pool_group_files", label, collected, docs, text_bytes, time.perf_counter() - started)
+    print(f"{stages['pool_group_files'].line()} group_files={merged['group_files']} from_shard_files={merged['shard_group_files']}", flush=True)
+    indexes = tuple(pool.pool_index_uris(str(root / "pool_index")))
     stages["sampling_groups"] = run_stage(
         runner, "sampling_groups", label,
         [ShardTask(sampling_groups_task, indexes, str(root / "groups" / "done"), {"source": "bench", "pool_dir": str(root / "pool")})],
@@ -259,7 +302,7 @@ class _Recording(ShardRunner):
     def __init__(self, runner: ShardRunner, sink: list[ShardResult]) -> None:
         object.__setattr__(self, "_inner", runner)
         object.__setattr__(self, "_sink", sink)
-        for field in ("processes", "ray_address", "max_in_flight", "retries", "task_resources", "local_cpus"):
+        for field in ("processes", "ray_address", "max_in_flight", "retries", "task_resources", "local_cpus", "worker_max_tasks", "runtime_env", "progress"):
             object.__setattr__(self, field, getattr(runner, field))
 
     def map(self, tasks: Sequence[ShardTask], on_done: Callable[[ShardResult], None] | None = None) -> list[ShardResult]:
@@ -268,14 +311,22 @@ class _Recording(ShardRunner):
         return results
 
 
-def big_file(work: Path, runner: ShardRunner) -> Stage:
+def big_file(work: Path, runner: ShardRunner, corpus: list[str]) -> Stage:
     root = work / "big"
-    (path,) = write_corpus(root / "in", BIG_FILE_MB * MIB, seed=99, file_bytes=BIG_FILE_MB * MIB * 2)
+    (root / "in").mkdir(parents=True, exist_ok=True)
+    path = str(root / "in" / "one.jsonl")
+    with open(path, "wb") as out:  # corpus files end in a newline: their concatenation is JSON lines
+        for part in corpus:
+            with open(part, "rb") as handle:
+                shutil.copyfileobj(handle, out, 16 * MIB)
+            if out.tell() >= BIG_FILE_MB * MIB:
+                break
     size = os.path.getsize(path)
     collected: list[ShardResult] = []
     started = time.perf_counter()
     manifest = normalize.normalize_source(
-        "big", [path], str(root / "normalized"), normalize.NormalizeParams(target_shard_bytes=TARGET_SHARD_BYTES, batch_bytes=BATCH_BYTES), runner=_Recording(runner, collected)
+        "big", [path], str(root / "normalized"), normalize.NormalizeParams(target_shard_bytes=TARGET_SHARD_BYTES, batch_bytes=BATCH_BYTES),
+        runner=_Recording(for_stage(runner, "normalize", "one-file"), collected)
     )
     stage = Stage("normalize_one_file", f"{size / MIB:.0f}MiB", collected, int(manifest["counters"]["rows_in"]), size, time.perf_counter() - started)
     print(stage.line(), flush=True)
@@ -283,22 +334,23 @@ def big_file(work: Path, runner: ShardRunner) -> Stage:
     return stage
 
 
-def embeddings(work: Path, runner: ShardRunner) -> dict[int, Stage]:
+def embeddings(work: Path, runner: ShardRunner) -> Stage:
     root = work / "embed"
     files = write_corpus(root / "in", EMBED_DOCS * 6_000, seed=7)  # ~6 KB (1,500+ tokens) per document
-    manifest = normalize.normalize_source("embed", files, str(root / "normalized"), normalize.NormalizeParams(), runner=runner)
+    manifest = normalize.normalize_source("embed", files, str(root / "normalized"), normalize.NormalizeParams(), runner=for_stage(runner, "normalize", "embed"))
     shards = storage.list_shards(str(root / "normalized"))
     docs = int(manifest["rows"])
-    out: dict[int, Stage] = {}
-    for tokens in (512, 8192):
-        params = embed.EmbedParams(encoder=embed.offline_encoder_params(max_tokens=tokens))
-        out[tokens] = run_stage(
-            runner, "embeddings", f"max_tokens={tokens}",
-            [ShardTask(embed_task, (s,), str(root / f"emb{tokens}" / storage.basename(s)), params) for s in shards],
-            docs, sum(os.path.getsize(f) for f in files),
-        )
+    params = embed.EmbedParams(encoder=embed.offline_encoder_params(max_tokens=512))
+    stage = run_stage(
+        runner, "embeddings", "max_tokens=512",
+        [ShardTask(embed_task, (s,), str(root / "emb512" / storage.basename(s)), params) for s in shards],
+        docs, sum(os.path.getsize(f) for f in files),
+    )
+    tokens = sum(int(storage.read_json(storage.shard_stats_uri(str(root / "emb512" / storage.basename(s))))["tokens"]) for s in shards)
+    print(f"scale-bench embeddings throughput: {docs} docs, {tokens} tokens, {stage.cpu:.1f} CPU s on this machine's CPU "
+          f"(float32, MiniLM-L6): {tokens / max(stage.cpu, 1e-9):,.0f} tokens per CPU second", flush=True)
     shutil.rmtree(root, ignore_errors=True)
-    return out
+    return stage
 
 
 def main() -> int:
@@ -308,23 +360,32 @@ def main() -> int:
     print(f"scale bench: 1x = {BASE_MB} MiB of text, scales {SCALES}, shard target {TARGET_SHARD_BYTES // MIB} MiB, "
           f"local Ray with 2 workers, data under {work}", flush=True)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    # A fresh worker process per task: each task's peak is its own, not its worker's history.
-    runner = ShardRunner(ray_address=LOCAL, max_in_flight=4, worker_max_tasks=1)
+    # Each stage (and scale) gets worker processes of its own (a Ray runtime env per stage), each
+    # recycled after BENCH_WORKER_TASKS tasks: a task's peak (VmHWM reset when it starts) carries
+    # at most that many earlier tasks of the same stage, never another stage's leftovers, and
+    # process start-up is paid once per BENCH_WORKER_TASKS tasks (1: a fresh worker per task).
+    runner = ShardRunner(ray_address=LOCAL, max_in_flight=4, worker_max_tasks=WORKER_TASKS)
     started = time.perf_counter()
     ok = True
     try:
-        by_scale = {scale: pipeline(work, scale, runner) for scale in SCALES}
+        corpus = shared_corpus(work)
+        by_scale = {scale: pipeline(work, scale, runner, corpus) for scale in SCALES}
         low, high = by_scale[SCALES[0]], by_scale[SCALES[-1]]
         for name in low:
             ok &= goal(f"{name}: largest task peak {SCALES[-1]}x / {SCALES[0]}x", high[name].peak / max(low[name].peak, 1))
             if name != "sampling_groups":  # one task whose work is per file, not per document
                 ok &= goal(f"{name}: CPU s per document {SCALES[-1]}x / {SCALES[0]}x", high[name].cpu_per_kdoc / max(low[name].cpu_per_kdoc, 1e-9))
-        one = big_file(work, runner)
+        one = big_file(work, runner, corpus)
         ok &= goal("normalize: one large file, largest task peak / 1x corpus", one.peak / max(low["normalize"].peak, 1))
-        emb = embeddings(work, runner)
-        ok &= goal("embeddings: task peak at max_seq_length 8192 / 512", emb[8192].peak / max(emb[512].peak, 1))
+        shutil.rmtree(work / "corpus", ignore_errors=True)
+        embeddings(work, runner)
     finally:
         ray.shutdown()
+    try:
+        from bench import bench_embed  # noqa: PLC0415
+
+        ok &= bench_embed.bench_long(LONG_DOCS, rounds=LONG_ROUNDS)
+    finally:
         if not os.environ.get("BENCH_SCALE_DIR"):
             shutil.rmtree(work, ignore_errors=True)
     print(f"scale bench: {time.perf_counter() - started:.0f} s in all; {'every goal met' if ok else 'some goals MISSED'}", flush=True)

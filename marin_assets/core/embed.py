@@ -45,8 +45,9 @@ class EncoderParams:
     """Which model encodes documents, where, and how big its micro-batches are.
 
     ``max_batch_tokens`` bounds the padded tokens of one micro-batch (sequences x longest
-    sequence), which bounds activation memory whatever the length mix; ``max_batch_size``
-    bounds the number of sequences. ``max_tokens`` is the truncation limit (``None``: the
+    sequence), which bounds activation memory whatever the length mix, and with it the
+    attention cells (sequences x longest^2, see ``ATTENTION_CELLS_PER_BATCH_TOKEN``), which grow
+    with the square of the length; ``max_batch_size`` bounds the number of sequences. ``max_tokens`` is the truncation limit (``None``: the
     model's own ``max_seq_length``).
     """
 
@@ -188,12 +189,19 @@ def embedding_dim(params: EncoderParams) -> int:
     return int(getter())
 
 
-def plan_micro_batches(lengths: Sequence[int], max_batch_tokens: int, max_batch_size: int) -> list[np.ndarray]:
+# A micro-batch also keeps ``sequences x longest^2`` within ``max_batch_tokens`` times this: the
+# padding mask (and, without a fused kernel, the attention scores) is sequences x length x length,
+# so at 8,192 tokens two padded sequences already need 0.5 GB for the mask alone. 512 keeps a
+# batch of 32 x 512 tokens as it was and gives sequences of 8,192 (or 4,096) a batch of their own.
+ATTENTION_CELLS_PER_BATCH_TOKEN = 512
+
+
+def plan_micro_batches(lengths: Sequence[int], max_batch_tokens: int, max_batch_size: int, max_batch_cells: int | None = None) -> list[np.ndarray]:
     """Group text positions into micro-batches, longest first.
 
     Sorting by length keeps padding small; a batch closes when one more sequence would push
-    ``count x longest`` past ``max_batch_tokens`` (a single over-long sequence still gets its
-    own batch).
+    ``count x longest`` past ``max_batch_tokens`` or ``count x longest^2`` past ``max_batch_cells``
+    (a single over-long sequence still gets its own batch).
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     order = np.argsort(-lengths, kind="stable")
@@ -202,6 +210,8 @@ def plan_micro_batches(lengths: Sequence[int], max_batch_tokens: int, max_batch_
     while start < len(order):
         longest = max(int(lengths[order[start]]), 1)
         size = max(1, min(max_batch_size, max_batch_tokens // longest))
+        if max_batch_cells is not None:
+            size = max(1, min(size, max_batch_cells // (longest * longest)))
         batches.append(order[start : start + size])
         start += size
     return batches
@@ -212,12 +222,16 @@ def plan_micro_batches(lengths: Sequence[int], max_batch_tokens: int, max_batch_
 WINDOW_CHARS_PER_BATCH_TOKEN = 16
 
 
-def text_windows(texts: Sequence[str], max_chars: int) -> list[slice]:
-    """Consecutive slices of ``texts`` holding about ``max_chars`` characters each (at least one text)."""
+def text_windows(texts: Sequence[str], max_chars: int, chars_per_text: int | None = None) -> list[slice]:
+    """Consecutive slices of ``texts`` holding about ``max_chars`` characters each (at least one text).
+
+    ``chars_per_text`` caps what one text counts for: a text the model truncates keeps only that
+    many tokens, so long texts at a short token limit still fill a whole micro-batch per window.
+    """
     windows: list[slice] = []
     start = held = 0
     for i, text in enumerate(texts):
-        held += len(text)
+        held += len(text) if chars_per_text is None else min(len(text), chars_per_text)
         if held >= max_chars:
             windows.append(slice(start, i + 1))
             start, held = i + 1, 0
@@ -241,7 +255,8 @@ def encode_texts(texts: Sequence[str], params: EncoderParams) -> tuple[np.ndarra
         return vectors, counters
     limit = int(encoder.max_seq_length)
     capped_all = [t[: params.max_chars] for t in texts]
-    for window in text_windows(capped_all, params.max_batch_tokens * WINDOW_CHARS_PER_BATCH_TOKEN):
+    cells = params.max_batch_tokens * ATTENTION_CELLS_PER_BATCH_TOKEN
+    for window in text_windows(capped_all, params.max_batch_tokens * WINDOW_CHARS_PER_BATCH_TOKEN, limit * WINDOW_CHARS_PER_BATCH_TOKEN):
         capped = capped_all[window]
         encoded = encoder.tokenizer(
             capped, truncation=True, max_length=limit, add_special_tokens=True,
@@ -249,7 +264,7 @@ def encode_texts(texts: Sequence[str], params: EncoderParams) -> tuple[np.ndarra
         )["input_ids"]
         lengths = np.fromiter((len(ids) for ids in encoded), dtype=np.int64, count=len(encoded))
         del encoded
-        for batch in plan_micro_batches(lengths, params.max_batch_tokens, params.max_batch_size):
+        for batch in plan_micro_batches(lengths, params.max_batch_tokens, params.max_batch_size, cells):
             out = encoder.encode(
                 [capped[i] for i in batch],
                 batch_size=len(batch),

@@ -8,10 +8,11 @@ file, and let a killed run resume without redoing finished work:
 
 1. *scatter*: each input file is read in batches of bounded bytes, passed through the source's
    transform (if any), cleaned, hashed, and its rows are routed by ``id`` to one of N shards.
-   Routed rows are buffered up to ``scatter_buffer_bytes`` and then written out as pieces
-   (Arrow IPC, uncompressed: each is read back once), so a 1 GB file never sits in memory.
-   The task's counters say how many pieces each shard got.
-2. *gather*: each shard reads only its own pieces, sorts by ``id`` (stable, so the first copy
+   Routed rows are buffered up to ``scatter_buffer_bytes`` and then written out as one Arrow
+   IPC file (uncompressed: it is read back once) with a run of record batches per shard, so a
+   1 GB file never sits in memory and the number of files does not grow with the number of
+   shards. The task's counters say where each shard's runs are.
+2. *gather*: each shard reads only its own record batches, sorts by ``id`` (stable, so the first copy
    in input order wins), keeps the first row of every ``id`` and sets later copies aside under
    ``dups/``.
 
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 
 CODE_VERSION = "2"  # 2: shards planned from uncompressed bytes, pieces streamed
 SCATTER_DIR = "_scatter"
+SCATTER_LAYOUT = "batches"  # scatter files with one record-batch run per shard (older layouts are not reused)
 DUPS_DIR = "dups"
 SUPPORTED_FORMATS = formats.SUPPORTED_FORMATS
 
@@ -241,29 +243,48 @@ def _file_rows(uri: str, params: ScatterParams, counters: dict[str, int]) -> Ite
         counters[f"bad_rows.{reason}"] = counters.get(f"bad_rows.{reason}", 0) + n
 
 
-def piece_name(shard: int, sequence: int) -> str:
-    return f"shard-{shard:05d}-{sequence:05d}.arrow"
+def flush_name(sequence: int) -> str:
+    return f"flush-{sequence:05d}.arrow"
 
 
 def scatter_file(input_uris: list[str], output_uri: str, params: ScatterParams) -> dict[str, Any]:
-    """Phase 1 for one input file: write its rows as pieces per shard under ``output_uri``.
+    """Phase 1 for one input file: write its rows routed to shards under ``output_uri``.
 
-    Rows are buffered until ``scatter_buffer_bytes`` (at most the shard target), then every buffered shard gets one more
-    piece; ``pieces`` in the counters maps each shard to its number of pieces.
+    Rows are buffered until ``scatter_buffer_bytes`` (at most the shard target), then written as
+    one Arrow IPC file whose record batches are grouped by shard (in shard order, input order
+    within a shard). One file per flush, not one per shard: the number of files stays linear in
+    the input whatever the number of shards, and a shard reads its own record batches only (a
+    memory map locally, range reads on object stores). ``pieces`` in the counters maps each shard
+    to its ``[flush, first_batch, batches]`` runs.
     """
+    import pyarrow as pa  # noqa: PLC0415
+
     (uri,) = input_uris
     counters: dict[str, Any] = {"rows_in": 0, "rows_out": 0}
     buffered: dict[int, list[pl.DataFrame]] = {}
-    pieces: dict[int, int] = {}
+    pieces: dict[int, list[list[int]]] = {}
+    flushes = 0
     held = 0
 
     def flush() -> None:
-        for shard, frames in sorted(buffered.items()):
-            name = piece_name(shard, pieces.get(shard, 0))
-            with storage.open_atomic(storage.join(output_uri, name)) as handle:
-                formats.concat_rows(frames, [uri] * len(frames), params.source).write_ipc(handle, compression="uncompressed")
-            pieces[shard] = pieces.get(shard, 0) + 1
+        nonlocal flushes
+        if not buffered:
+            return
+        order = sorted(buffered)
+        frames = [part for shard in order for part in buffered[shard]]
+        heights = [sum(part.height for part in buffered[shard]) for shard in order]
         buffered.clear()
+        table = formats.concat_rows(frames, [uri] * len(frames), params.source, rechunk=False).to_arrow()
+        frames.clear()
+        with storage.open_atomic(storage.join(output_uri, flush_name(flushes))) as handle:
+            with pa.ipc.new_file(handle, table.schema) as writer:
+                offset = 0
+                for shard, height in zip(order, heights):
+                    first = writer.stats.num_record_batches
+                    writer.write_table(table.slice(offset, height))
+                    pieces.setdefault(shard, []).append([flushes, first, writer.stats.num_record_batches - first])
+                    offset += height
+        flushes += 1
 
     for rows in _file_rows(uri, params, counters):
         rows = rows.with_columns(shard_of(rows["id"], params.shards).alias("_shard"))
@@ -312,22 +333,31 @@ def _require_rows(source: str, files: int, counters: Mapping[str, int]) -> None:
         )
 
 
-def _read_piece(uri: str) -> pl.DataFrame:
+def _read_batches(uri: str, first: int, count: int) -> pl.DataFrame:
+    """Record batches ``first .. first + count`` of a scatter file (only those bytes are read)."""
+    import pyarrow as pa  # noqa: PLC0415
+
     path = storage.local_path(uri)
     if path is not None:
-        return pl.read_ipc(path)
-    return pl.read_ipc(io.BytesIO(storage.read_bytes(uri)))
+        reader = pa.ipc.open_file(pa.memory_map(path))
+        return pl.from_arrow(pa.Table.from_batches([reader.get_batch(i) for i in range(first, first + count)], reader.schema))  # type: ignore[return-value]
+    fs, remote = storage.filesystem(uri)
+    with fs.open(remote, "rb") as handle:
+        reader = pa.ipc.open_file(handle)
+        table = pa.Table.from_batches([reader.get_batch(i) for i in range(first, first + count)], reader.schema)
+    return pl.from_arrow(table)  # type: ignore[return-value]
 
 
 @dataclasses.dataclass(frozen=True)
 class GatherParams:
     shard: int
     exact_dedup: bool
+    batches: tuple[tuple[int, int], ...] = ()  # per input file: (first record batch, batches)
 
 
 def gather_shard(input_uris: list[str], output_uri: str, params: GatherParams) -> dict[str, Any]:
-    """Phase 2 for one shard: read its pieces (in input order), sort by id, split off duplicates."""
-    frames = [_read_piece(uri) for uri in input_uris]
+    """Phase 2 for one shard: read its record batches (in input order), sort by id, split off duplicates."""
+    frames = [_read_batches(uri, first, count) for uri, (first, count) in zip(input_uris, params.batches, strict=True)]
     return _write_shard(frames, output_uri, params.exact_dedup, [f"pieces of input {p.rsplit('/', 2)[-2]}" for p in input_uris])
 
 
@@ -383,23 +413,24 @@ def normalize_source(
         scattered = gathered = runner.map([single], on_done=wrote)
     else:
         scatter_tasks = [
-            ShardTask(scatter_file, (uri,), storage.join(scatter_root, f"file-{i:05d}"), scatter_params)
+            ShardTask(scatter_file, (uri,), storage.join(scatter_root, SCATTER_LAYOUT, f"file-{i:05d}"), scatter_params)
             for i, uri in enumerate(input_uris)
         ]
         scattered = runner.map(scatter_tasks, on_done=lambda r: say(f"{source}: read {storage.basename(r.output)} rows={r.stats.get('rows_in')}"))
         _require_rows(source, len(input_uris), _sum_ints(r.stats for r in scattered))
+        runs: list[list[tuple[str, int, int]]] = [[] for _ in range(shards)]  # per shard, in input order
+        for task, done in zip(scatter_tasks, scattered):
+            for shard, shard_runs in done.stats.get("pieces", {}).items():
+                for flush, first, count in shard_runs:
+                    runs[int(shard)].append((storage.join(task.output, flush_name(flush)), first, count))
         gather_tasks = [
             ShardTask(
                 gather_shard,
-                tuple(
-                    storage.join(task.output, piece_name(s, k))
-                    for task, done in zip(scatter_tasks, scattered)
-                    for k in range(int(done.stats.get("pieces", {}).get(str(s), 0)))
-                ),
+                tuple(uri for uri, _, _ in sorted_runs),
                 storage.join(out_dir, storage.shard_name(s, shards)),
-                GatherParams(s, params.exact_dedup),
+                GatherParams(s, params.exact_dedup, tuple((first, count) for _, first, count in sorted_runs)),
             )
-            for s in range(shards)
+            for s, sorted_runs in enumerate(runs)
         ]
         gathered = runner.map(gather_tasks, on_done=wrote)
     totals = _sum_ints(r.stats for r in scattered)

@@ -335,6 +335,143 @@ def pool_shard(input_uris: list[str], output_uri: str, params: PoolParams) -> di
     return counters
 
 
+# --------------------------------------------------------------------------- group files per source
+
+GROUP_FILES = "group_files.parquet"  # a source's compacted index (INDEX_SCHEMA), next to its shard indexes
+
+
+@dataclasses.dataclass(frozen=True)
+class CompactParams:
+    """How a source's per-shard group files are merged into a bounded number of files per group.
+
+    A group file closes at ``group_file_tokens`` tokens or ``max_files_per_task`` shard files (one
+    merge task streams its inputs, so its memory is one row group whatever the count); a source
+    then has about ``tokens in the group / group_file_tokens`` files per group, not one per shard.
+    """
+
+    group_file_tokens: int = 1 << 28  # ~1 GB of text
+    max_files_per_task: int = 1_024
+    row_group_size: int = 8_192
+
+
+def plan_group_files(index: pa.Table, source: str, params: CompactParams) -> list[tuple[str, list[str], int, int, str]]:
+    """``(group, shard files, documents, tokens, merged file)`` per merged file, groups in name order and
+    shard files in shard order (so the merged rows keep the order the shards had)."""
+    by_group: dict[str, list[tuple[str, int, int]]] = {}
+    for group, file, documents, tokens in zip(
+        index.column("group").to_pylist(), index.column("file").to_pylist(),
+        index.column("documents").to_pylist(), index.column("tokens").to_pylist(), strict=True,
+    ):
+        by_group.setdefault(group, []).append((file, int(documents), int(tokens)))
+    plan: list[tuple[str, list[str], int, int, str]] = []
+    for group in sorted(by_group):
+        run: list[tuple[str, int, int]] = []
+
+        def close() -> None:
+            name = pool_file(group, source, f"group-{sum(p[0] == group for p in plan):05d}.parquet")
+            plan.append((group, [f for f, _, _ in run], sum(d for _, d, _ in run), sum(t for _, _, t in run), name))
+            run.clear()
+
+        for entry in sorted(by_group[group]):
+            if run and (sum(t for _, _, t in run) + entry[2] > params.group_file_tokens or len(run) >= params.max_files_per_task):
+                close()
+            run.append(entry)
+        if run:
+            close()
+    return plan
+
+
+@dataclasses.dataclass(frozen=True)
+class MergeParams:
+    # the group files a task writes, each with how many of the task's inputs (in order) go into it;
+    # the task's own output is a receipt beside the index
+    merged: tuple[tuple[str, int], ...]
+    row_group_size: int = 8_192
+
+
+def merge_group_files(input_uris: list[str], output_uri: str, params: MergeParams) -> dict[str, Any]:
+    """Merged group files from shard group files (one task writes several small ones)."""
+    rows: list[int] = []
+    start = 0
+    for merged_uri, count in params.merged:
+        rows.append(_merge_into(input_uris[start : start + count], merged_uri, params.row_group_size))
+        start += count
+    stats = {"rows": rows, "inputs": len(input_uris)}
+    storage.write_json(output_uri, stats)
+    return stats
+
+
+def _merge_into(input_uris: Sequence[str], merged_uri: str, row_group_size: int) -> int:
+    """One merged group file from shard group files, streamed row group by row group."""
+    rows = 0
+    with storage.open_atomic(merged_uri) as handle:
+        writer: pq.ParquetWriter | None = None
+        try:
+            for uri in input_uris:
+                fs, path = storage.filesystem(uri)
+                with fs.open(path, "rb") as source:
+                    parquet = pq.ParquetFile(source)
+                    for group in range(parquet.metadata.num_row_groups):
+                        table = parquet.read_row_group(group)
+                        if writer is None:
+                            writer = pq.ParquetWriter(handle, table.schema, compression="zstd")
+                        writer.write_table(table.cast(writer.schema), row_group_size=row_group_size)
+                        rows += len(table)
+        finally:
+            if writer is not None:
+                writer.close()
+    return rows
+
+
+def compact_pool(index_uris: Sequence[str], index_dir: str, pool_dir: str, source: str, params: CompactParams, runner: Any) -> dict[str, Any]:
+    """Merge a source's per-shard group files into a bounded number per group and index them.
+
+    The merged files' index goes to ``<index_dir>/group_files.parquet`` (what the sampling groups
+    read); the shard files are removed only after every merged file and the index are written, so
+    a killed run resumes (finished merges are kept) and never loses rows.
+    """
+    from marin_assets.core.runner import ShardTask  # noqa: PLC0415
+
+    index = read_pool_index(index_uris)
+    plan = plan_group_files(index, source, params)
+    # Small group files share a task, up to the same token and file limits as one merged file.
+    batches: list[list[int]] = [[]]
+    for i, (_, files, _, tokens, _) in enumerate(plan):
+        held = [plan[j] for j in batches[-1]]
+        if held and (sum(p[3] for p in held) + tokens > params.group_file_tokens or sum(len(p[1]) for p in held) + len(files) > params.max_files_per_task):
+            batches.append([])
+        batches[-1].append(i)
+    tasks = [
+        ShardTask(
+            merge_group_files,
+            tuple(storage.join(pool_dir, f) for i in batch for f in plan[i][1]),
+            storage.join(index_dir, "_merges", f"{k:06d}.json"),
+            MergeParams(tuple((storage.join(pool_dir, plan[i][4]), len(plan[i][1])) for i in batch), params.row_group_size),
+        )
+        for k, batch in enumerate(b for b in batches if b)
+    ]
+    results = runner.map(tasks)
+    merged_rows = [rows for result in results for rows in result.stats["rows"]]
+    merged = pa.table(
+        [pa.array([p[0] for p in plan], pa.string()), pa.array([p[4] for p in plan], pa.string()), pa.array([source] * len(plan), pa.string()),
+         pa.array([p[2] for p in plan], pa.int64()), pa.array([p[3] for p in plan], pa.int64())],
+        schema=INDEX_SCHEMA,
+    )
+    for (_, _, documents, _, name), rows in zip(plan, merged_rows, strict=True):
+        if int(rows) != documents:
+            raise PoolError(f"source {source!r}: merged group file {name} holds {rows} rows, its shard files {documents}; rerun pool for this source")
+    storage.write_parquet(merged, storage.join(index_dir, GROUP_FILES))
+    for file in index.column("file").to_pylist():
+        storage.remove(storage.join(pool_dir, file))
+    return {"group_files": len(plan), "shard_group_files": len(index), "merge_tasks": len(tasks), "resumed_merges": sum(r.reused for r in results)}
+
+
+def pool_index_uris(index_dir: str) -> list[str]:
+    """A source's pool index: its compacted ``group_files.parquet`` when there, else its shard indexes."""
+    compacted = storage.join(index_dir, GROUP_FILES)
+    return [compacted] if storage.exists(compacted) else storage.list_shards(index_dir)
+
+
 def read_pool_index(uris: Sequence[str]) -> pa.Table:
     """The concatenated shard indexes (``group``, ``file``, ``source``, ``documents``, ``tokens``)."""
     tables = [storage.read_parquet(u) for u in uris]

@@ -157,6 +157,21 @@ def _with_shard_note(exc: BaseException, task: ShardTask, attempts: int) -> Base
     return exc
 
 
+def _counting(
+    on_done: Callable[[ShardResult], None] | None, progress: Callable[[int, int, ShardResult], None], total: int
+) -> Callable[[ShardResult], None]:
+    finished = 0
+
+    def done(result: ShardResult) -> None:
+        nonlocal finished
+        finished += 1
+        if on_done is not None:
+            on_done(result)
+        progress(finished, total, result)
+
+    return done
+
+
 @dataclasses.dataclass(frozen=True)
 class ShardRunner:
     """Runs shard tasks. ``processes=1`` runs in-process (deterministic, easy to debug).
@@ -178,6 +193,12 @@ class ShardRunner:
     task_resources: TaskResources = TaskResources()
     local_cpus: int = 0
     worker_max_tasks: int = 0  # Ray: recycle a worker process after this many tasks (0: never)
+    # Ray runtime environment of the tasks (e.g. {"env_vars": {...}}); Ray shares a worker process only
+    # between tasks with the same one, so a distinct value keeps one stage's workers to itself.
+    runtime_env: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False)
+    # Called after every finished task of a map with (finished, total, result): how the
+    # orchestrator shows progress while a step runs (core never knows who listens).
+    progress: Callable[[int, int, ShardResult], None] | None = dataclasses.field(default=None, compare=False)
 
     def resources_for(self, task: ShardTask) -> TaskResources:
         if task.resources is not None:
@@ -188,8 +209,11 @@ class ShardRunner:
     def map(self, tasks: Sequence[ShardTask], on_done: Callable[[ShardResult], None] | None = None) -> list[ShardResult]:
         """Run every task (finished shards are reused); results in task order.
 
-        ``on_done`` is called once per task as soon as it finishes (in completion order).
+        ``on_done`` is called once per task as soon as it finishes (in completion order), then
+        ``progress`` with the count finished so far.
         """
+        if self.progress is not None:
+            on_done = _counting(on_done, self.progress, len(tasks))
         if self.ray_address:
             return self._map_ray(tasks, on_done)
         results: list[ShardResult] = []
@@ -268,6 +292,8 @@ class ShardRunner:
                         exhausted = True
                         break
                     options = self.resources_for(tasks[i]).ray_options()
+                    if self.runtime_env:
+                        options["runtime_env"] = dict(self.runtime_env)
                     ref = remote.options(max_retries=self.retries, retry_exceptions=True, **options).remote(tasks[i])
                     pending[ref] = i
                 if not pending:

@@ -19,7 +19,7 @@ from typing import Any
 
 from marin_assets.core.errors import BadInput, ConfigurationError
 from marin_assets.core import storage
-from marin_assets.core.runner import ShardFn, ShardRunner, ShardTask
+from marin_assets.core.runner import ShardFn, ShardResult, ShardRunner, ShardTask
 
 
 class MissingInput(BadInput, RuntimeError):
@@ -211,8 +211,12 @@ def run_shards(
     fingerprint_params: Any = None,
     bind_params: Callable[[Output], Any] | None = None,
     progress: Callable[[str], None] | None = None,
+    finish: Callable[[Output, list[ShardResult]], Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Map ``shard_fn`` over the shards of ``inputs[0]``; each task gets the same-named shard of every input.
+
+    ``finish(output, results)`` runs after the map, before the manifest (a step over all the
+    shards' outputs, e.g. merging small files); what it returns joins the manifest body.
 
     ``fingerprint_params`` replaces ``params`` in the fingerprint when the parameters carry
     storage paths (which must not be hashed: a moved root keeps its fingerprints);
@@ -233,12 +237,15 @@ def run_shards(
             tasks, on_done=lambda r: say(f"{spec.name} {source}: {storage.basename(r.output)} {'reused' if r.reused else 'done'}")
         )
         per_shard = [r.stats for r in results]
-        return {
+        body = {
             "shards": [storage.basename(r.output) for r in results],
             "totals": summed(per_shard),
             "per_shard": per_shard,
             "resumed_shards": sum(r.reused for r in results),
         }
+        if finish is not None:
+            body.update(finish(out, results))
+        return body
 
     decided = key(params if fingerprint_params is None else fingerprint_params, extra_fingerprint)
     return run_stage(spec, layout, source=source, inputs=inputs, decided_by=decided, build=build)

@@ -13,10 +13,13 @@ decisions) never start or join Ray; the shard runner connects on first use.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 import dagster as dg
 from dagster_ray import Lifecycle, LocalRay, RayResource
 
-from marin_assets.core.runner import LOCAL
+from marin_assets.core.runner import LOCAL, ShardResult
 
 
 class RayClusterAddress(RayResource):
@@ -66,3 +69,47 @@ def runner_address(cluster: RayResource | None) -> str | None:
         return cluster.ray_address
     except (AssertionError, ValueError) as exc:  # a KubeRay cluster that was not created yet
         raise dg.Failure(f"the Ray cluster {cluster.display_name} has no address yet: {exc}") from exc
+
+
+PROGRESS_EVERY = 10  # finished shard tasks between two progress observations (and the last one)
+
+
+def step_progress(every: int = PROGRESS_EVERY) -> Callable[[int, int, ShardResult], None] | None:
+    """Progress of the running step's shard tasks as ``AssetObservation`` events, so the UI shows
+    how far a long step is while it runs (the log gets a line per task already).
+
+    Every ``every`` finished tasks and at the last one: tasks finished and total, shards reused,
+    CPU seconds and the largest task peak so far. None outside a Dagster step.
+    """
+    try:
+        context = dg.AssetExecutionContext.get()
+    except dg.DagsterInvariantViolationError:
+        return None
+    keys = sorted(context.selected_asset_keys, key=lambda k: k.to_user_string())
+    partition = context.partition_key if context.has_partition_key else None
+    every = max(1, int(every))
+    seen = {"reused": 0, "cpu": 0.0, "peak": 0, "maps": 0}
+    started = time.monotonic()
+
+    def report(finished: int, total: int, result: ShardResult) -> None:
+        seen["reused"] += int(result.reused)
+        seen["cpu"] += result.cpu_seconds
+        seen["peak"] = max(seen["peak"], result.peak_rss_bytes)
+        if finished == 1:
+            seen["maps"] += 1  # normalize maps twice (read files, then write shards)
+        if finished % every and finished != total:
+            return
+        metadata = {
+            "shard_tasks_finished": dg.MetadataValue.int(finished),
+            "shard_tasks_total": dg.MetadataValue.int(total),
+            "shard_tasks_fraction": dg.MetadataValue.float(round(finished / max(total, 1), 4)),
+            "shard_tasks_reused": dg.MetadataValue.int(seen["reused"]),
+            "shard_map": dg.MetadataValue.int(seen["maps"]),
+            "task_cpu_seconds": dg.MetadataValue.float(round(seen["cpu"], 3)),
+            "largest_task_peak_mib": dg.MetadataValue.float(round(seen["peak"] / (1 << 20), 1)),
+            "elapsed_seconds": dg.MetadataValue.float(round(time.monotonic() - started, 1)),
+        }
+        for key in keys:
+            context.log_event(dg.AssetObservation(asset_key=key, partition=partition, metadata=metadata))
+
+    return report

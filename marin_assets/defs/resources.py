@@ -21,7 +21,7 @@ from marin_assets.core import hub, storage
 from marin_assets.core.providers import ProviderAccess
 from marin_assets.core.providers.http import parse_mirrors, policy_with_wait
 from marin_assets.core.runner import ShardRunner, TaskResources
-from marin_assets.defs.ray import ray_cluster, runner_address
+from marin_assets.defs.ray import PROGRESS_EVERY, ray_cluster, runner_address, step_progress
 from marin_assets.defs.settings import SettingsResource, all_settings, markdown_table, setting
 
 
@@ -39,6 +39,7 @@ class MarinResource(SettingsResource):
     ray_retries: int | None = setting("MARIN_RAY_RETRIES", "`2`", "times one failed Ray task (or lost worker) is run again")
     task_cpus: float | None = setting("MARIN_TASK_CPUS", "`1`", "CPUs a shard task reserves on Ray")
     task_memory_bytes: int | None = setting("MARIN_TASK_MEMORY_BYTES", "none", "memory a shard task reserves on Ray, in bytes")
+    progress_every: int | None = setting("MARIN_PROGRESS_EVERY", "`10`", "finished shard tasks between two progress observations of a running step (Dagster asset observations)")
     topic_threads: int | None = setting("MARIN_TOPIC_THREADS", "`1`", "FAISS threads of topic_model training (part of its fingerprint: results differ by thread count)")
     target_shard_bytes: int | None = setting("MARIN_TARGET_SHARD_BYTES", "268435456", "normalized shard size, in uncompressed text bytes")
     retry_wait_s: float | None = setting("MARIN_RETRY_WAIT_S", "unset", "every retry wait, in seconds (tests and mirrors); unset keeps the production backoff (5 s doubling, 15 min cap)")
@@ -81,6 +82,7 @@ class MarinResource(SettingsResource):
             max_in_flight=self.resolved("ray_max_in_flight") or 0,
             retries=2 if self.resolved("ray_retries") is None else self.resolved("ray_retries"),
             task_resources=TaskResources(cpus=self.resolved("task_cpus") or 1.0, memory_bytes=self.resolved("task_memory_bytes") or 0),
+            progress=step_progress(self.resolved("progress_every") or PROGRESS_EVERY),
         )
 
     def retry_policy(self) -> hub.RetryPolicy:

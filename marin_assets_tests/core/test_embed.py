@@ -61,6 +61,32 @@ def test_micro_batches_are_length_sorted_and_bounded_by_padded_tokens():
     assert [len(b) for b in embed.plan_micro_batches([1000, 3], 500, 8)] == [1, 1]
 
 
+def test_long_sequences_get_batches_bounded_by_attention_cells():
+    """sequences x longest^2 (the padding mask grows with the square of the length) stays in budget."""
+    lengths = [8192, 8000, 4096, 4000, 512, 512, 512, 100] * 4
+    cells = 16_384 * embed.ATTENTION_CELLS_PER_BATCH_TOKEN
+    batches = embed.plan_micro_batches(lengths, 16_384, 32, cells)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(len(lengths)))
+    for b in batches:
+        top = max(lengths[i] for i in b)
+        assert len(b) * top * top <= cells or len(b) == 1
+        assert len(b) * top <= 16_384 or len(b) == 1
+    assert all(len(b) == 1 for b in batches if max(lengths[i] for i in b) >= 4000)
+    # 32 x 512 still fits one batch: short texts batch exactly as without the cell bound
+    assert [len(b) for b in embed.plan_micro_batches([512] * 64, 16_384, 32, cells)] == [32, 32]
+
+
+def test_micro_batched_encoding_equals_plain_encoding_for_short_documents(params):
+    """Windows, token budget and the cell bound change how texts are grouped, never their vectors."""
+    encoder = embed.load_encoder(params.encoder)
+    texts = [t + f" {i}" * (i % 7) for i, t in enumerate(TEXTS * 4)]
+    plain = encoder.encode(texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+    tight = embed.offline_encoder_params(max_batch_tokens=48, max_batch_size=5)
+    got, counters = embed.encode_texts(texts, tight)
+    assert counters["micro_batches"] >= len(texts) // 5 and counters["windows"] > 1
+    np.testing.assert_allclose(got, plain, atol=2e-6)
+
+
 def test_int8_quantization_formula_and_clipping():
     x = np.array([[0.6, -0.8, 0.0, 0.0]], dtype=np.float32)  # unit norm, two coordinates beyond +-0.3
     y = np.array([[0.1, -0.2, 0.15, np.sqrt(1 - 0.01 - 0.04 - 0.0225)]], dtype=np.float32)

@@ -213,3 +213,22 @@ def test_shards_follow_uncompressed_bytes_not_compressed_size(tmp_path) -> None:
     target = raw // 4
     zst = normalize.normalize_source("s", [packed], str(tmp_path / "z"), normalize.NormalizeParams(target_shard_bytes=target))
     assert len(zst["shards"]) >= 4  # not 1, as the compressed size would say
+
+
+def test_scatter_writes_one_file_per_flush_not_one_per_shard(tmp_path) -> None:
+    """Files grow with the input, not with inputs x shards; each shard's runs hold exactly its rows."""
+    rows = [{"id": j, "text": TEXTS[j % 40] + f" copy {j}"} for j in range(300)]
+    src = _write(tmp_path / "in.jsonl", "jsonl", rows)
+    params = normalize.ScatterParams(normalize.NormalizeParams(scatter_buffer_bytes=10**9), 40, "s", None)
+    out = tmp_path / "scatter"
+    counters = normalize.scatter_file([src], str(out), params)
+    assert sorted(p.name for p in out.glob("*.arrow")) == ["flush-00000.arrow"]
+    seen = 0
+    for shard, runs in counters["pieces"].items():
+        batches = tuple((first, count) for _, first, count in runs)
+        uris = [str(out / normalize.flush_name(flush)) for flush, _, _ in runs]
+        got = normalize.gather_shard(uris, str(tmp_path / "g" / f"{shard}.parquet"), normalize.GatherParams(int(shard), False, batches))
+        ids = pl.read_parquet(str(tmp_path / "g" / f"{shard}.parquet"))["id"]
+        assert (normalize.shard_of(ids, 40) == int(shard)).all()
+        seen += got["rows"]
+    assert len(counters["pieces"]) > 20 and seen == counters["rows_out"] == 300

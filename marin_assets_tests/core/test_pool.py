@@ -329,3 +329,41 @@ def test_group_counts_are_aggregated_per_source_and_files_streamed(built) -> Non
     listed = pool.read_pool_files(files_uri)
     assert sorted(f for fs in listed.values() for f in fs) == sorted(storage.join(b.pool_dir, f) for f in index.column("file").to_pylist())
     assert all(storage.exists(f) for fs in listed.values() for f in fs)
+
+
+def test_group_files_are_merged_into_a_bounded_number_per_source(tmp_path) -> None:
+    """One file per group and source (not one per shard), the same rows in shard order; a rerun reuses the merges."""
+    b = build_pool_inputs(str(tmp_path / "in"))
+    ShardRunner().map(b.tasks)
+    before = read_pool(b.pool_dir)
+    index_dir = storage.join(b.root, "pool_index")
+    by_source: dict[str, list[str]] = {}
+    for task in b.tasks:
+        by_source.setdefault(task.params.source, []).append(task.output)
+    shard_files = len(pool.read_pool_index([t.output for t in b.tasks]))
+    merged_files = 0
+    for source, uris in sorted(by_source.items()):
+        out = storage.join(index_dir, pool.source_slug(source))
+        stats = pool.compact_pool(uris, out, b.pool_dir, source, pool.CompactParams(), ShardRunner())
+        groups = set(pool.read_pool_index(uris).column("group").to_pylist())
+        assert stats["group_files"] == len(groups)  # one per group: everything fits one file
+        assert pool.pool_index_uris(out) == [storage.join(out, pool.GROUP_FILES)]
+        merged_files += stats["group_files"]
+        assert stats["merge_tasks"] == 1  # small group files share a task
+        again = pool.compact_pool(uris, out, b.pool_dir, source, pool.CompactParams(), ShardRunner())
+        assert again["resumed_merges"] == again["merge_tasks"] == 1
+    after = read_pool(b.pool_dir)
+    assert merged_files < shard_files and sum(len(storage.listdir(g)) for g in storage.listdir(b.pool_dir)) == merged_files
+    key = lambda t: sorted(zip(t.column("group").to_pylist(), t.column("source").to_pylist(), t.column("id").to_pylist(), t.column("tokens").to_pylist()))  # noqa: E731
+    assert key(after) == key(before)
+
+
+def test_group_file_plan_closes_files_at_the_token_and_file_limits() -> None:
+    index = pa.table(
+        {"group": ["c00q0"] * 5 + ["c01q1"], "file": [f"c00q0/s-part-{i}.parquet" for i in range(5)] + ["c01q1/s-part-0.parquet"],
+         "source": ["s"] * 6, "documents": [1] * 6, "tokens": [40, 40, 40, 10, 10, 5]},
+        schema=pool.INDEX_SCHEMA,
+    )
+    plan = pool.plan_group_files(index, "s", pool.CompactParams(group_file_tokens=90, max_files_per_task=2))
+    assert [(g, len(files), tokens) for g, files, _, tokens, _ in plan] == [("c00q0", 2, 80), ("c00q0", 2, 50), ("c00q0", 1, 10), ("c01q1", 1, 5)]
+    assert [name for *_, name in plan] == ["c00q0/s-group-00000.parquet", "c00q0/s-group-00001.parquet", "c00q0/s-group-00002.parquet", "c01q1/s-group-00000.parquet"]

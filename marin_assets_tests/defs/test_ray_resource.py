@@ -40,3 +40,42 @@ def test_a_step_with_a_lazy_ray_resource_starts_no_cluster(tmp_path) -> None:
     result = dg.materialize([probe], resources={"marin": MarinResource(prefix=str(tmp_path), ray_address=LOCAL)})
     assert result.success and seen["address"] == LOCAL
     assert not ray.is_initialized()  # connecting waits for the first shard map
+
+
+def _count(inputs: list[str], output: str, params: dict) -> dict:
+    from marin_assets.core import storage
+
+    storage.write_bytes(output, b"x")
+    return {"rows": params["rows"]}
+
+
+def test_a_running_step_reports_shard_progress_as_asset_observations(tmp_path) -> None:
+    """Every N finished tasks (and the last) the step logs an observation while it still runs."""
+    from marin_assets.core.runner import ShardTask
+
+    partitions = dg.StaticPartitionsDefinition(["src"])
+    seen_during: list[int] = []
+
+    @dg.asset(partitions_def=partitions)
+    def sharded(context, marin: MarinResource) -> None:
+        tasks = [ShardTask(_count, (), str(tmp_path / "out" / f"part-{i:05d}.bin"), {"rows": i}) for i in range(23)]
+
+        def on_done(result) -> None:  # observations already stored while the map is running
+            seen_during.append(len(context.instance.fetch_observations(dg.AssetKey("sharded"), limit=100).records))
+
+        marin.runner().map(tasks, on_done=on_done)
+
+    with dg.instance_for_test() as instance:
+        result = dg.materialize([sharded], partition_key="src", instance=instance,
+                                resources={"marin": MarinResource(prefix=str(tmp_path), progress_every=10)})
+        assert result.success
+        observations = [e.event_specific_data.asset_observation for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"]
+    finished = [o.metadata["shard_tasks_finished"].value for o in observations]
+    assert finished == [10, 20, 23]
+    assert all(o.metadata["shard_tasks_total"].value == 23 and o.partition == "src" and o.asset_key == dg.AssetKey("sharded") for o in observations)
+    assert seen_during[10] == 1 and seen_during[20] == 2  # stored as the tasks finished, not at the end
+
+
+def test_outside_a_step_the_runner_reports_no_progress(monkeypatch) -> None:
+    monkeypatch.delenv("MARIN_RAY_ADDRESS", raising=False)
+    assert MarinResource().runner().progress is None

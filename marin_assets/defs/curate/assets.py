@@ -195,6 +195,10 @@ def pool(context: dg.AssetExecutionContext, marin: MarinResource, curation: Cura
         extra_fingerprint=extra,
         runner=marin.runner(),
         progress=context.log.info,
+        # a bounded number of files per group for the source, not one per group per shard
+        finish=lambda out, results: pool_core.compact_pool(
+            [r.output for r in results], out.uri, out.data_uri, name, pool_core.CompactParams(), marin.runner()
+        ),
     )
     totals = manifest["totals"]
     per_shard = manifest["per_shard"]
@@ -224,7 +228,7 @@ def sampling_groups(context: dg.AssetExecutionContext, marin: MarinResource, cur
 
     def build(out: str) -> dict:
         per_source = [
-            (source, storage.list_shards(inp.uri), inp.data_uri)
+            (source, pool_core.pool_index_uris(inp.uri), inp.data_uri)
             for source, inp in sorted(found.items())
         ]
         counts = pool_core.group_counts_and_files(per_source, storage.join(out, "pool_files.parquet"))
