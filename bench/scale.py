@@ -50,7 +50,8 @@ BIG_FILE_MB = int(os.environ.get("BENCH_BIG_FILE_MB", "128" if QUICK else "1100"
 EMBED_DOCS = int(os.environ.get("BENCH_EMBED_DOCS", "500"))
 TARGET_SHARD_BYTES = int(os.environ.get("BENCH_SHARD_MB", "8" if QUICK else "32")) * MIB
 FILE_BYTES = int(os.environ.get("BENCH_FILE_MB", "32")) * MIB
-BATCH_BYTES = int(os.environ.get("BENCH_BATCH_MB", "64")) * MIB
+# read batches no larger than a shard or a 1x file, so the single big file reads as the 1x files do
+BATCH_BYTES = int(os.environ.get("BENCH_BATCH_MB", "0")) * MIB or min(64 * MIB, TARGET_SHARD_BYTES, FILE_BYTES)
 WORKER_TASKS = int(os.environ.get("BENCH_WORKER_TASKS", "8"))
 LONG_DOCS = int(os.environ.get("BENCH_LONG_DOCS", "12" if QUICK else "24"))
 LONG_ROUNDS = 1 if QUICK else 2

@@ -36,7 +36,9 @@ UNREADABLE = ("bad_json", "too_deep")
 MAX_BAD_ROW_SHARE = 0.01
 _LOGGED_PER_FILE = 5
 
-Reader = Callable[[str, str, int, dict[str, int]], Iterator[pl.DataFrame]]
+# ``reader(uri, fmt, batch_rows, counters, batch_bytes=...)``: rows cap Parquet batches, bytes cap text chunks
+Reader = Callable[..., Iterator[pl.DataFrame]]
+BATCH_BYTES = 32 << 20  # text read per chunk when the caller gives no size
 
 
 class FormatError(BadInput, RuntimeError):
@@ -99,14 +101,14 @@ def _zstd_blocks(raw: Any, piece_bytes: int = 1 << 20) -> Iterator[bytes]:
 
 def _blocks(raw: Any, compression: str | None, chunk_bytes: int) -> Iterator[bytes]:
     if compression == "zstd":
-        yield from _zstd_blocks(raw)
+        yield from _zstd_blocks(raw, max(4096, min(1 << 20, chunk_bytes // 8)))  # text expands ~5x, often more
         return
     stream: Any = gzip.GzipFile(fileobj=raw) if compression == "gzip" else raw
     while block := stream.read(chunk_bytes):
         yield block
 
 
-def _iter_json_lines(uri: str, compression: str | None, chunk_bytes: int = 32 << 20) -> Iterator[tuple[int, bytes]]:
+def _iter_json_lines(uri: str, compression: str | None, chunk_bytes: int = BATCH_BYTES) -> Iterator[tuple[int, bytes]]:
     """Yield ``(first line number, chunk of whole JSON lines)`` of about ``chunk_bytes``, decompressing on the fly."""
     fs, path = storage.filesystem(uri)
     raw = fs.open(path, "rb")
@@ -120,14 +122,19 @@ def _iter_json_lines(uri: str, compression: str | None, chunk_bytes: int = 32 <<
             if held < chunk_bytes:
                 continue
             pending = b"".join(parts)
-            cut = pending.rfind(b"\n")
-            if cut < 0:
-                parts, held = [pending], len(pending)
-                continue
-            chunk, rest = pending[: cut + 1], pending[cut + 1 :]
+            start = 0
+            while len(pending) - start >= chunk_bytes:  # a block may hold many chunks (zstd pieces expand)
+                cut = pending.rfind(b"\n", start, start + chunk_bytes)
+                if cut < 0:  # one line longer than a chunk: up to its end
+                    cut = pending.find(b"\n", start + chunk_bytes)
+                    if cut < 0:
+                        break
+                chunk = pending[start : cut + 1]
+                start = cut + 1
+                yield line, chunk
+                line += chunk.count(b"\n")
+            rest = pending[start:]
             parts, held = [rest], len(rest)
-            yield line, chunk
-            line += chunk.count(b"\n")
         pending = b"".join(parts)
         if pending.strip():
             yield line, pending
@@ -185,7 +192,7 @@ def _not_utf8(line: bytes) -> bool:
     return False
 
 
-def read_parquet(uri: str, fmt: str, batch_rows: int, counters: dict[str, int]) -> Iterator[pl.DataFrame]:
+def read_parquet(uri: str, fmt: str, batch_rows: int, counters: dict[str, int], batch_bytes: int = BATCH_BYTES) -> Iterator[pl.DataFrame]:
     local = storage.local_path(uri)
     if local is not None:  # native streaming reader: parallel decoding, bounded batches
         yield from pl.scan_parquet(local).collect_batches(chunk_size=batch_rows)
@@ -196,7 +203,7 @@ def read_parquet(uri: str, fmt: str, batch_rows: int, counters: dict[str, int]) 
             yield pl.from_arrow(batch)  # type: ignore[misc]
 
 
-def read_json_document(uri: str, fmt: str, batch_rows: int, counters: dict[str, int]) -> Iterator[pl.DataFrame]:
+def read_json_document(uri: str, fmt: str, batch_rows: int, counters: dict[str, int], batch_bytes: int = BATCH_BYTES) -> Iterator[pl.DataFrame]:
     try:
         value = json.loads(storage.read_bytes(uri))
     except RecursionError:
@@ -206,8 +213,8 @@ def read_json_document(uri: str, fmt: str, batch_rows: int, counters: dict[str, 
 
 
 def _json_lines_reader(compression: str | None) -> Reader:
-    def read(uri: str, fmt: str, batch_rows: int, counters: dict[str, int]) -> Iterator[pl.DataFrame]:
-        for first_line, chunk in _iter_json_lines(uri, compression):
+    def read(uri: str, fmt: str, batch_rows: int, counters: dict[str, int], batch_bytes: int = BATCH_BYTES) -> Iterator[pl.DataFrame]:
+        for first_line, chunk in _iter_json_lines(uri, compression, batch_bytes):
             frame = parse_json_chunk(chunk, counters, uri, first_line)
             if frame.height:
                 yield frame
@@ -276,14 +283,14 @@ def check_bytes(uri: str, fmt: str, source: str) -> None:
     raise FormatError(f"source '{source}': file '{uri}' is read as '{fmt}' ({spec.what}) but its bytes are {shown}; {fix}")
 
 
-def read_batches(uri: str, fmt: str, batch_rows: int, counters: dict[str, int]) -> Iterator[pl.DataFrame]:
+def read_batches(uri: str, fmt: str, batch_rows: int, counters: dict[str, int], batch_bytes: int = BATCH_BYTES) -> Iterator[pl.DataFrame]:
     """Provider rows of one file, in bounded batches (errors as the libraries raise them)."""
     try:
         spec = FORMATS[fmt]
     except KeyError:
         raise FormatError(f"file '{uri}': unknown format {fmt!r} (known: {', '.join(FORMATS)})") from None
     try:
-        yield from spec.read(uri, fmt, batch_rows, counters)
+        yield from spec.read(uri, fmt, batch_rows, counters, batch_bytes)
     finally:
         counters.pop("_logged", None)
 

@@ -227,7 +227,7 @@ def _file_rows(uri: str, params: ScatterParams, counters: dict[str, int]) -> Ite
     # A transform may bring its own reader (whole files, repaired encodings, smaller batches).
     formats.check_bytes(uri, fmt, params.source)
     reader = getattr(params.transform, "read_file", None) or read_batches
-    for batch in formats.reading(reader(uri, fmt, batch_rows_for(uri, fmt, params.normalize), bad_rows), uri, fmt, params.source):
+    for batch in formats.reading(reader(uri, fmt, batch_rows_for(uri, fmt, params.normalize), bad_rows, batch_bytes=params.normalize.batch_bytes), uri, fmt, params.source):
         counters["rows_in"] = counters.get("rows_in", 0) + batch.height
         if params.transform is not None:
             batch, transform_counts = params.transform(batch)

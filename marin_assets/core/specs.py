@@ -58,6 +58,7 @@ POOL = StageSpec(
     "pool",
     (NORMALIZED, CONTAMINATION, FUZZY_DUPLICATES, EXACT_DUPLICATES, TOPICS, QUALITY_SCORES, QUALITY_BANDS),
     params=PoolParams,
+    code_version="2",  # 2: a source's group files merged into a bounded number per group, indexed in group_files.parquet
     group="pool",
     data_folder="pool/{source}",
 )

@@ -203,6 +203,22 @@ def test_a_file_is_scattered_in_bounded_pieces_with_the_same_result(tmp_path) ->
     assert all(hi < lo for (_, hi), (lo, _) in zip(ranges, ranges[1:]))
 
 
+def test_json_lines_are_read_in_chunks_of_the_configured_bytes(tmp_path) -> None:
+    rows = [{"id": j, "text": TEXTS[j % 40] + f" copy {j}"} for j in range(400)]
+    src = _write(tmp_path / "big.jsonl.zst", "jsonl.zst", rows)
+    chunk = storage.size(_write(tmp_path / "plain.jsonl", "jsonl", rows)) // 10
+    batches = list(normalize.read_batches(src, "jsonl.zst", 1_000_000, {}, batch_bytes=chunk))
+    assert len(batches) >= 9
+    assert max(len(_jsonl(b.to_dicts())) for b in batches) < 2 * chunk
+    assert pl.concat(batches)["id"].to_list() == list(range(400))
+    # the normalize parameter reaches the reader: same shards whatever the chunk
+    small = normalize.normalize_source("s", [src], str(tmp_path / "a"), normalize.NormalizeParams(target_shard_bytes=8_000, batch_bytes=chunk))
+    big = normalize.normalize_source("s", [src], str(tmp_path / "b"), normalize.NormalizeParams(target_shard_bytes=8_000))
+    assert small["shards"] == big["shards"]
+    for name in small["shards"]:
+        assert pl.read_parquet(str(tmp_path / "a" / name)).equals(pl.read_parquet(str(tmp_path / "b" / name)))
+
+
 def test_shards_follow_uncompressed_bytes_not_compressed_size(tmp_path) -> None:
     rows = [{"id": j, "text": "the same words again and again " * 20} for j in range(200)]
     plain = _write(tmp_path / "in.jsonl", "jsonl", rows)

@@ -32,7 +32,7 @@ from typing import Any
 
 import polars as pl
 
-from marin_assets.core import normalize
+from marin_assets.core import formats, normalize
 
 Record = dict[str, Any]
 Reader = Callable[[str, str, int, dict[str, int]], Iterator[pl.DataFrame]]
@@ -114,16 +114,16 @@ def reads_with(reader: Reader) -> Callable[[Callable[..., Any]], Callable[..., A
 def bounded_batches(max_rows: int) -> Reader:
     """A reader that caps Parquet batches at ``max_rows`` rows (long trajectories, repositories)."""
 
-    def read(uri: str, fmt: str, batch_rows: int, counters: dict[str, int]) -> Iterator[pl.DataFrame]:
-        yield from normalize.read_batches(uri, fmt, min(batch_rows, max_rows), counters)
+    def read(uri: str, fmt: str, batch_rows: int, counters: dict[str, int], batch_bytes: int = formats.BATCH_BYTES) -> Iterator[pl.DataFrame]:
+        yield from normalize.read_batches(uri, fmt, min(batch_rows, max_rows), counters, batch_bytes)
 
     read.__name__ = f"read_at_most_{max_rows}_rows"
     return read
 
 
-def whole_file(uri: str, fmt: str, batch_rows: int, counters: dict[str, int]) -> Iterator[pl.DataFrame]:
+def whole_file(uri: str, fmt: str, batch_rows: int, counters: dict[str, int], batch_bytes: int = formats.BATCH_BYTES) -> Iterator[pl.DataFrame]:
     """One batch holding the whole file (for recipes that group rows across a file)."""
-    frames = [f for f in normalize.read_batches(uri, fmt, batch_rows, counters) if f.height]
+    frames = [f for f in normalize.read_batches(uri, fmt, batch_rows, counters, batch_bytes) if f.height]
     if frames:
         yield pl.concat(frames, how="diagonal_relaxed")
 

@@ -28,7 +28,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from marin_assets.core.errors import BadInput
-from marin_assets.core import normalize, storage
+from marin_assets.core import formats, normalize, storage
 from marin_assets.core.transforms import register
 from marin_assets.core.transforms.rendering import reads_with, string_column
 
@@ -324,17 +324,17 @@ def _unreadable_by_arrow(error: Exception) -> bool:
     return "thrift" in text or "page header" in text
 
 
-def read_parquet_tolerant(uri: str, fmt: str, batch_rows: int, counters: dict[str, int]) -> Iterator[pl.DataFrame]:
+def read_parquet_tolerant(uri: str, fmt: str, batch_rows: int, counters: dict[str, int], batch_bytes: int = formats.BATCH_BYTES) -> Iterator[pl.DataFrame]:
     """Batches of a Parquet file, repairing oversized page headers when Arrow cannot read them.
 
     Other formats go to the normal reader. The repaired copy lives in a local temporary
     directory for the duration of the read (a warning names each file that needed it).
     """
     if fmt != "parquet":
-        yield from normalize.read_batches(uri, fmt, batch_rows, counters)
+        yield from normalize.read_batches(uri, fmt, batch_rows, counters, batch_bytes)
         return
     try:
-        frames = normalize.read_batches(uri, fmt, batch_rows, counters)
+        frames = normalize.read_batches(uri, fmt, batch_rows, counters, batch_bytes)
         first = next(frames, None)
     except OSError as error:
         if not _unreadable_by_arrow(error):
