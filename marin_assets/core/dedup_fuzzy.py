@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import heapq
+import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -78,7 +79,7 @@ VERDICT_SCHEMA = pa.schema(
         ("chars", pa.int64()),
     ]
 )
-CLUSTER_SCHEMA = pa.schema([("label", pa.int64()), ("size", pa.int64()), ("members", pa.string())])
+CLUSTER_SCHEMA = pa.schema([("label", pa.int64()), ("size", pa.int64()), ("members", pa.string()), ("ranks", pa.list_(pa.int32()))])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,40 +250,54 @@ def _clusters(member_files: Sequence[str], lo: int, hi: int) -> pl.DataFrame:
 
 
 def _member_sets(frame: pl.DataFrame) -> pl.DataFrame:
-    """Per cluster: label, size and a 128-bit hash of its sorted (source rank, id) members."""
+    """Per cluster: label, size, a 128-bit hash of its sorted (source rank, id) members and the
+    ranks of the sources it has members in (an incremental run republishes only those)."""
     rows = frame.select("label", "rank", "id").sort(["label", "rank", "id"])
-    labels = rows["label"].to_list()
-    ranks, ids = rows["rank"].to_list(), rows["id"].to_list()
-    out_labels, sizes, digests = [], [], []
-    i = 0
-    while i < len(labels):
-        j = i
-        h = xxhash.xxh3_128()
-        while j < len(labels) and labels[j] == labels[i]:
-            h.update(f"{ranks[j]}\x00{ids[j]}\n".encode())
-            j += 1
-        out_labels.append(labels[i])
-        sizes.append(j - i)
-        digests.append(h.hexdigest())
-        i = j
-    return pl.DataFrame({"label": out_labels, "size": sizes, "members": digests}, schema={"label": pl.Int64, "size": pl.Int64, "members": pl.String})
+    grouped = (
+        rows.with_columns(pl.concat_str([pl.col("rank").cast(pl.String), pl.lit("\x00"), pl.col("id"), pl.lit("\n")]).alias("line"))
+        .group_by("label", maintain_order=True)
+        .agg(pl.len().cast(pl.Int64).alias("size"), pl.col("line").str.join("").alias("text"), pl.col("rank").unique(maintain_order=True).alias("ranks"))
+    )
+    digests = [xxhash.xxh3_128_hexdigest(t.encode()) for t in grouped["text"].to_list()]
+    return pl.DataFrame(
+        {"label": grouped["label"], "size": grouped["size"], "members": digests, "ranks": grouped["ranks"]},
+        schema={"label": pl.Int64, "size": pl.Int64, "members": pl.String, "ranks": pl.List(pl.Int32)},
+    )
 
 
-def _reusable(frame: pl.DataFrame, params: VerifyParams) -> set[int]:
+def _previous_clusters(params: VerifyParams) -> pl.DataFrame:
+    """The previous run's clusters whose labels fall in this task's range."""
+    before = pl.concat([pl.from_arrow(storage.read_parquet(clusters_uri(uri))) for uri in params.previous], how="diagonal_relaxed")
+    keys = shuffle.hash_keys(before["label"].to_numpy())
+    return before.filter(pl.Series((keys >= params.lo) & (keys < params.hi)))
+
+
+def _reusable(frame: pl.DataFrame, params: VerifyParams, sets: pl.DataFrame | None = None) -> tuple[set[int], set[int] | None]:
     """Labels whose verdict can be copied: the previous run had a cluster with the same label
-    and exactly the same (source, id) members; ids hash the text, so the verdict is the same."""
-    if not params.previous or frame.height == 0:
-        return set()
-    before = pl.concat([pl.from_arrow(storage.read_parquet(clusters_uri(uri))) for uri in params.previous])
-    joined = _member_sets(frame).join(before, on=["label", "size", "members"], how="inner")
-    return set(joined["label"].to_list())
+    and exactly the same (source, id) members; ids hash the text, so the verdict is the same.
+
+    Also the ranks of the sources whose removal rows may differ from the previous run's: those
+    with a member in a cluster that is not reused, now or before (None: every source)."""
+    if not params.previous:
+        return set(), None
+    before = _previous_clusters(params)
+    sets = _member_sets(frame) if sets is None else sets
+    joined = sets.join(before.select("label", "size", "members"), on=["label", "size", "members"], how="inner")
+    reuse = set(joined["label"].to_list())
+    if "ranks" not in before.columns or before["ranks"].null_count():  # written before the clusters recorded their sources
+        return reuse, None
+    touched: set[int] = set()
+    for table in (sets, before):
+        gone = table.filter(~pl.col("label").is_in(list(reuse)))
+        touched.update(gone["ranks"].explode().drop_nulls().to_list())
+    return reuse, touched
 
 
 @shuffle.measured
 def fuzzy_plan(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
     """Request the text of every member of the clusters this run must verify, keyed by node."""
     frame = _clusters(inputs, params.lo, params.hi)
-    reuse = _reusable(frame, params)
+    reuse, _ = _reusable(frame, params)
     todo = frame.filter(~pl.col("label").is_in(list(reuse))) if reuse else frame
     node = todo["node"].to_numpy()
     shuffle.write_sorted(pa.table([pa.array(node.astype(np.int64)), pa.array(shuffle.hash_keys(todo["label"].to_numpy()))], schema=REQUEST_SCHEMA), output)
@@ -322,7 +337,8 @@ def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[s
     """Verify the requested clusters of a label range; copy the previous verdict of the others."""
     member_files, text_files = inputs[: params.member_files], inputs[params.member_files :]
     frame = _clusters(member_files, params.lo, params.hi)
-    reuse = _reusable(frame, params)
+    sizes = _member_sets(frame)
+    reuse, touched = _reusable(frame, params, sizes)
     rows: list[tuple] = []
     if reuse:
         before = pa.concat_tables([storage.read_parquet(uri) for uri in params.previous])
@@ -364,7 +380,6 @@ def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[s
                 chunk_start = chunk_end
             counters["comparisons"] += verifier.comparisons
             counters["exempt_kept"] += verifier.exempt_kept
-    sizes = _member_sets(frame)
     counters["clusters"] = sizes.height
     counters["largest_cluster"] = int(sizes["size"].max() or 0) if sizes.height else 0
     histogram: dict[str, int] = {}
@@ -381,6 +396,7 @@ def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[s
         "removed_by_rank": {str(r): int(n) for r, n in zip(by_rank["rank"].to_list(), by_rank["n"].to_list())},
         "removed_chars_by_rank": {str(r): int(c) for r, c in zip(by_rank["rank"].to_list(), by_rank["c"].to_list())},
         "examples": [e for _, e in sorted(examples, key=lambda kv: -kv[0])],
+        "touched_ranks": None if touched is None else sorted(touched),
     }
 
 
@@ -411,9 +427,18 @@ def _offer_example(heap: list, params: VerifyParams, source: str, doc: str, rep_
 PART_SCHEMA = pa.schema([(f.name, f.type) for f in VERDICT_SCHEMA if f.name not in ("key", "label", "chars")])
 
 
+@dataclasses.dataclass(frozen=True)
+class RemovalParams:
+    lo: int
+    hi: int
+    ranks: tuple[int, ...] | None = None  # only these sources' rows (the others keep their files); None: all
+
+
 @shuffle.measured
-def fuzzy_removals(inputs: list[str], output: str, params: RangeParams) -> dict[str, Any]:
+def fuzzy_removals(inputs: list[str], output: str, params: RemovalParams) -> dict[str, Any]:
     table = shuffle.read_range(inputs, params.lo, params.hi, PART_SCHEMA.names, VERDICT_SCHEMA).select(PART_SCHEMA.names)
+    if params.ranks is not None:
+        table = table.filter(pc.is_in(table.column("rank"), pa.array(params.ranks, pa.int32())))
     if table.num_rows:
         table = table.take(pc.sort_indices(table, sort_keys=[("rank", "ascending"), ("id", "ascending")]))
     shuffle.write_sorted_by_rank(table, output)
@@ -423,6 +448,7 @@ def fuzzy_removals(inputs: list[str], output: str, params: RangeParams) -> dict[
 @dataclasses.dataclass(frozen=True)
 class PublishParams:
     rank: int
+    keep: dict[str, Any] | None = None  # the previous run's file and counts, when this source's removals did not move
 
 
 def _to_fuzzy(table: pa.Table) -> pa.Table:
@@ -431,10 +457,41 @@ def _to_fuzzy(table: pa.Table) -> pa.Table:
 
 @shuffle.measured
 def fuzzy_publish(inputs: list[str], output: str, params: PublishParams) -> dict[str, Any]:
-    return shuffle.publish_removals(inputs, params.rank, output, FUZZY_SCHEMA, _to_fuzzy)
+    """One source's removal file from the id-range parts, or, when its removals did not move
+    since the previous run, a byte copy of the previous file (the same rows give the same bytes)."""
+    if params.keep is not None:
+        shuffle.copy_file(params.keep["uri"], output)
+        return {"removed": int(params.keep["removed"]), "digest": str(params.keep["digest"]), "copied": 1}
+    return shuffle.publish_removals(inputs, params.rank, output, FUZZY_SCHEMA, _to_fuzzy) | {"copied": 0}
 
 
 # --------------------------------------------------------------------------- the driver
+
+
+SCRATCH_STEPS = ("edges", "cc", "members", "plan", "gather", "removals")
+_CACHE_ENTRY = re.compile(r"^[0-9A-Za-z_.-]+-s\d+-g\d+$")
+
+
+def collect_scratch(work: str, cache: str, current: Mapping[str, str]) -> list[str]:
+    """After a successful publish, remove the scratch no later run reads: every step's shuffle
+    files except the verify outputs (the next incremental run copies verdicts from them), and
+    the cached map outputs of source versions other than the current ones (``current``: the
+    entry per source; they are the stored index the next run joins a changed source against).
+    Returns what was removed."""
+    removed = []
+    for step in SCRATCH_STEPS:
+        uri = storage.join(work, step)
+        if storage.exists(uri):
+            storage.remove(uri, recursive=True)
+            removed.append(uri)
+    for source_dir in storage.listdir(cache):
+        keep = current.get(storage.basename(source_dir))
+        for entry in storage.listdir(source_dir):
+            name = storage.basename(entry)
+            if name != keep and _CACHE_ENTRY.match(name):
+                storage.remove(entry, recursive=True)
+                removed.append(entry)
+    return removed
 
 
 def step_costs(results: Sequence[ShardResult]) -> dict[str, dict[str, float]]:
@@ -602,7 +659,8 @@ def find_fuzzy_duplicates(
     changed: list[str] | None = None
     bounds = shuffle.partition_bounds(verify_parts)
     previous_files: list[tuple[str, ...]] = [()] * verify_parts
-    if before is not None and all(before.get(k) == state[k] for k in ("sources", "rule", "exempt")):
+    usable = before is not None and all(storage.exists(clusters_uri(f)) for f in before.get("verify_files", [None]) if f)
+    if usable and all(before.get(k) == state[k] for k in ("sources", "rule", "exempt")):
         changed = [s for s in sources if before["fingerprints"].get(s) != fps[s]]
         old_bounds = shuffle.partition_bounds(int(before["verify_partitions"]))
         # Each label range reads the previous outputs whose ranges overlap it (counts may differ).
@@ -633,17 +691,33 @@ def find_fuzzy_duplicates(
         ]
     )
 
-    # 8. removals by id range, then one file per source
-    removed_total = sum(sum(int(n) for n in r.stats["removed_by_rank"].values()) for r in verified)
+    # 8. removals by id range, then one file per source. Incremental: only the sources with a
+    # member in a cluster that was verified now, or that existed before and is gone, can have
+    # other removals than before; every other source keeps the previous run's file.
+    moved: set[int] | None = None
+    kept: dict[str, dict[str, Any]] = {}
+    if changed is not None and all(r.stats.get("touched_ranks") is not None for r in verified):
+        moved = {int(k) for r in verified for k in r.stats["touched_ranks"]}
+        for s in sources:
+            old = (before or {}).get("published", {}).get(s)
+            if rank[s] not in moved and old is not None and storage.exists(old["uri"]):
+                kept[s] = old
+        moved = {rank[s] for s in sources if s not in kept}
+    removed_total = sum(int(n) for r in verified for k, n in r.stats["removed_by_rank"].items() if moved is None or int(k) in moved)
     removal_parts = shuffle.partitions_for(removed_total, scale.members_per_partition)
+    ranks_filter = None if moved is None else tuple(sorted(moved))
     parts = run(
         [
-            ShardTask(fuzzy_removals, tuple(r.output for r in verified), storage.join(work, "removals", storage.shard_name(p, removal_parts)), RangeParams(lo, hi))
+            ShardTask(fuzzy_removals, tuple(r.output for r in verified), storage.join(work, "removals", storage.shard_name(p, removal_parts)), RemovalParams(lo, hi, ranks_filter))
             for p, (lo, hi) in enumerate(shuffle.partition_bounds(removal_parts))
         ]
     )
-    published = run([ShardTask(fuzzy_publish, tuple(r.output for r in parts), removed_uri(out_dir_uri, s), PublishParams(rank[s])) for s in sources])
+    published = run([ShardTask(fuzzy_publish, tuple(r.output for r in parts), removed_uri(out_dir_uri, s), PublishParams(rank[s], kept.get(s))) for s in sources])
+    state["published"] = {s: {"uri": removed_uri(out_dir_uri, s), "removed": int(r.stats["removed"]), "digest": str(r.stats["digest"])} for s, r in zip(sources, published)}
     storage.write_json(storage.join(out_dir_uri, STATE_FILE), state | {"verify_files": [r.output for r in verified]})
+    fs, work_path = storage.filesystem(work)
+    scratch_bytes = int(fs.du(work_path)) if fs.exists(work_path) else 0  # at its largest, before the collection
+    collect_scratch(work, cache, {s: f"{fps[s]}-s{slot[s]}-g{scale.shards_per_map}" for s in sources})
 
     # Counters from what the tasks returned.
     removed_per_source = {s: int(r.stats["removed"]) for s, r in zip(sources, published)}
@@ -682,6 +756,8 @@ def find_fuzzy_duplicates(
         "removed_chars_per_source": removed_chars,
         "removal_ratio_per_source": removal_ratios(removed_per_source, docs_per_source),
         "removed_ids_digest": {s: str(r.stats["digest"]) for s, r in zip(sources, published)},
+        "scratch_bytes": scratch_bytes,
+        "sources_republished": sum(1 for r in published if not r.stats.get("copied")),
         "exempt_sources": list(exempt_t),
         "examples": examples,
         "tasks": len(results),

@@ -129,6 +129,14 @@ def read_range(uris: Iterable[str], lo: int, hi: int, columns: Sequence[str] | N
     return pa.table({"key": pa.array([], pa.int64())})
 
 
+def copy_file(source_uri: str, target_uri: str) -> None:
+    """Byte copy of a file, streamed, written atomically."""
+    fs, path = storage.filesystem(source_uri)
+    with fs.open(path, "rb") as src, storage.open_atomic(target_uri) as dst:
+        while chunk := src.read(8 << 20):
+            dst.write(chunk)
+
+
 def measured(fn: Any) -> Any:
     """Add the task's own CPU seconds and its process's peak RSS to a task function's counters."""
     import functools  # noqa: PLC0415
