@@ -12,30 +12,20 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-import xxhash
 
 from marin_assets.core import dedup, minhash, storage
 from marin_assets.core import dedup_shuffle
 from marin_assets.core.dedup import ExactDedupParams, FuzzyDedupParams
 from marin_assets.core.dedup_fuzzy import FuzzyScale
 from marin_assets_tests.core.test_minhash import shingle_jaccard, stdlib_documents
-from marin_assets_tests.dedup_reference import near_copies, reference_fuzzy_removals
-
-
-def doc_id(text: str) -> str:
-    return xxhash.xxh3_128_hexdigest(text.encode("utf-8"))
+from marin_assets.testing import dedup_corpus
+from marin_assets.testing.dedup_corpus import doc_id, near_copies
+from marin_assets_tests.dedup_reference import reference_fuzzy_removals
 
 
 def write_normalized(root: Path, source: str, texts: list[str], shards: int) -> list[str]:
     """Normalized-like shards: rows hash-partitioned by id, sorted by id within a shard."""
-    rows = sorted({doc_id(t): t for t in texts}.items())
-    uris = []
-    for s in range(shards):
-        mine = [(i, t) for i, t in rows if int(i, 16) % shards == s]
-        uri = str(root / "normalized" / source / storage.shard_name(s, shards))
-        storage.write_parquet(pa.table({"id": [i for i, _ in mine], "text": [t for _, t in mine], "source_id": [i for i, _ in mine]}, schema=pa.schema([("id", pa.string()), ("text", pa.string()), ("source_id", pa.string())])), uri)
-        uris.append(uri)
-    return uris
+    return dedup_corpus.write_normalized(str(root), source, texts, shards)
 
 
 def write_source(root: Path, source: str, texts: list[str], shards: int) -> tuple[list[str], list[str]]:
