@@ -63,8 +63,10 @@ STATE_FILE = "_fuzzy_state.json"
 RECORD_SCHEMA = pa.schema([("key", pa.int64()), ("node", pa.int64())])
 NODE_SCHEMA = pa.schema([("id", pa.string()), ("chars", pa.int64())])
 MEMBER_SCHEMA = pa.schema([("key", pa.int64()), ("label", pa.int64()), ("node", pa.int64()), ("rank", pa.int32()), ("id", pa.string()), ("chars", pa.int64())])
-REQUEST_SCHEMA = pa.schema([("key", pa.int64()), ("lkey", pa.int64())])
-TEXT_SCHEMA = pa.schema([("key", pa.int64()), ("node", pa.int64()), ("text", pa.large_string())])
+REQUEST_SCHEMA = pa.schema([("key", pa.int64()), ("lkey", pa.int64()), ("pos", pa.int64())])
+# Gathered texts sorted by (cluster key, place in processing order), in row groups of about
+# VERIFY_BATCH_CHARS, so a big cluster's texts can be read batch by batch.
+TEXT_SCHEMA = pa.schema([("key", pa.int64()), ("pos", pa.int64()), ("node", pa.int64()), ("text", pa.large_string())])
 VERDICT_SCHEMA = pa.schema(
     [
         ("key", pa.int64()),
@@ -91,7 +93,9 @@ class FuzzyScale:
     edges_per_task: int = 16_000_000
     union_find_max_edges: int = 20_000_000
     members_per_partition: int = 1_000_000
-    member_chars_per_partition: int = 1 << 30  # verify holds its range's requested texts
+    member_chars_per_partition: int = 1 << 30  # verify holds its range's requested texts (but for big clusters)
+    cluster_chars_in_memory: int = 1 << 26  # a cluster with more member text is verified batch by batch, read from storage
+    verify_batch_chars: int = VERIFY_BATCH_CHARS  # texts turned into n-grams at a time (and gathered row groups)
     shards_per_map: int = 16  # a map task reads this many shards of one source into one records file
 
 
@@ -241,6 +245,8 @@ class VerifyParams:
     num_examples: int = 5
     excerpt_chars: int = 240
     member_files: int = 0  # verify: its inputs are this many member files, then the gathered texts
+    stream_chars: int = 1 << 26  # clusters with more member text are read batch by batch
+    batch_chars: int = VERIFY_BATCH_CHARS
 
 
 def _clusters(member_files: Sequence[str], lo: int, hi: int) -> pl.DataFrame:
@@ -300,7 +306,8 @@ def fuzzy_plan(inputs: list[str], output: str, params: VerifyParams) -> dict[str
     reuse, _ = _reusable(frame, params)
     todo = frame.filter(~pl.col("label").is_in(list(reuse))) if reuse else frame
     node = todo["node"].to_numpy()
-    shuffle.write_sorted(pa.table([pa.array(node.astype(np.int64)), pa.array(shuffle.hash_keys(todo["label"].to_numpy()))], schema=REQUEST_SCHEMA), output)
+    pos = todo.select(pl.int_range(pl.len()).over("label"))[:, 0].to_numpy() if todo.height else np.zeros(0, np.int64)
+    shuffle.write_sorted(pa.table([pa.array(node.astype(np.int64)), pa.array(shuffle.hash_keys(todo["label"].to_numpy())), pa.array(pos.astype(np.int64))], schema=REQUEST_SCHEMA), output)
     return {"requested_members": int(node.size)}
 
 
@@ -310,13 +317,14 @@ class GatherParams:
     first_node: int
     rows: int
     max_chars: int
+    batch_chars: int = VERIFY_BATCH_CHARS
 
 
 @shuffle.measured
 def fuzzy_gather(inputs: list[str], output: str, params: GatherParams) -> dict[str, Any]:
     """The requested rows' text of one normalized shard (the shard is not read when none is)."""
     normalized_uri, nodes_file, *request_files = inputs
-    requests = shuffle.read_range(request_files, params.first_node, params.first_node + params.rows, ["lkey"], REQUEST_SCHEMA)
+    requests = shuffle.read_range(request_files, params.first_node, params.first_node + params.rows, ["lkey", "pos"], REQUEST_SCHEMA)
     if requests.num_rows == 0:
         shuffle.write_sorted(TEXT_SCHEMA.empty_table(), output)
         return {"gathered": 0, "shard_read": 0}
@@ -328,7 +336,10 @@ def fuzzy_gather(inputs: list[str], output: str, params: GatherParams) -> dict[s
     if not ids.equals(expected):
         raise DedupError(f"source {params.source!r}: row order of its minhash buckets differs from {normalized_uri}; rematerialize minhash_buckets for {params.source!r}")
     texts = pc.utf8_slice_codeunits(pc.fill_null(table.column("text").take(take).combine_chunks().cast(pa.large_string()), ""), 0, params.max_chars)
-    shuffle.write_sorted(pa.table([requests.column("lkey"), pa.array(node), texts], schema=TEXT_SCHEMA), output)
+    out = pa.table([requests.column("lkey"), requests.column("pos"), pa.array(node), texts], schema=TEXT_SCHEMA)
+    out = out.take(pc.sort_indices(out, sort_keys=[("key", "ascending"), ("pos", "ascending")]))
+    mean_chars = max(1, int(pc.sum(pc.utf8_length(texts)).as_py() or 0) // max(1, out.num_rows))
+    storage.write_parquet(out, output, row_group_size=min(shuffle.ROW_GROUP_ROWS, max(16, params.batch_chars // mean_chars)))
     return {"gathered": int(node.size), "shard_read": 1}
 
 
@@ -345,38 +356,54 @@ def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[s
         before = before.filter(pc.is_in(before.column("label"), pa.array(sorted(reuse), pa.int64())))
         rows.extend(zip(*[before.column(name).to_pylist() for name in VERDICT_SCHEMA.names]))
     todo = frame.filter(~pl.col("label").is_in(list(reuse))) if reuse else frame
-    texts_table = shuffle.read_range(text_files, params.lo, params.hi, ["node", "text"], TEXT_SCHEMA)
-    text_of = dict(zip(texts_table.column("node").to_pylist(), texts_table.column("text").to_pylist()))
-    del texts_table
+    # Clusters with more text than stream_chars are read batch by batch (in processing order);
+    # the texts of all others are read at once (the range is sized to hold them).
+    capped = todo.select("label", pl.col("chars").clip(upper_bound=params.rule.max_chars_per_doc).alias("c")).group_by("label").agg(pl.col("c").sum())
+    big_keys = sorted(set(shuffle.hash_keys(capped.filter(pl.col("c") > params.stream_chars)["label"].to_numpy()).tolist()))
+    text_of: dict[int, str] = {}
+    edges = [params.lo, *[k for key in big_keys for k in (key, key + 1)], params.hi]
+    for a, b in zip(edges[::2], edges[1::2]):
+        if a < b:
+            part = shuffle.read_range(text_files, a, b, ["node", "text"], TEXT_SCHEMA)
+            text_of.update(zip(part.column("node").to_pylist(), part.column("text").to_pylist()))
+    big = set(big_keys)
+    excerpts: dict[int, str] = {}  # retained members' excerpts, for the examples
     exempt = {params.sources.index(s) for s in params.exempt if s in params.sources}
-    counters = {"clusters": 0, "verified_clusters": 0, "reused_clusters": len(reuse), "verified_members": 0, "comparisons": 0, "exempt_kept": 0, "largest_cluster": 0}
+    counters = {"clusters": 0, "verified_clusters": 0, "reused_clusters": len(reuse), "verified_members": 0, "streamed_clusters": 0, "comparisons": 0, "exempt_kept": 0, "largest_cluster": 0}
     examples: list[tuple[int, dict[str, Any]]] = []
     if todo.height:
         labels = todo["label"].to_numpy()
         starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
         ends = np.append(starts[1:], labels.size)
         ids, ranks, chars, nodes = todo["id"].to_list(), todo["rank"].to_list(), todo["chars"].to_list(), todo["node"].to_list()
-        for s, e in zip(starts.tolist(), ends.tolist()):
+        cluster_keys = shuffle.hash_keys(labels[starts]).tolist() if starts.size else []
+        for s, e, ckey in zip(starts.tolist(), ends.tolist(), cluster_keys):
             counters["verified_clusters"] += 1
             counters["verified_members"] += e - s
+            streamed = ckey in big
+            counters["streamed_clusters"] += int(streamed)
             verifier = GreedyVerifier(params.rule)
             chunk_start = s
             while chunk_start < e:  # n-grams of about VERIFY_BATCH_CHARS at a time, in order
                 chunk_end, size = chunk_start, 0
-                while chunk_end < e and (chunk_end == chunk_start or size < VERIFY_BATCH_CHARS):
+                while chunk_end < e and (chunk_end == chunk_start or size < params.batch_chars):
                     size += min(chars[chunk_end], params.rule.max_chars_per_doc)
                     chunk_end += 1
-                texts = [text_of.get(nodes[i]) for i in range(chunk_start, chunk_end)]
+                if streamed:
+                    texts = _read_batch(text_files, ckey, chunk_start - s, chunk_end - s, nodes[chunk_start:chunk_end])
+                else:
+                    texts = [text_of.get(nodes[i]) for i in range(chunk_start, chunk_end)]
                 if any(t is None for t in texts):
                     raise DedupError(f"cluster {ids[s]}: member text missing from the gathered shards; rerun fuzzy_duplicates")
                 grams = ngram_sets(texts, params.rule.ngram_size, params.rule.max_chars_per_doc)
                 for k, i in enumerate(range(chunk_start, chunk_end)):
                     removal = verifier.offer(i, chars[i], grams[k], ranks[i] in exempt)
                     if removal is None:
+                        excerpts[i] = texts[k][: params.excerpt_chars]
                         continue
                     r = removal.representative
                     rows.append((0, ranks[i], ids[i], int(labels[s]), ids[s], ids[r], params.sources[ranks[r]], removal.containment, removal.jaccard, chars[i]))
-                    _offer_example(examples, params, params.sources[ranks[i]], ids[i], params.sources[ranks[r]], ids[r], removal, texts[k], text_of[nodes[r]])
+                    _offer_example(examples, params, params.sources[ranks[i]], ids[i], params.sources[ranks[r]], ids[r], removal, texts[k], excerpts[r])
                 chunk_start = chunk_end
             counters["comparisons"] += verifier.comparisons
             counters["exempt_kept"] += verifier.exempt_kept
@@ -398,6 +425,13 @@ def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[s
         "examples": [e for _, e in sorted(examples, key=lambda kv: -kv[0])],
         "touched_ranks": None if touched is None else sorted(touched),
     }
+
+
+def _read_batch(text_files: Sequence[str], key: int, lo: int, hi: int, nodes: Sequence[int]) -> list[str | None]:
+    """Texts of members ``lo <= pos < hi`` of the cluster keyed ``key``, in processing order."""
+    table = shuffle.read_slice(text_files, key, "pos", lo, hi, ["node", "text"])
+    text_of = dict(zip(table.column("node").to_pylist(), table.column("text").to_pylist()))
+    return [text_of.get(n) for n in nodes]
 
 
 def _offer_example(heap: list, params: VerifyParams, source: str, doc: str, rep_source: str, rep: str, removal: Any, text: str, rep_text: str) -> None:
@@ -668,14 +702,14 @@ def find_fuzzy_duplicates(
     member_files = tuple(r.output for r in members)
 
     def verify_params(p: int, lo: int, hi: int) -> VerifyParams:
-        return VerifyParams(lo, hi, sources, exempt_t, previous_files[p], params, num_examples, excerpt_chars)
+        return VerifyParams(lo, hi, sources, exempt_t, previous_files[p], params, num_examples, excerpt_chars, stream_chars=scale.cluster_chars_in_memory, batch_chars=scale.verify_batch_chars)
 
     # 5. plan, 6. gather, 7. verify
     plans = run([ShardTask(fuzzy_plan, member_files, storage.join(work, "plan", storage.shard_name(p, verify_parts)), verify_params(p, lo, hi)) for p, (lo, hi) in enumerate(bounds)])
     plan_files = tuple(r.output for r in plans)
     gathered = run(
         [
-            ShardTask(fuzzy_gather, (n_uri, nodes, *plan_files), storage.join(work, "gather", f"{i:06d}.parquet"), GatherParams(source, first, rows, params.max_chars_per_doc))
+            ShardTask(fuzzy_gather, (n_uri, nodes, *plan_files), storage.join(work, "gather", f"{i:06d}.parquet"), GatherParams(source, first, rows, params.max_chars_per_doc, scale.verify_batch_chars))
             for i, (source, n_uri, nodes, first, rows) in enumerate(shard_list)
         ]
     )
@@ -723,7 +757,7 @@ def find_fuzzy_duplicates(
     removed_per_source = {s: int(r.stats["removed"]) for s, r in zip(sources, published)}
     removed_chars = {s: 0 for s in sources}
     histogram: dict[str, int] = {}
-    totals = {"clusters": 0, "verified_clusters": 0, "reused_clusters": 0, "verified_members": 0, "comparisons": 0, "exempt_kept": 0}
+    totals = {"clusters": 0, "verified_clusters": 0, "reused_clusters": 0, "verified_members": 0, "streamed_clusters": 0, "comparisons": 0, "exempt_kept": 0}
     examples: list[dict[str, Any]] = []
     for r in verified:
         for key in totals:

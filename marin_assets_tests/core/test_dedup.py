@@ -306,7 +306,14 @@ def test_sharded_fuzzy_dedup_equals_the_pairwise_reference_with_a_600_copy_clust
     stats = dedup.find_fuzzy_duplicates(buckets, normalized, {"gamma"}, out, scale=SMALL_TASKS)
     assert stats["largest_cluster"] >= 550 and stats["cc_method"] == "star_rounds" and stats["verify_partitions"] > 1
     assert outputs(out, buckets) == reference_fuzzy_removals(buckets, normalized, {"gamma"})
-    assert stats["removed"] > 400
+    assert stats["removed"] > 400 and stats["streamed_clusters"] == 0
+    # the big cluster verified batch by batch (texts read from storage 20 KB at a time): the same files
+    streamed = str(tmp_path / "streamed")
+    small_batches = dataclasses.replace(SMALL_TASKS, cluster_chars_in_memory=50_000, verify_batch_chars=20_000)
+    streamed_stats = dedup.find_fuzzy_duplicates(buckets, normalized, {"gamma"}, streamed, scale=small_batches)
+    assert streamed_stats["streamed_clusters"] == 1
+    for source in buckets:
+        assert storage.read_bytes(dedup.removed_uri(streamed, source)) == storage.read_bytes(dedup.removed_uri(out, source))
 
 
 def test_star_rounds_label_components_like_union_find(tmp_path: Path) -> None:
