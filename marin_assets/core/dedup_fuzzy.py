@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import heapq
-import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -503,28 +502,26 @@ def fuzzy_publish(inputs: list[str], output: str, params: PublishParams) -> dict
 
 
 SCRATCH_STEPS = ("edges", "cc", "members", "plan", "gather", "removals")
-_CACHE_ENTRY = re.compile(r"^[0-9A-Za-z_.-]+-s\d+-g\d+$")
 
 
-def collect_scratch(work: str, cache: str, current: Mapping[str, str]) -> list[str]:
+def collect_scratch(work: str, cache: str, current: Mapping[str, str], superseded: Mapping[str, str]) -> list[str]:
     """After a successful publish, remove the scratch no later run reads: every step's shuffle
     files except the verify outputs (the next incremental run copies verdicts from them), and
-    the cached map outputs of source versions other than the current ones (``current``: the
-    entry per source; they are the stored index the next run joins a changed source against).
-    Returns what was removed."""
+    the cached map outputs the previous run used that this run replaced (``superseded`` and
+    ``current``: the entry per source; the current ones are the stored index the next run
+    joins a changed source against). Entries of other runs are left alone. Returns what was
+    removed."""
     removed = []
     for step in SCRATCH_STEPS:
         uri = storage.join(work, step)
         if storage.exists(uri):
             storage.remove(uri, recursive=True)
             removed.append(uri)
-    for source_dir in storage.listdir(cache):
-        keep = current.get(storage.basename(source_dir))
-        for entry in storage.listdir(source_dir):
-            name = storage.basename(entry)
-            if name != keep and _CACHE_ENTRY.match(name):
-                storage.remove(entry, recursive=True)
-                removed.append(entry)
+    for source, name in sorted(superseded.items()):
+        uri = storage.join(cache, source, name)
+        if name != current.get(source) and storage.exists(uri):
+            storage.remove(uri, recursive=True)
+            removed.append(uri)
     return removed
 
 
@@ -632,11 +629,12 @@ def find_fuzzy_duplicates(
         return done
 
     # 1. map
+    group_dirs: dict[str, str] = {}
     map_tasks: list[ShardTask] = []
     shard_list: list[tuple[str, str, str, int, int]] = []  # (source, normalized shard, node table, first node, rows)
     for source in sources:
         base = 0
-        group_dir = storage.join(cache, source, f"{fps[source]}-s{slot[source]}-g{scale.shards_per_map}")
+        group_dir = group_dirs[source] = storage.join(cache, source, f"{fps[source]}-s{slot[source]}-g{scale.shards_per_map}")
         for g in range(0, len(shards[source]), scale.shards_per_map):
             group = shards[source][g : g + scale.shards_per_map]
             out = storage.join(group_dir, f"group-{g // scale.shards_per_map:05d}.parquet")
@@ -690,6 +688,7 @@ def find_fuzzy_duplicates(
 
     # Incremental: the previous run's state says which sources changed.
     state = {"sources": list(sources), "fingerprints": fps, "slots": slot, "verify_partitions": verify_parts, "rule": dataclasses.asdict(params), "exempt": list(exempt_t)}
+    state["cache_entries"] = {s: storage.basename(group_dirs[s]) for s in sources}
     changed: list[str] | None = None
     bounds = shuffle.partition_bounds(verify_parts)
     previous_files: list[tuple[str, ...]] = [()] * verify_parts
@@ -751,7 +750,7 @@ def find_fuzzy_duplicates(
     storage.write_json(storage.join(out_dir_uri, STATE_FILE), state | {"verify_files": [r.output for r in verified]})
     fs, work_path = storage.filesystem(work)
     scratch_bytes = int(fs.du(work_path)) if fs.exists(work_path) else 0  # at its largest, before the collection
-    collect_scratch(work, cache, {s: f"{fps[s]}-s{slot[s]}-g{scale.shards_per_map}" for s in sources})
+    collect_scratch(work, cache, state["cache_entries"], (before or {}).get("cache_entries", {}))
 
     # Counters from what the tasks returned.
     removed_per_source = {s: int(r.stats["removed"]) for s, r in zip(sources, published)}

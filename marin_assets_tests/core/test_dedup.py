@@ -400,12 +400,14 @@ def test_scratch_is_collected_after_publishing_but_the_stored_index_is_kept(tmp_
     normalized2, buckets2 = big_cluster_corpus(tmp_path / "v2", extra={"beta": stdlib_documents(2, seed=78)})
     for source in ("alpha", "gamma"):
         normalized2[source], buckets2[source] = normalized[source], buckets[source]
+    other_run = Path(cache) / "beta" / "0123456789abcdef-s9-g16"  # another run's entry: not ours to remove
+    other_run.mkdir()
     inc = str(tmp_path / "inc")
     inc_stats = dedup.find_fuzzy_duplicates(buckets2, normalized2, set(), inc, scale=SMALL_TASKS, cache_uri=cache, previous_uri=first)
     assert inc_stats["reused_clusters"] > 0 and inc_stats["changed_sources"] == ["beta"]
     after = {s: [p.name for p in (Path(cache) / s).iterdir()] for s in buckets}
     assert after["alpha"] == entries["alpha"] and after["gamma"] == entries["gamma"]
-    assert len(after["beta"]) == 1 and after["beta"] != entries["beta"]
+    assert other_run.exists() and entries["beta"][0] not in after["beta"] and len(after["beta"]) == 2
     # an earlier run's verdicts that are gone only cost the reuse, never the answer
     shutil.rmtree(Path(inc) / "_work" / "verify")
     again = str(tmp_path / "again")
