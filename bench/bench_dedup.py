@@ -1,30 +1,32 @@
 """Global exact and fuzzy dedup at 1x, 4x, 16x and 64x a generated corpus, and an incremental
-rebuild after one of 16 sources changed.
+rebuild after one of 16 sources changed, on the shared harness (``bench/harness.py``).
 
-Run: ``python bench/bench_dedup.py [--scales 1,4,16,64]`` (about ten minutes on two cores at
-all four scales). The corpus: 16 sources; per 1x, 2,500 documents of ~100 words: near-duplicate
-clusters of 1,200, 300, 3 x 50, 10 x 10, 40 x 3 and 100 x 2 copies (1 to 3 random word edits
-each, spread over the sources), 430 unrelated documents, and 3% exact copies in a second
-source. Each scale repeats that pattern with new texts, so the largest cluster stays at 1,200
-and the per-task sizes below (fixed) decide each task's memory.
+Run: ``python -m bench.bench_dedup [--scales 1,4,16,64] [--rounds N] [--incremental-only]``, or
+``python -m bench --only dedup`` (``--quick``: 1x and 4x, incremental at 4x, one round).
 
-Both steps run as tasks in local worker processes (``ShardRunner(processes=2)``); each task
-reports its own CPU time and its process's peak RSS (``VmHWM``). The goals (issue 13):
+The corpus (:mod:`marin_assets.testing.dedup_corpus`): 16 sources; per 1x, 2,575 documents of
+~100 words: near-duplicate clusters of 1,200, 300, 3 x 50, 10 x 10, 40 x 3 and 100 x 2 copies
+(1 to 3 random word edits each, spread over the sources), 430 unrelated documents, and 3% exact
+copies in another source. Each scale repeats that pattern with new texts, so the largest
+cluster stays at ~1,200 and the per-task sizes below (fixed) decide each task's memory.
 
-* the largest task's peak RSS grows at most 1.3x from 1x to 64x;
-* CPU time per document (all tasks) stays within 1.3x from 1x to 64x;
-* the removals equal a one-process reference of the pairwise rule on 1x and 4x (and, for the
+Every run is a fresh child process (one case per scale, interleaved over rounds); inside it
+both steps run as tasks in two local worker processes (``ShardRunner(processes=2)``), each task
+reporting its own CPU time and its process's peak RSS (``VmHWM``). The goals (issue 13):
+
+* the largest task's peak RSS grows at most 1.3x from 1x to the largest scale;
+* CPU time per document (all tasks) stays within 1.3x from 1x to the largest scale;
+* the removals equal a one-process reference of the pairwise rule at 1x and 4x (and, for the
   exact step, a plain dict of ids);
-* after one source of 16 changes (3% more documents), the incremental rebuild costs at most a
-  quarter of a full rebuild's CPU, with byte-identical removal files.
-
-Runs are interleaved (1x, 4x, 16x, 64x, then 1x and 4x again); for scales run twice the median
-and range are shown.
+* after one source of 16 changes (3% more documents, near copies of its own), the incremental
+  rebuild costs at most a quarter of a full rebuild's task CPU, with byte-identical removal
+  files (full and incremental rebuilds interleaved, each in its own child).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import multiprocessing
 import os
 import random
@@ -32,59 +34,25 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from concurrent.futures import ProcessPoolExecutor
 
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import pyarrow as pa  # noqa: E402
-import xxhash  # noqa: E402
-
+from bench import harness  # noqa: E402
 from marin_assets.core import dedup, minhash, storage  # noqa: E402
 from marin_assets.core.dedup_fuzzy import FuzzyScale  # noqa: E402
 from marin_assets.core.runner import ShardRunner  # noqa: E402
-from marin_assets_tests.dedup_reference import reference_fuzzy_removals  # noqa: E402
+from marin_assets.testing.dedup_corpus import clustered_sources, doc_id, write_normalized  # noqa: E402
 
 SOURCES = 16
 SHARD_DOCS = 2_000
-WORDS = 100
 CLUSTERS_1X = [1200, 300] + [50] * 3 + [10] * 10 + [3] * 40 + [2] * 100
 UNIQUE_1X = 430
-EXACT_SHARE = 0.03
 SCALE = FuzzyScale(records_per_partition=80_000, edges_per_task=60_000, union_find_max_edges=30_000, members_per_partition=4_000)
 IDS_PER_PARTITION = 4_000
 PROCESSES = 2
-
-
-def generate(scale: int, seed: int = 0) -> dict[str, list[str]]:
-    """Texts per source for ``scale`` x the 1x pattern."""
-    rng = random.Random(seed)
-    vocab = [f"w{rng.randrange(10**7)}" for _ in range(50_000)]
-    texts: dict[str, list[str]] = {f"source_{s:02d}": [] for s in range(SOURCES)}
-    names = list(texts)
-    for _ in range(scale):
-        for size in CLUSTERS_1X:
-            base = [rng.choice(vocab) for _ in range(WORDS)]
-            for _ in range(size):
-                words = list(base)
-                for _ in range(rng.randint(1, 3)):
-                    pos = rng.randrange(len(words))
-                    op = rng.random()
-                    if op < 0.4:
-                        words[pos] = rng.choice(vocab)
-                    elif op < 0.7:
-                        del words[pos]
-                    else:
-                        words.insert(pos, rng.choice(vocab))
-                texts[rng.choice(names)].append(" ".join(words))
-        for _ in range(UNIQUE_1X):
-            texts[rng.choice(names)].append(" ".join(rng.choice(vocab) for _ in range(WORDS)))
-    for name in names:  # exact copies in another source
-        for text in list(texts[name]):
-            if rng.random() < EXACT_SHARE:
-                texts[rng.choice([n for n in names if n != name])].append(text)
-    return texts
+CHANGED = "source_07"
 
 
 def _minhash(args: tuple[str, str]) -> None:
@@ -92,28 +60,17 @@ def _minhash(args: tuple[str, str]) -> None:
 
 
 def write_corpus(root: str, texts: dict[str, list[str]]) -> dict[str, dict[str, list[str]]]:
-    """Normalized-like shards (sorted by id, ~SHARD_DOCS each) and their minhash buckets."""
+    """Normalized-like shards (~SHARD_DOCS each) and their minhash buckets."""
     layout: dict[str, dict[str, list[str]]] = {"normalized": {}, "buckets": {}}
     jobs = []
     for source, docs in texts.items():
-        rows = sorted({xxhash.xxh3_128_hexdigest(t.encode()): t for t in docs}.items())
-        shards = max(1, -(-len(rows) // SHARD_DOCS))
-        layout["normalized"][source], layout["buckets"][source] = [], []
-        for k in range(shards):
-            part = [r for r in rows if int(r[0], 16) % shards == k]
-            norm = storage.join(root, "normalized", source, storage.shard_name(k, shards))
-            storage.write_parquet(pa.table({"id": [r[0] for r in part], "text": [r[1] for r in part]}), norm)
-            out = storage.join(root, "buckets", source, storage.shard_name(k, shards))
-            layout["normalized"][source].append(norm)
-            layout["buckets"][source].append(out)
-            jobs.append((norm, out))
+        shards = max(1, -(-len(set(docs)) // SHARD_DOCS))
+        layout["normalized"][source] = write_normalized(root, source, docs, shards)
+        layout["buckets"][source] = [storage.join(root, "buckets", source, storage.basename(u)) for u in layout["normalized"][source]]
+        jobs.extend(zip(layout["normalized"][source], layout["buckets"][source]))
     with ProcessPoolExecutor(PROCESSES) as pool:
         list(pool.map(_minhash, jobs))
     return layout
-
-
-def removed_sets(out: str, sources) -> dict[str, set]:
-    return {s: {(r["id"], r["representative_source"], r["representative_id"]) for r in storage.read_parquet(dedup.removed_uri(out, s)).to_pylist()} for s in sources}
 
 
 def exact_reference(texts: dict[str, list[str]]) -> dict[str, set[str]]:
@@ -121,138 +78,176 @@ def exact_reference(texts: dict[str, list[str]]) -> dict[str, set[str]]:
     removed: dict[str, set[str]] = {s: set() for s in texts}
     for source in sorted(texts):
         for text in texts[source]:
-            i = xxhash.xxh3_128_hexdigest(text.encode())
+            i = doc_id(text)
             if first.setdefault(i, source) != source:
                 removed[source].add(i)
     return removed
 
 
-def dir_bytes(path: str) -> int:
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+def _texts(scale: int) -> dict[str, list[str]]:
+    return clustered_sources(SOURCES, CLUSTERS_1X, UNIQUE_1X, scale, seed=scale)
 
 
-def run_scale(root: str, scale: int, check: bool) -> dict:
-    texts = generate(scale, seed=scale)
+# --------------------------------------------------------------------------- in the children
+
+
+def scale_run(root: str, scale: int, check: bool) -> dict:
+    """One scale: corpus, then exact and fuzzy dedup (the measured part)."""
+    multiprocessing.set_start_method("spawn", force=True)  # no fork of a parent with arrow/polars threads
+    texts = _texts(scale)
     layout = write_corpus(storage.join(root, "corpus"), texts)
     runner = ShardRunner(processes=PROCESSES)
-    start = time.perf_counter()
-    exact = dedup.find_exact_duplicates(layout["normalized"], storage.join(root, "exact"), ids_per_partition=IDS_PER_PARTITION, runner=runner, lengths=layout["buckets"])
-    exact_wall = time.perf_counter() - start
-    start = time.perf_counter()
-    fuzzy = dedup.find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), storage.join(root, "fuzzy"), scale=SCALE, runner=runner)
-    fuzzy_wall = time.perf_counter() - start
+    with harness.timed():
+        exact = dedup.find_exact_duplicates(layout["normalized"], storage.join(root, "exact"), ids_per_partition=IDS_PER_PARTITION, runner=runner, lengths=layout["buckets"])
+        fuzzy = dedup.find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), storage.join(root, "fuzzy"), scale=SCALE, runner=runner)
     result = {
-        "scale": scale,
-        "docs": fuzzy["docs"],
-        "exact": {"cpu_s": exact["task_cpu_s"], "rss_kb": exact["max_task_rss_kb"], "wall_s": exact_wall, "tasks": exact["tasks"], "scratch": dir_bytes(os.path.join(root, "exact", "_work")), "removed": exact["removed"]},
-        "fuzzy": {"cpu_s": fuzzy["task_cpu_s"], "rss_kb": fuzzy["max_task_rss_kb"], "wall_s": fuzzy_wall, "tasks": fuzzy["tasks"], "scratch": dir_bytes(os.path.join(root, "fuzzy", "_work")), "removed": fuzzy["removed"], "steps": fuzzy["steps"], "records": fuzzy["bucket_records"], "edges": fuzzy["candidate_edges"], "members": fuzzy["docs_in_clusters"], "largest": fuzzy["largest_cluster"], "cc": fuzzy["cc_method"]},
+        "items": fuzzy["docs"],
+        "exact_cpu_s": exact["task_cpu_s"],
+        "fuzzy_cpu_s": fuzzy["task_cpu_s"],
+        "exact_task_kib": exact["max_task_rss_kb"],
+        "fuzzy_task_kib": fuzzy["max_task_rss_kb"],
+        "exact_scratch": exact["scratch_bytes"],
+        "fuzzy_scratch": fuzzy["scratch_bytes"],
+        "tasks": exact["tasks"] + fuzzy["tasks"],
+        "removed": [exact["removed"], fuzzy["removed"]],
+        "largest_cluster": fuzzy["largest_cluster"],
+        "cc": fuzzy["cc_method"],
+        "records": fuzzy["bucket_records"],
+        "edges": fuzzy["candidate_edges"],
+        "steps": fuzzy["steps"],
     }
     if check:
+        from marin_assets_tests.dedup_reference import reference_fuzzy_removals  # noqa: PLC0415
+
         ref = reference_fuzzy_removals(layout["buckets"], layout["normalized"], set())
-        result["fuzzy_equal"] = removed_sets(storage.join(root, "fuzzy"), layout["buckets"]) == ref
-        got = {s: {r["id"] for r in storage.read_parquet(dedup.removed_uri(storage.join(root, "exact"), s)).to_pylist()} for s in texts}
-        result["exact_equal"] = got == exact_reference(texts)
+        out = storage.join(root, "fuzzy")
+        got = {s: {(r["id"], r["representative_source"], r["representative_id"]) for r in storage.read_parquet(dedup.removed_uri(out, s)).to_pylist()} for s in texts}
+        exact_got = {s: {r["id"] for r in storage.read_parquet(dedup.removed_uri(storage.join(root, "exact"), s)).to_pylist()} for s in texts}
+        result["equal"] = got == ref and exact_got == exact_reference(texts)
+    shutil.rmtree(root, ignore_errors=True)
     return result
 
 
-def incremental(root: str, scale: int = 16) -> dict:
-    """Full run, one source changes, then a full rebuild and an incremental one."""
-    texts = generate(scale, seed=scale)
-    layout = write_corpus(storage.join(root, "v1"), texts)
-    runner = ShardRunner(processes=PROCESSES)
-    cache = storage.join(root, "cache")
-    first = storage.join(root, "first")
-    dedup.find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), first, scale=SCALE, runner=runner, cache_uri=cache)
-    changed = "source_07"
-    rng = random.Random(99)
-    extra = [t + " " + rng.choice(["appendix", "note", "footer"]) for t in rng.sample(texts[changed], len(texts[changed]) * 3 // 100)]
-    layout2 = write_corpus(storage.join(root, "v2"), {changed: texts[changed] + extra})
-    buckets = dict(layout["buckets"]) | {changed: layout2["buckets"][changed]}
-    normalized = dict(layout["normalized"]) | {changed: layout2["normalized"][changed]}
-    full = dedup.find_fuzzy_duplicates(buckets, normalized, set(), storage.join(root, "full"), scale=SCALE, runner=runner)
-    inc = dedup.find_fuzzy_duplicates(buckets, normalized, set(), storage.join(root, "inc"), scale=SCALE, runner=runner, cache_uri=cache, previous_uri=first)
-    same = all(storage.read_bytes(dedup.removed_uri(storage.join(root, "full"), s)) == storage.read_bytes(dedup.removed_uri(storage.join(root, "inc"), s)) for s in buckets)
-    moved = sorted(s for s in buckets if full["removed_ids_digest"][s] != inc["removed_ids_digest"][s])
-    return {"full_cpu": full["task_cpu_s"], "inc_cpu": inc["task_cpu_s"], "same": same and not moved, "reused": inc["reused_clusters"], "verified": inc["verified_clusters"], "changed": inc["changed_sources"], "docs": full["docs"], "inc_steps": inc["steps"], "full_steps": full["steps"]}
+def rebuild(root: str, layout: dict, mode: str) -> dict:
+    """A full rebuild, or an incremental one against the first run (its cache copied first, so
+    every round starts from the same state)."""
+    multiprocessing.set_start_method("spawn", force=True)
+    work = tempfile.mkdtemp(prefix=f"rebuild-{mode}-", dir=root)
+    kwargs = {}
+    if mode == "incremental":
+        shutil.copytree(storage.join(root, "cache"), storage.join(work, "cache"))
+        kwargs = {"cache_uri": storage.join(work, "cache"), "previous_uri": storage.join(root, "first")}
+    out = storage.join(work, "out")
+    with harness.timed():
+        stats = dedup.find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), out, scale=SCALE, runner=ShardRunner(processes=PROCESSES), **kwargs)
+    files = {s: hashlib.sha256(storage.read_bytes(dedup.removed_uri(out, s))).hexdigest() for s in layout["buckets"]}
+    shutil.rmtree(work, ignore_errors=True)
+    return {
+        "items": stats["docs"],
+        "task_cpu_s": stats["task_cpu_s"],
+        "task_kib": stats["max_task_rss_kb"],
+        "files": files,
+        "reused": stats["reused_clusters"],
+        "verified": stats["verified_clusters"],
+        "republished": stats["sources_republished"],
+        "steps": stats["steps"],
+    }
 
 
-def verdict(ok: bool) -> str:
-    return "meets" if ok else "MISSES"
+# --------------------------------------------------------------------------- in the parent
+
+
+def scales_bench(scales: list[int], rounds: int) -> None:
+    roots = []
+    cases = []
+    for scale in scales:
+        root = tempfile.mkdtemp(prefix=f"bench-dedup-{scale}x-")
+        roots.append(root)
+        cases.append(harness.Case(f"{scale}x", "bench.bench_dedup:scale_run", {"root": root, "scale": scale, "check": scale <= 4}, timeout_s=3600))
+    try:
+        result = harness.compare(
+            f"Global exact + fuzzy dedup, {', '.join(f'{s}x' for s in scales)} (1x = 2,575 docs; 2 worker processes; time = both steps; load {os.getloadavg()[0]:.1f})",
+            cases,
+            rounds=rounds,
+            unit="docs",
+        )
+    finally:
+        for root in roots:
+            shutil.rmtree(root, ignore_errors=True)
+    for case in cases:
+        m = result[case.label]
+        run = m.runs[0]
+        docs = run["items"]
+        print(
+            f"  {case.label:>4}: {docs} docs, {run['tasks']} tasks, fuzzy {1e6 * statistics.median(m.values('fuzzy_cpu_s')) / docs:.0f} us CPU/doc "
+            f"(cc: {run['cc']}, {run['records']} records, {run['edges']} edges, largest cluster {run['largest_cluster']}), largest task "
+            f"{max(m.values('fuzzy_task_kib')) / 1024:.0f} MiB, scratch {run['fuzzy_scratch'] / docs:.0f} B/doc; exact {1e6 * statistics.median(m.values('exact_cpu_s')) / docs:.0f} us CPU/doc, "
+            f"largest task {max(m.values('exact_task_kib')) / 1024:.0f} MiB, scratch {run['exact_scratch'] / docs:.0f} B/doc; removed exact {run['removed'][0]}, fuzzy {run['removed'][1]}"
+        )
+    big = result[cases[-1].label].runs[0]
+    print(f"  per-step fuzzy CPU at {cases[-1].label} (us per document): " + ", ".join(f"{k} {1e6 * v['cpu_s'] / big['items']:.0f}" for k, v in big["steps"].items()))
+    lo, hi = cases[0].label, cases[-1].label
+    if lo != hi:
+        for step in ("fuzzy", "exact"):
+            harness.growth_goal(lo, hi, 1.3, f"{step} dedup: largest task's peak RSS {hi} <= 1.3x {lo}", key=f"{step}_task_kib").check(result)
+            harness.cost_growth_goal(lo, hi, 1.3, f"{step} dedup: task CPU per document {hi} <= 1.3x {lo}", key=f"{step}_cpu_s").check(result)
+    for case in cases:
+        if "equal" in result[case.label].runs[0]:
+            equal = all(run["equal"] for run in result[case.label].runs)
+            harness.absolute_goal(f"removals at {case.label} equal the one-process pairwise reference", str(equal), equal)
+
+
+def incremental_bench(scale: int, rounds: int) -> None:
+    """First run, then one source changes; full and incremental rebuilds interleaved."""
+    multiprocessing.set_start_method("spawn", force=True)
+    root = tempfile.mkdtemp(prefix="bench-dedup-inc-")
+    try:
+        texts = _texts(scale)
+        layout = write_corpus(storage.join(root, "v1"), texts)
+        dedup.find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), storage.join(root, "first"), scale=SCALE, runner=ShardRunner(processes=PROCESSES), cache_uri=storage.join(root, "cache"))
+        rng = random.Random(99)
+        extra = [t + " " + rng.choice(["appendix", "note", "footer"]) for t in rng.sample(texts[CHANGED], len(texts[CHANGED]) * 3 // 100)]
+        changed = write_corpus(storage.join(root, "v2"), {CHANGED: texts[CHANGED] + extra})
+        layout2 = {k: dict(layout[k]) | {CHANGED: changed[k][CHANGED]} for k in ("buckets", "normalized")}
+        cases = [
+            harness.Case("full rebuild", "bench.bench_dedup:rebuild", {"root": root, "layout": layout2, "mode": "full"}, timeout_s=3600),
+            harness.Case("incremental", "bench.bench_dedup:rebuild", {"root": root, "layout": layout2, "mode": "incremental"}, timeout_s=3600),
+        ]
+        result = harness.compare(
+            f"Fuzzy dedup rebuild after {CHANGED} (1 of 16 sources) grew by 3% near copies, {scale}x ({len(extra)} new docs; load {os.getloadavg()[0]:.1f})", cases, rounds=rounds, unit="docs"
+        )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    full, inc = result["full rebuild"].runs, result["incremental"].runs
+    ratios = [i["task_cpu_s"] / f["task_cpu_s"] for f, i in zip(full, inc)]
+    same = all(f["files"] == i["files"] for f, i in zip(full, inc))
+    first = inc[0]
+    print(f"  incremental: clusters reused {first['reused']}, verified {first['verified']}, sources republished {first['republished']} of {SOURCES}")
+    for step, c in first["steps"].items():
+        print(f"    {step:10s} {c['cpu_s']:6.2f} s task CPU (full rebuild: {full[0]['steps'].get(step, {}).get('cpu_s', 0):6.2f} s)")
+    mid = statistics.median(ratios)
+    harness.absolute_goal(
+        "incremental rebuild (1 of 16 sources changed) <= 0.25 of a full rebuild's task CPU",
+        f"{mid:.2f} [{min(ratios):.2f}..{max(ratios):.2f}] ({statistics.median(i['task_cpu_s'] for i in inc):.1f} s vs {statistics.median(f['task_cpu_s'] for f in full):.1f} s)",
+        mid <= 0.25,
+    )
+    harness.absolute_goal("incremental rebuild's removal files are byte-identical to the full rebuild's", str(same), same)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--scales", default="1,4,16,64")
+    parser.add_argument("--scales", default=harness.pick("1,4,16,64", "1,4"))
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds of the scale cases (each 64x run takes minutes)")
+    parser.add_argument("--incremental-scale", type=int, default=harness.pick(16, 4))
+    parser.add_argument("--incremental-rounds", type=int, default=harness.pick(3, 1))
     parser.add_argument("--no-incremental", action="store_true")
     parser.add_argument("--incremental-only", action="store_true")
     args = parser.parse_args(argv)
-    # Workers are spawned, not forked: the parent has polars/arrow thread pools a fork can deadlock on.
-    multiprocessing.set_start_method("spawn", force=True)
-    scales = [int(x) for x in args.scales.split(",")]
-    order = [] if args.incremental_only else scales + [s for s in scales[:2]]
-    runs: dict[int, list[dict]] = {}
-    started = time.perf_counter()
-    for scale in order:
-        root = tempfile.mkdtemp(prefix=f"bench-dedup-{scale}x-")
-        try:
-            r = run_scale(root, scale, check=scale <= 4 and scale not in runs)
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
-        runs.setdefault(scale, []).append(r)
-        f, e = r["fuzzy"], r["exact"]
-        extra = "" if "fuzzy_equal" not in r else f"; equal to the pairwise reference: fuzzy {r['fuzzy_equal']}, exact {r['exact_equal']}"
-        print(
-            f"{scale:3d}x {r['docs']:7d} docs | exact: {e['tasks']:4d} tasks, {1e6 * e['cpu_s'] / r['docs']:6.1f} us CPU/doc, max task RSS {e['rss_kb'] / 1024:6.1f} MiB, "
-            f"{e['removed']} removed | fuzzy: {f['tasks']:5d} tasks ({f['cc']}), {1e6 * f['cpu_s'] / r['docs']:7.1f} us CPU/doc, max task RSS {f['rss_kb'] / 1024:6.1f} MiB, "
-            f"largest cluster {f['largest']}, {f['removed']} removed, scratch {f['scratch'] / r['docs']:.0f} B/doc, wall {f['wall_s']:.1f} s{extra}",
-            flush=True,
-        )
-    ok = True
-    lo, hi = min(scales), max(scales)
-    if args.incremental_only:
-        scales, runs = [], {}
-
-    def med(scale: int, step: str, key: str) -> tuple[float, str]:
-        values = [(r[step][key] / r["docs"]) if key == "cpu_s" else r[step][key] for r in runs[scale]]
-        spread = f" (range {min(values):.3g}-{max(values):.3g})" if len(values) > 1 else ""
-        return statistics.median(values), spread
-
-    for step in ("exact", "fuzzy") if runs else ():
-        rss_lo, rss_lo_s = med(lo, step, "rss_kb")
-        rss_hi, _ = med(hi, step, "rss_kb")
-        cpu_lo, cpu_lo_s = med(lo, step, "cpu_s")
-        cpu_hi, _ = med(hi, step, "cpu_s")
-        rss_ratio, cpu_ratio = rss_hi / rss_lo, cpu_hi / cpu_lo
-        ok &= rss_ratio <= 1.3 and cpu_ratio <= 1.3
-        print(f"{step}: largest task peak RSS {hi}x/{lo}x = {rss_ratio:.2f} (goal <= 1.3: {verdict(rss_ratio <= 1.3)}){rss_lo_s}; CPU per doc {hi}x/{lo}x = {cpu_ratio:.2f} (goal <= 1.3: {verdict(cpu_ratio <= 1.3)}){cpu_lo_s}")
-    for scale in (1, 4):
-        if scale in runs:
-            equal = runs[scale][0]["fuzzy_equal"] and runs[scale][0]["exact_equal"]
-            ok &= equal
-            print(f"removals at {scale}x equal the pairwise reference (goal: yes): {verdict(equal)}")
-    big = runs[hi][0] if runs else None
-    if big:
-        print(f"per-step costs at {hi}x ({big['docs']} docs, {big['fuzzy']['records']} bucket records, {big['fuzzy']['edges']} edges, {big['fuzzy']['members']} docs in clusters):")
-        for step, c in big["fuzzy"]["steps"].items():
-            print(f"  fuzzy {step:10s} {int(c['tasks']):5d} tasks, {1e6 * c['cpu_s'] / big['docs']:7.1f} us CPU/doc, max RSS {c['max_rss_kb'] / 1024:6.1f} MiB")
-        print(f"  exact all        {big['exact']['tasks']:5d} tasks, {1e6 * big['exact']['cpu_s'] / big['docs']:7.1f} us CPU/doc, scratch {big['exact']['scratch'] / big['docs']:.0f} B/doc")
+    if not args.incremental_only:
+        scales_bench([int(x) for x in args.scales.split(",")], args.rounds)
     if not args.no_incremental:
-        root = tempfile.mkdtemp(prefix="bench-dedup-inc-")
-        try:
-            inc = incremental(root, 16)
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
-        ratio = inc["inc_cpu"] / inc["full_cpu"]
-        good = ratio <= 0.25 and inc["same"]
-        ok &= good
-        print(
-            f"incremental (16x, {inc['docs']} docs, {inc['changed']} changed by 3%): {inc['inc_cpu']:.1f} s CPU vs full rebuild {inc['full_cpu']:.1f} s = {ratio:.2f} "
-            f"(goal <= 0.25: {verdict(ratio <= 0.25)}); removals identical: {inc['same']}; clusters reused {inc['reused']}, verified {inc['verified']}"
-        )
-        for step, c in inc["inc_steps"].items():
-            print(f"  incremental {step:10s} {c['cpu_s']:6.2f} s CPU (full: {inc['full_steps'].get(step, {}).get('cpu_s', 0):6.2f} s)")
-    print(f"(bench took {time.perf_counter() - started:.0f} s)")
-    return 0 if ok else 1
+        incremental_bench(args.incremental_scale, args.incremental_rounds)
+    return 0
 
 
 if __name__ == "__main__":

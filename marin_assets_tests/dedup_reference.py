@@ -4,7 +4,6 @@ against every retained member. Tests and the scale benchmark compare the sharded
 
 from __future__ import annotations
 
-import random
 from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
@@ -57,25 +56,4 @@ def reference_fuzzy_removals(
         for r in verdict.removals:
             d, rep = docs[members[r.index]], docs[members[r.representative]]
             out[d[0]].add((d[1], rep[0], rep[1]))
-    return out
-
-
-def near_copies(count: int, seed: int, words: int = 200, max_edits: int = 3) -> list[str]:
-    """``count`` copies of one random text, each with 1..max_edits random word edits."""
-    rng = random.Random(seed)
-    vocab = [f"w{rng.randrange(10**6)}" for _ in range(5000)]
-    base = [rng.choice(vocab) for _ in range(words)]
-    out = []
-    for _ in range(count):
-        text = list(base)
-        for _ in range(rng.randint(1, max_edits)):
-            pos = rng.randrange(len(text))
-            op = rng.random()
-            if op < 0.4:
-                text[pos] = rng.choice(vocab)
-            elif op < 0.7:
-                del text[pos]
-            else:
-                text.insert(pos, rng.choice(vocab))
-        out.append(" ".join(text))
     return out

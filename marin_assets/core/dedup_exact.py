@@ -162,6 +162,10 @@ def find_exact_duplicates(
     reduced = runner.map(reduce_tasks)
     parts = tuple(r.output for r in reduced)
     published = runner.map([ShardTask(exact_publish, parts, removed_uri(out_dir_uri, s), PublishParams(rank[s], tuple(order))) for s in shards])
+    fs, work_path = storage.filesystem(work)
+    scratch_bytes = sum(int(fs.du(p)) for p in (f"{work_path}/map", f"{work_path}/reduce") if fs.exists(p))
+    for step in ("map", "reduce"):  # scratch: nothing reads it once every source is published
+        storage.remove(storage.join(work, step), recursive=True)
 
     counters = {"docs": 0, "unique_ids": 0, "within_source_repeats": 0, "ids_in_several_sources": 0}
     removed_chars: dict[str, int] = {s: 0 for s in shards}
@@ -185,6 +189,7 @@ def find_exact_duplicates(
         "removed_ids_digest": digests,
         "top_source_pairs": dict(sorted(pair_counts.items(), key=lambda kv: (-kv[1], kv[0]))[:10]),
         "keep_order": order,
+        "scratch_bytes": scratch_bytes,
         "partitions": partitions,
         "tasks": len(mapped) + len(reduced) + len(published),
         "task_cpu_s": round(sum(float(r.stats.get("cpu_s", 0)) for r in [*mapped, *reduced, *published] if not r.reused), 3),

@@ -62,8 +62,10 @@ STATE_FILE = "_fuzzy_state.json"
 RECORD_SCHEMA = pa.schema([("key", pa.int64()), ("node", pa.int64())])
 NODE_SCHEMA = pa.schema([("id", pa.string()), ("chars", pa.int64())])
 MEMBER_SCHEMA = pa.schema([("key", pa.int64()), ("label", pa.int64()), ("node", pa.int64()), ("rank", pa.int32()), ("id", pa.string()), ("chars", pa.int64())])
-REQUEST_SCHEMA = pa.schema([("key", pa.int64()), ("lkey", pa.int64())])
-TEXT_SCHEMA = pa.schema([("key", pa.int64()), ("node", pa.int64()), ("text", pa.large_string())])
+REQUEST_SCHEMA = pa.schema([("key", pa.int64()), ("lkey", pa.int64()), ("pos", pa.int64())])
+# Gathered texts sorted by (cluster key, place in processing order), in row groups of about
+# VERIFY_BATCH_CHARS, so a big cluster's texts can be read batch by batch.
+TEXT_SCHEMA = pa.schema([("key", pa.int64()), ("pos", pa.int64()), ("node", pa.int64()), ("text", pa.large_string())])
 VERDICT_SCHEMA = pa.schema(
     [
         ("key", pa.int64()),
@@ -78,7 +80,7 @@ VERDICT_SCHEMA = pa.schema(
         ("chars", pa.int64()),
     ]
 )
-CLUSTER_SCHEMA = pa.schema([("label", pa.int64()), ("size", pa.int64()), ("members", pa.string())])
+CLUSTER_SCHEMA = pa.schema([("label", pa.int64()), ("size", pa.int64()), ("members", pa.string()), ("ranks", pa.list_(pa.int32()))])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +92,9 @@ class FuzzyScale:
     edges_per_task: int = 16_000_000
     union_find_max_edges: int = 20_000_000
     members_per_partition: int = 1_000_000
-    member_chars_per_partition: int = 1 << 30  # verify holds its range's requested texts
+    member_chars_per_partition: int = 1 << 30  # verify holds its range's requested texts (but for big clusters)
+    cluster_chars_in_memory: int = 1 << 26  # a cluster with more member text is verified batch by batch, read from storage
+    verify_batch_chars: int = VERIFY_BATCH_CHARS  # texts turned into n-grams at a time (and gathered row groups)
     shards_per_map: int = 16  # a map task reads this many shards of one source into one records file
 
 
@@ -240,6 +244,8 @@ class VerifyParams:
     num_examples: int = 5
     excerpt_chars: int = 240
     member_files: int = 0  # verify: its inputs are this many member files, then the gathered texts
+    stream_chars: int = 1 << 26  # clusters with more member text are read batch by batch
+    batch_chars: int = VERIFY_BATCH_CHARS
 
 
 def _clusters(member_files: Sequence[str], lo: int, hi: int) -> pl.DataFrame:
@@ -249,43 +255,58 @@ def _clusters(member_files: Sequence[str], lo: int, hi: int) -> pl.DataFrame:
 
 
 def _member_sets(frame: pl.DataFrame) -> pl.DataFrame:
-    """Per cluster: label, size and a 128-bit hash of its sorted (source rank, id) members."""
+    """Per cluster: label, size, a 128-bit hash of its sorted (source rank, id) members and the
+    ranks of the sources it has members in (an incremental run republishes only those)."""
     rows = frame.select("label", "rank", "id").sort(["label", "rank", "id"])
-    labels = rows["label"].to_list()
-    ranks, ids = rows["rank"].to_list(), rows["id"].to_list()
-    out_labels, sizes, digests = [], [], []
-    i = 0
-    while i < len(labels):
-        j = i
-        h = xxhash.xxh3_128()
-        while j < len(labels) and labels[j] == labels[i]:
-            h.update(f"{ranks[j]}\x00{ids[j]}\n".encode())
-            j += 1
-        out_labels.append(labels[i])
-        sizes.append(j - i)
-        digests.append(h.hexdigest())
-        i = j
-    return pl.DataFrame({"label": out_labels, "size": sizes, "members": digests}, schema={"label": pl.Int64, "size": pl.Int64, "members": pl.String})
+    grouped = (
+        rows.with_columns(pl.concat_str([pl.col("rank").cast(pl.String), pl.lit("\x00"), pl.col("id"), pl.lit("\n")]).alias("line"))
+        .group_by("label", maintain_order=True)
+        .agg(pl.len().cast(pl.Int64).alias("size"), pl.col("line").str.join("").alias("text"), pl.col("rank").unique(maintain_order=True).alias("ranks"))
+    )
+    digests = [xxhash.xxh3_128_hexdigest(t.encode()) for t in grouped["text"].to_list()]
+    return pl.DataFrame(
+        {"label": grouped["label"], "size": grouped["size"], "members": digests, "ranks": grouped["ranks"]},
+        schema={"label": pl.Int64, "size": pl.Int64, "members": pl.String, "ranks": pl.List(pl.Int32)},
+    )
 
 
-def _reusable(frame: pl.DataFrame, params: VerifyParams) -> set[int]:
+def _previous_clusters(params: VerifyParams) -> pl.DataFrame:
+    """The previous run's clusters whose labels fall in this task's range."""
+    before = pl.concat([pl.from_arrow(storage.read_parquet(clusters_uri(uri))) for uri in params.previous], how="diagonal_relaxed")
+    keys = shuffle.hash_keys(before["label"].to_numpy())
+    return before.filter(pl.Series((keys >= params.lo) & (keys < params.hi)))
+
+
+def _reusable(frame: pl.DataFrame, params: VerifyParams, sets: pl.DataFrame | None = None) -> tuple[set[int], set[int] | None]:
     """Labels whose verdict can be copied: the previous run had a cluster with the same label
-    and exactly the same (source, id) members; ids hash the text, so the verdict is the same."""
-    if not params.previous or frame.height == 0:
-        return set()
-    before = pl.concat([pl.from_arrow(storage.read_parquet(clusters_uri(uri))) for uri in params.previous])
-    joined = _member_sets(frame).join(before, on=["label", "size", "members"], how="inner")
-    return set(joined["label"].to_list())
+    and exactly the same (source, id) members; ids hash the text, so the verdict is the same.
+
+    Also the ranks of the sources whose removal rows may differ from the previous run's: those
+    with a member in a cluster that is not reused, now or before (None: every source)."""
+    if not params.previous:
+        return set(), None
+    before = _previous_clusters(params)
+    sets = _member_sets(frame) if sets is None else sets
+    joined = sets.join(before.select("label", "size", "members"), on=["label", "size", "members"], how="inner")
+    reuse = set(joined["label"].to_list())
+    if "ranks" not in before.columns or before["ranks"].null_count():  # written before the clusters recorded their sources
+        return reuse, None
+    touched: set[int] = set()
+    for table in (sets, before):
+        gone = table.filter(~pl.col("label").is_in(list(reuse)))
+        touched.update(gone["ranks"].explode().drop_nulls().to_list())
+    return reuse, touched
 
 
 @shuffle.measured
 def fuzzy_plan(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
     """Request the text of every member of the clusters this run must verify, keyed by node."""
     frame = _clusters(inputs, params.lo, params.hi)
-    reuse = _reusable(frame, params)
+    reuse, _ = _reusable(frame, params)
     todo = frame.filter(~pl.col("label").is_in(list(reuse))) if reuse else frame
     node = todo["node"].to_numpy()
-    shuffle.write_sorted(pa.table([pa.array(node.astype(np.int64)), pa.array(shuffle.hash_keys(todo["label"].to_numpy()))], schema=REQUEST_SCHEMA), output)
+    pos = todo.select(pl.int_range(pl.len()).over("label"))[:, 0].to_numpy() if todo.height else np.zeros(0, np.int64)
+    shuffle.write_sorted(pa.table([pa.array(node.astype(np.int64)), pa.array(shuffle.hash_keys(todo["label"].to_numpy())), pa.array(pos.astype(np.int64))], schema=REQUEST_SCHEMA), output)
     return {"requested_members": int(node.size)}
 
 
@@ -295,13 +316,14 @@ class GatherParams:
     first_node: int
     rows: int
     max_chars: int
+    batch_chars: int = VERIFY_BATCH_CHARS
 
 
 @shuffle.measured
 def fuzzy_gather(inputs: list[str], output: str, params: GatherParams) -> dict[str, Any]:
     """The requested rows' text of one normalized shard (the shard is not read when none is)."""
     normalized_uri, nodes_file, *request_files = inputs
-    requests = shuffle.read_range(request_files, params.first_node, params.first_node + params.rows, ["lkey"], REQUEST_SCHEMA)
+    requests = shuffle.read_range(request_files, params.first_node, params.first_node + params.rows, ["lkey", "pos"], REQUEST_SCHEMA)
     if requests.num_rows == 0:
         shuffle.write_sorted(TEXT_SCHEMA.empty_table(), output)
         return {"gathered": 0, "shard_read": 0}
@@ -313,7 +335,10 @@ def fuzzy_gather(inputs: list[str], output: str, params: GatherParams) -> dict[s
     if not ids.equals(expected):
         raise DedupError(f"source {params.source!r}: row order of its minhash buckets differs from {normalized_uri}; rematerialize minhash_buckets for {params.source!r}")
     texts = pc.utf8_slice_codeunits(pc.fill_null(table.column("text").take(take).combine_chunks().cast(pa.large_string()), ""), 0, params.max_chars)
-    shuffle.write_sorted(pa.table([requests.column("lkey"), pa.array(node), texts], schema=TEXT_SCHEMA), output)
+    out = pa.table([requests.column("lkey"), requests.column("pos"), pa.array(node), texts], schema=TEXT_SCHEMA)
+    out = out.take(pc.sort_indices(out, sort_keys=[("key", "ascending"), ("pos", "ascending")]))
+    mean_chars = max(1, int(pc.sum(pc.utf8_length(texts)).as_py() or 0) // max(1, out.num_rows))
+    storage.write_parquet(out, output, row_group_size=min(shuffle.ROW_GROUP_ROWS, max(16, params.batch_chars // mean_chars)))
     return {"gathered": int(node.size), "shard_read": 1}
 
 
@@ -322,49 +347,65 @@ def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[s
     """Verify the requested clusters of a label range; copy the previous verdict of the others."""
     member_files, text_files = inputs[: params.member_files], inputs[params.member_files :]
     frame = _clusters(member_files, params.lo, params.hi)
-    reuse = _reusable(frame, params)
+    sizes = _member_sets(frame)
+    reuse, touched = _reusable(frame, params, sizes)
     rows: list[tuple] = []
     if reuse:
         before = pa.concat_tables([storage.read_parquet(uri) for uri in params.previous])
         before = before.filter(pc.is_in(before.column("label"), pa.array(sorted(reuse), pa.int64())))
         rows.extend(zip(*[before.column(name).to_pylist() for name in VERDICT_SCHEMA.names]))
     todo = frame.filter(~pl.col("label").is_in(list(reuse))) if reuse else frame
-    texts_table = shuffle.read_range(text_files, params.lo, params.hi, ["node", "text"], TEXT_SCHEMA)
-    text_of = dict(zip(texts_table.column("node").to_pylist(), texts_table.column("text").to_pylist()))
-    del texts_table
+    # Clusters with more text than stream_chars are read batch by batch (in processing order);
+    # the texts of all others are read at once (the range is sized to hold them).
+    capped = todo.select("label", pl.col("chars").clip(upper_bound=params.rule.max_chars_per_doc).alias("c")).group_by("label").agg(pl.col("c").sum())
+    big_keys = sorted(set(shuffle.hash_keys(capped.filter(pl.col("c") > params.stream_chars)["label"].to_numpy()).tolist()))
+    text_of: dict[int, str] = {}
+    edges = [params.lo, *[k for key in big_keys for k in (key, key + 1)], params.hi]
+    for a, b in zip(edges[::2], edges[1::2]):
+        if a < b:
+            part = shuffle.read_range(text_files, a, b, ["node", "text"], TEXT_SCHEMA)
+            text_of.update(zip(part.column("node").to_pylist(), part.column("text").to_pylist()))
+    big = set(big_keys)
+    excerpts: dict[int, str] = {}  # retained members' excerpts, for the examples
     exempt = {params.sources.index(s) for s in params.exempt if s in params.sources}
-    counters = {"clusters": 0, "verified_clusters": 0, "reused_clusters": len(reuse), "verified_members": 0, "comparisons": 0, "exempt_kept": 0, "largest_cluster": 0}
+    counters = {"clusters": 0, "verified_clusters": 0, "reused_clusters": len(reuse), "verified_members": 0, "streamed_clusters": 0, "comparisons": 0, "exempt_kept": 0, "largest_cluster": 0}
     examples: list[tuple[int, dict[str, Any]]] = []
     if todo.height:
         labels = todo["label"].to_numpy()
         starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
         ends = np.append(starts[1:], labels.size)
         ids, ranks, chars, nodes = todo["id"].to_list(), todo["rank"].to_list(), todo["chars"].to_list(), todo["node"].to_list()
-        for s, e in zip(starts.tolist(), ends.tolist()):
+        cluster_keys = shuffle.hash_keys(labels[starts]).tolist() if starts.size else []
+        for s, e, ckey in zip(starts.tolist(), ends.tolist(), cluster_keys):
             counters["verified_clusters"] += 1
             counters["verified_members"] += e - s
+            streamed = ckey in big
+            counters["streamed_clusters"] += int(streamed)
             verifier = GreedyVerifier(params.rule)
             chunk_start = s
             while chunk_start < e:  # n-grams of about VERIFY_BATCH_CHARS at a time, in order
                 chunk_end, size = chunk_start, 0
-                while chunk_end < e and (chunk_end == chunk_start or size < VERIFY_BATCH_CHARS):
+                while chunk_end < e and (chunk_end == chunk_start or size < params.batch_chars):
                     size += min(chars[chunk_end], params.rule.max_chars_per_doc)
                     chunk_end += 1
-                texts = [text_of.get(nodes[i]) for i in range(chunk_start, chunk_end)]
+                if streamed:
+                    texts = _read_batch(text_files, ckey, chunk_start - s, chunk_end - s, nodes[chunk_start:chunk_end])
+                else:
+                    texts = [text_of.get(nodes[i]) for i in range(chunk_start, chunk_end)]
                 if any(t is None for t in texts):
                     raise DedupError(f"cluster {ids[s]}: member text missing from the gathered shards; rerun fuzzy_duplicates")
                 grams = ngram_sets(texts, params.rule.ngram_size, params.rule.max_chars_per_doc)
                 for k, i in enumerate(range(chunk_start, chunk_end)):
                     removal = verifier.offer(i, chars[i], grams[k], ranks[i] in exempt)
                     if removal is None:
+                        excerpts[i] = texts[k][: params.excerpt_chars]
                         continue
                     r = removal.representative
                     rows.append((0, ranks[i], ids[i], int(labels[s]), ids[s], ids[r], params.sources[ranks[r]], removal.containment, removal.jaccard, chars[i]))
-                    _offer_example(examples, params, params.sources[ranks[i]], ids[i], params.sources[ranks[r]], ids[r], removal, texts[k], text_of[nodes[r]])
+                    _offer_example(examples, params, params.sources[ranks[i]], ids[i], params.sources[ranks[r]], ids[r], removal, texts[k], excerpts[r])
                 chunk_start = chunk_end
             counters["comparisons"] += verifier.comparisons
             counters["exempt_kept"] += verifier.exempt_kept
-    sizes = _member_sets(frame)
     counters["clusters"] = sizes.height
     counters["largest_cluster"] = int(sizes["size"].max() or 0) if sizes.height else 0
     histogram: dict[str, int] = {}
@@ -381,7 +422,15 @@ def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[s
         "removed_by_rank": {str(r): int(n) for r, n in zip(by_rank["rank"].to_list(), by_rank["n"].to_list())},
         "removed_chars_by_rank": {str(r): int(c) for r, c in zip(by_rank["rank"].to_list(), by_rank["c"].to_list())},
         "examples": [e for _, e in sorted(examples, key=lambda kv: -kv[0])],
+        "touched_ranks": None if touched is None else sorted(touched),
     }
+
+
+def _read_batch(text_files: Sequence[str], key: int, lo: int, hi: int, nodes: Sequence[int]) -> list[str | None]:
+    """Texts of members ``lo <= pos < hi`` of the cluster keyed ``key``, in processing order."""
+    table = shuffle.read_slice(text_files, key, "pos", lo, hi, ["node", "text"])
+    text_of = dict(zip(table.column("node").to_pylist(), table.column("text").to_pylist()))
+    return [text_of.get(n) for n in nodes]
 
 
 def _offer_example(heap: list, params: VerifyParams, source: str, doc: str, rep_source: str, rep: str, removal: Any, text: str, rep_text: str) -> None:
@@ -411,9 +460,18 @@ def _offer_example(heap: list, params: VerifyParams, source: str, doc: str, rep_
 PART_SCHEMA = pa.schema([(f.name, f.type) for f in VERDICT_SCHEMA if f.name not in ("key", "label", "chars")])
 
 
+@dataclasses.dataclass(frozen=True)
+class RemovalParams:
+    lo: int
+    hi: int
+    ranks: tuple[int, ...] | None = None  # only these sources' rows (the others keep their files); None: all
+
+
 @shuffle.measured
-def fuzzy_removals(inputs: list[str], output: str, params: RangeParams) -> dict[str, Any]:
+def fuzzy_removals(inputs: list[str], output: str, params: RemovalParams) -> dict[str, Any]:
     table = shuffle.read_range(inputs, params.lo, params.hi, PART_SCHEMA.names, VERDICT_SCHEMA).select(PART_SCHEMA.names)
+    if params.ranks is not None:
+        table = table.filter(pc.is_in(table.column("rank"), pa.array(params.ranks, pa.int32())))
     if table.num_rows:
         table = table.take(pc.sort_indices(table, sort_keys=[("rank", "ascending"), ("id", "ascending")]))
     shuffle.write_sorted_by_rank(table, output)
@@ -423,6 +481,7 @@ def fuzzy_removals(inputs: list[str], output: str, params: RangeParams) -> dict[
 @dataclasses.dataclass(frozen=True)
 class PublishParams:
     rank: int
+    keep: dict[str, Any] | None = None  # the previous run's file and counts, when this source's removals did not move
 
 
 def _to_fuzzy(table: pa.Table) -> pa.Table:
@@ -431,10 +490,39 @@ def _to_fuzzy(table: pa.Table) -> pa.Table:
 
 @shuffle.measured
 def fuzzy_publish(inputs: list[str], output: str, params: PublishParams) -> dict[str, Any]:
-    return shuffle.publish_removals(inputs, params.rank, output, FUZZY_SCHEMA, _to_fuzzy)
+    """One source's removal file from the id-range parts, or, when its removals did not move
+    since the previous run, a byte copy of the previous file (the same rows give the same bytes)."""
+    if params.keep is not None:
+        shuffle.copy_file(params.keep["uri"], output)
+        return {"removed": int(params.keep["removed"]), "digest": str(params.keep["digest"]), "copied": 1}
+    return shuffle.publish_removals(inputs, params.rank, output, FUZZY_SCHEMA, _to_fuzzy) | {"copied": 0}
 
 
 # --------------------------------------------------------------------------- the driver
+
+
+SCRATCH_STEPS = ("edges", "cc", "members", "plan", "gather", "removals")
+
+
+def collect_scratch(work: str, cache: str, current: Mapping[str, str], superseded: Mapping[str, str]) -> list[str]:
+    """After a successful publish, remove the scratch no later run reads: every step's shuffle
+    files except the verify outputs (the next incremental run copies verdicts from them), and
+    the cached map outputs the previous run used that this run replaced (``superseded`` and
+    ``current``: the entry per source; the current ones are the stored index the next run
+    joins a changed source against). Entries of other runs are left alone. Returns what was
+    removed."""
+    removed = []
+    for step in SCRATCH_STEPS:
+        uri = storage.join(work, step)
+        if storage.exists(uri):
+            storage.remove(uri, recursive=True)
+            removed.append(uri)
+    for source, name in sorted(superseded.items()):
+        uri = storage.join(cache, source, name)
+        if name != current.get(source) and storage.exists(uri):
+            storage.remove(uri, recursive=True)
+            removed.append(uri)
+    return removed
 
 
 def step_costs(results: Sequence[ShardResult]) -> dict[str, dict[str, float]]:
@@ -541,11 +629,12 @@ def find_fuzzy_duplicates(
         return done
 
     # 1. map
+    group_dirs: dict[str, str] = {}
     map_tasks: list[ShardTask] = []
     shard_list: list[tuple[str, str, str, int, int]] = []  # (source, normalized shard, node table, first node, rows)
     for source in sources:
         base = 0
-        group_dir = storage.join(cache, source, f"{fps[source]}-s{slot[source]}-g{scale.shards_per_map}")
+        group_dir = group_dirs[source] = storage.join(cache, source, f"{fps[source]}-s{slot[source]}-g{scale.shards_per_map}")
         for g in range(0, len(shards[source]), scale.shards_per_map):
             group = shards[source][g : g + scale.shards_per_map]
             out = storage.join(group_dir, f"group-{g // scale.shards_per_map:05d}.parquet")
@@ -599,10 +688,12 @@ def find_fuzzy_duplicates(
 
     # Incremental: the previous run's state says which sources changed.
     state = {"sources": list(sources), "fingerprints": fps, "slots": slot, "verify_partitions": verify_parts, "rule": dataclasses.asdict(params), "exempt": list(exempt_t)}
+    state["cache_entries"] = {s: storage.basename(group_dirs[s]) for s in sources}
     changed: list[str] | None = None
     bounds = shuffle.partition_bounds(verify_parts)
     previous_files: list[tuple[str, ...]] = [()] * verify_parts
-    if before is not None and all(before.get(k) == state[k] for k in ("sources", "rule", "exempt")):
+    usable = before is not None and all(storage.exists(clusters_uri(f)) for f in before.get("verify_files", [None]) if f)
+    if usable and all(before.get(k) == state[k] for k in ("sources", "rule", "exempt")):
         changed = [s for s in sources if before["fingerprints"].get(s) != fps[s]]
         old_bounds = shuffle.partition_bounds(int(before["verify_partitions"]))
         # Each label range reads the previous outputs whose ranges overlap it (counts may differ).
@@ -610,14 +701,14 @@ def find_fuzzy_duplicates(
     member_files = tuple(r.output for r in members)
 
     def verify_params(p: int, lo: int, hi: int) -> VerifyParams:
-        return VerifyParams(lo, hi, sources, exempt_t, previous_files[p], params, num_examples, excerpt_chars)
+        return VerifyParams(lo, hi, sources, exempt_t, previous_files[p], params, num_examples, excerpt_chars, stream_chars=scale.cluster_chars_in_memory, batch_chars=scale.verify_batch_chars)
 
     # 5. plan, 6. gather, 7. verify
     plans = run([ShardTask(fuzzy_plan, member_files, storage.join(work, "plan", storage.shard_name(p, verify_parts)), verify_params(p, lo, hi)) for p, (lo, hi) in enumerate(bounds)])
     plan_files = tuple(r.output for r in plans)
     gathered = run(
         [
-            ShardTask(fuzzy_gather, (n_uri, nodes, *plan_files), storage.join(work, "gather", f"{i:06d}.parquet"), GatherParams(source, first, rows, params.max_chars_per_doc))
+            ShardTask(fuzzy_gather, (n_uri, nodes, *plan_files), storage.join(work, "gather", f"{i:06d}.parquet"), GatherParams(source, first, rows, params.max_chars_per_doc, scale.verify_batch_chars))
             for i, (source, n_uri, nodes, first, rows) in enumerate(shard_list)
         ]
     )
@@ -633,23 +724,39 @@ def find_fuzzy_duplicates(
         ]
     )
 
-    # 8. removals by id range, then one file per source
-    removed_total = sum(sum(int(n) for n in r.stats["removed_by_rank"].values()) for r in verified)
+    # 8. removals by id range, then one file per source. Incremental: only the sources with a
+    # member in a cluster that was verified now, or that existed before and is gone, can have
+    # other removals than before; every other source keeps the previous run's file.
+    moved: set[int] | None = None
+    kept: dict[str, dict[str, Any]] = {}
+    if changed is not None and all(r.stats.get("touched_ranks") is not None for r in verified):
+        moved = {int(k) for r in verified for k in r.stats["touched_ranks"]}
+        for s in sources:
+            old = (before or {}).get("published", {}).get(s)
+            if rank[s] not in moved and old is not None and storage.exists(old["uri"]):
+                kept[s] = old
+        moved = {rank[s] for s in sources if s not in kept}
+    removed_total = sum(int(n) for r in verified for k, n in r.stats["removed_by_rank"].items() if moved is None or int(k) in moved)
     removal_parts = shuffle.partitions_for(removed_total, scale.members_per_partition)
+    ranks_filter = None if moved is None else tuple(sorted(moved))
     parts = run(
         [
-            ShardTask(fuzzy_removals, tuple(r.output for r in verified), storage.join(work, "removals", storage.shard_name(p, removal_parts)), RangeParams(lo, hi))
+            ShardTask(fuzzy_removals, tuple(r.output for r in verified), storage.join(work, "removals", storage.shard_name(p, removal_parts)), RemovalParams(lo, hi, ranks_filter))
             for p, (lo, hi) in enumerate(shuffle.partition_bounds(removal_parts))
         ]
     )
-    published = run([ShardTask(fuzzy_publish, tuple(r.output for r in parts), removed_uri(out_dir_uri, s), PublishParams(rank[s])) for s in sources])
+    published = run([ShardTask(fuzzy_publish, tuple(r.output for r in parts), removed_uri(out_dir_uri, s), PublishParams(rank[s], kept.get(s))) for s in sources])
+    state["published"] = {s: {"uri": removed_uri(out_dir_uri, s), "removed": int(r.stats["removed"]), "digest": str(r.stats["digest"])} for s, r in zip(sources, published)}
     storage.write_json(storage.join(out_dir_uri, STATE_FILE), state | {"verify_files": [r.output for r in verified]})
+    fs, work_path = storage.filesystem(work)
+    scratch_bytes = int(fs.du(work_path)) if fs.exists(work_path) else 0  # at its largest, before the collection
+    collect_scratch(work, cache, state["cache_entries"], (before or {}).get("cache_entries", {}))
 
     # Counters from what the tasks returned.
     removed_per_source = {s: int(r.stats["removed"]) for s, r in zip(sources, published)}
     removed_chars = {s: 0 for s in sources}
     histogram: dict[str, int] = {}
-    totals = {"clusters": 0, "verified_clusters": 0, "reused_clusters": 0, "verified_members": 0, "comparisons": 0, "exempt_kept": 0}
+    totals = {"clusters": 0, "verified_clusters": 0, "reused_clusters": 0, "verified_members": 0, "streamed_clusters": 0, "comparisons": 0, "exempt_kept": 0}
     examples: list[dict[str, Any]] = []
     for r in verified:
         for key in totals:
@@ -682,6 +789,8 @@ def find_fuzzy_duplicates(
         "removed_chars_per_source": removed_chars,
         "removal_ratio_per_source": removal_ratios(removed_per_source, docs_per_source),
         "removed_ids_digest": {s: str(r.stats["digest"]) for s, r in zip(sources, published)},
+        "scratch_bytes": scratch_bytes,
+        "sources_republished": sum(1 for r in published if not r.stats.get("copied")),
         "exempt_sources": list(exempt_t),
         "examples": examples,
         "tasks": len(results),

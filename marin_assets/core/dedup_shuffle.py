@@ -129,6 +129,47 @@ def read_range(uris: Iterable[str], lo: int, hi: int, columns: Sequence[str] | N
     return pa.table({"key": pa.array([], pa.int64())})
 
 
+def copy_file(source_uri: str, target_uri: str) -> None:
+    """Byte copy of a file, streamed, written atomically."""
+    fs, path = storage.filesystem(source_uri)
+    with fs.open(path, "rb") as src, storage.open_atomic(target_uri) as dst:
+        while chunk := src.read(8 << 20):
+            dst.write(chunk)
+
+
+def read_slice(uris: Iterable[str], key: int, column: str, lo: int, hi: int, columns: Sequence[str]) -> pa.Table:
+    """Rows with ``key == key`` and ``lo <= column < hi`` from files sorted by (``key``,
+    ``column``), reading only the row groups whose statistics overlap both."""
+    pieces: list[pa.Table] = []
+    for uri in uris:
+        fs, path = storage.filesystem(uri)
+        with fs.open(path, "rb") as handle:
+            reader = pq.ParquetFile(handle)
+            meta = reader.metadata
+            k_col, c_col = reader.schema_arrow.get_field_index("key"), reader.schema_arrow.get_field_index(column)
+            groups = []
+            for g in range(meta.num_row_groups):
+                group = meta.row_group(g)
+                if group.num_rows == 0:
+                    continue
+                ks, cs = group.column(k_col).statistics, group.column(c_col).statistics
+                if ks is not None and ks.has_min_max and not (ks.min <= key <= ks.max):
+                    continue
+                if cs is not None and cs.has_min_max and (cs.max < lo or cs.min >= hi):
+                    continue
+                groups.append(g)
+            if not groups:
+                continue
+            table = reader.read_row_groups(groups, columns=list(dict.fromkeys(["key", column, *columns])))
+        k, c = table.column("key").to_numpy(), table.column(column).to_numpy()
+        table = table.filter(pa.array((k == key) & (c >= lo) & (c < hi)))
+        if table.num_rows:
+            pieces.append(table)
+    if pieces:
+        return pa.concat_tables(pieces)
+    return pa.table({name: pa.array([], pa.large_string() if name == "text" else pa.int64()) for name in dict.fromkeys(["key", column, *columns])})
+
+
 def measured(fn: Any) -> Any:
     """Add the task's own CPU seconds and its process's peak RSS to a task function's counters."""
     import functools  # noqa: PLC0415

@@ -6,35 +6,26 @@ import dataclasses
 import functools
 import json
 import random
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
-import xxhash
 
 from marin_assets.core import dedup, minhash, storage
 from marin_assets.core import dedup_shuffle
 from marin_assets.core.dedup import ExactDedupParams, FuzzyDedupParams
 from marin_assets.core.dedup_fuzzy import FuzzyScale
 from marin_assets_tests.core.test_minhash import shingle_jaccard, stdlib_documents
-from marin_assets_tests.dedup_reference import near_copies, reference_fuzzy_removals
-
-
-def doc_id(text: str) -> str:
-    return xxhash.xxh3_128_hexdigest(text.encode("utf-8"))
+from marin_assets.testing import dedup_corpus
+from marin_assets.testing.dedup_corpus import doc_id, near_copies
+from marin_assets_tests.dedup_reference import reference_fuzzy_removals
 
 
 def write_normalized(root: Path, source: str, texts: list[str], shards: int) -> list[str]:
     """Normalized-like shards: rows hash-partitioned by id, sorted by id within a shard."""
-    rows = sorted({doc_id(t): t for t in texts}.items())
-    uris = []
-    for s in range(shards):
-        mine = [(i, t) for i, t in rows if int(i, 16) % shards == s]
-        uri = str(root / "normalized" / source / storage.shard_name(s, shards))
-        storage.write_parquet(pa.table({"id": [i for i, _ in mine], "text": [t for _, t in mine], "source_id": [i for i, _ in mine]}, schema=pa.schema([("id", pa.string()), ("text", pa.string()), ("source_id", pa.string())])), uri)
-        uris.append(uri)
-    return uris
+    return dedup_corpus.write_normalized(str(root), source, texts, shards)
 
 
 def write_source(root: Path, source: str, texts: list[str], shards: int) -> tuple[list[str], list[str]]:
@@ -302,7 +293,7 @@ def big_cluster_corpus(root: Path, extra: dict[str, list[str]] | None = None) ->
         "gamma": copies[500:] + loose[20:] + [trio[2] for trio in apart],
     }
     for source, more in (extra or {}).items():
-        texts[source] = texts[source] + more
+        texts[source] = texts.get(source, []) + more
     normalized, buckets = {}, {}
     for source, docs in texts.items():
         normalized[source], buckets[source] = write_source(root, source, docs, 2)
@@ -315,7 +306,14 @@ def test_sharded_fuzzy_dedup_equals_the_pairwise_reference_with_a_600_copy_clust
     stats = dedup.find_fuzzy_duplicates(buckets, normalized, {"gamma"}, out, scale=SMALL_TASKS)
     assert stats["largest_cluster"] >= 550 and stats["cc_method"] == "star_rounds" and stats["verify_partitions"] > 1
     assert outputs(out, buckets) == reference_fuzzy_removals(buckets, normalized, {"gamma"})
-    assert stats["removed"] > 400
+    assert stats["removed"] > 400 and stats["streamed_clusters"] == 0
+    # the big cluster verified batch by batch (texts read from storage 20 KB at a time): the same files
+    streamed = str(tmp_path / "streamed")
+    small_batches = dataclasses.replace(SMALL_TASKS, cluster_chars_in_memory=50_000, verify_batch_chars=20_000)
+    streamed_stats = dedup.find_fuzzy_duplicates(buckets, normalized, {"gamma"}, streamed, scale=small_batches)
+    assert streamed_stats["streamed_clusters"] == 1
+    for source in buckets:
+        assert storage.read_bytes(dedup.removed_uri(streamed, source)) == storage.read_bytes(dedup.removed_uri(out, source))
 
 
 def test_star_rounds_label_components_like_union_find(tmp_path: Path) -> None:
@@ -348,14 +346,16 @@ def test_star_rounds_label_components_like_union_find(tmp_path: Path) -> None:
 
 
 def test_incremental_rebuild_of_one_changed_source_equals_a_full_rebuild(tmp_path: Path) -> None:
-    normalized, buckets = big_cluster_corpus(tmp_path / "v1")
+    # delta has a cluster of its own and no member in any cluster beta has one in
+    delta = near_copies(4, seed=300, max_edits=1) + stdlib_documents(3, seed=301)
+    normalized, buckets = big_cluster_corpus(tmp_path / "v1", extra={"delta": delta})
     cache = str(tmp_path / "cache")
     first = str(tmp_path / "first")
     full_stats = dedup.find_fuzzy_duplicates(buckets, normalized, {"gamma"}, first, scale=SMALL_TASKS, cache_uri=cache)
     # beta changes: new near copies of the big cluster and of a small one, one more unrelated doc
     more = near_copies(620, seed=11)[600:] + near_copies(9, seed=104, words=80)[-1:] + stdlib_documents(1, seed=77)
-    normalized2, buckets2 = big_cluster_corpus(tmp_path / "v2", extra={"beta": more})
-    for source in ("alpha", "gamma"):  # unchanged sources keep their files (and fingerprints)
+    normalized2, buckets2 = big_cluster_corpus(tmp_path / "v2", extra={"beta": more, "delta": delta})
+    for source in ("alpha", "gamma", "delta"):  # unchanged sources keep their files (and fingerprints)
         normalized2[source], buckets2[source] = normalized[source], buckets[source]
     inc = str(tmp_path / "incremental")
     other_counts = dataclasses.replace(SMALL_TASKS, members_per_partition=60)  # verify ranges differ from the first run's
@@ -363,13 +363,59 @@ def test_incremental_rebuild_of_one_changed_source_equals_a_full_rebuild(tmp_pat
     full = str(tmp_path / "full")
     full2_stats = dedup.find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, full, scale=SMALL_TASKS)
     assert inc_stats["changed_sources"] == ["beta"] and inc_stats["verify_partitions"] != full_stats["verify_partitions"]
-    for source in ("alpha", "beta", "gamma"):
+    for source in buckets2:
         assert storage.read_bytes(dedup.removed_uri(inc, source)) == storage.read_bytes(dedup.removed_uri(full, source))
     assert inc_stats["removed_ids_digest"] == full2_stats["removed_ids_digest"]
     assert inc_stats["removed_ids_digest"]["gamma"] == full_stats["removed_ids_digest"]["gamma"]
     assert inc_stats["removed_ids_digest"]["beta"] != full_stats["removed_ids_digest"]["beta"]
+    assert full_stats["removed_per_source"]["delta"] >= 1
+    # only the sources with a member in a re-verified cluster are published again; delta is copied
+    assert inc_stats["sources_republished"] == 3 and full2_stats["sources_republished"] == 4
     assert inc_stats["reused_clusters"] > 0 and inc_stats["verified_clusters"] < full2_stats["verified_clusters"]
     assert inc_stats["shards_read_for_text"] < full2_stats["shards_read_for_text"] or inc_stats["verified_members"] < full2_stats["verified_members"]
+    # a second change on top of the incremental run (its scratch already collected) still equals a full rebuild
+    normalized3, buckets3 = big_cluster_corpus(tmp_path / "v3", extra={"beta": more, "delta": delta[:-1]})
+    for source in ("alpha", "beta", "gamma"):
+        normalized3[source], buckets3[source] = normalized2[source], buckets2[source]
+    again = str(tmp_path / "again")
+    again_stats = dedup.find_fuzzy_duplicates(buckets3, normalized3, {"gamma"}, again, scale=SMALL_TASKS, cache_uri=cache, previous_uri=inc)
+    full3 = str(tmp_path / "full3")
+    full3_stats = dedup.find_fuzzy_duplicates(buckets3, normalized3, {"gamma"}, full3, scale=SMALL_TASKS)
+    assert again_stats["changed_sources"] == ["delta"] and again_stats["sources_republished"] == 1
+    for source in buckets3:
+        assert storage.read_bytes(dedup.removed_uri(again, source)) == storage.read_bytes(dedup.removed_uri(full3, source))
+    assert again_stats["removed_ids_digest"] == full3_stats["removed_ids_digest"]
+
+
+def test_scratch_is_collected_after_publishing_but_the_stored_index_is_kept(tmp_path: Path) -> None:
+    normalized, buckets = big_cluster_corpus(tmp_path / "v1")
+    cache = str(tmp_path / "cache")
+    first = str(tmp_path / "first")
+    stats = dedup.find_fuzzy_duplicates(buckets, normalized, set(), first, scale=SMALL_TASKS, cache_uri=cache)
+    assert stats["scratch_bytes"] > 0
+    assert sorted(p.name for p in (Path(first) / "_work").iterdir()) == ["verify"]  # the verdicts the next run reuses
+    entries = {s: [p.name for p in (Path(cache) / s).iterdir()] for s in buckets}
+    assert all(len(e) == 1 for e in entries.values())
+    # beta changes: its old cached map output goes once the incremental run has published
+    normalized2, buckets2 = big_cluster_corpus(tmp_path / "v2", extra={"beta": stdlib_documents(2, seed=78)})
+    for source in ("alpha", "gamma"):
+        normalized2[source], buckets2[source] = normalized[source], buckets[source]
+    other_run = Path(cache) / "beta" / "0123456789abcdef-s9-g16"  # another run's entry: not ours to remove
+    other_run.mkdir()
+    inc = str(tmp_path / "inc")
+    inc_stats = dedup.find_fuzzy_duplicates(buckets2, normalized2, set(), inc, scale=SMALL_TASKS, cache_uri=cache, previous_uri=first)
+    assert inc_stats["reused_clusters"] > 0 and inc_stats["changed_sources"] == ["beta"]
+    after = {s: [p.name for p in (Path(cache) / s).iterdir()] for s in buckets}
+    assert after["alpha"] == entries["alpha"] and after["gamma"] == entries["gamma"]
+    assert other_run.exists() and entries["beta"][0] not in after["beta"] and len(after["beta"]) == 2
+    # an earlier run's verdicts that are gone only cost the reuse, never the answer
+    shutil.rmtree(Path(inc) / "_work" / "verify")
+    again = str(tmp_path / "again")
+    again_stats = dedup.find_fuzzy_duplicates(buckets2, normalized2, set(), again, scale=SMALL_TASKS, cache_uri=cache, previous_uri=inc)
+    assert again_stats["reused_clusters"] == 0 and again_stats["removed_ids_digest"] == inc_stats["removed_ids_digest"]
+    exact = dedup.find_exact_duplicates(exact_corpus(tmp_path / "e"), str(tmp_path / "exact"))
+    assert exact["scratch_bytes"] > 0
+    assert not (tmp_path / "exact" / "_work" / "map").exists() and not (tmp_path / "exact" / "_work" / "reduce").exists()
 
 
 def test_removed_characters_come_from_the_tasks_and_match_the_texts(tmp_path: Path) -> None:
