@@ -38,12 +38,13 @@ dev: install home
 
 ## Every test (CI runs this). test-fast leaves out the system tests (marker `system`:
 ## PostgreSQL, daemon, browser, the whole demo pipeline, other slow end-to-end runs) and
-## spreads the rest over the cores (pytest-xdist, at most 4 workers).
+## spreads the rest over the cores (pytest-xdist, at most 4 workers; a module stays on one worker,
+## so its module-scoped fixtures are built once: see marin_assets_tests/conftest.py).
 test: install
 	$(BIN)/python -m pytest -q
 
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not system" -n auto --maxprocesses 4
+	$(BIN)/python -m pytest -q -m "not system" -n auto --maxprocesses 4 --dist loadgroup
 
 ## The fault and security suite; its last line sums faults injected, rows lost, files outside the prefix, credentials sent off-host.
 faults: install

@@ -25,7 +25,7 @@ import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -224,43 +224,6 @@ def list_studies(root: str) -> list[str]:
         for u in storage.listdir(storage.join(root, "mixture"))
         if STUDY_NAME.match(storage.basename(u)) and storage.exists(storage.join(u, STUDY_FILE))
     ]
-
-
-def run_study_stage(
-    *,
-    root: str,
-    study: str,
-    stage: str,
-    params: Any,
-    code_version: str,
-    inputs: Mapping[str, str],
-    build: Callable[[str], Mapping[str, Any]],
-    part: str | None = None,
-) -> dict[str, Any]:
-    """``build(out_dir)`` once per distinct (params, inputs), under ``<study>/<stage>[/<part>]/<fp>``.
-
-    Same contract as the global stages: the manifest is written last, a complete output is
-    reused, and ``_current.json`` points at the output made or reused last.
-    """
-    fp = storage.fingerprint(f"{stage}:{study}:{part or ''}", params, code_version, [f"{k}={v}" for k, v in sorted(inputs.items())])
-    group = storage.join(study_dir(root, study), stage, part or "")
-    out_dir = storage.join(group, fp)
-    manifest = storage.read_manifest(out_dir)
-    reused = manifest is not None
-    if manifest is None:
-        stats = dict(build(out_dir))
-        manifest = {"stage": stage, "study": study, "part": part, "fingerprint": fp, "code_version": code_version, "inputs": dict(inputs), "stats": stats}
-        storage.write_manifest(out_dir, manifest)
-    storage.publish_current(group, fp, out_dir)
-    return manifest | {"uri": out_dir, "fingerprint": fp, "reused": reused}
-
-
-def current_study_output(root: str, study: str, stage: str, part: str | None = None) -> tuple[str, str] | None:
-    """(uri, fingerprint) of the stage's current complete output for the study, if any."""
-    record = storage.read_current(storage.join(study_dir(root, study), stage, part or ""))
-    if record is None or not storage.is_complete(record["uri"]):
-        return None
-    return record["uri"], record["fingerprint"]
 
 
 # --------------------------------------------------------------------------- simulated epoching

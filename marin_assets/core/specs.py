@@ -64,19 +64,23 @@ POOL = StageSpec(
 )
 SAMPLING_GROUPS = StageSpec("sampling_groups", (POOL, TOPIC_MODEL), partitioned=False, params=MixtureParams, group="pool")
 
-# mixture studies: partitioned by study (``{source}`` is the study), proxy results by study and run
+# mixture studies: partitioned by study (``{source}`` is the study), proxy results by study and
+# run; ``core.stages.run_study`` records them under mixture/<study>/<study_stage>[/<run>]
 MIXTURE_SWARM = StageSpec(
-    "mixture_swarm", (SAMPLING_GROUPS,), params=StudyParams, code_version=MIXTURE_CODE_VERSION, group="mixture", folder="mixture/{source}/swarm"
+    "mixture_swarm", (SAMPLING_GROUPS,), params=StudyParams, code_version=MIXTURE_CODE_VERSION, group="mixture",
+    folder="mixture/{source}/swarm", study_stage="swarm",
 )
 PROXY_RESULTS = StageSpec(
-    "proxy_results", (MIXTURE_SWARM,), params=StudyParams, code_version=MIXTURE_CODE_VERSION, group="mixture", folder="mixture/{source}/proxy_results"
+    "proxy_results", (MIXTURE_SWARM,), params=StudyParams, code_version=MIXTURE_CODE_VERSION, group="mixture",
+    folder="mixture/{source}/proxy_results", study_stage="proxy_results",
 )
 MIXTURE_MODEL = StageSpec(
-    "mixture_model", (PROXY_RESULTS,), params=FitParams, code_version=MIXTURE_CODE_VERSION, group="mixture", folder="mixture/{source}/model"
+    "mixture_model", (PROXY_RESULTS,), params=FitParams, code_version=MIXTURE_CODE_VERSION, group="mixture",
+    folder="mixture/{source}/model", study_stage="model",
 )
 MIXTURE_WEIGHTS = StageSpec(
     "mixture_weights", (MIXTURE_MODEL, SAMPLING_GROUPS), params=OptimizeParams, code_version=MIXTURE_CODE_VERSION, group="mixture",
-    folder="mixture/{source}/weights",
+    folder="mixture/{source}/weights", study_stage="weights",
 )  # fmt: skip
 
 ALL: tuple[StageSpec, ...] = (

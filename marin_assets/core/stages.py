@@ -37,6 +37,8 @@ class StageSpec:
     ``folder`` is where its outputs live under the root (``{stage}``/``{source}`` are filled
     in; default: ``attributes/{stage}/{source}`` per source, ``global/{stage}`` otherwise);
     ``data_folder`` names a second tree the stage writes its data to, next to its index.
+    ``study_stage`` marks a stage of a mixture study (partitioned by study, ``{source}`` is the
+    study): its name inside the study folder, which its fingerprints and manifests carry too.
     """
 
     name: str
@@ -47,6 +49,7 @@ class StageSpec:
     group: str = ""
     folder: str = ""
     data_folder: str = ""
+    study_stage: str = ""
 
     def group_uri(self, layout: storage.Layout, source: str | None = None) -> str:
         """The folder holding every fingerprinted output of the stage (for one source) and ``_current.json``."""
@@ -177,25 +180,31 @@ def run_stage(
     part = source if spec.partitioned else None
     fp = fingerprint_of(spec, decided_by, inputs)
     out = Output(spec.output_uri(layout, part, fp), fp, spec.data_uri(layout, part, fp))
+    header: dict[str, Any] = {"stage": spec.name}
+    if part is not None:
+        header["source"] = part
+    header |= {"fingerprint": fp, "code_version": spec.code_version}
+    if isinstance(inputs, Mapping):
+        header["inputs"] = {k: dataclasses.asdict(v) for k, v in sorted(inputs.items())}
+    else:
+        header["inputs"] = [dataclasses.asdict(i) for i in inputs]
+    if out.data_uri:
+        header["data_uri"] = out.data_uri
+    return _record(spec.group_uri(layout, part), out, header, build)
+
+
+def _record(group_uri: str, out: Output, header: Mapping[str, Any], build: Callable[[Output], Mapping[str, Any]]) -> dict[str, Any]:
+    """The one writer of manifests and pointers: reuse the complete ``out``, or ``build`` it and
+    write its manifest (``header`` plus the body ``build`` returns) last; then point the group's
+    ``_current.json`` at it."""
     manifest = storage.read_manifest(out.uri)
     reused = manifest is not None
     if manifest is None:
-        body = dict(build(out))
-        header: dict[str, Any] = {"stage": spec.name}
-        if part is not None:
-            header["source"] = part
-        header |= {"fingerprint": fp, "code_version": spec.code_version}
-        if isinstance(inputs, Mapping):
-            header["inputs"] = {k: dataclasses.asdict(v) for k, v in sorted(inputs.items())}
-        else:
-            header["inputs"] = [dataclasses.asdict(i) for i in inputs]
-        if out.data_uri:
-            header["data_uri"] = out.data_uri
-        manifest = header | body | {"fingerprint": fp}
+        manifest = dict(header) | dict(build(out)) | {"fingerprint": out.fingerprint}
         storage.write_manifest(out.uri, manifest)
     pointer = {"data_uri": out.data_uri} if out.data_uri else {}
-    storage.publish_current(spec.group_uri(layout, part), fp, out.uri, **pointer)
-    return manifest | {"uri": out.uri, "fingerprint": fp, "reused": reused} | pointer
+    storage.publish_current(group_uri, out.fingerprint, out.uri, **pointer)
+    return manifest | {"uri": out.uri, "fingerprint": out.fingerprint, "reused": reused} | pointer
 
 
 def run_shards(
@@ -269,6 +278,50 @@ def run_global(
     return run_stage(
         spec, layout, inputs=inputs, decided_by=key(params, extra_fingerprint), build=lambda out: {"stats": dict(build(out.uri))}
     )
+
+
+# --------------------------------------------------------------------------- mixture studies
+
+
+def _study_group(spec: StageSpec, layout: storage.Layout, study: str, run: str | None) -> str:
+    if not spec.study_stage:
+        raise ConfigurationError(f"stage '{spec.name}' is not a stage of a mixture study (its spec has no study_stage)")
+    return storage.inside(layout.root, storage.join(spec.group_uri(layout, study), run or ""))
+
+
+def run_study(
+    spec: StageSpec,
+    layout: storage.Layout,
+    *,
+    study: str,
+    inputs: Mapping[str, str],
+    decided_by: Any,
+    build: Callable[[str], Mapping[str, Any]],
+    run: str | None = None,
+) -> dict[str, Any]:
+    """A stage of a mixture study (per study, or per study and ``run``): ``build(out_dir)`` once
+    per distinct (``decided_by``, ``inputs``), its result the manifest's ``stats``.
+
+    ``inputs`` maps a name to a fingerprint: upstream study outputs, and digests of what comes
+    from outside (an external trainer's results). The output lives under
+    ``<study folder>/<study_stage>[/<run>]/<fingerprint>``; the study and run are part of the
+    fingerprint. Same contract as every stage: manifest last, a complete output reused,
+    ``_current.json`` pointing at the output made or reused last.
+    """
+    group = _study_group(spec, layout, study, run)
+    fp = storage.fingerprint(
+        f"{spec.study_stage}:{study}:{run or ''}", decided_by, spec.code_version, [f"{k}={v}" for k, v in sorted(inputs.items())]
+    )
+    header = {"stage": spec.study_stage, "study": study, "part": run, "fingerprint": fp, "code_version": spec.code_version, "inputs": dict(inputs)}
+    return _record(group, Output(storage.join(group, fp), fp), header, lambda out: {"stats": dict(build(out.uri))})
+
+
+def current_study_output(layout: storage.Layout, spec: StageSpec, study: str, run: str | None = None) -> StageInput | None:
+    """The current complete output of a study stage (for ``run``), or None."""
+    record = storage.read_current(_study_group(spec, layout, study, run))
+    if record is None or not storage.is_complete(record["uri"]):
+        return None
+    return StageInput(record["uri"], record["fingerprint"], spec.name)
 
 
 # --------------------------------------------------------------------------- provider copies

@@ -16,9 +16,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from marin_assets.core import mixture, storage
+from marin_assets.core import mixture, stages, storage
 from marin_assets.core import mixture_swarm as ms
-from marin_assets.core.specs import SAMPLING_GROUPS
+from marin_assets.core.specs import MIXTURE_SWARM, SAMPLING_GROUPS
 from marin_assets.defs.mixture.partitions import RUNS, STUDIES, proxy_run_key
 from marin_assets.defs.mixture.sensors import mixture_studies
 from marin_assets.defs.resources import MarinResource
@@ -94,7 +94,7 @@ def _execute(defs, instance, request) -> dict:
 
 def _results_rows(root: str, study: str, runs: list[str]) -> list[str]:
     """Results as an external trainer writes them: two steps per run, the last one final."""
-    swarm_uri, _ = ms.current_study_output(root, study, "swarm")
+    swarm_uri = stages.current_study_output(storage.Layout(root), MIXTURE_SWARM, study).uri
     lines = []
     for rid in runs:
         config = ms.read_config(swarm_uri, rid)
@@ -104,6 +104,7 @@ def _results_rows(root: str, study: str, runs: list[str]) -> list[str]:
     return lines
 
 
+@pytest.mark.system  # eleven job runs and six sensor ticks end to end: `make test` runs it, `make test-fast` does not
 def test_sensor_picks_up_external_results_and_refits(env) -> None:
     root, defs, instance = env
     study = ms.StudyParams(name="ext", target_budget=20_000.0, proxy_budget=2_000.0, n_runs=8, seq_len=16, trainer="external",
@@ -151,6 +152,7 @@ def test_sensor_picks_up_external_results_and_refits(env) -> None:
     assert second["mixture_model"]["fingerprint"] != first["mixture_model"]["fingerprint"]
 
 
+@pytest.mark.system  # a whole study (ten job runs) end to end: `make test` runs it, `make test-fast` does not
 def test_builtin_trainer_runs_a_study_with_metadata_and_pictures(env) -> None:
     root, defs, instance = env
     study = ms.StudyParams(name="builtin", target_budget=20_000.0, proxy_budget=4_000.0, n_runs=4, seq_len=16,

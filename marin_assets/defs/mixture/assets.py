@@ -25,7 +25,6 @@ from marin_assets.defs.metadata import markdown_table, materialized
 from marin_assets.defs.mixture.partitions import RUNS, proxy_run_partitions, study_partitions
 from marin_assets.defs.resources import MarinResource
 
-MIXTURE_CODE_VERSION = swarm_core.MIXTURE_CODE_VERSION
 BY_STUDY = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="study")
 
 
@@ -57,11 +56,11 @@ def _study(marin: MarinResource, study: str) -> tuple[str, swarm_core.StudyParam
         raise dg.Failure(str(exc)) from exc
 
 
-def _current(root: str, study: str, stage: str, what: str, part: str | None = None) -> tuple[str, str]:
-    found = swarm_core.current_study_output(root, study, stage, part)
+def _current(marin: MarinResource, spec: StageSpec, study: str, run: str | None = None) -> tuple[str, str]:
+    found = stages.current_study_output(marin.layout(), spec, study, run)
     if found is None:
-        raise dg.Failure(f"study '{study}' has no {stage} output{f' for run {part}' if part else ''} yet; materialize {what} for it first")
-    return found
+        raise dg.Failure(f"study '{study}' has no {spec.study_stage} output{f' for run {run}' if run else ''} yet; materialize {spec.name} for it first")
+    return found.uri, found.fingerprint
 
 
 @study_asset(
@@ -92,9 +91,8 @@ def mixture_swarm(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
             proxy_trainer.write_evaluation_texts(proxy_trainer.evaluation_texts(pool_files, params.proxy), out)
         return {**swarm.summary, **written}
 
-    manifest = swarm_core.run_study_stage(
-        root=root, study=study, stage="swarm", params=params, code_version=MIXTURE_CODE_VERSION,
-        inputs={"sampling_groups": groups_in.fingerprint}, build=build,
+    manifest = stages.run_study(
+        MIXTURE_SWARM, marin.layout(), study=study, decided_by=params, inputs={"sampling_groups": groups_in.fingerprint}, build=build
     )
     known = set(context.instance.get_dynamic_partitions(RUNS))
     new_runs = [r for r in params.run_ids() if r not in known]
@@ -142,7 +140,7 @@ def proxy_results(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
     root, params = _study(marin, study)
     if run not in params.run_ids():
         raise dg.Failure(f"study '{study}' has {params.n_runs} runs (r0000..{params.run_ids()[-1]}); {run} is not one of them")
-    swarm_uri, swarm_fp = _current(root, study, "swarm", "mixture_swarm")
+    swarm_uri, swarm_fp = _current(marin, MIXTURE_SWARM, study)
     config = swarm_core.read_config(swarm_uri, run)
     folder = swarm_core.results_dir(root, study)
     try:
@@ -176,9 +174,8 @@ def proxy_results(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
         return {"source": kind, "rows": rows.height, "metrics": results.final_metrics(rows), **extra}
 
     proxy_params = {"trainer": kind, "proxy": params.proxy if kind == "builtin" else None}
-    manifest = swarm_core.run_study_stage(
-        root=root, study=study, stage="proxy_results", part=run, params=proxy_params, code_version=MIXTURE_CODE_VERSION,
-        inputs={"swarm": swarm_fp, "results": digest}, build=build,
+    manifest = stages.run_study(
+        PROXY_RESULTS, marin.layout(), study=study, run=run, decided_by=proxy_params, inputs={"swarm": swarm_fp, "results": digest}, build=build
     )
     stats = manifest["stats"]
     metrics = stats["metrics"]
@@ -200,7 +197,7 @@ def proxy_results(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
     )
 
 
-def _training_set(root: str, study: str, params: swarm_core.StudyParams, swarm_uri: str, swarm_fp: str) -> dict:
+def _training_set(layout: storage.Layout, study: str, params: swarm_core.StudyParams, swarm_uri: str, swarm_fp: str) -> dict:
     """Weights and target metrics of every run that has results for the current swarm; runs
     without results, or with results of an earlier swarm (stale), are counted, never used."""
     group_table, mixtures, _ = swarm_core.read_swarm(swarm_uri)
@@ -210,15 +207,15 @@ def _training_set(root: str, study: str, params: swarm_core.StudyParams, swarm_u
     inputs: dict[str, str] = {}
     stale: list[str] = []
     for rid in params.run_ids():
-        found = swarm_core.current_study_output(root, study, "proxy_results", rid)
+        found = stages.current_study_output(layout, PROXY_RESULTS, study, rid)
         if found is None:
             continue
-        manifest = storage.read_manifest(found[0])
+        manifest = storage.read_manifest(found.uri)
         if manifest["inputs"].get("swarm") != swarm_fp:
             stale.append(rid)
             continue
         finals[rid] = manifest["stats"]["metrics"]
-        inputs[rid] = found[1]
+        inputs[rid] = found.fingerprint
     target = params.target_metric
     domains = sorted({m for f in finals.values() for m in f if m.startswith("bpb/")})
     components = domains if target == "macro_bpb" and domains and all(all(d in f for d in domains) for f in finals.values()) else [target]
@@ -239,9 +236,9 @@ def _training_set(root: str, study: str, params: swarm_core.StudyParams, swarm_u
 )
 def mixture_model(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
     study = context.partition_key
-    root, params = _study(marin, study)
-    swarm_uri, swarm_fp = _current(root, study, "swarm", "mixture_swarm")
-    data = _training_set(root, study, params, swarm_uri, swarm_fp)
+    _, params = _study(marin, study)
+    swarm_uri, swarm_fp = _current(marin, MIXTURE_SWARM, study)
+    data = _training_set(marin.layout(), study, params, swarm_uri, swarm_fp)
     if len(data["runs"]) < 3:
         raise dg.Failure(
             f"study '{study}': {len(data['runs'])} runs have '{params.target_metric}' results for the current swarm "
@@ -260,8 +257,8 @@ def mixture_model(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
         storage.write_parquet(predictions, storage.join(out, "predictions.parquet"))
         return {"chosen": model.chosen, "cv": model.cv, "runs": len(data["runs"]), "components": data["components"]}
 
-    manifest = swarm_core.run_study_stage(
-        root=root, study=study, stage="model", params=fit_params, code_version=MIXTURE_CODE_VERSION,
+    manifest = stages.run_study(
+        MIXTURE_MODEL, marin.layout(), study=study, decided_by=fit_params,
         inputs={"swarm": swarm_fp, **{f"run/{r}": fp for r, fp in data["inputs"].items() if r in data["runs"]}}, build=build,
     )
     stats = manifest["stats"]
@@ -300,9 +297,9 @@ def mixture_weights(context: dg.AssetExecutionContext, marin: MarinResource) -> 
     import yaml
 
     study = context.partition_key
-    root, params = _study(marin, study)
-    swarm_uri, swarm_fp = _current(root, study, "swarm", "mixture_swarm")
-    model_uri, model_fp = _current(root, study, "model", "mixture_model")
+    _, params = _study(marin, study)
+    swarm_uri, swarm_fp = _current(marin, MIXTURE_SWARM, study)
+    model_uri, model_fp = _current(marin, MIXTURE_MODEL, study)
     if storage.read_manifest(model_uri)["inputs"].get("swarm") != swarm_fp:
         raise dg.Failure(f"study '{study}': mixture_model was fitted on an earlier swarm; materialize proxy_results and mixture_model again")
     model, meta = fit.load_fit(model_uri, fit.FitParams(seed=params.seed))
@@ -313,9 +310,9 @@ def mixture_weights(context: dg.AssetExecutionContext, marin: MarinResource) -> 
     opt_params = fit.OptimizeParams(candidates=params.search_candidates, rounds=params.search_rounds, seed=params.seed)
     seeds = swarm_core.weight_matrix(mixtures, meta["runs"], [p.name for p in params.phases], group_table["group"].to_list())[:, :, active]
     actual_prop = None
-    found = swarm_core.current_study_output(root, study, "proxy_results", "r0000")
+    found = stages.current_study_output(marin.layout(), PROXY_RESULTS, study, "r0000")
     if found is not None:
-        actual_prop = storage.read_manifest(found[0])["stats"]["metrics"].get(params.target_metric)
+        actual_prop = storage.read_manifest(found.uri)["stats"]["metrics"].get(params.target_metric)
 
     def build(out: str) -> dict:
         try:
@@ -334,8 +331,8 @@ def mixture_weights(context: dg.AssetExecutionContext, marin: MarinResource) -> 
         return {"predicted": predicted, "kl_to_proportional": opt.kl, "objective": opt.objective, "constraints": checks,
                 "vanished_groups": [names[active[g]] for g in opt.vanished], "groups_weighted": int((opt.weights.sum(axis=0) > 0).sum())}
 
-    manifest = swarm_core.run_study_stage(
-        root=root, study=study, stage="weights", params={"optimize": opt_params, "study": params}, code_version=MIXTURE_CODE_VERSION,
+    manifest = stages.run_study(
+        MIXTURE_WEIGHTS, marin.layout(), study=study, decided_by={"optimize": opt_params, "study": params},
         inputs={"swarm": swarm_fp, "model": model_fp}, build=build,
     )
     stats = manifest["stats"]
