@@ -44,7 +44,7 @@ test: install
 	$(BIN)/python -m pytest -q
 
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not system" -n auto --maxprocesses 4 --dist loadgroup
+	$(BIN)/python -m pytest -q -m "not system" -n auto --maxprocesses 4 --dist loadfile
 
 ## The fault and security suite; its last line sums faults injected, rows lost, files outside the prefix, credentials sent off-host.
 faults: install

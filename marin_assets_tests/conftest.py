@@ -21,12 +21,23 @@ from marin_assets_tests.fixtures.hub import hub_server, hub_store  # noqa: E402,
 from marin_assets_tests.fixtures.pipeline import pipeline  # noqa: E402,F401
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``--dist loadgroup`` (`make test-fast`) a module's tests stay on one worker, so a
-    module-scoped fixture (a Ray cluster, an encoded fixture set) is built once, not once per
-    worker; tests marked ``xdist_group("model")`` across modules share one worker's loaded
-    embedding model."""
-    for item in items:
-        if not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+# Test modules that load the bundled embedding model: `make test-fast` runs them on one worker.
+MODEL_MODULES = frozenset(
+    {"marin_assets_tests/core/test_embed.py", "marin_assets_tests/core/test_quality.py", "marin_assets_tests/core/test_topics.py", "marin_assets_tests/automation/test_checks.py"}
+)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN201
+    """``--dist loadfile`` (`make test-fast`), refined: a module's tests stay on one worker (its
+    module-scoped fixtures, a Ray cluster or an encoded fixture set, are built once, not once per
+    worker), and the modules that load the embedding model share one worker."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "model" if module in MODEL_MODULES else module
+
+    return ByModule(config, log)

@@ -15,8 +15,6 @@ import pytest
 from marin_assets.core import embed, storage
 from marin_assets.core.runner import ShardRunner, ShardTask
 
-pytestmark = pytest.mark.xdist_group("model")  # `make test-fast`: one worker loads the bundled model for every module that uses it
-
 TEXTS = [
     "The defendant appealed, arguing that the trial court misread the statute of limitations.",
     "Whisk the eggs with sugar until pale, then fold in the flour and bake for twenty minutes.",

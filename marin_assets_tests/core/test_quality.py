@@ -13,8 +13,6 @@ from scipy import stats as sps
 
 from marin_assets.core import embed, quality, storage
 
-pytestmark = pytest.mark.xdist_group("model")  # `make test-fast`: one worker loads the bundled model for every module that uses it
-
 HELDOUT = 0.3
 
 

@@ -10,8 +10,6 @@ import pytest
 
 from marin_assets.core import embed, storage, topics
 
-pytestmark = pytest.mark.xdist_group("model")  # `make test-fast`: one worker loads the bundled model for every module that uses it
-
 DOMAINS: dict[str, list[str]] = {
     "code": [
         "The function returns a list of integers; call sorted() on the result before you return it from the module.",
