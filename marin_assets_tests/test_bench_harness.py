@@ -57,3 +57,15 @@ def test_speed_goal_uses_the_median_of_paired_rounds() -> None:
 def test_a_failing_case_names_itself() -> None:
     with pytest.raises(RuntimeError, match="'broken'.*exit"):
         harness.run_child(harness.Case("broken", "marin_assets_tests.test_bench_harness:no_such_function"))
+
+
+def test_every_stage_is_mapped_to_the_bench_that_holds_it_to_a_goal() -> None:
+    import pathlib
+
+    from bench import bench_stages
+    from marin_assets.core import specs
+
+    assert set(bench_stages.STAGES) == {s.name for s in specs.ALL}, "a stage was added or renamed: map it in bench/bench_stages.py"
+    benches = {p.stem.removeprefix("bench_") for p in (pathlib.Path(bench_stages.__file__).parent).glob("bench_*.py")}
+    for stage, (bench, how) in bench_stages.STAGES.items():
+        assert bench in benches or (bench == "" and how.startswith("NO ROW")), f"{stage}: bench_{bench} does not exist"
