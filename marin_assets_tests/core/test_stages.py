@@ -132,3 +132,34 @@ def test_specs_name_their_assets_and_only_declared_stages() -> None:
         assert spec.params is None or spec.params.__dataclass_params__.frozen, spec.name  # type: ignore[attr-defined]
     assert specs.MINHASH_BUCKETS.name == "minhash_buckets"
     assert specs.FUZZY_DUPLICATES.reads(specs.MINHASH_BUCKETS)
+
+
+def test_study_stages_are_recorded_per_study_and_run_by_the_same_runner(tmp_path) -> None:
+    layout = storage.Layout(str(tmp_path))
+    calls: list[str] = []
+
+    def build(out: str) -> dict:
+        calls.append(out)
+        storage.write_bytes(storage.join(out, "results.parquet"), b"rows")
+        return {"rows": 2}
+
+    def run(study: str, run_id: str, results: str) -> dict:
+        return stages.run_study(specs.PROXY_RESULTS, layout, study=study, run=run_id, decided_by={"trainer": "external"},
+                                inputs={"swarm": "aa", "results": results}, build=build)
+
+    first = run("ext", "r0001", "d1")
+    assert first["uri"] == storage.join(str(tmp_path), "mixture", "ext", "proxy_results", "r0001", first["fingerprint"])
+    manifest = storage.read_manifest(first["uri"])
+    assert manifest == {"stage": "proxy_results", "study": "ext", "part": "r0001", "fingerprint": first["fingerprint"],
+                        "code_version": specs.PROXY_RESULTS.code_version, "inputs": {"swarm": "aa", "results": "d1"}, "stats": {"rows": 2}}
+    again = run("ext", "r0001", "d1")
+    assert again["reused"] and not first["reused"] and len(calls) == 1
+    found = stages.current_study_output(layout, specs.PROXY_RESULTS, "ext", "r0001")
+    assert (found.uri, found.fingerprint) == (first["uri"], first["fingerprint"])
+    # the study, the run and every input decide the fingerprint; the pointer follows the latest
+    others = {run("ext", "r0002", "d1")["fingerprint"], run("other", "r0001", "d1")["fingerprint"], run("ext", "r0001", "d2")["fingerprint"]}
+    assert first["fingerprint"] not in others and len(others) == 3
+    assert stages.current_study_output(layout, specs.PROXY_RESULTS, "ext", "r0001").fingerprint != first["fingerprint"]
+    assert stages.current_study_output(layout, specs.MIXTURE_MODEL, "ext") is None
+    with pytest.raises(stages.ConfigurationError, match="not a stage of a mixture study"):
+        stages.run_study(specs.POOL, layout, study="ext", decided_by={}, inputs={}, build=build)
