@@ -57,9 +57,9 @@ STAGES: dict[str, tuple[str, str]] = {
     "mixture_weights": ("", "NO ROW: per study, a search over candidate mixtures"),
 }
 
-DOCS = harness.pick(20_000, 4_000)
+DOCS = harness.pick(20_000, 2_000)
 LIST_SHARDS = harness.pick(32, 8)
-INDEX_SHARDS = harness.pick(4_000, 800)
+INDEX_SHARDS = harness.pick(4_000, 400)
 ROUNDS = harness.pick(3, 2)
 NGRAM = 13
 
