@@ -58,7 +58,7 @@ STAGES: dict[str, tuple[str, str]] = {
 }
 
 DOCS = harness.pick(20_000, 2_000)
-LIST_SHARDS = harness.pick(32, 8)
+LIST_SHARDS = 64  # the removal lists span 64 shards of the source: larger than the shard, as in production
 INDEX_SHARDS = harness.pick(4_000, 400)
 ROUNDS = harness.pick(3, 2)
 NGRAM = 13
@@ -329,12 +329,16 @@ def main() -> None:
     print("stage -> bench that holds it to a goal:")
     for stage, (bench, how) in STAGES.items():
         print(f"  {stage:<20} {'bench_' + bench if bench else '-':<16} {how}")
+    only = {r for r in os.environ.get("BENCH_STAGES", "").split(",") if r}  # e.g. BENCH_STAGES=pool
     with tempfile.TemporaryDirectory(prefix="bench-stages-") as work:
         texts = make_texts(DOCS)
         shard, ids = write_shard(work, texts)
-        contamination(work, texts, shard)
-        pool_rows(work, texts, shard, ids)
-        sampling_groups_rows(work)
+        if not only or "contamination" in only:
+            contamination(work, texts, shard)
+        if not only or "pool" in only:
+            pool_rows(work, texts, shard, ids)
+        if not only or "sampling_groups" in only:
+            sampling_groups_rows(work)
 
 
 if __name__ == "__main__":
