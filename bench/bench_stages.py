@@ -35,7 +35,7 @@ from bench import harness
 # Every stage of core/specs.py -> the bench (module name) whose rows hold it to a goal, and how.
 STAGES: dict[str, tuple[str, str]] = {
     "source_pins": ("rerun", "no peer: one provider listing per source; inside the rerun bench's no-change rerun time goal"),
-    "raw_files": ("rerun", "no peer here: a copy is network-bound; the rerun bench holds its reuse without download to a time goal"),
+    "raw_files": ("download", "the fetch (verified, resumable) vs huggingface_hub.snapshot_download from the local Hub, MiB/s"),
     "normalized": ("normalize", "vs plain polars read+hash+write, small files and one large file, memory growth"),
     "minhash_buckets": ("minhash", "vs datasketch update_batch, MinHash.bulk and rensa, per CPU second"),
     "exact_duplicates": ("dedup", "scale rows: time and memory per document at 1x..64x"),
