@@ -171,6 +171,16 @@ def write_bytes(uri: str, data: bytes) -> None:
         handle.write(data)
 
 
+def content_sha256(uri: str, block_bytes: int = 8 << 20) -> str:
+    """The sha256 of a file's bytes, streamed (what a file outside the pipeline is fingerprinted by)."""
+    digest = hashlib.sha256()
+    fs, path = filesystem(uri)
+    with fs.open(path, "rb") as handle:
+        while block := handle.read(block_bytes):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def read_bytes(uri: str) -> bytes:
     fs, path = filesystem(uri)
     return fs.cat_file(path)

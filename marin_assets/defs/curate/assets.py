@@ -53,7 +53,9 @@ def quality_model(
     params = quality.QualityParams()
     encoder_params = encoder.params()
     files, label_source = _annotation_files(curation, marin, params)
-    inputs = {"annotations": stages.external_input("annotations", label_source, [storage.size(f) for f in files] + [label_source])}
+    # a local file is described by its bytes, a Hub set by its pin: never by where the checkout lies
+    described_by = [storage.content_sha256(f) for f in files] if label_source.startswith("file:") else [storage.size(f) for f in files] + [label_source]
+    inputs = {"annotations": stages.external_input("annotations", label_source, described_by)}
 
     def build(out: str) -> dict:
         texts, labels, bad = quality.read_annotations(files, params)
