@@ -92,6 +92,7 @@ def run_in(root: Path, command: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-c", f"set -e; {command}"], cwd=root, env=env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.system  # end to end: each README command in a fresh shell
 def test_the_fast_readme_commands_run_as_written(tmp_path: Path) -> None:
     root = fresh_copy(tmp_path)
     commands = [c for c in COMMANDS if c in FAST]

@@ -57,6 +57,7 @@ def test_a_failed_blocking_check_stops_the_rest_of_the_chain(pipeline, hub_store
     assert built == {"normalized"}, "...and the blocking check keeps minhash_buckets from running on it"
 
 
+@pytest.mark.system  # end to end: embeds the demo sources with the real model
 def test_embedding_checks_know_the_model_dimension_and_unit_length(pipeline, hub_store) -> None:
     publish_source(hub_store, PEPS)
     result = run(pipeline, ["raw_files", "normalized", "embeddings"], PEPS, raise_on_error=True)

@@ -18,6 +18,8 @@ ray = pytest.importorskip("ray")
 from marin_assets.core import embed, normalize, storage  # noqa: E402
 from marin_assets.core.runner import LOCAL, ShardFailed, ShardRunner, ShardTask, TaskResources  # noqa: E402
 
+pytestmark = pytest.mark.system  # end to end: a real local Ray cluster with two worker processes
+
 
 @pytest.fixture(scope="module")
 def ray_cluster():

@@ -81,6 +81,7 @@ def test_run_monitoring_fails_a_killed_run_on_the_embedded_default(world, tmp_pa
         assert other_run_can_claim(instance)
 
 
+@pytest.mark.system  # end to end: the CLI in a subprocess on a real instance
 def test_marin_assets_runs_lists_and_frees_stuck_runs(world, tmp_path):
     home = world.scratch / "home"
     home.mkdir()
