@@ -69,3 +69,12 @@ def test_every_stage_is_mapped_to_the_bench_that_holds_it_to_a_goal() -> None:
     benches = {p.stem.removeprefix("bench_") for p in (pathlib.Path(bench_stages.__file__).parent).glob("bench_*.py")}
     for stage, (bench, how) in bench_stages.STAGES.items():
         assert bench in benches or (bench == "" and how.startswith("NO ROW")), f"{stage}: bench_{bench} does not exist"
+
+
+def test_every_stage_held_by_bench_stages_has_a_row_that_runs() -> None:
+    from bench import bench_stages
+
+    held = {stage for stage, (bench, _) in bench_stages.STAGES.items() if bench == "stages"}
+    assert set(bench_stages.ROWS) == held, "map each stage bench_stages holds to its row in ROWS"
+    for row in set(bench_stages.ROWS.values()):
+        assert callable(getattr(bench_stages, f"{row}_rows", None)), f"row {row!r} has no {row}_rows function"
