@@ -33,7 +33,8 @@ used as its users use it, plus the map of every stage to the bench that holds it
   per CPU second (it also fits and cross-validates the log-linear law), peak memory <= 1.5x.
   ``mixture_swarm`` and ``mixture_weights`` have no peer (no library proposes or searches
   mixtures under epoch caps and blocks): absolute goals, CPU seconds per study and peak memory.
-  ``proxy_results`` has no row: its time is the external trainer's (the built-in proxy is a toy).
+* ``proxy_results``: one run of the built-in byte n-gram proxy on a generated pool (absolute
+  goals: CPU seconds per run, peak memory); an external trainer's time is its own.
 
 Each case runs in its own child (``bench.harness``), interleaved, median and range, memory from
 each child's own VmHWM reset after reading its input. ``STAGES`` below says which bench holds each
@@ -69,7 +70,7 @@ STAGES: dict[str, tuple[str, str]] = {
     "pool": ("stages", "pool_shard vs polars anti-join on the removal lists, per CPU second and memory"),
     "sampling_groups": ("stages", "group counts and file list vs one polars group_by over every shard index"),
     "mixture_swarm": ("stages", "no peer (no library proposes mixtures under epoch caps and blocks): CPU seconds per study and peak memory"),
-    "proxy_results": ("", "NO ROW: per proxy run; the external trainer's time, or the built-in toy proxy's seconds"),
+    "proxy_results": ("stages", "no peer: the built-in proxy's CPU seconds per run and peak memory (an external trainer's time is its own)"),
     "mixture_model": ("stages", "fit_surrogates vs LightGBM used plainly (5-fold out-of-fold predictions, a final fit per metric), per CPU second and memory"),
     "mixture_weights": ("stages", "no peer (no library searches mixtures under these constraints): CPU seconds per study and peak memory"),
 }
@@ -78,7 +79,7 @@ STAGES: dict[str, tuple[str, str]] = {
 ROWS: dict[str, str] = {
     "contamination": "contamination", "pool": "pool", "sampling_groups": "sampling_groups", "topics": "topics",
     "quality_model": "quality_model", "quality_scores": "quality_scores", "quality_bands": "quality_bands",
-    "mixture_swarm": "mixture", "mixture_model": "mixture", "mixture_weights": "mixture",
+    "mixture_swarm": "mixture", "proxy_results": "proxy_results", "mixture_model": "mixture", "mixture_weights": "mixture",
 }
 
 DOCS = harness.pick(20_000, 2_000)
@@ -323,6 +324,7 @@ LABELS = harness.pick(20_000, 4_000)  # labelled vectors of the quality model
 RUNS = harness.pick(64, 32)  # proxy runs of a study (the default study has 64)
 SEARCH = harness.pick((20_000, 8), (5_000, 4))  # the optimizer's candidates and rounds (the default study's: 20,000 x 8)
 GROUPS = 200  # 40 topics x 5 bands
+POOL_DOCS = harness.pick(8_000, 2_000)  # documents in the pool the built-in proxy reads
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "POLARS_MAX_THREADS": "1"}
 
 
@@ -616,6 +618,46 @@ def weights_ours(names: list[str], tokens: list[float], work: str) -> dict:
     with harness.timed():
         opt = fit.optimize_mixture(lambda w: fit._predict_components(models, fit.features(w)), np.asarray(tokens), study, search, seeds=weights)
     return {"items": 1, "predicted": round(opt.predicted, 4), "proportional": round(opt.proportional_predicted, 4)}
+
+
+def write_pool(root: str, names: list[str], docs: int) -> dict[str, list[str]]:
+    """One pool file per group (``id``, ``text``, ``source``, ``tokens``), two sources (domains)."""
+    import pyarrow as pa
+
+    from marin_assets.core import storage
+
+    texts, ids = make_texts(docs, seed=8), _ids(docs, "pool")
+    files = {}
+    for g, name in enumerate(names):
+        rows = list(range(g, docs, len(names)))
+        uri = os.path.join(root, "pool", name, "bench-00000-of-00001.parquet")
+        storage.write_parquet(pa.table({"id": [ids[i] for i in rows], "text": [texts[i] for i in rows], "source": [f"bench_{i % 2}" for i in rows],
+                                        "tokens": pa.array([len(texts[i].split()) for i in rows], pa.int32())}), uri)
+        files[name] = [uri]
+    return files
+
+
+def proxy_ours(names: list[str], tokens: list[float], pool_files: dict, work: str) -> dict:
+    from marin_assets.core import mixture_swarm as ms
+    from marin_assets.core import proxy_trainer
+
+    groups, _, study = _study(names, tokens)
+    swarm = ms.build_swarm(groups, pool_files, study)
+    eval_texts = proxy_trainer.evaluation_texts(pool_files, study.proxy)
+    with harness.timed():
+        trained = proxy_trainer.train_proxy(swarm.configs[ms.run_id(1)], eval_texts, study.proxy)
+    return {"items": 1, "train_bytes": trained["train_bytes"], "macro_bpb": round(trained["metrics"]["macro_bpb"], 3)}
+
+
+def proxy_results_rows(work: str) -> None:
+    study = study_inputs()
+    pool_files = write_pool(work, study["names"], POOL_DOCS)
+    case = harness.Case("proxy_results", "bench.bench_stages:proxy_ours", {**study, "pool_files": pool_files, "work": work}, ONE_THREAD)
+    one = harness.compare(f"proxy_results: one built-in proxy run of a study, pool of {POOL_DOCS:,} documents in {GROUPS} groups (no peer: absolute goals)", [case], ROUNDS, unit="runs", show_rate=False)
+    m = one["proxy_results"]
+    cpu = m.values("cpu_s")
+    harness.absolute_goal("proxy_results (built-in proxy) <= 60 CPU seconds per run (median)", f"{harness.fmt(m.median('cpu_s'))} s [{harness.fmt(min(cpu))}..{harness.fmt(max(cpu))}]", m.median("cpu_s") <= 60)
+    harness.absolute_goal("proxy_results (built-in proxy) peak memory <= 1024 MiB", f"{m.peak_mib():.0f} MiB", m.peak_mib() <= 1024)
 
 
 def topics_rows(work: str) -> None:
