@@ -504,6 +504,7 @@ def bands_ours(pairs: list[list[str]], work: str) -> dict:
     from marin_assets.core import quality
 
     params = quality.BandParams()
+    quality.score_histogram([tuple(pairs[0])], params)  # one-off imports paid before timing, as in a long-lived worker
     with harness.timed():
         hist, counters = quality.score_histogram([tuple(p) for p in pairs], params)
         quality.save_band_edges(quality.band_edges(hist, params), os.path.join(work, "bands_ours"))
@@ -517,6 +518,7 @@ def bands_peer(pairs: list[list[str]], work: str) -> dict:
 
     import polars as pl
 
+    pl.read_parquet(pairs[0][0], columns=["id", "topic"]).join(pl.read_parquet(pairs[0][1], columns=["id", "score"]), on="id")  # warm, as ours
     with harness.timed():
         topics = pl.read_parquet([t for t, _ in pairs], columns=["id", "topic"])
         scores = pl.read_parquet([q for _, q in pairs], columns=["id", "score"])

@@ -254,8 +254,8 @@ def write_parquet(table: Any, uri: str, row_group_size: int | None = None) -> No
 
 def read_parquet(uri: str, columns: Sequence[str] | None = None) -> pa.Table:
     fs, path = filesystem(uri)
-    with fs.open(path, "rb") as handle:
-        return pq.read_table(handle, columns=list(columns) if columns is not None else None)
+    with fs.open(path, "rb") as handle:  # ParquetFile, not read_table: no dataset layer (a 0.2 s import per process)
+        return pq.ParquetFile(handle).read(columns=list(columns) if columns is not None else None)
 
 
 def parquet_num_rows(uri: str) -> int:
