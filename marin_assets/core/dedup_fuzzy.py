@@ -347,7 +347,15 @@ def _replay_requests(frame: pl.DataFrame, params: VerifyParams, reuse: set[int],
         schema={"label": pl.Int64, "mkey": pl.String},
     )
     keyed = todo.with_columns(pl.concat_str([pl.col("rank").cast(pl.String), pl.lit("\x00"), pl.col("id")]).alias("mkey"))
-    return keyed.join(removed, on=["label", "mkey"], how="anti", maintain_order="left").drop("mkey"), cands, prev
+    needed = keyed.join(removed, on=["label", "mkey"], how="anti", maintain_order="left")
+    # An added member processed before every previously retained one is retained itself: such a
+    # cluster is verified in full at once (no second pass).
+    firsts = needed.filter(pl.col("label").is_in(list(cands))).group_by("label", maintain_order=True).agg(pl.col("mkey").first())
+    for label, key in firsts.iter_rows():
+        if key in cands[int(label)][0]:
+            del cands[int(label)]
+    removed = removed.filter(pl.col("label").is_in(list(cands)))
+    return keyed.join(removed, on=["label", "mkey"], how="anti", maintain_order="left").drop("mkey"), cands, prev.filter(pc.is_in(prev.column("label"), pa.array(sorted(cands), pa.int64())))
 
 
 @shuffle.measured
@@ -922,6 +930,7 @@ def find_fuzzy_duplicates(
         "verify_partitions": verify_parts,
         **totals,
         "replayed_clusters": replayed,
+        "verify_passes": len(passes),
         "changed_sources": changed,
         "shards_read_for_text": sum(int(r.stats["shard_read"]) for r in gathered),
         "removed": sum(removed_per_source.values()),
