@@ -80,7 +80,9 @@ VERDICT_SCHEMA = pa.schema(
         ("chars", pa.int64()),
     ]
 )
-CLUSTER_SCHEMA = pa.schema([("label", pa.int64()), ("size", pa.int64()), ("members", pa.string()), ("ranks", pa.list_(pa.int32()))])
+CLUSTER_SCHEMA = pa.schema(
+    [("label", pa.int64()), ("size", pa.int64()), ("members", pa.string()), ("ranks", pa.list_(pa.int32())), ("keys", pa.list_(pa.string()))]
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,6 +248,7 @@ class VerifyParams:
     member_files: int = 0  # verify: its inputs are this many member files, then the gathered texts
     stream_chars: int = 1 << 26  # clusters with more member text are read batch by batch
     batch_chars: int = VERIFY_BATCH_CHARS
+    replay: bool = True  # a cluster that only gained members replays its previous decisions
 
 
 def _clusters(member_files: Sequence[str], lo: int, hi: int) -> pl.DataFrame:
@@ -254,19 +257,24 @@ def _clusters(member_files: Sequence[str], lo: int, hi: int) -> pl.DataFrame:
     return frame.sort(["label", "chars", "rank", "id"], descending=[False, True, False, False])
 
 
+def _member_key(rank: int, doc: str) -> str:
+    return f"{rank}\x00{doc}"
+
+
 def _member_sets(frame: pl.DataFrame) -> pl.DataFrame:
-    """Per cluster: label, size, a 128-bit hash of its sorted (source rank, id) members and the
-    ranks of the sources it has members in (an incremental run republishes only those)."""
+    """Per cluster: label, size, a 128-bit hash of its sorted (source rank, id) members, the
+    ranks of the sources it has members in (an incremental run republishes only those) and the
+    member keys themselves (a later run replays a cluster that only gained members)."""
     rows = frame.select("label", "rank", "id").sort(["label", "rank", "id"])
     grouped = (
-        rows.with_columns(pl.concat_str([pl.col("rank").cast(pl.String), pl.lit("\x00"), pl.col("id"), pl.lit("\n")]).alias("line"))
+        rows.with_columns(pl.concat_str([pl.col("rank").cast(pl.String), pl.lit("\x00"), pl.col("id")]).alias("mkey"))
         .group_by("label", maintain_order=True)
-        .agg(pl.len().cast(pl.Int64).alias("size"), pl.col("line").str.join("").alias("text"), pl.col("rank").unique(maintain_order=True).alias("ranks"))
+        .agg(pl.len().cast(pl.Int64).alias("size"), (pl.col("mkey") + pl.lit("\n")).str.join("").alias("text"), pl.col("rank").unique(maintain_order=True).alias("ranks"), pl.col("mkey").alias("keys"))
     )
     digests = [xxhash.xxh3_128_hexdigest(t.encode()) for t in grouped["text"].to_list()]
     return pl.DataFrame(
-        {"label": grouped["label"], "size": grouped["size"], "members": digests, "ranks": grouped["ranks"]},
-        schema={"label": pl.Int64, "size": pl.Int64, "members": pl.String, "ranks": pl.List(pl.Int32)},
+        {"label": grouped["label"], "size": grouped["size"], "members": digests, "ranks": grouped["ranks"], "keys": grouped["keys"]},
+        schema={"label": pl.Int64, "size": pl.Int64, "members": pl.String, "ranks": pl.List(pl.Int32), "keys": pl.List(pl.String)},
     )
 
 
@@ -277,33 +285,85 @@ def _previous_clusters(params: VerifyParams) -> pl.DataFrame:
     return before.filter(pl.Series((keys >= params.lo) & (keys < params.hi)))
 
 
-def _reusable(frame: pl.DataFrame, params: VerifyParams, sets: pl.DataFrame | None = None) -> tuple[set[int], set[int] | None]:
+def _reusable(frame: pl.DataFrame, params: VerifyParams, sets: pl.DataFrame | None = None) -> tuple[set[int], set[int] | None, pl.DataFrame | None]:
     """Labels whose verdict can be copied: the previous run had a cluster with the same label
     and exactly the same (source, id) members; ids hash the text, so the verdict is the same.
 
     Also the ranks of the sources whose removal rows may differ from the previous run's: those
     with a member in a cluster that is not reused, now or before (None: every source)."""
     if not params.previous:
-        return set(), None
+        return set(), None, None
     before = _previous_clusters(params)
     sets = _member_sets(frame) if sets is None else sets
     joined = sets.join(before.select("label", "size", "members"), on=["label", "size", "members"], how="inner")
     reuse = set(joined["label"].to_list())
     if "ranks" not in before.columns or before["ranks"].null_count():  # written before the clusters recorded their sources
-        return reuse, None
+        return reuse, None, before
+    return reuse, _touched(sets, before, reuse), before
+
+
+def _touched(sets: pl.DataFrame, before: pl.DataFrame, done: set[int]) -> set[int]:
+    """Ranks with a member in a cluster, now or before, whose verdict was not carried over."""
     touched: set[int] = set()
     for table in (sets, before):
-        gone = table.filter(~pl.col("label").is_in(list(reuse)))
+        gone = table.filter(~pl.col("label").is_in(list(done)))
         touched.update(gone["ranks"].explode().drop_nulls().to_list())
-    return reuse, touched
+    return touched
+
+
+def _replay_candidates(sets: pl.DataFrame, before: pl.DataFrame | None, reuse: set[int]) -> dict[int, tuple[set[str], set[str]]]:
+    """Clusters that only gained members since the previous run (same label, every previous
+    member still in it): label -> (added member keys, previous member keys)."""
+    if before is None or "keys" not in before.columns:
+        return {}
+    prev = before.filter(pl.col("keys").is_not_null() & ~pl.col("label").is_in(list(reuse))).select("label", pl.col("keys").alias("before"))
+    now = sets.filter(~pl.col("label").is_in(list(reuse))).select("label", "keys")
+    out: dict[int, tuple[set[str], set[str]]] = {}
+    for label, keys, old in now.join(prev, on="label", how="inner").iter_rows():
+        a, b = set(keys), set(old)
+        if b < a:
+            out[int(label)] = (a - b, b)
+    return out
+
+
+def _previous_rows(params: VerifyParams, labels: set[int]) -> pa.Table:
+    """The previous run's removal rows of the clusters ``labels``."""
+    before = pa.concat_tables([storage.read_parquet(uri) for uri in params.previous])
+    return before.filter(pc.is_in(before.column("label"), pa.array(sorted(labels), pa.int64())))
+
+
+def _replay_requests(frame: pl.DataFrame, params: VerifyParams, reuse: set[int], before: pl.DataFrame | None, sets: pl.DataFrame | None = None) -> tuple[pl.DataFrame, dict, pa.Table | None]:
+    """The members whose text this run needs: every member of a cluster verified in full; of a
+    replayed cluster only its added members and the previous run's retained ones."""
+    todo = frame.filter(~pl.col("label").is_in(list(reuse))) if reuse else frame
+    if not params.replay or before is None:
+        return todo, {}, None
+    cands = _replay_candidates(_member_sets(todo) if sets is None else sets, before, reuse)
+    if not cands:
+        return todo, {}, None
+    prev = _previous_rows(params, set(cands))
+    removed = pl.DataFrame(
+        {"label": prev.column("label").to_pylist(), "mkey": [_member_key(r, i) for r, i in zip(prev.column("rank").to_pylist(), prev.column("id").to_pylist())]},
+        schema={"label": pl.Int64, "mkey": pl.String},
+    )
+    keyed = todo.with_columns(pl.concat_str([pl.col("rank").cast(pl.String), pl.lit("\x00"), pl.col("id")]).alias("mkey"))
+    needed = keyed.join(removed, on=["label", "mkey"], how="anti", maintain_order="left")
+    # An added member processed before every previously retained one is retained itself: such a
+    # cluster is verified in full at once (no second pass).
+    firsts = needed.filter(pl.col("label").is_in(list(cands))).group_by("label", maintain_order=True).agg(pl.col("mkey").first())
+    for label, key in firsts.iter_rows():
+        if key in cands[int(label)][0]:
+            del cands[int(label)]
+    removed = removed.filter(pl.col("label").is_in(list(cands)))
+    return keyed.join(removed, on=["label", "mkey"], how="anti", maintain_order="left").drop("mkey"), cands, prev.filter(pc.is_in(prev.column("label"), pa.array(sorted(cands), pa.int64())))
 
 
 @shuffle.measured
 def fuzzy_plan(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
     """Request the text of every member of the clusters this run must verify, keyed by node."""
     frame = _clusters(inputs, params.lo, params.hi)
-    reuse, _ = _reusable(frame, params)
-    todo = frame.filter(~pl.col("label").is_in(list(reuse))) if reuse else frame
+    reuse, _, before = _reusable(frame, params)
+    todo, _, _ = _replay_requests(frame, params, reuse, before)
     node = todo["node"].to_numpy()
     pos = todo.select(pl.int_range(pl.len()).over("label"))[:, 0].to_numpy() if todo.height else np.zeros(0, np.int64)
     shuffle.write_sorted(pa.table([pa.array(node.astype(np.int64)), pa.array(shuffle.hash_keys(todo["label"].to_numpy())), pa.array(pos.astype(np.int64))], schema=REQUEST_SCHEMA), output)
@@ -348,13 +408,12 @@ def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[s
     member_files, text_files = inputs[: params.member_files], inputs[params.member_files :]
     frame = _clusters(member_files, params.lo, params.hi)
     sizes = _member_sets(frame)
-    reuse, touched = _reusable(frame, params, sizes)
+    reuse, touched, before_clusters = _reusable(frame, params, sizes)
     rows: list[tuple] = []
     if reuse:
-        before = pa.concat_tables([storage.read_parquet(uri) for uri in params.previous])
-        before = before.filter(pc.is_in(before.column("label"), pa.array(sorted(reuse), pa.int64())))
-        rows.extend(zip(*[before.column(name).to_pylist() for name in VERDICT_SCHEMA.names]))
-    todo = frame.filter(~pl.col("label").is_in(list(reuse))) if reuse else frame
+        rows.extend(zip(*[c.to_pylist() for c in _previous_rows(params, reuse).select(VERDICT_SCHEMA.names).columns]))
+    _, cands, prev_rows = _replay_requests(frame, params, reuse, before_clusters, sizes)
+    todo = frame.filter(~pl.col("label").is_in(list(reuse | set(cands))))
     # Clusters with more text than stream_chars are read batch by batch (in processing order);
     # the texts of all others are read at once (the range is sized to hold them).
     capped = todo.select("label", pl.col("chars").clip(upper_bound=params.rule.max_chars_per_doc).alias("c")).group_by("label").agg(pl.col("c").sum())
@@ -367,9 +426,13 @@ def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[s
             text_of.update(zip(part.column("node").to_pylist(), part.column("text").to_pylist()))
     big = set(big_keys)
     excerpts: dict[int, str] = {}  # retained members' excerpts, for the examples
-    exempt = {params.sources.index(s) for s in params.exempt if s in params.sources}
     counters = {"clusters": 0, "verified_clusters": 0, "reused_clusters": len(reuse), "verified_members": 0, "streamed_clusters": 0, "comparisons": 0, "exempt_kept": 0, "largest_cluster": 0}
     examples: list[tuple[int, dict[str, Any]]] = []
+    exempt = {params.sources.index(s) for s in params.exempt if s in params.sources}
+    replayed, failed, added_ranks = _replay(frame, params, cands, prev_rows, text_of, exempt, rows, examples)
+    counters["replayed_clusters"], counters["replay_failed"] = len(replayed), len(failed)
+    if touched is not None and before_clusters is not None:
+        touched = _touched(sizes, before_clusters, reuse | replayed) | added_ranks
     if todo.height:
         labels = todo["label"].to_numpy()
         starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
@@ -411,6 +474,9 @@ def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[s
     histogram: dict[str, int] = {}
     for size in sizes["size"].to_list():
         histogram[size_bin(size)] = histogram.get(size_bin(size), 0) + 1
+    if failed:  # verified in full by a second pass, which must not take this pass's (absent) verdict
+        gone = pl.col("label").is_in(list(failed))
+        sizes = sizes.with_columns(pl.when(gone).then(pl.lit("")).otherwise(pl.col("members")).alias("members"), pl.when(gone).then(None).otherwise(pl.col("keys")).alias("keys"))
     storage.write_parquet(sizes.to_arrow().cast(CLUSTER_SCHEMA), clusters_uri(output))
     columns = list(zip(*rows)) if rows else [[] for _ in VERDICT_SCHEMA]
     verdict = pa.table([pa.array(list(c), type=f.type) for c, f in zip(columns, VERDICT_SCHEMA)], schema=VERDICT_SCHEMA)
@@ -424,6 +490,63 @@ def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[s
         "examples": [e for _, e in sorted(examples, key=lambda kv: -kv[0])],
         "touched_ranks": None if touched is None else sorted(touched),
     }
+
+
+def _replay(
+    frame: pl.DataFrame, params: VerifyParams, cands: Mapping[int, tuple[set[str], set[str]]], prev: pa.Table | None, text_of: Mapping[int, str], exempt: set[int], rows: list, examples: list
+) -> tuple[set[int], set[int], set[int]]:
+    """Clusters that only gained members: the previous decisions stand while every added member
+    is removed by the previous run's retained members before it (removed members never
+    represent, so no other decision can change). Appends their rows (the previous ones and the
+    added members'); returns the replayed labels, the failed ones (an added member is retained:
+    verify in full) and the ranks of the added members."""
+    replayed: set[int] = set()
+    failed: set[int] = set()
+    added_ranks: set[int] = set()
+    if not cands or prev is None:
+        return replayed, failed, added_ranks
+    removed_before: dict[int, set[str]] = {}
+    for label, rank, doc in zip(prev.column("label").to_pylist(), prev.column("rank").to_pylist(), prev.column("id").to_pylist()):
+        removed_before.setdefault(int(label), set()).add(_member_key(rank, doc))
+    sub = frame.filter(pl.col("label").is_in(list(cands)))
+    labels = sub["label"].to_numpy()
+    starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]]) if labels.size else np.zeros(0, np.int64)
+    ends = np.append(starts[1:], labels.size)
+    ids, ranks, chars, nodes = sub["id"].to_list(), sub["rank"].to_list(), sub["chars"].to_list(), sub["node"].to_list()
+    for s, e in zip(starts.tolist(), ends.tolist()):
+        label = int(labels[s])
+        added = cands[label][0]
+        gone = removed_before.get(label, set())
+        keys = [_member_key(ranks[i], ids[i]) for i in range(s, e)]
+        idx = [i for i, k in zip(range(s, e), keys) if k not in gone]
+        texts = [text_of.get(nodes[i]) for i in idx]
+        if any(t is None for t in texts):
+            raise DedupError(f"cluster {ids[s]}: member text missing from the gathered shards; rerun fuzzy_duplicates")
+        grams = ngram_sets(texts, params.rule.ngram_size, params.rule.max_chars_per_doc)
+        place = {i: k for k, i in enumerate(idx)}
+        verifier = GreedyVerifier(params.rule)
+        new_rows, new_examples, ok = [], [], True
+        for k, i in enumerate(idx):
+            removal = verifier.offer(i, chars[i], grams[k], ranks[i] in exempt)
+            if (removal is None) == (keys[i - s] in added):  # an added member retained, or a retained one removed
+                ok = False
+                break
+            if removal is not None:
+                r = removal.representative
+                new_rows.append((0, ranks[i], ids[i], label, ids[s], ids[r], params.sources[ranks[r]], removal.containment, removal.jaccard, chars[i]))
+                new_examples.append((params.sources[ranks[i]], ids[i], params.sources[ranks[r]], ids[r], removal, texts[k], texts[place[r]][: params.excerpt_chars]))
+        if not ok:
+            failed.add(label)
+            continue
+        replayed.add(label)
+        added_ranks.update(int(k.split("\x00", 1)[0]) for k in added)
+        rows.extend(new_rows)
+        for example in new_examples:
+            _offer_example(examples, params, *example)
+    if replayed:
+        kept = prev.filter(pc.is_in(prev.column("label"), pa.array(sorted(replayed), pa.int64())))
+        rows.extend(zip(*[c.to_pylist() for c in kept.select(VERDICT_SCHEMA.names).columns]))
+    return replayed, failed, added_ranks
 
 
 def _read_batch(text_files: Sequence[str], key: int, lo: int, hi: int, nodes: Sequence[int]) -> list[str | None]:
@@ -704,33 +827,48 @@ def find_fuzzy_duplicates(
         return VerifyParams(lo, hi, sources, exempt_t, previous_files[p], params, num_examples, excerpt_chars, stream_chars=scale.cluster_chars_in_memory, batch_chars=scale.verify_batch_chars)
 
     # 5. plan, 6. gather, 7. verify
-    plans = run([ShardTask(fuzzy_plan, member_files, storage.join(work, "plan", storage.shard_name(p, verify_parts)), verify_params(p, lo, hi)) for p, (lo, hi) in enumerate(bounds)])
-    plan_files = tuple(r.output for r in plans)
-    gathered = run(
-        [
-            ShardTask(fuzzy_gather, (n_uri, nodes, *plan_files), storage.join(work, "gather", f"{i:06d}.parquet"), GatherParams(source, first, rows, params.max_chars_per_doc, scale.verify_batch_chars))
-            for i, (source, n_uri, nodes, first, rows) in enumerate(shard_list)
-        ]
-    )
-    verified = run(
-        [
-            ShardTask(
-                fuzzy_verify,
-                member_files + tuple(r.output for r in gathered),
-                storage.join(work, "verify", storage.shard_name(p, verify_parts)),
-                dataclasses.replace(verify_params(p, lo, hi), member_files=len(member_files)),
-            )
-            for p, (lo, hi) in enumerate(bounds)
-        ]
-    )
+    def verify_pass(prefix: str, previous: Sequence[tuple[str, ...]], replay: bool) -> tuple[list[ShardResult], list[ShardResult]]:
+        def vp(p: int, lo: int, hi: int) -> VerifyParams:
+            return dataclasses.replace(verify_params(p, lo, hi), previous=previous[p], replay=replay)
+
+        plans = run([ShardTask(fuzzy_plan, member_files, storage.join(work, "plan", prefix + storage.shard_name(p, verify_parts)), vp(p, lo, hi)) for p, (lo, hi) in enumerate(bounds)])
+        plan_files = tuple(r.output for r in plans)
+        gathered = run(
+            [
+                ShardTask(fuzzy_gather, (n_uri, nodes, *plan_files), storage.join(work, "gather", f"{prefix}{i:06d}.parquet"), GatherParams(source, first, rows, params.max_chars_per_doc, scale.verify_batch_chars))
+                for i, (source, n_uri, nodes, first, rows) in enumerate(shard_list)
+            ]
+        )
+        verified = run(
+            [
+                ShardTask(
+                    fuzzy_verify,
+                    member_files + tuple(r.output for r in gathered),
+                    storage.join(work, "verify", prefix + storage.shard_name(p, verify_parts)),
+                    dataclasses.replace(vp(p, lo, hi), member_files=len(member_files)),
+                )
+                for p, (lo, hi) in enumerate(bounds)
+            ]
+        )
+        return gathered, verified
+
+    gathered, verified = verify_pass("", previous_files, True)
+    replayed = sum(int(r.stats.get("replayed_clusters", 0)) for r in verified)
+    passes = [verified]
+    if any(int(r.stats.get("replay_failed", 0)) for r in verified):
+        # A cluster whose added member was retained is verified in full, every other verdict
+        # taken from the first pass.
+        more, verified = verify_pass("full-", [(r.output,) for r in verified], False)
+        gathered = gathered + more
+        passes.append(verified)
 
     # 8. removals by id range, then one file per source. Incremental: only the sources with a
     # member in a cluster that was verified now, or that existed before and is gone, can have
     # other removals than before; every other source keeps the previous run's file.
     moved: set[int] | None = None
     kept: dict[str, dict[str, Any]] = {}
-    if changed is not None and all(r.stats.get("touched_ranks") is not None for r in verified):
-        moved = {int(k) for r in verified for k in r.stats["touched_ranks"]}
+    if changed is not None and all(r.stats.get("touched_ranks") is not None for rs in passes for r in rs):
+        moved = {int(k) for rs in passes for r in rs for k in r.stats["touched_ranks"]}
         for s in sources:
             old = (before or {}).get("published", {}).get(s)
             if rank[s] not in moved and old is not None and storage.exists(old["uri"]):
@@ -750,6 +888,10 @@ def find_fuzzy_duplicates(
     storage.write_json(storage.join(out_dir_uri, STATE_FILE), state | {"verify_files": [r.output for r in verified]})
     fs, work_path = storage.filesystem(work)
     scratch_bytes = int(fs.du(work_path)) if fs.exists(work_path) else 0  # at its largest, before the collection
+    for r in passes[0] if len(passes) > 1 else ():  # the first pass's verdicts live on in the second's
+        for uri in (r.output, clusters_uri(r.output)):
+            if storage.exists(uri):
+                storage.remove(uri)
     collect_scratch(work, cache, state["cache_entries"], (before or {}).get("cache_entries", {}))
 
     # Counters from what the tasks returned.
@@ -759,8 +901,13 @@ def find_fuzzy_duplicates(
     totals = {"clusters": 0, "verified_clusters": 0, "reused_clusters": 0, "verified_members": 0, "streamed_clusters": 0, "comparisons": 0, "exempt_kept": 0}
     examples: list[dict[str, Any]] = []
     for r in verified:
-        for key in totals:
+        totals["clusters"] += int(r.stats["clusters"])
+    for r in passes[0]:
+        totals["reused_clusters"] += int(r.stats["reused_clusters"])
+    for r in (r for rs in passes for r in rs):
+        for key in ("verified_clusters", "verified_members", "streamed_clusters", "comparisons", "exempt_kept"):
             totals[key] += int(r.stats[key])
+    for r in verified:
         for k, c in r.stats["removed_chars_by_rank"].items():
             removed_chars[sources[int(k)]] += int(c)
         for k, n in r.stats["histogram"].items():
@@ -782,6 +929,8 @@ def find_fuzzy_duplicates(
         "cluster_size_histogram": dict(sorted(histogram.items(), key=lambda kv: int(kv[0].split("-")[0]))),
         "verify_partitions": verify_parts,
         **totals,
+        "replayed_clusters": replayed,
+        "verify_passes": len(passes),
         "changed_sources": changed,
         "shards_read_for_text": sum(int(r.stats["shard_read"]) for r in gathered),
         "removed": sum(removed_per_source.values()),

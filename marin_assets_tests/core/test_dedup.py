@@ -369,8 +369,9 @@ def test_incremental_rebuild_of_one_changed_source_equals_a_full_rebuild(tmp_pat
     assert inc_stats["removed_ids_digest"]["gamma"] == full_stats["removed_ids_digest"]["gamma"]
     assert inc_stats["removed_ids_digest"]["beta"] != full_stats["removed_ids_digest"]["beta"]
     assert full_stats["removed_per_source"]["delta"] >= 1
-    # only the sources with a member in a re-verified cluster are published again; delta is copied
-    assert inc_stats["sources_republished"] == 3 and full2_stats["sources_republished"] == 4
+    # beta's new copies are all removed by the clusters' previous survivors: those clusters replay
+    # their previous decisions, and only beta, whose removals grew, is published again
+    assert inc_stats["replayed_clusters"] >= 2 and inc_stats["sources_republished"] == 1 and full2_stats["sources_republished"] == 4
     assert inc_stats["reused_clusters"] > 0 and inc_stats["verified_clusters"] < full2_stats["verified_clusters"]
     assert inc_stats["shards_read_for_text"] < full2_stats["shards_read_for_text"] or inc_stats["verified_members"] < full2_stats["verified_members"]
     # a second change on top of the incremental run (its scratch already collected) still equals a full rebuild
@@ -385,6 +386,40 @@ def test_incremental_rebuild_of_one_changed_source_equals_a_full_rebuild(tmp_pat
     for source in buckets3:
         assert storage.read_bytes(dedup.removed_uri(again, source)) == storage.read_bytes(dedup.removed_uri(full3, source))
     assert again_stats["removed_ids_digest"] == full3_stats["removed_ids_digest"]
+
+
+def test_a_cluster_whose_added_member_is_retained_is_verified_in_full(tmp_path: Path) -> None:
+    normalized, buckets = big_cluster_corpus(tmp_path / "v1")
+    cache, first = str(tmp_path / "cache"), str(tmp_path / "first")
+    dedup.find_fuzzy_duplicates(buckets, normalized, {"gamma"}, first, scale=SMALL_TASKS, cache_uri=cache)
+    survivors = {r["cluster_id"] for s in buckets for r in read_removed(first, s)}
+    head = next(t for t in near_copies(600, seed=11) if doc_id(t) in survivors)  # the big cluster's first (kept) member
+    shorter = next(t for t in near_copies(620, seed=11)[600:] if len(t) < len(head))
+    cases = {
+        # gamma (exempt) keeps a new shorter copy: the replay of the big cluster fails, a second pass verifies it
+        "gamma": ([shorter], 2),
+        # a longer copy of the head is retained and now represents the others: verified in full at once
+        "beta": ([head + " appendix footer note", near_copies(620, seed=11)[610]], 1),
+    }
+    for changed, (more, passes) in cases.items():
+        normalized2, buckets2 = big_cluster_corpus(tmp_path / changed, extra={changed: more})
+        for source in set(buckets) - {changed}:
+            normalized2[source], buckets2[source] = normalized[source], buckets[source]
+        inc, full = str(tmp_path / changed / "incremental"), str(tmp_path / changed / "full")
+        run_cache = str(tmp_path / changed / "cache")
+        shutil.copytree(cache, run_cache)
+        inc_stats = dedup.find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, inc, scale=SMALL_TASKS, cache_uri=run_cache, previous_uri=first)
+        dedup.find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, full, scale=SMALL_TASKS)
+        for source in buckets2:
+            assert storage.read_bytes(dedup.removed_uri(inc, source)) == storage.read_bytes(dedup.removed_uri(full, source))
+        assert inc_stats["changed_sources"] == [changed] and inc_stats["verify_passes"] == passes
+        assert inc_stats["verified_members"] >= 500  # the big cluster, in full
+        # the first pass's verdicts are gone once the second pass holds them all
+        assert len(storage.read_json(str(Path(inc) / "_fuzzy_state.json"))["verify_files"]) == inc_stats["verify_partitions"]
+        assert sorted(n for n in map(storage.basename, storage.listdir(str(Path(inc) / "_work" / "verify"))) if n.endswith(".parquet")) == sorted(
+            n for f in storage.read_json(str(Path(inc) / "_fuzzy_state.json"))["verify_files"] for n in (storage.basename(f), storage.basename(f).removesuffix(".parquet") + ".clusters.parquet")
+        )
+    assert any(r["representative_id"] == doc_id(head + " appendix footer note") for s in buckets for r in read_removed(str(tmp_path / "beta" / "incremental"), s))
 
 
 def test_scratch_is_collected_after_publishing_but_the_stored_index_is_kept(tmp_path: Path) -> None:
