@@ -474,8 +474,14 @@ def pool_index_uris(index_dir: str) -> list[str]:
 
 def read_pool_index(uris: Sequence[str]) -> pa.Table:
     """The concatenated shard indexes (``group``, ``file``, ``source``, ``documents``, ``tokens``)."""
-    tables = [storage.read_parquet(u) for u in uris]
-    return pa.concat_tables([t.cast(INDEX_SCHEMA) for t in tables]) if tables else INDEX_SCHEMA.empty_table()
+    if not uris:
+        return INDEX_SCHEMA.empty_table()
+    paths = [storage.local_path(u) for u in uris]
+    if len(uris) > 1 and all(paths):  # many local files: one native multi-file read
+        import polars as pl  # noqa: PLC0415
+
+        return pl.read_parquet(paths, columns=INDEX_SCHEMA.names).to_arrow().cast(INDEX_SCHEMA)
+    return pa.concat_tables([storage.read_parquet(u).cast(INDEX_SCHEMA) for u in uris])
 
 
 POOL_FILES_SCHEMA = pa.schema([("group", pa.string()), ("source", pa.string()), ("file", pa.string())])
@@ -498,9 +504,10 @@ def group_counts_and_files(sources: Sequence[tuple[str, Sequence[str], str]], fi
         for source, index_uris, pool_dir in sources:
             index = read_pool_index(index_uris)
             counts.append(group_counts_from_index(index))
-            files = pa.array([storage.join(pool_dir, f) for f in index.column("file").to_pylist()], pa.string())
-            writer.write_table(pa.table([index.column("group"), index.column("source"), files], schema=POOL_FILES_SCHEMA))
-            del index, files
+            listed = pl.from_arrow(index.select(["group", "source", "file"]))
+            listed = listed.with_columns((pl.lit(pool_dir.rstrip("/") + "/") + pl.col("file").str.strip_chars("/")).alias("file"))
+            writer.write_table(listed.to_arrow().cast(POOL_FILES_SCHEMA))
+            del index, listed
     if not counts:
         return pl.DataFrame(schema={"group": pl.Utf8, "source": pl.Utf8, "documents": pl.Int64, "tokens": pl.Int64})
     return pl.concat(counts).sort("group", "source")
