@@ -227,6 +227,8 @@ PARQUET_COMPRESSION = "zstd"
 
 def local_path(uri: str) -> str | None:
     """The plain filesystem path of a local URI (native writers are faster than file objects)."""
+    if uri.startswith("/") and os.path.normpath(uri) == uri:
+        return uri  # an absolute plain path already (no filesystem lookup: called once per file piece)
     fs, path = filesystem(uri)
     protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
     return path if "file" in protocols or "local" in protocols else None
