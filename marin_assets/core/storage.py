@@ -220,6 +220,21 @@ def move_file(source: str, uri: str) -> None:
     os.remove(source)
 
 
+
+@contextlib.contextmanager
+def atomic_local_path(path: str) -> Iterator[str]:
+    """A temporary path next to the local file ``path`` for a native writer; renamed to ``path``
+    when the block ends, removed if it fails (the file appears complete or not at all)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}{_tmp_suffix()}"
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+
 # --------------------------------------------------------------------------- parquet
 
 PARQUET_COMPRESSION = "zstd"
