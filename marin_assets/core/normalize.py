@@ -29,6 +29,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 import xxhash
@@ -243,6 +244,21 @@ def _file_rows(uri: str, params: ScatterParams, counters: dict[str, int]) -> Ite
         counters[f"bad_rows.{reason}"] = counters.get(f"bad_rows.{reason}", 0) + n
 
 
+def _shard_order_columns(frames: list[pl.DataFrame]) -> list[str]:
+    """The columns (no ``_shard``) in first-appearance order over the rows taken shard by shard,
+    batch by batch: the order a flush has always written when batches differ in their columns."""
+    columns = [c for c in frames[0].columns if c != "_shard"]
+    if all(f.columns == frames[0].columns for f in frames[1:]):
+        return columns
+    shards_of = [set(f["_shard"].unique().to_list()) for f in frames]
+    seen: dict[str, None] = {}
+    for shard in sorted(set().union(*shards_of)):
+        for frame, shards in zip(frames, shards_of, strict=True):
+            if shard in shards:
+                seen.update((c, None) for c in frame.columns if c != "_shard")
+    return list(seen)
+
+
 def flush_name(sequence: int) -> str:
     return f"flush-{sequence:05d}.arrow"
 
@@ -261,25 +277,29 @@ def scatter_file(input_uris: list[str], output_uri: str, params: ScatterParams) 
 
     (uri,) = input_uris
     counters: dict[str, Any] = {"rows_in": 0, "rows_out": 0}
-    buffered: dict[int, list[pl.DataFrame]] = {}
+    buffered: list[pl.DataFrame] = []  # read batches with their ``_shard`` column, in input order
     pieces: dict[int, list[list[int]]] = {}
     flushes = 0
     held = 0
 
     def flush() -> None:
+        # One concat and one stable sort by shard per flush (not one frame per batch and shard:
+        # with many shards that per-piece overhead grew the CPU per row with the corpus).
         nonlocal flushes
         if not buffered:
             return
-        order = sorted(buffered)
-        frames = [part for shard in order for part in buffered[shard]]
-        heights = [sum(part.height for part in buffered[shard]) for shard in order]
+        frames = list(buffered)
         buffered.clear()
-        table = formats.concat_rows(frames, [uri] * len(frames), params.source, rechunk=False).to_arrow()
+        names = _shard_order_columns(frames)
+        frame = formats.concat_rows(frames, [uri] * len(frames), params.source, rechunk=False).sort("_shard", maintain_order=True)
         frames.clear()
+        order, heights = np.unique(frame["_shard"].to_numpy(), return_counts=True)
+        table = frame.select(names).to_arrow()
+        del frame
         with storage.open_atomic(storage.join(output_uri, flush_name(flushes))) as handle:
             with pa.ipc.new_file(handle, table.schema) as writer:
                 offset = 0
-                for shard, height in zip(order, heights):
+                for shard, height in zip(order.tolist(), heights.tolist()):
                     first = writer.stats.num_record_batches
                     writer.write_table(table.slice(offset, height))
                     pieces.setdefault(shard, []).append([flushes, first, writer.stats.num_record_batches - first])
@@ -288,8 +308,7 @@ def scatter_file(input_uris: list[str], output_uri: str, params: ScatterParams) 
 
     for rows in _file_rows(uri, params, counters):
         rows = rows.with_columns(shard_of(rows["id"], params.shards).alias("_shard"))
-        for (shard,), part in rows.partition_by("_shard", as_dict=True).items():
-            buffered.setdefault(int(shard), []).append(part.drop("_shard"))
+        buffered.append(rows)
         held += int(rows.estimated_size())
         del rows
         if held >= min(params.normalize.scatter_buffer_bytes, params.normalize.target_shard_bytes):
@@ -333,19 +352,18 @@ def _require_rows(source: str, files: int, counters: Mapping[str, int]) -> None:
         )
 
 
-def _read_batches(uri: str, first: int, count: int) -> pl.DataFrame:
-    """Record batches ``first .. first + count`` of a scatter file (only those bytes are read)."""
+def _read_batches(uri: str, first: int, count: int) -> Any:
+    """Record batches ``first .. first + count`` of a scatter file as an Arrow table (only those bytes are read)."""
     import pyarrow as pa  # noqa: PLC0415
 
     path = storage.local_path(uri)
     if path is not None:
         reader = pa.ipc.open_file(pa.memory_map(path))
-        return pl.from_arrow(pa.Table.from_batches([reader.get_batch(i) for i in range(first, first + count)], reader.schema))  # type: ignore[return-value]
+        return pa.Table.from_batches([reader.get_batch(i) for i in range(first, first + count)], reader.schema)
     fs, remote = storage.filesystem(uri)
     with fs.open(remote, "rb") as handle:
         reader = pa.ipc.open_file(handle)
-        table = pa.Table.from_batches([reader.get_batch(i) for i in range(first, first + count)], reader.schema)
-    return pl.from_arrow(table)  # type: ignore[return-value]
+        return pa.Table.from_batches([reader.get_batch(i) for i in range(first, first + count)], reader.schema)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -357,8 +375,24 @@ class GatherParams:
 
 def gather_shard(input_uris: list[str], output_uri: str, params: GatherParams) -> dict[str, Any]:
     """Phase 2 for one shard: read its record batches (in input order), sort by id, split off duplicates."""
-    frames = [_read_batches(uri, first, count) for uri, (first, count) in zip(input_uris, params.batches, strict=True)]
-    return _write_shard(frames, output_uri, params.exact_dedup, [f"pieces of input {p.rsplit('/', 2)[-2]}" for p in input_uris])
+    import pyarrow as pa  # noqa: PLC0415
+
+    # Pieces with one schema (usually all of them) become one frame: a frame per piece costs a
+    # fixed overhead per piece, and pieces grow as inputs x shards.
+    frames: list[pl.DataFrame] = []
+    names: list[str] = []
+    run: list[Any] = []
+    for uri, (first, count) in zip(input_uris, params.batches, strict=True):
+        table = _read_batches(uri, first, count)
+        if run and not table.schema.equals(run[0].schema):
+            frames.append(pl.from_arrow(pa.concat_tables(run)))  # type: ignore[arg-type]
+            run = []
+        if not run:
+            names.append(f"pieces of input {uri.rsplit('/', 2)[-2]}")
+        run.append(table)
+    if run:
+        frames.append(pl.from_arrow(pa.concat_tables(run)))  # type: ignore[arg-type]
+    return _write_shard(frames, output_uri, params.exact_dedup, names)
 
 
 def _write_shard(frames: list[pl.DataFrame], output_uri: str, exact_dedup: bool, names: list[str] | None = None,

@@ -220,6 +220,21 @@ def move_file(source: str, uri: str) -> None:
     os.remove(source)
 
 
+
+@contextlib.contextmanager
+def atomic_local_path(path: str) -> Iterator[str]:
+    """A temporary path next to the local file ``path`` for a native writer; renamed to ``path``
+    when the block ends, removed if it fails (the file appears complete or not at all)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}{_tmp_suffix()}"
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+
 # --------------------------------------------------------------------------- parquet
 
 PARQUET_COMPRESSION = "zstd"
@@ -227,6 +242,8 @@ PARQUET_COMPRESSION = "zstd"
 
 def local_path(uri: str) -> str | None:
     """The plain filesystem path of a local URI (native writers are faster than file objects)."""
+    if uri.startswith("/") and os.path.normpath(uri) == uri:
+        return uri  # an absolute plain path already (no filesystem lookup: called once per file piece)
     fs, path = filesystem(uri)
     protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
     return path if "file" in protocols or "local" in protocols else None
