@@ -41,6 +41,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import socket
 import threading
 import uuid
@@ -991,8 +992,14 @@ class LocalHubServer:
 def serve(root: str | os.PathLike[str], port: int = 8765, host: str = "127.0.0.1") -> None:
     """Serve ``root`` in the foreground until interrupted (``marin-assets serve-hub``).
 
-    Prints the ``HF_ENDPOINT`` to export for clients.
+    Prints the ``HF_ENDPOINT`` to export for clients. SIGTERM stops it cleanly, even when the
+    parent process ignores SIGTERM (an ignored signal is inherited by a child).
     """
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
     server = LocalHubServer(root, host=host, port=port)
     httpd = server._bind()
     repos = server.store.repos("dataset")

@@ -184,7 +184,8 @@ def test_store_pins_and_deletes(hub_store):
 
 
 def test_serve_hub_command_serves_a_repo_store(tmp_path):
-    """``marin-assets serve-hub ROOT`` serves what ``HubRepoStore`` wrote, at the endpoint it prints."""
+    """``marin-assets serve-hub ROOT`` serves what ``HubRepoStore`` wrote, at the endpoint it prints,
+    and stops on SIGTERM."""
     import subprocess
     import sys
 
@@ -192,10 +193,20 @@ def test_serve_hub_command_serves_a_repo_store(tmp_path):
 
     sha = HubRepoStore(tmp_path / "hub").publish(REPO, {"README.md": README}, commit="060fca9")
     command = [sys.executable, "-m", "marin_assets.cli", "serve-hub", str(tmp_path / "hub"), "--port", "0"]
-    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as server:
+    import signal
+
+    def ignore_term() -> None:  # as under a parent that ignores SIGTERM: the child inherits it
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, preexec_fn=ignore_term) as server:
         try:
             assert server.stdout.readline().startswith("local hub: 1 dataset repos")
             endpoint = server.stdout.readline().strip().removeprefix("HF_ENDPOINT=")
             assert HfApi(endpoint=endpoint, token=False).dataset_info(REPO, revision="060fca9").sha == sha
         finally:
             server.terminate()
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                raise AssertionError("serve-hub did not stop on SIGTERM") from None
