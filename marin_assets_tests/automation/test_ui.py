@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,6 +90,21 @@ def _screenshot(driver, name: str) -> None:
     driver.save_screenshot(str(ARTIFACTS / name))
 
 
+def _menu_item(driver, opener: str, item: str, timeout_s: float = 60):
+    """Open a menu and click one of its items, opening it again if it closed before the item
+    could be clicked (the one-time welcome dialog or a re-render can close it)."""
+    from selenium.common.exceptions import TimeoutException
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        _click(driver, opener, timeout_s=max(deadline - time.monotonic(), 1))
+        try:
+            return _click(driver, item, timeout_s=min(10, max(deadline - time.monotonic(), 1)))
+        except TimeoutException:
+            if time.monotonic() >= deadline:
+                raise
+
+
 def test_asset_graph_shows_every_stage(demo_dagster, browser) -> None:
     from selenium.webdriver.common.by import By
 
@@ -98,8 +114,11 @@ def test_asset_graph_shows_every_stage(demo_dagster, browser) -> None:
     browser.get(f"{demo_dagster.url}/asset-groups")
     try:
         # the graph's own settings (next to its zoom controls), not the app's
-        _click(browser, "//button[.//*[@aria-label='zoom_out']]/following::button[.//*[@aria-label='settings']][1]")
-        _click(browser, "//*[starts-with(normalize-space(.), 'Expand all groups')][self::a or self::button or @role='menuitem']")
+        _menu_item(
+            browser,
+            "//button[.//*[@aria-label='zoom_out']]/following::button[.//*[@aria-label='settings']][1]",
+            "//*[starts-with(normalize-space(.), 'Expand all groups')][self::a or self::button or @role='menuitem']",
+        )
         labels = lambda d: {e.text.strip() for e in d.find_elements(By.XPATH, "//*[normalize-space(text())!='']")}  # noqa: E731
         _wait(browser).until(lambda d: set(stages) <= labels(d), message=f"asset graph nodes for {stages}")
     finally:
