@@ -93,7 +93,7 @@ DOCS = harness.pick(20_000, 2_000)
 # shard's ids (a production source has thousands of shards).
 LIST_SHARDS = 512
 LIST_SHARD = LIST_SHARDS // 2
-# The eval index: rows of generated text, ~0.9M / 1.8M distinct 13-grams (production: 21.78M,
+# The eval index: rows of generated text, ~0.8-0.9M (quick) / ~1.7-1.9M distinct 13-grams per rule (production: 21.78M,
 # see bench_decon): what the memory goal weighs is the index (two rules' hashes vs one set of
 # strings), so it must outweigh the fixed numba runtime (~115 MiB) that a toy index would not.
 EVAL_ROWS = harness.pick(8_000, 4_000)
