@@ -78,18 +78,14 @@ class EvalIndex:
         n = max(len(self.hashes), 1)
         bits = int(min(max(np.ceil(np.log2(n * 8)), 10), 32))
         self.shift = 64 - bits
-        self.bitmaps = (self._bitmap(self.hashes >> np.uint64(64 - bits), bits),
-                        self._bitmap((self.hashes >> np.uint64(64 - 2 * bits)) & np.uint64((1 << bits) - 1), bits))
+        self.bitmaps = (self._bitmap(self.hashes, 64 - bits, bits), self._bitmap(self.hashes, 64 - 2 * bits, bits))
 
     @staticmethod
-    def _bitmap(slots: np.ndarray, bits: int) -> np.ndarray:
+    def _bitmap(hashes: np.ndarray, shift: int, bits: int) -> np.ndarray:
+        """Bit ``(h >> shift) & (2**bits - 1)`` set for every hash (``decon_kernels.set_bits``)."""
         bitmap = _zeros_on_huge_pages(1 << (bits - 3))
-        if len(slots):
-            slots = np.sort(slots)
-            byte = (slots >> np.uint64(3)).astype(np.int64)
-            mask = np.left_shift(np.uint8(1), (slots & np.uint64(7)).astype(np.uint8))
-            first = np.flatnonzero(np.r_[True, byte[1:] != byte[:-1]])
-            bitmap[byte[first]] = np.bitwise_or.reduceat(mask, first)
+        if len(hashes):
+            kernels.set_bits(bitmap, kernels.readonly(hashes, np.uint64), shift, (1 << bits) - 1)
         return bitmap
 
     @functools.cached_property

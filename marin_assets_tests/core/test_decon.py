@@ -164,6 +164,20 @@ def test_index_membership_is_exact(index):
     assert not index.contains(random_hashes).any()
 
 
+def test_index_bitmaps_hold_exactly_the_slots_of_its_hashes():
+    from marin_assets.core.decon_index import EvalIndex
+
+    hashes = np.unique(np.random.default_rng(1).integers(0, 2**64 - 1, 50_000, dtype=np.uint64))
+    empty = np.zeros(0, np.uint64)
+    index = EvalIndex(hashes, empty, empty, np.zeros(0, np.int32), [], [], [], {})
+    bits = 64 - index.shift
+    for bitmap, shift in zip(index.bitmaps, (64 - bits, 64 - 2 * bits)):
+        slots = (hashes >> np.uint64(shift)) & np.uint64((1 << bits) - 1)
+        expected = np.zeros(1 << bits, dtype=bool)
+        expected[slots.astype(np.int64)] = True
+        assert np.array_equal(np.unpackbits(bitmap, bitorder="little").astype(bool), expected)
+
+
 def test_build_refuses_missing_mandatory_set_and_writes_nothing(tmp_path):
     out = str(tmp_path / "idx")
     with pytest.raises(EvalIndexError) as err:
