@@ -151,7 +151,15 @@ def _bad(counters: dict[str, int], reason: str, uri: str, line: int, why: str) -
 
 
 def parse_json_chunk(chunk: bytes, counters: dict[str, int], uri: str = "", first_line: int = 1) -> pl.DataFrame:
-    """Parse JSON lines; repair invalid UTF-8 and count (not crash on) unreadable lines."""
+    """Parse JSON lines; repair invalid UTF-8 and count (not crash on) unreadable lines.
+
+    Valid chunks (nearly all) are parsed from the bytes as they are: a decoded copy and a
+    re-encoded one would each hold another chunk's worth of memory.
+    """
+    try:
+        return pl.read_ndjson(chunk, infer_schema_length=None)
+    except Exception:  # noqa: BLE001 - invalid UTF-8 or a bad line: repaired or isolated below
+        pass
     try:
         text = chunk.decode("utf-8")
     except UnicodeDecodeError:
@@ -159,29 +167,31 @@ def parse_json_chunk(chunk: bytes, counters: dict[str, int], uri: str = "", firs
         counters["invalid_utf8_repaired"] = counters.get("invalid_utf8_repaired", 0) + sum(
             1 for line in chunk.split(b"\n") if line and _not_utf8(line)
         )
-    try:
-        return pl.read_ndjson(io.BytesIO(text.encode("utf-8")), infer_schema_length=None)
-    except Exception:  # noqa: BLE001 - fall back to line-by-line to isolate the bad rows
-        records = []
-        for offset, line in enumerate(text.split("\n")):
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as err:
-                _bad(counters, "bad_json", uri, first_line + offset, f"not JSON ({err.msg})")
-                continue
-            except RecursionError:
-                _bad(counters, "too_deep", uri, first_line + offset, "JSON nested too deeply to read")
-                continue
-            if isinstance(value, dict):
-                records.append(value)
-            else:
-                _bad(counters, "bad_json", uri, first_line + offset, f"a JSON {type(value).__name__}, not an object")
         try:
-            return pl.from_dicts(records, infer_schema_length=None) if records else pl.DataFrame()
+            return pl.read_ndjson(text.encode("utf-8"), infer_schema_length=None)
+        except Exception:  # noqa: BLE001 - a bad line as well
+            pass
+    # line by line, to isolate the bad rows
+    records = []
+    for offset, line in enumerate(text.split("\n")):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as err:
+            _bad(counters, "bad_json", uri, first_line + offset, f"not JSON ({err.msg})")
+            continue
         except RecursionError:
-            raise FormatError(f"file '{uri}' lines {first_line}+: rows nested too deeply to hold in a table") from None
+            _bad(counters, "too_deep", uri, first_line + offset, "JSON nested too deeply to read")
+            continue
+        if isinstance(value, dict):
+            records.append(value)
+        else:
+            _bad(counters, "bad_json", uri, first_line + offset, f"a JSON {type(value).__name__}, not an object")
+    try:
+        return pl.from_dicts(records, infer_schema_length=None) if records else pl.DataFrame()
+    except RecursionError:
+        raise FormatError(f"file '{uri}' lines {first_line}+: rows nested too deeply to hold in a table") from None
 
 
 def _not_utf8(line: bytes) -> bool:
