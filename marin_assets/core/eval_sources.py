@@ -153,8 +153,16 @@ def _fetch_archive(provider: WebArchiveProvider, sha256: str, layout: storage.La
 
 
 def registry_digest(registry: EvalRegistry) -> str:
-    """Fingerprint input: the registry's recipe and the commits its branch pins are locked to."""
-    payload: dict[str, Any] = {"recipe": registry.recipe(), "lock": registry.lock.to_json()}
+    """Fingerprint input: the registry's recipe and the commits its branch pins are locked to.
+
+    A local eval file counts by its bytes, not its path: the same registry in another checkout
+    (or a copy of the file elsewhere) gives the same index and must not rebuild everything after it.
+    """
+    recipe = registry.recipe()
+    for entry, eval_set in zip(recipe["sets"], registry.sets, strict=True):
+        if isinstance(eval_set.provider, LocalFileProvider) and storage.exists(eval_set.provider.path):
+            entry["provider"] = {**entry["provider"], "path": storage.content_sha256(eval_set.provider.path)}
+    payload: dict[str, Any] = {"recipe": recipe, "lock": registry.lock.to_json()}
     return hashlib.sha256(storage.canonical_json(payload).encode()).hexdigest()[:16]
 
 

@@ -214,3 +214,21 @@ def test_the_packaged_registry_locks_and_builds_without_edits(tmp_path, web, hub
     stats = decon.build_eval_index(rows, str(tmp_path / "index"), decon.DeconParams(), locked.expected_rows())
     assert {name: v["rows"] for name, v in stats["eval_sets"].items()} == locked.expected_rows()
     assert len(skipped) == len(locked.sets) - len(locked.mandatory)
+
+
+def test_a_local_eval_file_is_fingerprinted_by_its_bytes_not_its_path(tmp_path):
+    """The same registry in two checkouts gives one eval index fingerprint; edited rows give another."""
+    from marin_assets.core.eval_sources import registry_digest  # noqa: PLC0415
+
+    demo = Path(__file__).parents[2] / "marin_assets" / "demo"
+    digests = []
+    for name in ("checkout_a", "checkout_b"):
+        copy = tmp_path / name
+        copy.mkdir()
+        for file in ("evals.toml", "evals_demo.jsonl"):
+            shutil.copy(demo / file, copy / file)
+        digests.append(registry_digest(load_evals(str(copy / "evals.toml"))))
+    assert digests[0] == digests[1]
+    edited = tmp_path / "checkout_b" / "evals_demo.jsonl"
+    edited.write_text(edited.read_text().replace("?", "?!", 1))
+    assert registry_digest(load_evals(str(tmp_path / "checkout_b" / "evals.toml"))) != digests[0]
