@@ -402,7 +402,12 @@ def fuzzy_gather(inputs: list[str], output: str, params: GatherParams) -> dict[s
     return {"gathered": int(node.size), "shard_read": 1}
 
 
-@shuffle.measured
+def _warm_ngrams() -> None:
+    """Load the compiled n-gram kernels (from numba's disk cache) once per process."""
+    ngram_sets(["warm up the kernels"], 3, 100)
+
+
+@shuffle.measured(warm=(_warm_ngrams,))
 def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
     """Verify the requested clusters of a label range; copy the previous verdict of the others."""
     member_files, text_files = inputs[: params.member_files], inputs[params.member_files :]
@@ -944,6 +949,7 @@ def find_fuzzy_duplicates(
         "examples": examples,
         "tasks": len(results),
         "task_cpu_s": round(sum(float(r.stats.get("cpu_s", 0)) for r in fresh), 3),
+        "warmup_cpu_s": round(sum(float(r.stats.get("warmup_cpu_s", 0)) for r in fresh), 3),
         "max_task_rss_kb": max(int(r.stats.get("rss_kb", 0)) for r in results),
         "steps": step_costs(results),
     }
