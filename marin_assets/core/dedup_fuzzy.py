@@ -96,6 +96,7 @@ class FuzzyScale:
     records_per_partition: int = 16_000_000
     edges_per_task: int = 16_000_000
     union_find_max_edges: int = 20_000_000
+    merge_max_edges: int = 20_000_000  # incremental: the added documents' edges merged in one task (above: components over every edge)
     members_per_partition: int = 1_000_000
     member_chars_per_partition: int = 1 << 30  # verify holds its range's requested texts (but for big clusters)
     cluster_chars_in_memory: int = 1 << 26  # a cluster with more member text is verified batch by batch, read from storage
@@ -1027,9 +1028,16 @@ def find_fuzzy_duplicates(
     shard_plan: list[tuple[str, str, str, int, int, int, int]] = []  # (source, normalized shard, node table, first node, rows, map task, shard in group)
     node_tables: dict[str, dict[str, str]] = {}
     lost_shards = False  # a changed source lost a shard name: its documents there are gone
+    renumbered = False  # an unchanged source's stored index is gone: its nodes may differ from the previous run's
     for source in sources:
         base = 0
         entry = f"{fps[source]}-s{slot[source]}-g{scale.shards_per_map}"
+        if before is not None and source not in added_base and before["fingerprints"].get(source) == fps[source]:
+            kept_entry = before.get("cache_entries", {}).get(source)
+            if kept_entry and storage.exists(storage.join(cache, source, kept_entry)):
+                entry = kept_entry  # the stored index of an unchanged source, with its node numbers
+            else:
+                renumbered = True
         previous_tables: Mapping[str, str] = {}
         if source in added_base:
             previous_tables = before["node_tables"].get(source, {})
@@ -1080,6 +1088,7 @@ def find_fuzzy_duplicates(
         changed is not None
         and set(changed) <= set(added_base)
         and not lost_shards
+        and not renumbered
         and bool(before.get("label_files"))
         and all(storage.exists(f) for f in before["label_files"])
     )
@@ -1097,7 +1106,7 @@ def find_fuzzy_duplicates(
             ]
         )
         edges = sum(int(r.stats["edges"]) for r in edge_results)
-        incremental = edges <= scale.union_find_max_edges  # else: components over every edge
+        incremental = edges <= scale.merge_max_edges  # else: components over every edge
     if incremental:
         fresh_labels = storage.join(work, "labels", "fresh.parquet")
         merge_inputs = (*(r.output for r in edge_results), *gone_files, *before["label_files"])
@@ -1146,10 +1155,14 @@ def find_fuzzy_duplicates(
     in_clusters = sum(int(r.stats["members"]) for r in members)
     member_chars = sum(int(r.stats["member_chars"]) for r in members)
     if incremental:
-        verify_parts = int(before["verify_partitions"])  # the previous ranges: each carries its untouched clusters over
-    else:
-        wanted = max(shuffle.partitions_for(in_clusters, scale.members_per_partition), shuffle.partitions_for(member_chars, scale.member_chars_per_partition))
-        verify_parts = 1 << max(0, (wanted - 1).bit_length())
+        # The members read were the touched clusters': the totals are the previous ones plus the
+        # newly clustered documents (their characters at the previous mean).
+        docs_before = int(before.get("clustered_docs", 0))
+        in_clusters = docs_before + int(merged.stats["fresh"])
+        member_chars = int(before.get("member_chars", 0)) * in_clusters // max(1, docs_before)
+    wanted = max(shuffle.partitions_for(in_clusters, scale.members_per_partition), shuffle.partitions_for(member_chars, scale.member_chars_per_partition))
+    verify_parts = 1 << max(0, (wanted - 1).bit_length())
+    state["clustered_docs"], state["member_chars"] = in_clusters, member_chars
     state["verify_partitions"] = verify_parts
     bounds = shuffle.partition_bounds(verify_parts)
     previous_files: list[tuple[str, ...]] = [()] * verify_parts
@@ -1226,6 +1239,7 @@ def find_fuzzy_duplicates(
     )
     published = run([ShardTask(fuzzy_publish, tuple(r.output for r in parts), removed_uri(out_dir_uri, s), PublishParams(rank[s], kept.get(s))) for s in sources])
     state["published"] = {s: {"uri": removed_uri(out_dir_uri, s), "removed": int(r.stats["removed"]), "digest": str(r.stats["digest"])} for s, r in zip(sources, published)}
+    state["clustered_docs"] = sum(int(r.stats.get("clustered_docs", 0)) for r in verified)
     storage.write_json(storage.join(out_dir_uri, STATE_FILE), state | {"verify_files": [r.output for r in verified]})
     fs, work_path = storage.filesystem(work)
     scratch_bytes = int(fs.du(work_path)) if fs.exists(work_path) else 0  # at its largest, before the collection
