@@ -599,7 +599,8 @@ def fuzzy_plan(inputs: list[str], output: str, params: VerifyParams) -> dict[str
     node = todo["node"].to_numpy()
     pos = todo.select(pl.int_range(pl.len()).over("label"))[:, 0].to_numpy() if todo.height else np.zeros(0, np.int64)
     shuffle.write_sorted(pa.table([pa.array(node.astype(np.int64)), pa.array(shuffle.hash_keys(todo["label"].to_numpy())), pa.array(pos.astype(np.int64))], schema=REQUEST_SCHEMA), output)
-    return {"requested_members": int(node.size)}
+    # Where the requested nodes lie (a few ranges): gather runs only on shards that overlap them.
+    return {"requested_members": int(node.size), "requested_runs": node_runs(node, 64)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1031,7 +1032,7 @@ def find_fuzzy_duplicates(
     renumbered = False  # an unchanged source's stored index is gone: its nodes may differ from the previous run's
     for source in sources:
         base = 0
-        entry = f"{fps[source]}-s{slot[source]}-g{scale.shards_per_map}"
+        entry = f"{fps[source]}-s{slot[source]}-g{scale.shards_per_map}-n{LAYOUT}"  # node tables with node numbers and bucket digests
         if before is not None and source not in added_base and before["fingerprints"].get(source) == fps[source]:
             kept_entry = before.get("cache_entries", {}).get(source)
             if kept_entry and storage.exists(storage.join(cache, source, kept_entry)):
@@ -1185,12 +1186,18 @@ def find_fuzzy_duplicates(
 
         plans = run([ShardTask(fuzzy_plan, member_files, storage.join(work, "plan", prefix + storage.shard_name(p, verify_parts)), vp(p, lo, hi)) for p, (lo, hi) in enumerate(bounds)])
         plan_files = tuple(r.output for r in plans)
+        wanted = [tuple(x) for r in plans for x in r.stats.get("requested_runs", [[0, shuffle.KEY_SPACE]])]
+
+        def requested(first: int, rows: int, runs: Sequence[tuple[int, int]]) -> bool:
+            return any(a < hi and lo < b for a, b in runs or ((first, first + rows),) for lo, hi in wanted)
+
         gathered = run(
             [
                 ShardTask(
                     fuzzy_gather, (n_uri, nodes, *plan_files), storage.join(work, "gather", f"{prefix}{i:06d}.parquet"), GatherParams(source, first, rows, params.max_chars_per_doc, scale.verify_batch_chars, runs)
                 )
                 for i, (source, n_uri, nodes, first, rows, runs) in enumerate(shard_list)
+                if requested(first, rows, runs)
             ]
         )
         verified = run(
