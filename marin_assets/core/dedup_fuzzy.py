@@ -1,16 +1,21 @@
 """Global fuzzy dedup as a chain of shuffles; every step is a list of per-partition tasks.
 
-Nodes are documents, ``node = slot << 40 | row``: ``row`` is the document's row within its
-source (shards in basename order) and ``slot`` a number per source kept from run to run; a
-source whose buckets changed gets a new, higher slot, so the other sources' node numbers, and
-the labels (smallest node) of clusters they lead, stay the same.
+Nodes are documents, ``node = slot << 40 | row``: ``slot`` is a number per source kept from
+run to run and ``row`` the document's row within its source (shards in basename order) when
+the source was first mapped. A source whose buckets changed keeps its slot, and each of its
+documents that is still there (same id, same buckets) keeps its node; added documents get rows
+past the source's previous ones. So the labels (smallest node) of clusters stay the same, and
+when no clustered document is gone the previous components can only merge.
 
 1. map, per minhash shard: bucket records ``(key = hash(band, bucket), node)`` and the shard's
-   node table (``id``, ``chars``). Stored under ``cache/<source>/<fingerprint>``: a source
+   node table (``id``, ``chars``, ``node``, bucket ``digest``). Stored under ``cache/<source>/<fingerprint>``: a source
    whose buckets did not change keeps its map output (that is the stored per-partition index
    an incremental run joins a changed source against);
 2. edges, per key range (``records_per_partition``): star edges of every shared bucket;
-3. connected components (:mod:`dedup_components`): label = smallest node of the component;
+3. connected components (:mod:`dedup_components`): label = smallest node of the component.
+   Incremental (2-3b): edges only of the buckets that hold an added document, one union-find
+   of the previous labels over them, and the previous label files rewritten with that remap;
+   members, plan and verify then see the touched clusters only and carry the others over;
 4. members, per minhash shard: the shard's labelled nodes, keyed by hash(label);
 5. plan, per label range: which clusters must be verified: all, or, incrementally, those whose
    members (source, id) are not exactly those of the previous run's cluster with the same
@@ -657,6 +662,7 @@ def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[s
     sizes = _member_sets(frame)
     reuse, touched, before_clusters = _reusable(frame, params, sizes)
     rows: list[tuple] = []
+    carried: list[pa.Table] = []  # the previous rows of reused clusters, as they were
     untouched = None
     if params.remap and before_clusters is not None:
         # Incremental components: every cluster of the range that no added document reached is
@@ -669,7 +675,7 @@ def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[s
         before_clusters = before_clusters.filter(hit)
         reuse |= set(untouched["label"].to_list())
     if reuse:
-        rows.extend(zip(*[c.to_pylist() for c in _previous_rows(params, reuse).select(VERDICT_SCHEMA.names).columns]))
+        carried.append(_previous_rows(params, reuse).select(VERDICT_SCHEMA.names).cast(VERDICT_SCHEMA))
     _, cands, prev_rows = _replay_requests(frame, params, reuse, before_clusters, sizes)
     todo = frame.filter(~pl.col("label").is_in(list(reuse | set(cands))))
     # Clusters with more text than stream_chars are read batch by batch (in processing order);
@@ -741,6 +747,8 @@ def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[s
     storage.write_parquet(sizes.to_arrow().cast(CLUSTER_SCHEMA), clusters_uri(output))
     columns = list(zip(*rows)) if rows else [[] for _ in VERDICT_SCHEMA]
     verdict = pa.table([pa.array(list(c), type=f.type) for c, f in zip(columns, VERDICT_SCHEMA)], schema=VERDICT_SCHEMA)
+    if carried:
+        verdict = pa.concat_tables([verdict, *carried]).combine_chunks()
     verdict = verdict.set_column(0, "key", pa.array(shuffle.prefix_keys(verdict.column("id"))))
     shuffle.write_sorted(verdict, output)
     by_rank = pl.from_arrow(verdict.select(["rank", "chars"])).group_by("rank").agg(pl.len().alias("n"), pl.col("chars").sum().alias("c"))
@@ -890,7 +898,8 @@ SCRATCH_STEPS = ("edges", "cc", "delta", "members", "plan", "gather", "removals"
 
 def collect_scratch(work: str, cache: str, current: Mapping[str, str], superseded: Mapping[str, str]) -> list[str]:
     """After a successful publish, remove the scratch no later run reads: every step's shuffle
-    files except the verify outputs (the next incremental run copies verdicts from them), and
+    files except the verify outputs and the label files (the next incremental run copies
+    verdicts from the one and merges components over the other), and
     the cached map outputs the previous run used that this run replaced (``superseded`` and
     ``current``: the entry per source; the current ones are the stored index the next run
     joins a changed source against). Entries of other runs are left alone. Returns what was
