@@ -36,6 +36,8 @@ import dataclasses
 import hashlib
 import heapq
 import json
+import os
+import tempfile
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -43,6 +45,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import xxhash
 
 from marin_assets.core import dedup_shuffle as shuffle
@@ -64,6 +67,7 @@ from marin_assets.core.runner import ShardRunner, ShardResult, ShardTask
 
 RANK_SHIFT = 40
 STATE_FILE = "_fuzzy_state.json"
+RELABEL_FILES = 16  # previous label files per relabel task (the members step reads one touched-rows file per task)
 LAYOUT = 2  # the state's layout: nodes kept across changes, label files kept for the next run
 
 RECORD_SCHEMA = pa.schema([("key", pa.int64()), ("node", pa.int64())])
@@ -312,7 +316,7 @@ class MergeParams:
 
 @dataclasses.dataclass(frozen=True)
 class RelabelParams:
-    delta: str  # where the touched components' rows go
+    outputs: tuple[str, ...]  # the relabelled file of each previous label file (inputs after the remap; any further input, the fresh labels, is read for the touched rows only)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -405,23 +409,36 @@ def fuzzy_merge_labels(inputs: list[str], output: str, params: MergeParams) -> d
 
 @shuffle.measured
 def fuzzy_relabel(inputs: list[str], output: str, params: RelabelParams) -> dict[str, Any]:
-    """One partition of the previous labels with the remap applied (the next run's labels), and
-    the rows of the touched components (what the members step reads)."""
-    label_file, remap_file = inputs
+    """Partitions of the previous labels with the remap applied (the next run's labels, one file
+    each, read and written one at a time), and one file of the touched components' rows (what
+    the members step reads; the newly clustered nodes' labels included when ``fresh``)."""
+    remap_file, *label_files = inputs
     remap = storage.read_parquet(remap_file)
     fresh = remap.column("fresh").to_numpy(zero_copy_only=False)
     was, now = remap.column("node").to_numpy()[~fresh], remap.column("label").to_numpy()[~fresh]
     touched = np.unique(remap.column("label").to_numpy())
-    table = storage.read_parquet(label_file)
-    label = table.column("label").to_numpy()
-    if was.size and label.size:
-        pos = np.minimum(np.searchsorted(was, label), was.size - 1)
-        label = np.where(was[pos] == label, now[pos], label)
-    table = table.set_column(table.schema.get_field_index("label"), "label", pa.array(label))
-    storage.write_parquet(table, output, row_group_size=shuffle.ROW_GROUP_ROWS)
-    delta = table.filter(pa.array(np.isin(label, touched)))
-    storage.write_parquet(delta, params.delta, row_group_size=shuffle.ROW_GROUP_ROWS)
-    return {"labels": table.num_rows, "touched_members": delta.num_rows}
+    labels = touched_members = 0
+    with tempfile.TemporaryDirectory(prefix="dedup-relabel-") as tmp:
+        local = os.path.join(tmp, "delta.parquet")
+        writer = pq.ParquetWriter(local, LABEL_SCHEMA, compression=storage.PARQUET_COMPRESSION)
+        try:
+            for uri, out in zip(label_files, params.outputs + (None,) * (len(label_files) - len(params.outputs))):
+                table = storage.read_parquet(uri).select(LABEL_SCHEMA.names).cast(LABEL_SCHEMA)
+                label = table.column("label").to_numpy()
+                if out is not None:
+                    if was.size and label.size:
+                        pos = np.minimum(np.searchsorted(was, label), was.size - 1)
+                        label = np.where(was[pos] == label, now[pos], label)
+                    table = table.set_column(LABEL_SCHEMA.get_field_index("label"), "label", pa.array(label))
+                    storage.write_parquet(table, out, row_group_size=shuffle.ROW_GROUP_ROWS)
+                    labels += table.num_rows
+                delta = table.filter(pa.array(np.isin(label, touched)))
+                touched_members += delta.num_rows
+                writer.write_table(delta, row_group_size=shuffle.ROW_GROUP_ROWS)
+        finally:
+            writer.close()
+        storage.put_file(local, output)
+    return {"labels": labels, "touched_members": touched_members}
 
 
 # --------------------------------------------------------------------------- 4. members
@@ -443,14 +460,10 @@ def _read_runs(files: Sequence[str], params: Any, columns: Sequence[str], schema
     return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
 
 
-@shuffle.measured
-def fuzzy_members(inputs: list[str], output: str, params: ShardParams) -> dict[str, Any]:
-    """A shard's nodes that are in a cluster, with their label, id and length, keyed by label."""
-    nodes_file, *label_files = inputs
+def _shard_members(nodes_file: str, label_files: Sequence[str], params: ShardParams) -> pa.Table:
     labels = _read_runs(label_files, params, ["node", "label"], LABEL_SCHEMA)
     if labels.num_rows == 0:
-        shuffle.write_sorted(MEMBER_SCHEMA.empty_table(), output)
-        return {"members": 0, "member_chars": 0}
+        return MEMBER_SCHEMA.empty_table()
     node = labels.column("node").to_numpy()
     label = labels.column("label").to_numpy()
     nodes_table = storage.read_parquet(nodes_file)
@@ -463,9 +476,32 @@ def fuzzy_members(inputs: list[str], output: str, params: ShardParams) -> dict[s
         rows = node - params.first_node
     table = nodes_table.take(pa.array(rows))
     rank = pa.array(np.full(node.size, params.rank, np.int32))
-    out = pa.table([pa.array(shuffle.hash_keys(label)), pa.array(label), pa.array(node), rank, table.column("id"), table.column("chars")], schema=MEMBER_SCHEMA)
+    return pa.table([pa.array(shuffle.hash_keys(label)), pa.array(label), pa.array(node), rank, table.column("id"), table.column("chars")], schema=MEMBER_SCHEMA)
+
+
+@shuffle.measured
+def fuzzy_members(inputs: list[str], output: str, params: ShardParams) -> dict[str, Any]:
+    """A shard's nodes that are in a cluster, with their label, id and length, keyed by label."""
+    nodes_file, *label_files = inputs
+    out = _shard_members(nodes_file, label_files, params)
     shuffle.write_sorted(out, output)
-    return {"members": int(node.size), "member_chars": int(pc.sum(table.column("chars")).as_py() or 0)}
+    return {"members": out.num_rows, "member_chars": int(pc.sum(out.column("chars")).as_py() or 0)}
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupParams:
+    shards: tuple[ShardParams, ...]
+
+
+@shuffle.measured
+def fuzzy_members_group(inputs: list[str], output: str, params: GroupParams) -> dict[str, Any]:
+    """Incremental: the touched clusters' members of a group of shards (a map group) in one
+    file; the inputs are the shards' node tables, then the touched rows' label files."""
+    k = len(params.shards)
+    nodes_files, label_files = inputs[:k], inputs[k:]
+    out = pa.concat_tables([_shard_members(n, label_files, p) for n, p in zip(nodes_files, params.shards)])
+    shuffle.write_sorted(out, output)
+    return {"members": out.num_rows, "member_chars": int(pc.sum(out.column("chars")).as_py() or 0)}
 
 
 # --------------------------------------------------------------------------- 5. plan / 7. verify: which clusters to verify
@@ -923,7 +959,7 @@ def step_costs(results: Sequence[ShardResult]) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for r in results:
         parts = r.output.rstrip("/").split("/")
-        if "cc" in parts or parts[-2] == "labels":
+        if "cc" in parts or parts[-2] in ("labels", "delta"):
             step = "components"
         elif parts[-2] in ("edges", "members", "plan", "gather", "verify", "removals"):
             step = parts[-2]
@@ -1123,14 +1159,17 @@ def find_fuzzy_duplicates(
         (merged,) = run([ShardTask(fuzzy_merge_labels, merge_inputs, storage.join(work, "cc", "remap.parquet"), MergeParams(len(edge_results), len(gone_files), fresh_labels))])
         incremental = int(merged.stats["split"]) == 0  # else: a cluster lost a member, components over every edge
     if incremental:
+        old_labels = list(before["label_files"])
+        relabelled_files = [storage.join(work, "labels", f"{i:06d}.parquet") for i in range(len(old_labels))]
+        label_files = relabelled_files + [fresh_labels]
+        # One task per RELABEL_FILES previous label files; each writes one file of touched rows.
         relabelled = run(
             [
-                ShardTask(fuzzy_relabel, (uri, merged.output), storage.join(work, "labels", f"{i:06d}.parquet"), RelabelParams(storage.join(work, "delta", f"{i:06d}.parquet")))
-                for i, uri in enumerate(before["label_files"])
+                ShardTask(fuzzy_relabel, (merged.output, *old_labels[i : i + RELABEL_FILES], *([fresh_labels] if i == 0 else [])), storage.join(work, "delta", f"{i // RELABEL_FILES:06d}.parquet"), RelabelParams(tuple(relabelled_files[i : i + RELABEL_FILES])))
+                for i in range(0, max(1, len(old_labels)), RELABEL_FILES)
             ]
         )
-        label_files = [r.output for r in relabelled] + [fresh_labels]
-        member_label_files = [storage.join(work, "delta", f"{i:06d}.parquet") for i in range(len(relabelled))] + [fresh_labels]
+        member_label_files = [r.output for r in relabelled]
         cc_stats = {"cc_method": "incremental", "cc_rounds": 0, "touched_clusters": int(merged.stats["touched"])}
     else:
         # 2. edges
@@ -1155,13 +1194,29 @@ def find_fuzzy_duplicates(
         member_label_files = label_files
     state["label_files"] = list(label_files)
 
-    # 4. members (incremental: of the touched clusters only)
-    members = run(
-        [
-            ShardTask(fuzzy_members, (nodes, *member_label_files), storage.join(work, "members", f"{i:06d}.parquet"), ShardParams(source, first, rows, rank[source], runs))
-            for i, (source, _, nodes, first, rows, runs) in enumerate(shard_list)
-        ]
-    )
+    # 4. members (incremental: of the touched clusters only, one task per map group)
+    if incremental:
+        groups: dict[int, list[int]] = {}
+        for i, plan in enumerate(shard_plan):
+            groups.setdefault(plan[5], []).append(i)
+        members = run(
+            [
+                ShardTask(
+                    fuzzy_members_group,
+                    (*(shard_list[i][2] for i in idx), *member_label_files),
+                    storage.join(work, "members", f"g{m:06d}.parquet"),
+                    GroupParams(tuple(ShardParams(shard_list[i][0], shard_list[i][3], shard_list[i][4], rank[shard_list[i][0]], shard_list[i][5]) for i in idx)),
+                )
+                for m, idx in sorted(groups.items())
+            ]
+        )
+    else:
+        members = run(
+            [
+                ShardTask(fuzzy_members, (nodes, *member_label_files), storage.join(work, "members", f"{i:06d}.parquet"), ShardParams(source, first, rows, rank[source], runs))
+                for i, (source, _, nodes, first, rows, runs) in enumerate(shard_list)
+            ]
+        )
     in_clusters = sum(int(r.stats["members"]) for r in members)
     member_chars = sum(int(r.stats["member_chars"]) for r in members)
     if incremental:
