@@ -495,8 +495,9 @@ class GroupParams:
 
 @shuffle.measured
 def fuzzy_members_group(inputs: list[str], output: str, params: GroupParams) -> dict[str, Any]:
-    """Incremental: the touched clusters' members of a group of shards (a map group) in one
-    file; the inputs are the shards' node tables, then the touched rows' label files."""
+    """Incremental: the touched clusters' members of a group of shards in one file (few rows:
+    fewer, larger files for plan and verify to read); the inputs are the shards' node tables,
+    then the touched rows' label files."""
     k = len(params.shards)
     nodes_files, label_files = inputs[:k], inputs[k:]
     out = pa.concat_tables([_shard_members(n, label_files, p) for n, p in zip(nodes_files, params.shards)])
@@ -1194,11 +1195,9 @@ def find_fuzzy_duplicates(
         member_label_files = label_files
     state["label_files"] = list(label_files)
 
-    # 4. members (incremental: of the touched clusters only, one task per map group)
+    # 4. members (incremental: of the touched clusters only, one task per shards_per_map shards)
     if incremental:
-        groups: dict[int, list[int]] = {}
-        for i, plan in enumerate(shard_plan):
-            groups.setdefault(plan[5], []).append(i)
+        groups = {g: list(range(g, min(g + scale.shards_per_map, len(shard_list)))) for g in range(0, len(shard_list), scale.shards_per_map)}
         members = run(
             [
                 ShardTask(
