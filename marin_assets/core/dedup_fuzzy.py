@@ -61,7 +61,7 @@ from marin_assets.core.dedup import (
     removed_uri,
     size_bin,
 )
-from marin_assets.core.dedup_components import EDGE_SCHEMA, LABEL_SCHEMA, connected_components, edge_table
+from marin_assets.core.dedup_components import EDGE_SCHEMA, LABEL_SCHEMA, connected_components, edge_table, warm_scipy
 from marin_assets.core.dedup_exact import doc_lengths
 from marin_assets.core.runner import ShardRunner, ShardResult, ShardTask
 
@@ -362,7 +362,7 @@ def fuzzy_edges_added(inputs: list[str], output: str, params: AddedParams) -> di
 # --------------------------------------------------------------------------- 3b. incremental components
 
 
-@shuffle.measured
+@shuffle.measured(warm=(warm_scipy,))
 def fuzzy_merge_labels(inputs: list[str], output: str, params: MergeParams) -> dict[str, Any]:
     """Incremental components: the previous components stay whole (no document of theirs is
     gone) and only merge through the added documents' edges. A union-find over those edges,
