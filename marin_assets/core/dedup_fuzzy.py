@@ -155,15 +155,6 @@ def node_runs(nodes: np.ndarray, limit: int = MAX_NODE_RUNS) -> list[list[int]]:
     return [[int(x), int(y)] for x, y in zip(lo, hi)]
 
 
-def shard_nodes(nodes_file: str, first_node: int, rows: int) -> np.ndarray:
-    """The node of every row of a shard (node tables written before nodes were kept across
-    changes have none: the rows' nodes are consecutive)."""
-    table = storage.read_parquet(nodes_file)
-    if "node" in table.column_names:
-        return table.column("node").to_numpy()
-    return first_node + np.arange(rows, dtype=np.int64)
-
-
 def _rows_of(nodes: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """Row index of each ``wanted`` node in a shard's ``nodes`` (every one must be there)."""
     order = np.argsort(nodes, kind="stable")
