@@ -99,7 +99,12 @@ def star_round(inputs: list[str], output: str, params: RoundParams) -> dict[str,
     return {"edges_in": int(a.size)}
 
 
-@shuffle.measured
+def warm_scipy() -> None:
+    """Import scipy's graph module once per process (a library load, not the task's work)."""
+    import scipy.sparse.csgraph  # noqa: F401, PLC0415
+
+
+@shuffle.measured(warm=(warm_scipy,))
 def union_find(inputs: list[str], output: str, params: Any) -> dict[str, Any]:
     """All edges in one task (below the configured size): scipy's connected components."""
     from scipy.sparse import coo_matrix  # noqa: PLC0415
@@ -120,12 +125,13 @@ def union_find(inputs: list[str], output: str, params: Any) -> dict[str, Any]:
 
 
 def connected_components(
-    edge_files: Sequence[str], edges: int, work: str, runner: ShardRunner, *, union_find_max_edges: int, edges_per_task: int
+    edge_files: Sequence[str], edges: int, work: str, runner: ShardRunner, *, union_find_max_edges: int, edges_per_task: int, labels_dir: str | None = None
 ) -> tuple[list[str], dict[str, Any]]:
-    """Label files ``(key = node, node, label)`` for every node with an edge, and counters
-    (``cc_results``: the tasks' results)."""
+    """Label files ``(key = node, node, label)`` for every node with an edge (under
+    ``labels_dir``, default ``<work>/cc/labels``), and counters (``cc_results``: the tasks' results)."""
+    labels_dir = labels_dir or storage.join(work, "cc", "labels")
     if edges <= union_find_max_edges:
-        (result,) = runner.map([ShardTask(union_find, tuple(edge_files), storage.join(work, "cc", "labels.parquet"), None)])
+        (result,) = runner.map([ShardTask(union_find, tuple(edge_files), storage.join(labels_dir, "labels.parquet"), None)])
         return [result.output], {"cc_method": "union_find", "cc_rounds": 0, "cc_results": [result]}
     partitions = shuffle.partitions_for(2 * edges, edges_per_task)
     bounds = shuffle.partition_bounds(partitions)
@@ -146,7 +152,7 @@ def connected_components(
     else:  # pragma: no cover - the rounds converge in O(log^2 n)
         raise RuntimeError(f"connected components did not converge in {MAX_ROUNDS} rounds")
     labels = runner.map(
-        [ShardTask(star_round, tuple(current), storage.join(work, "cc", "labels", storage.shard_name(p, partitions)), RoundParams(lo, hi, "labels")) for p, (lo, hi) in enumerate(bounds)]
+        [ShardTask(star_round, tuple(current), storage.join(labels_dir, storage.shard_name(p, partitions)), RoundParams(lo, hi, "labels")) for p, (lo, hi) in enumerate(bounds)]
     )
     stats += labels
     return [r.output for r in labels], {"cc_method": "star_rounds", "cc_rounds": rnd + 1, "cc_results": stats}

@@ -193,5 +193,6 @@ def find_exact_duplicates(
         "partitions": partitions,
         "tasks": len(mapped) + len(reduced) + len(published),
         "task_cpu_s": round(sum(float(r.stats.get("cpu_s", 0)) for r in [*mapped, *reduced, *published] if not r.reused), 3),
+        "warmup_cpu_s": round(sum(float(r.stats.get("warmup_cpu_s", 0)) for r in [*mapped, *reduced, *published] if not r.reused), 3),
         "max_task_rss_kb": max(int(r.stats.get("rss_kb", 0)) for r in [*mapped, *reduced, *published]) if shards else 0,
     }

@@ -1,16 +1,21 @@
 """Global fuzzy dedup as a chain of shuffles; every step is a list of per-partition tasks.
 
-Nodes are documents, ``node = slot << 40 | row``: ``row`` is the document's row within its
-source (shards in basename order) and ``slot`` a number per source kept from run to run; a
-source whose buckets changed gets a new, higher slot, so the other sources' node numbers, and
-the labels (smallest node) of clusters they lead, stay the same.
+Nodes are documents, ``node = slot << 40 | row``: ``slot`` is a number per source kept from
+run to run and ``row`` the document's row within its source (shards in basename order) when
+the source was first mapped. A source whose buckets changed keeps its slot, and each of its
+documents that is still there (same id, same buckets) keeps its node; added documents get rows
+past the source's previous ones. So the labels (smallest node) of clusters stay the same, and
+when no clustered document is gone the previous components can only merge.
 
 1. map, per minhash shard: bucket records ``(key = hash(band, bucket), node)`` and the shard's
-   node table (``id``, ``chars``). Stored under ``cache/<source>/<fingerprint>``: a source
+   node table (``id``, ``chars``, ``node``, bucket ``digest``). Stored under ``cache/<source>/<fingerprint>``: a source
    whose buckets did not change keeps its map output (that is the stored per-partition index
    an incremental run joins a changed source against);
 2. edges, per key range (``records_per_partition``): star edges of every shared bucket;
-3. connected components (:mod:`dedup_components`): label = smallest node of the component;
+3. connected components (:mod:`dedup_components`): label = smallest node of the component.
+   Incremental (2-3b): edges only of the buckets that hold an added document, one union-find
+   of the previous labels over them, and the previous label files rewritten with that remap;
+   members, plan and verify then see the touched clusters only and carry the others over;
 4. members, per minhash shard: the shard's labelled nodes, keyed by hash(label);
 5. plan, per label range: which clusters must be verified: all, or, incrementally, those whose
    members (source, id) are not exactly those of the previous run's cluster with the same
@@ -30,6 +35,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import heapq
+import json
+import os
+import tempfile
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -37,6 +45,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import xxhash
 
 from marin_assets.core import dedup_shuffle as shuffle
@@ -52,16 +61,19 @@ from marin_assets.core.dedup import (
     removed_uri,
     size_bin,
 )
-from marin_assets.core.dedup_components import connected_components, edge_table
+from marin_assets.core.dedup_components import EDGE_SCHEMA, LABEL_SCHEMA, connected_components, edge_table, warm_scipy
 from marin_assets.core.dedup_exact import doc_lengths
 from marin_assets.core.runner import ShardRunner, ShardResult, ShardTask
 
 RANK_SHIFT = 40
 STATE_FILE = "_fuzzy_state.json"
+RELABEL_FILES = 16  # previous label files per relabel task (the members step reads one touched-rows file per task)
+LAYOUT = 2  # the state's layout: nodes kept across changes, label files kept for the next run
 
 RECORD_SCHEMA = pa.schema([("key", pa.int64()), ("node", pa.int64())])
-NODE_SCHEMA = pa.schema([("id", pa.string()), ("chars", pa.int64())])
+NODE_SCHEMA = pa.schema([("id", pa.string()), ("chars", pa.int64()), ("node", pa.int64()), ("digest", pa.uint64())])
 MEMBER_SCHEMA = pa.schema([("key", pa.int64()), ("label", pa.int64()), ("node", pa.int64()), ("rank", pa.int32()), ("id", pa.string()), ("chars", pa.int64())])
+REMAP_SCHEMA = pa.schema([("key", pa.int64()), ("node", pa.int64()), ("label", pa.int64()), ("fresh", pa.bool_())])
 REQUEST_SCHEMA = pa.schema([("key", pa.int64()), ("lkey", pa.int64()), ("pos", pa.int64())])
 # Gathered texts sorted by (cluster key, place in processing order), in row groups of about
 # VERIFY_BATCH_CHARS, so a big cluster's texts can be read batch by batch.
@@ -93,6 +105,7 @@ class FuzzyScale:
     records_per_partition: int = 16_000_000
     edges_per_task: int = 16_000_000
     union_find_max_edges: int = 20_000_000
+    merge_max_edges: int = 20_000_000  # incremental: the added documents' edges merged in one task (above: components over every edge)
     members_per_partition: int = 1_000_000
     member_chars_per_partition: int = 1 << 30  # verify holds its range's requested texts (but for big clusters)
     cluster_chars_in_memory: int = 1 << 26  # a cluster with more member text is verified batch by batch, read from storage
@@ -101,7 +114,7 @@ class FuzzyScale:
 
 
 def nodes_uri(map_output: str, k: int) -> str:
-    """The node table (``id``, ``chars`` per row) of shard ``k`` of a map group."""
+    """The node table (``id``, ``chars``, ``node``, bucket ``digest`` per row) of shard ``k`` of a map group."""
     return map_output.removesuffix(".parquet") + f".nodes-{k:05d}.parquet"
 
 
@@ -117,9 +130,64 @@ class MapParams:
     source: str
     slot: int
     bases: tuple[int, ...]  # first row (within the source) of each shard of the group
+    # A changed source that keeps its node numbers: per shard, the previous run's node table of
+    # the shard with the same name ("" if none); a document found there (same id, same buckets)
+    # keeps its node, any other gets ``slot << 40 | added_base + base + row``.
+    previous: tuple[str, ...] = ()
+    added_base: int = -1
 
 
-def _shard_records(source: str, buckets_uri: str, normalized_uri: str, first_node: int, nodes_out: str) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+MAX_NODE_RUNS = 16
+
+
+def node_runs(nodes: np.ndarray, limit: int = MAX_NODE_RUNS) -> list[list[int]]:
+    """At most ``limit`` node ranges ``[lo, hi)`` covering ``nodes`` (the smallest gaps closed):
+    a shard's labels and requests are read by these ranges, then matched node by node."""
+    if nodes.size == 0:
+        return []
+    ordered = np.unique(nodes)
+    breaks = np.flatnonzero(np.diff(ordered) > 1)
+    if breaks.size >= limit:
+        gaps = ordered[breaks + 1] - ordered[breaks]
+        breaks = np.sort(breaks[np.argsort(-gaps, kind="stable")[: limit - 1]])
+    lo = np.r_[ordered[0], ordered[breaks + 1]]
+    hi = np.r_[ordered[breaks], ordered[-1]] + 1
+    return [[int(x), int(y)] for x, y in zip(lo, hi)]
+
+
+def _rows_of(nodes: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Row index of each ``wanted`` node in a shard's ``nodes`` (every one must be there)."""
+    order = np.argsort(nodes, kind="stable")
+    pos = np.searchsorted(nodes, wanted, sorter=order)
+    return order[np.minimum(pos, max(0, nodes.size - 1))]
+
+
+def gone_uri(map_output: str) -> str:
+    """The previous run's nodes of a changed map group's documents that are gone (or changed)."""
+    return map_output.removesuffix(".parquet") + ".gone.parquet"
+
+
+def _kept_nodes(previous: str, ids: pa.Array, digest: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the previous run's node of the same document (-1: added), and the previous
+    nodes of the documents that are gone (not found, or found with other buckets)."""
+    if not previous or not storage.exists(previous):
+        return np.full(len(ids), -1, np.int64), np.zeros(0, np.int64)
+    old = storage.read_parquet(previous)
+    if "node" not in old.column_names or "digest" not in old.column_names:
+        raise DedupError(f"node table {previous} has no node numbers; delete the fuzzy dedup cache and rerun")
+    before = pl.from_arrow(old.select(["id", "node", "digest"]))
+    now = pl.DataFrame({"id": pl.Series(ids.to_pylist(), dtype=pl.String), "digest": pl.Series(digest, dtype=pl.UInt64)}).with_row_index("row")
+    now = now.filter(pl.col("id").is_first_distinct())
+    hit = now.join(before.filter(pl.col("id").is_first_distinct()), on=["id", "digest"], how="inner")
+    kept = np.full(len(ids), -1, np.int64)
+    kept[hit["row"].to_numpy()] = hit["node"].to_numpy()
+    old_nodes = before["node"].to_numpy()
+    return kept, old_nodes[~np.isin(old_nodes, hit["node"].to_numpy())]
+
+
+def _shard_records(
+    source: str, buckets_uri: str, normalized_uri: str, first_node: int, nodes_out: str, previous: str = "", added_node: int = -1
+) -> tuple[np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
     table = storage.read_parquet(buckets_uri)
     if "buckets" not in table.column_names or "id" not in table.column_names:
         raise DedupError(f"source {source!r}: {buckets_uri} has no 'id'/'buckets' columns; rematerialize minhash_buckets for {source!r}")
@@ -144,14 +212,30 @@ def _shard_records(source: str, buckets_uri: str, normalized_uri: str, first_nod
     band = (np.arange(values.size, dtype=np.int64) - starts[row]).astype(np.uint64)
     with np.errstate(over="ignore"):
         key = shuffle.hash_keys(values ^ shuffle.fmix64(band + np.uint64(1)))
+        # Per document, a hash of its bucket keys in band order: a later run keeps the node of a
+        # document only when its buckets are the same.
+        mixed = shuffle.fmix64(key.astype(np.uint64) + band * np.uint64(0x9E3779B97F4A7C15))
+        digest = np.zeros(rows, np.uint64)
+        if values.size:
+            full = lengths > 0
+            digest[full] = np.add.reduceat(mixed, starts[full])
+        digest = shuffle.fmix64(digest + lengths.astype(np.uint64))
     if "chars" in table.column_names:
         chars = table.column("chars").combine_chunks().cast(pa.int64())
     else:  # minhash output from before it recorded lengths: read them from the text once
         chars = doc_lengths(source, normalized_uri, None, rows)
-    nodes = pa.table([table.column("id").combine_chunks().cast(pa.string()), chars], schema=NODE_SCHEMA)
+    ids = table.column("id").combine_chunks().cast(pa.string())
+    node = first_node + np.arange(rows, dtype=np.int64)
+    gone, added = np.zeros(0, np.int64), 0
+    if added_node >= 0:
+        kept, gone = _kept_nodes(previous, ids, digest)
+        fresh = kept < 0
+        added = int(fresh.sum())
+        node = np.where(fresh, added_node + np.arange(rows, dtype=np.int64), kept)
+    nodes = pa.table([ids, chars, pa.array(node), pa.array(digest)], schema=NODE_SCHEMA)
     storage.write_parquet(nodes, nodes_out)
-    stats = {"docs": rows, "records": int(values.size), "bands": bands[0] if bands else 0, "chars": int(pc.sum(nodes.column("chars")).as_py() or 0)}
-    return key, first_node + row, stats
+    stats = {"docs": rows, "records": int(values.size), "bands": bands[0] if bands else 0, "chars": int(pc.sum(nodes.column("chars")).as_py() or 0), "added": added, "runs": node_runs(node)}
+    return key, node[row], stats, gone
 
 
 @shuffle.measured
@@ -159,20 +243,30 @@ def fuzzy_map(inputs: list[str], output: str, params: MapParams) -> dict[str, An
     """A group of minhash shards of one source (each followed by its normalized shard, for row
     counts and, with old minhash output, lengths) -> one records file + a node table per shard."""
     keys, nodes = [], []
-    totals = {"docs": 0, "records": 0, "chars": 0}
+    totals = {"docs": 0, "records": 0, "chars": 0, "added": 0}
     bands: set[int] = set()
+    runs, gone = [], []
     for k, base in enumerate(params.bases):
-        key, node, stats = _shard_records(params.source, inputs[2 * k], inputs[2 * k + 1], (params.slot << RANK_SHIFT) + base, nodes_uri(output, k))
+        first = (params.slot << RANK_SHIFT) + base
+        added_node = (params.slot << RANK_SHIFT) + params.added_base + base if params.added_base >= 0 else -1
+        previous = params.previous[k] if params.previous else ""
+        key, node, stats, lost = _shard_records(params.source, inputs[2 * k], inputs[2 * k + 1], first, nodes_uri(output, k), previous, added_node)
+        gone.append(lost)
         keys.append(key)
         nodes.append(node)
+        runs.append(stats["runs"])
         for name in totals:
             totals[name] += stats[name]
         if stats["bands"]:
             bands.add(stats["bands"])
     if len(bands) > 1:
         raise DedupError(f"source {params.source!r}: shards {inputs[::2]} have {sorted(bands)} buckets per document; rematerialize minhash_buckets for {params.source!r}")
+    if params.added_base >= 0:
+        lost = np.concatenate(gone)
+        shuffle.write_sorted(pa.table([pa.array(lost), pa.array(lost)], schema=RECORD_SCHEMA), gone_uri(output))
+        totals["gone"] = int(lost.size)
     shuffle.write_sorted(pa.table([pa.array(np.concatenate(keys)), pa.array(np.concatenate(nodes))], schema=RECORD_SCHEMA), output)
-    return totals | {"bands": min(bands) if bands else 0}
+    return totals | {"bands": min(bands) if bands else 0, "runs": runs}
 
 
 # --------------------------------------------------------------------------- 2. edges
@@ -204,6 +298,140 @@ def fuzzy_edges(inputs: list[str], output: str, params: RangeParams) -> dict[str
     return {"records": int(key.size), "edges": int(u.size), "largest_bucket": largest}
 
 
+@dataclasses.dataclass(frozen=True)
+class MergeParams:
+    edge_files: int
+    gone_files: int  # then the changed groups' gone nodes, then the previous label files
+    fresh_labels: str  # where the newly clustered nodes' labels go
+
+
+@dataclasses.dataclass(frozen=True)
+class RelabelParams:
+    outputs: tuple[str, ...]  # the relabelled file of each previous label file (inputs after the remap; any further input, the fresh labels, is read for the touched rows only)
+
+
+@dataclasses.dataclass(frozen=True)
+class AddedParams:
+    lo: int
+    hi: int
+    added: tuple[tuple[int, int], ...]  # node ranges of the documents added since the previous run
+
+
+@shuffle.measured
+def fuzzy_edges_added(inputs: list[str], output: str, params: AddedParams) -> dict[str, Any]:
+    """Incremental: star edges of the buckets that hold an added document only (every other
+    bucket's edges are already in the previous run's components). Reads the key range of the
+    stored index (every source's records) and of the changed sources' records."""
+    table = shuffle.read_range(inputs, params.lo, params.hi, ["node"], RECORD_SCHEMA)
+    key, node = table.column("key").to_numpy(), table.column("node").to_numpy()
+    added = np.zeros(node.size, bool)
+    for lo, hi in params.added:
+        added |= (node >= lo) & (node < hi)
+    hit = np.isin(key, np.unique(key[added]))
+    key, node, added = key[hit], node[hit], added[hit]
+    # The previous documents of a bucket were connected already: each added document needs an
+    # edge to one document of the bucket only (the smallest), and the smallest to the smallest
+    # previous one, so the edges grow with the added records, not with the buckets' sizes.
+    order = np.lexsort((node, key))
+    key, node, added = key[order], node[order], added[order]
+    new = np.r_[True, key[1:] != key[:-1]] if key.size else np.zeros(0, bool)
+    group = np.cumsum(new) - 1
+    head = node[np.flatnonzero(new)][group] if key.size else node
+    old = np.where(added, np.iinfo(np.int64).max, node)
+    oldest = np.minimum.reduceat(old, np.flatnonzero(new))[group] if key.size else node
+    to_added = added & (node != head)
+    to_old = new & added & (oldest != np.iinfo(np.int64).max)  # the head is added: link it to the previous ones
+    u = np.concatenate([head[to_added], node[to_old]])
+    v = np.concatenate([node[to_added], oldest[to_old]])
+    if u.size:
+        pairs = np.unique(np.stack([u, v], axis=1), axis=0)
+        u, v = pairs[:, 0], pairs[:, 1]
+    shuffle.write_sorted(edge_table(u, v), output)
+    return {"records": int(table.num_rows), "edges": int(u.size), "largest_bucket": 0}
+
+
+# --------------------------------------------------------------------------- 3b. incremental components
+
+
+@shuffle.measured(warm=(warm_scipy,))
+def fuzzy_merge_labels(inputs: list[str], output: str, params: MergeParams) -> dict[str, Any]:
+    """Incremental components: the previous components stay whole (no document of theirs is
+    gone) and only merge through the added documents' edges. A union-find over those edges,
+    each endpoint replaced by its previous label, gives every touched component its new label
+    (the smallest node, as a full run would). Writes the remap ``(key, node, label, fresh)``:
+    each previous label and each newly clustered node (``fresh``) with its new label, and the
+    newly clustered nodes' label file."""
+    from scipy.sparse import coo_matrix  # noqa: PLC0415
+    from scipy.sparse.csgraph import connected_components as scipy_components  # noqa: PLC0415
+
+    edge_files, gone_files = inputs[: params.edge_files], inputs[params.edge_files : params.edge_files + params.gone_files]
+    label_files = inputs[params.edge_files + params.gone_files :]
+    edges = shuffle.read_range(edge_files, 0, shuffle.KEY_SPACE, ["a", "b"], EDGE_SCHEMA)
+    a, b = edges.column("a").to_numpy(), edges.column("b").to_numpy()
+    ends = np.unique(np.concatenate([a, b]))
+    gone = np.unique(shuffle.read_range(gone_files, 0, shuffle.KEY_SPACE, ["node"], RECORD_SCHEMA).column("node").to_numpy())
+    old = np.full(ends.size, -1, np.int64)
+    split = 0
+    for uri in label_files:  # one partition of the previous labels at a time
+        part = shuffle.read_range([uri], 0, shuffle.KEY_SPACE, ["node", "label"], LABEL_SCHEMA)
+        n = part.column("node").to_numpy()
+        split += int(np.isin(n, gone).sum())
+        hit = np.isin(n, ends)
+        old[np.searchsorted(ends, n[hit])] = part.column("label").to_numpy()[hit]
+    vertex = np.where(old >= 0, old, ends)
+    verts = np.unique(vertex)
+    va = np.searchsorted(verts, vertex[np.searchsorted(ends, a)])
+    vb = np.searchsorted(verts, vertex[np.searchsorted(ends, b)])
+    if verts.size:
+        graph = coo_matrix((np.ones(va.size, np.int8), (va, vb)), shape=(verts.size, verts.size))
+        _, component = scipy_components(graph.tocsr(), directed=False)
+        smallest = np.full(int(component.max()) + 1, np.iinfo(np.int64).max, np.int64)
+        np.minimum.at(smallest, component, verts)
+        label = smallest[component]
+    else:
+        label = verts
+    fresh = ~np.isin(verts, old[old >= 0])
+    shuffle.write_sorted(pa.table([pa.array(verts), pa.array(verts), pa.array(label), pa.array(fresh)], schema=REMAP_SCHEMA), output)
+    labels_out = pa.table([pa.array(verts[fresh]), pa.array(verts[fresh]), pa.array(label[fresh])], schema=LABEL_SCHEMA)
+    shuffle.write_sorted(labels_out, params.fresh_labels)
+    # ``split``: a gone document was in a cluster, which may fall apart: the caller recomputes all.
+    return {"edges": int(a.size), "touched": int(np.unique(label).size), "fresh": int(fresh.sum()), "merged": int(((label != verts) & ~fresh).sum()), "split": split}
+
+
+@shuffle.measured
+def fuzzy_relabel(inputs: list[str], output: str, params: RelabelParams) -> dict[str, Any]:
+    """Partitions of the previous labels with the remap applied (the next run's labels, one file
+    each, read and written one at a time), and one file of the touched components' rows (what
+    the members step reads; the newly clustered nodes' labels included when ``fresh``)."""
+    remap_file, *label_files = inputs
+    remap = storage.read_parquet(remap_file)
+    fresh = remap.column("fresh").to_numpy(zero_copy_only=False)
+    was, now = remap.column("node").to_numpy()[~fresh], remap.column("label").to_numpy()[~fresh]
+    touched = np.unique(remap.column("label").to_numpy())
+    labels = touched_members = 0
+    with tempfile.TemporaryDirectory(prefix="dedup-relabel-") as tmp:
+        local = os.path.join(tmp, "delta.parquet")
+        writer = pq.ParquetWriter(local, LABEL_SCHEMA, compression=storage.PARQUET_COMPRESSION)
+        try:
+            for uri, out in zip(label_files, params.outputs + (None,) * (len(label_files) - len(params.outputs))):
+                table = storage.read_parquet(uri).select(LABEL_SCHEMA.names).cast(LABEL_SCHEMA)
+                label = table.column("label").to_numpy()
+                if out is not None:
+                    if was.size and label.size:
+                        pos = np.minimum(np.searchsorted(was, label), was.size - 1)
+                        label = np.where(was[pos] == label, now[pos], label)
+                    table = table.set_column(LABEL_SCHEMA.get_field_index("label"), "label", pa.array(label))
+                    storage.write_parquet(table, out, row_group_size=shuffle.ROW_GROUP_ROWS)
+                    labels += table.num_rows
+                delta = table.filter(pa.array(np.isin(label, touched)))
+                touched_members += delta.num_rows
+                writer.write_table(delta, row_group_size=shuffle.ROW_GROUP_ROWS)
+        finally:
+            writer.close()
+        storage.put_file(local, output)
+    return {"labels": labels, "touched_members": touched_members}
+
+
 # --------------------------------------------------------------------------- 4. members
 
 
@@ -213,23 +441,59 @@ class ShardParams:
     first_node: int
     rows: int
     rank: int = 0
+    runs: tuple[tuple[int, int], ...] = ()  # node ranges covering the shard's nodes (none: first_node + rows)
+
+
+def _read_runs(files: Sequence[str], params: Any, columns: Sequence[str], schema: pa.Schema) -> pa.Table:
+    """Rows keyed by node of one shard's node ranges (superset: match node by node after)."""
+    runs = params.runs or ((params.first_node, params.first_node + params.rows),)
+    parts = [shuffle.read_range(files, lo, hi, columns, schema) for lo, hi in runs]
+    return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+
+
+def _shard_members(nodes_file: str, label_files: Sequence[str], params: ShardParams) -> pa.Table:
+    labels = _read_runs(label_files, params, ["node", "label"], LABEL_SCHEMA)
+    if labels.num_rows == 0:
+        return MEMBER_SCHEMA.empty_table()
+    node = labels.column("node").to_numpy()
+    label = labels.column("label").to_numpy()
+    nodes_table = storage.read_parquet(nodes_file)
+    if "node" in nodes_table.column_names:
+        mine = nodes_table.column("node").to_numpy()
+        hit = np.isin(node, mine)
+        node, label = node[hit], label[hit]
+        rows = _rows_of(mine, node)
+    else:
+        rows = node - params.first_node
+    table = nodes_table.take(pa.array(rows))
+    rank = pa.array(np.full(node.size, params.rank, np.int32))
+    return pa.table([pa.array(shuffle.hash_keys(label)), pa.array(label), pa.array(node), rank, table.column("id"), table.column("chars")], schema=MEMBER_SCHEMA)
 
 
 @shuffle.measured
 def fuzzy_members(inputs: list[str], output: str, params: ShardParams) -> dict[str, Any]:
     """A shard's nodes that are in a cluster, with their label, id and length, keyed by label."""
     nodes_file, *label_files = inputs
-    labels = shuffle.read_range(label_files, params.first_node, params.first_node + params.rows, ["node", "label"])
-    if labels.num_rows == 0:
-        shuffle.write_sorted(MEMBER_SCHEMA.empty_table(), output)
-        return {"members": 0, "member_chars": 0}
-    node = labels.column("node").to_numpy()
-    label = labels.column("label").to_numpy()
-    table = storage.read_parquet(nodes_file).take(pa.array(node - params.first_node))
-    rank = pa.array(np.full(node.size, params.rank, np.int32))
-    out = pa.table([pa.array(shuffle.hash_keys(label)), pa.array(label), pa.array(node), rank, table.column("id"), table.column("chars")], schema=MEMBER_SCHEMA)
+    out = _shard_members(nodes_file, label_files, params)
     shuffle.write_sorted(out, output)
-    return {"members": int(node.size), "member_chars": int(pc.sum(table.column("chars")).as_py() or 0)}
+    return {"members": out.num_rows, "member_chars": int(pc.sum(out.column("chars")).as_py() or 0)}
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupParams:
+    shards: tuple[ShardParams, ...]
+
+
+@shuffle.measured
+def fuzzy_members_group(inputs: list[str], output: str, params: GroupParams) -> dict[str, Any]:
+    """Incremental: the touched clusters' members of a group of shards in one file (few rows:
+    fewer, larger files for plan and verify to read); the inputs are the shards' node tables,
+    then the touched rows' label files."""
+    k = len(params.shards)
+    nodes_files, label_files = inputs[:k], inputs[k:]
+    out = pa.concat_tables([_shard_members(n, label_files, p) for n, p in zip(nodes_files, params.shards)])
+    shuffle.write_sorted(out, output)
+    return {"members": out.num_rows, "member_chars": int(pc.sum(out.column("chars")).as_py() or 0)}
 
 
 # --------------------------------------------------------------------------- 5. plan / 7. verify: which clusters to verify
@@ -249,6 +513,7 @@ class VerifyParams:
     stream_chars: int = 1 << 26  # clusters with more member text are read batch by batch
     batch_chars: int = VERIFY_BATCH_CHARS
     replay: bool = True  # a cluster that only gained members replays its previous decisions
+    remap: str = ""  # incremental components: the member files hold the touched clusters only; the remap names them
 
 
 def _clusters(member_files: Sequence[str], lo: int, hi: int) -> pl.DataFrame:
@@ -367,7 +632,8 @@ def fuzzy_plan(inputs: list[str], output: str, params: VerifyParams) -> dict[str
     node = todo["node"].to_numpy()
     pos = todo.select(pl.int_range(pl.len()).over("label"))[:, 0].to_numpy() if todo.height else np.zeros(0, np.int64)
     shuffle.write_sorted(pa.table([pa.array(node.astype(np.int64)), pa.array(shuffle.hash_keys(todo["label"].to_numpy())), pa.array(pos.astype(np.int64))], schema=REQUEST_SCHEMA), output)
-    return {"requested_members": int(node.size)}
+    # Where the requested nodes lie (a few ranges): gather runs only on shards that overlap them.
+    return {"requested_members": int(node.size), "requested_runs": node_runs(node, 64)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -377,21 +643,30 @@ class GatherParams:
     rows: int
     max_chars: int
     batch_chars: int = VERIFY_BATCH_CHARS
+    runs: tuple[tuple[int, int], ...] = ()
 
 
 @shuffle.measured
 def fuzzy_gather(inputs: list[str], output: str, params: GatherParams) -> dict[str, Any]:
     """The requested rows' text of one normalized shard (the shard is not read when none is)."""
     normalized_uri, nodes_file, *request_files = inputs
-    requests = shuffle.read_range(request_files, params.first_node, params.first_node + params.rows, ["lkey", "pos"], REQUEST_SCHEMA)
+    requests = _read_runs(request_files, params, ["lkey", "pos"], REQUEST_SCHEMA)
+    nodes_table = None
+    if requests.num_rows and params.runs:
+        nodes_table = storage.read_parquet(nodes_file, columns=["id", "node"])
+        requests = requests.filter(pa.array(np.isin(requests.column("key").to_numpy(), nodes_table.column("node").to_numpy())))
     if requests.num_rows == 0:
         shuffle.write_sorted(TEXT_SCHEMA.empty_table(), output)
         return {"gathered": 0, "shard_read": 0}
     node = requests.column("key").to_numpy()
-    take = pa.array(node - params.first_node)
+    if nodes_table is not None:
+        take = pa.array(_rows_of(nodes_table.column("node").to_numpy(), node))
+    else:
+        nodes_table = storage.read_parquet(nodes_file, columns=["id"])
+        take = pa.array(node - params.first_node)
     table = storage.read_parquet(normalized_uri, columns=["id", "text"])
     ids = table.column("id").take(take).combine_chunks().cast(pa.string())
-    expected = storage.read_parquet(nodes_file, columns=["id"]).column("id").take(take).combine_chunks().cast(pa.string())
+    expected = nodes_table.column("id").take(take).combine_chunks().cast(pa.string())
     if not ids.equals(expected):
         raise DedupError(f"source {params.source!r}: row order of its minhash buckets differs from {normalized_uri}; rematerialize minhash_buckets for {params.source!r}")
     texts = pc.utf8_slice_codeunits(pc.fill_null(table.column("text").take(take).combine_chunks().cast(pa.large_string()), ""), 0, params.max_chars)
@@ -402,7 +677,12 @@ def fuzzy_gather(inputs: list[str], output: str, params: GatherParams) -> dict[s
     return {"gathered": int(node.size), "shard_read": 1}
 
 
-@shuffle.measured
+def _warm_ngrams() -> None:
+    """Load the compiled n-gram kernels (from numba's disk cache) once per process."""
+    ngram_sets(["warm up the kernels"], 3, 100)
+
+
+@shuffle.measured(warm=(_warm_ngrams,))
 def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
     """Verify the requested clusters of a label range; copy the previous verdict of the others."""
     member_files, text_files = inputs[: params.member_files], inputs[params.member_files :]
@@ -410,8 +690,20 @@ def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[s
     sizes = _member_sets(frame)
     reuse, touched, before_clusters = _reusable(frame, params, sizes)
     rows: list[tuple] = []
+    carried: list[pa.Table] = []  # the previous rows of reused clusters, as they were
+    untouched = None
+    if params.remap and before_clusters is not None:
+        # Incremental components: every cluster of the range that no added document reached is
+        # the previous one (same label, same members): its rows and record are carried over.
+        remap = storage.read_parquet(params.remap, columns=["node", "label", "fresh"])
+        changed = pc.and_(pc.invert(remap.column("fresh")), pc.not_equal(remap.column("node"), remap.column("label")))
+        dead = set(remap.column("node").filter(changed).to_pylist()) | set(sizes["label"].to_list())
+        hit = pl.col("label").is_in(list(dead))
+        untouched = before_clusters.filter(~hit)
+        before_clusters = before_clusters.filter(hit)
+        reuse |= set(untouched["label"].to_list())
     if reuse:
-        rows.extend(zip(*[c.to_pylist() for c in _previous_rows(params, reuse).select(VERDICT_SCHEMA.names).columns]))
+        carried.append(_previous_rows(params, reuse).select(VERDICT_SCHEMA.names).cast(VERDICT_SCHEMA))
     _, cands, prev_rows = _replay_requests(frame, params, reuse, before_clusters, sizes)
     todo = frame.filter(~pl.col("label").is_in(list(reuse | set(cands))))
     # Clusters with more text than stream_chars are read batch by batch (in processing order);
@@ -469,17 +761,22 @@ def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[s
                 chunk_start = chunk_end
             counters["comparisons"] += verifier.comparisons
             counters["exempt_kept"] += verifier.exempt_kept
+    if failed:  # verified in full by a second pass, which must not take this pass's (absent) verdict
+        gone = pl.col("label").is_in(list(failed))
+        sizes = sizes.with_columns(pl.when(gone).then(pl.lit("")).otherwise(pl.col("members")).alias("members"), pl.when(gone).then(None).otherwise(pl.col("keys")).alias("keys"))
+    if untouched is not None and untouched.height:
+        sizes = pl.concat([sizes, pl.from_arrow(untouched.select(CLUSTER_SCHEMA.names).to_arrow().cast(CLUSTER_SCHEMA))], how="vertical_relaxed")
     counters["clusters"] = sizes.height
+    counters["clustered_docs"] = int(sizes["size"].sum() or 0) if sizes.height else 0
     counters["largest_cluster"] = int(sizes["size"].max() or 0) if sizes.height else 0
     histogram: dict[str, int] = {}
     for size in sizes["size"].to_list():
         histogram[size_bin(size)] = histogram.get(size_bin(size), 0) + 1
-    if failed:  # verified in full by a second pass, which must not take this pass's (absent) verdict
-        gone = pl.col("label").is_in(list(failed))
-        sizes = sizes.with_columns(pl.when(gone).then(pl.lit("")).otherwise(pl.col("members")).alias("members"), pl.when(gone).then(None).otherwise(pl.col("keys")).alias("keys"))
     storage.write_parquet(sizes.to_arrow().cast(CLUSTER_SCHEMA), clusters_uri(output))
     columns = list(zip(*rows)) if rows else [[] for _ in VERDICT_SCHEMA]
     verdict = pa.table([pa.array(list(c), type=f.type) for c, f in zip(columns, VERDICT_SCHEMA)], schema=VERDICT_SCHEMA)
+    if carried:
+        verdict = pa.concat_tables([verdict, *carried]).combine_chunks()
     verdict = verdict.set_column(0, "key", pa.array(shuffle.prefix_keys(verdict.column("id"))))
     shuffle.write_sorted(verdict, output)
     by_rank = pl.from_arrow(verdict.select(["rank", "chars"])).group_by("rank").agg(pl.len().alias("n"), pl.col("chars").sum().alias("c"))
@@ -624,12 +921,13 @@ def fuzzy_publish(inputs: list[str], output: str, params: PublishParams) -> dict
 # --------------------------------------------------------------------------- the driver
 
 
-SCRATCH_STEPS = ("edges", "cc", "members", "plan", "gather", "removals")
+SCRATCH_STEPS = ("edges", "cc", "delta", "members", "plan", "gather", "removals")
 
 
 def collect_scratch(work: str, cache: str, current: Mapping[str, str], superseded: Mapping[str, str]) -> list[str]:
     """After a successful publish, remove the scratch no later run reads: every step's shuffle
-    files except the verify outputs (the next incremental run copies verdicts from them), and
+    files except the verify outputs and the label files (the next incremental run copies
+    verdicts from the one and merges components over the other), and
     the cached map outputs the previous run used that this run replaced (``superseded`` and
     ``current``: the entry per source; the current ones are the stored index the next run
     joins a changed source against). Entries of other runs are left alone. Returns what was
@@ -653,7 +951,7 @@ def step_costs(results: Sequence[ShardResult]) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for r in results:
         parts = r.output.rstrip("/").split("/")
-        if "cc" in parts:
+        if "cc" in parts or parts[-2] in ("labels", "delta"):
             step = "components"
         elif parts[-2] in ("edges", "members", "plan", "gather", "verify", "removals"):
             step = parts[-2]
@@ -727,20 +1025,31 @@ def find_fuzzy_duplicates(
     before = None
     if previous_uri and storage.exists(storage.join(previous_uri, STATE_FILE)):
         before = storage.read_json(storage.join(previous_uri, STATE_FILE))
-    # Slots: an unchanged source keeps its slot (node numbers); a changed or new one gets a fresh one.
+    if before is not None and (before.get("layout") != LAYOUT or any(k not in before for k in ("slots", "fingerprints", "next_row", "node_tables"))):
+        before = None  # written by an older version: a full run (the answer is the same)
+    # Slots: an unchanged source keeps its slot (node numbers). A changed one keeps its slot too,
+    # and each document it still has (same id, same buckets) keeps its node; added documents get
+    # nodes past the source's ``next_row``. A new source gets a fresh slot.
     old_slots = {s: int(v) for s, v in (before or {}).get("slots", {}).items()}
     next_slot = max(old_slots.values(), default=-1) + 1
     slot: dict[str, int] = {}
+    added_base: dict[str, int] = {}  # changed sources that keep their nodes: first added row
+    rows_of = {s: sum(rows for _, _, rows in shards[s]) for s in sources}
+    next_row: dict[str, int] = {}
     for source in sources:
-        if before is not None and source in old_slots and before["fingerprints"].get(source) == fps[source]:
-            slot[source] = old_slots[source]
-        elif before is None:
-            slot[source] = rank[source]
+        if before is None:
+            slot[source], next_row[source] = rank[source], rows_of[source]
+        elif source in old_slots and before["fingerprints"].get(source) == fps[source]:
+            slot[source], next_row[source] = old_slots[source], int(before["next_row"][source])
+        elif source in old_slots and int(before["next_row"][source]) + rows_of[source] < 1 << RANK_SHIFT:
+            slot[source], added_base[source] = old_slots[source], int(before["next_row"][source])
+            next_row[source] = added_base[source] + rows_of[source]
         else:
             slot[source], next_slot = next_slot, next_slot + 1
+            next_row[source] = rows_of[source]
     if max(slot.values(), default=0) >= 1 << (63 - RANK_SHIFT):
         slot = {s: rank[s] for s in sources}  # slots exhausted: renumber (this run verifies everything)
-        before = None
+        next_row, added_base, before = dict(rows_of), {}, None
     work = storage.join(out_dir_uri, "_work")
     cache = cache_uri or storage.join(work, "cache")
     exempt_t = tuple(sorted(set(exempt) & set(sources)))
@@ -754,19 +1063,38 @@ def find_fuzzy_duplicates(
     # 1. map
     group_dirs: dict[str, str] = {}
     map_tasks: list[ShardTask] = []
-    shard_list: list[tuple[str, str, str, int, int]] = []  # (source, normalized shard, node table, first node, rows)
+    shard_plan: list[tuple[str, str, str, int, int, int, int]] = []  # (source, normalized shard, node table, first node, rows, map task, shard in group)
+    node_tables: dict[str, dict[str, str]] = {}
+    lost_shards = False  # a changed source lost a shard name: its documents there are gone
+    renumbered = False  # an unchanged source's stored index is gone: its nodes may differ from the previous run's
     for source in sources:
         base = 0
-        group_dir = group_dirs[source] = storage.join(cache, source, f"{fps[source]}-s{slot[source]}-g{scale.shards_per_map}")
+        entry = f"{fps[source]}-s{slot[source]}-g{scale.shards_per_map}-n{LAYOUT}"  # node tables with node numbers and bucket digests
+        if before is not None and source not in added_base and before["fingerprints"].get(source) == fps[source]:
+            kept_entry = before.get("cache_entries", {}).get(source)
+            if kept_entry and storage.exists(storage.join(cache, source, kept_entry)):
+                entry = kept_entry  # the stored index of an unchanged source, with its node numbers
+            else:
+                renumbered = True
+        previous_tables: Mapping[str, str] = {}
+        if source in added_base:
+            previous_tables = before["node_tables"].get(source, {})
+            lost_shards |= bool(set(previous_tables) - {storage.basename(b) for b, _, _ in shards[source]})
+            entry += "-k" + hashlib.sha256(json.dumps([added_base[source], sorted(previous_tables.items())]).encode()).hexdigest()[:12]
+        group_dir = group_dirs[source] = storage.join(cache, source, entry)
+        node_tables[source] = {}
         for g in range(0, len(shards[source]), scale.shards_per_map):
             group = shards[source][g : g + scale.shards_per_map]
             out = storage.join(group_dir, f"group-{g // scale.shards_per_map:05d}.parquet")
             bases = []
-            for k, (_, n_uri, rows) in enumerate(group):
+            for k, (b_uri, n_uri, rows) in enumerate(group):
                 bases.append(base)
-                shard_list.append((source, n_uri, nodes_uri(out, k), (slot[source] << RANK_SHIFT) + base, rows))
+                shard_plan.append((source, n_uri, nodes_uri(out, k), (slot[source] << RANK_SHIFT) + base, rows, len(map_tasks), k))
+                node_tables[source][storage.basename(b_uri)] = nodes_uri(out, k)
                 base += rows
-            map_tasks.append(ShardTask(fuzzy_map, tuple(u for b_uri, n_uri, _ in group for u in (b_uri, n_uri)), out, MapParams(source, slot[source], tuple(bases))))
+            previous = tuple(previous_tables.get(storage.basename(b_uri), "") for b_uri, _, _ in group) if source in added_base else ()
+            params_k = MapParams(source, slot[source], tuple(bases), previous, added_base.get(source, -1))
+            map_tasks.append(ShardTask(fuzzy_map, tuple(u for b_uri, n_uri, _ in group for u in (b_uri, n_uri)), out, params_k))
         if base >= 1 << RANK_SHIFT:
             raise DedupError(f"source {source!r} has {base} documents, more than the {1 << RANK_SHIFT} a node number holds; split the source")
     mapped = run(map_tasks)
@@ -779,52 +1107,131 @@ def find_fuzzy_duplicates(
     for t, r in zip(map_tasks, mapped):
         docs_per_source[t.params.source] += int(r.stats["docs"])
         chars_per_source[t.params.source] += int(r.stats["chars"])
-
-    # 2. edges
-    records = sum(int(r.stats["records"]) for r in mapped)
-    edge_parts = shuffle.partitions_for(records, scale.records_per_partition)
-    edge_results = run(
-        [
-            ShardTask(fuzzy_edges, tuple(r.output for r in mapped), storage.join(work, "edges", storage.shard_name(p, edge_parts)), RangeParams(lo, hi))
-            for p, (lo, hi) in enumerate(shuffle.partition_bounds(edge_parts))
-        ]
-    )
-    edges = sum(int(r.stats["edges"]) for r in edge_results)
-
-    # 3. components
-    label_files, cc_stats = connected_components(
-        [r.output for r in edge_results], edges, work, runner, union_find_max_edges=scale.union_find_max_edges, edges_per_task=scale.edges_per_task
-    )
-    results.extend(cc_stats.pop("cc_results"))
-
-    # 4. members
-    members = run(
-        [
-            ShardTask(fuzzy_members, (nodes, *label_files), storage.join(work, "members", f"{i:06d}.parquet"), ShardParams(source, first, rows, rank[source]))
-            for i, (source, _, nodes, first, rows) in enumerate(shard_list)
-        ]
-    )
-    in_clusters = sum(int(r.stats["members"]) for r in members)
-    member_chars = sum(int(r.stats["member_chars"]) for r in members)
-    wanted = max(shuffle.partitions_for(in_clusters, scale.members_per_partition), shuffle.partitions_for(member_chars, scale.member_chars_per_partition))
-    verify_parts = 1 << max(0, (wanted - 1).bit_length())
+    shard_list = []  # (source, normalized shard, node table, first node, rows, node ranges)
+    for source, n_uri, nodes, first, rows, m, k in shard_plan:
+        runs = mapped[m].stats.get("runs")
+        shard_list.append((source, n_uri, nodes, first, rows, tuple(tuple(r) for r in runs[k]) if runs else ()))
 
     # Incremental: the previous run's state says which sources changed.
-    state = {"sources": list(sources), "fingerprints": fps, "slots": slot, "verify_partitions": verify_parts, "rule": dataclasses.asdict(params), "exempt": list(exempt_t)}
-    state["cache_entries"] = {s: storage.basename(group_dirs[s]) for s in sources}
+    state: dict[str, Any] = {"layout": LAYOUT, "sources": list(sources), "fingerprints": fps, "slots": slot, "next_row": next_row, "node_tables": node_tables}
+    state |= {"rule": dataclasses.asdict(params), "exempt": list(exempt_t), "cache_entries": {s: storage.basename(group_dirs[s]) for s in sources}}
     changed: list[str] | None = None
-    bounds = shuffle.partition_bounds(verify_parts)
-    previous_files: list[tuple[str, ...]] = [()] * verify_parts
     usable = before is not None and all(storage.exists(clusters_uri(f)) for f in before.get("verify_files", [None]) if f)
     if usable and all(before.get(k) == state[k] for k in ("sources", "rule", "exempt")):
         changed = [s for s in sources if before["fingerprints"].get(s) != fps[s]]
+    # Incremental components: every changed source kept its nodes and lost no document (same
+    # id, same buckets), so the previous components stay whole and only merge.
+    gone_files = tuple(gone_uri(t.output) for t in map_tasks if t.params.source in added_base)
+    incremental = (
+        changed is not None
+        and set(changed) <= set(added_base)
+        and not lost_shards
+        and not renumbered
+        and bool(before.get("label_files"))
+        and all(storage.exists(f) for f in before["label_files"])
+    )
+    records = sum(int(r.stats["records"]) for r in mapped)
+    edge_parts = shuffle.partitions_for(records, scale.records_per_partition)
+    bounds_e = shuffle.partition_bounds(edge_parts)
+    cc_stats: dict[str, Any]
+    if incremental:
+        # 2. edges of the buckets an added document is in; 3. merge the previous components over them
+        added_ranges = tuple(((slot[s] << RANK_SHIFT) + added_base[s], (slot[s] << RANK_SHIFT) + next_row[s]) for s in changed)
+        edge_results = run(
+            [
+                ShardTask(fuzzy_edges_added, tuple(r.output for r in mapped), storage.join(work, "edges", "added-" + storage.shard_name(p, edge_parts)), AddedParams(lo, hi, added_ranges))
+                for p, (lo, hi) in enumerate(bounds_e)
+            ]
+        )
+        edges = sum(int(r.stats["edges"]) for r in edge_results)
+        incremental = edges <= scale.merge_max_edges  # else: components over every edge
+    if incremental:
+        fresh_labels = storage.join(work, "labels", "fresh.parquet")
+        merge_inputs = (*(r.output for r in edge_results), *gone_files, *before["label_files"])
+        (merged,) = run([ShardTask(fuzzy_merge_labels, merge_inputs, storage.join(work, "cc", "remap.parquet"), MergeParams(len(edge_results), len(gone_files), fresh_labels))])
+        incremental = int(merged.stats["split"]) == 0  # else: a cluster lost a member, components over every edge
+    if incremental:
+        old_labels = list(before["label_files"])
+        relabelled_files = [storage.join(work, "labels", f"{i:06d}.parquet") for i in range(len(old_labels))]
+        label_files = relabelled_files + [fresh_labels]
+        # One task per RELABEL_FILES previous label files; each writes one file of touched rows.
+        relabelled = run(
+            [
+                ShardTask(fuzzy_relabel, (merged.output, *old_labels[i : i + RELABEL_FILES], *([fresh_labels] if i == 0 else [])), storage.join(work, "delta", f"{i // RELABEL_FILES:06d}.parquet"), RelabelParams(tuple(relabelled_files[i : i + RELABEL_FILES])))
+                for i in range(0, max(1, len(old_labels)), RELABEL_FILES)
+            ]
+        )
+        member_label_files = [r.output for r in relabelled]
+        cc_stats = {"cc_method": "incremental", "cc_rounds": 0, "touched_clusters": int(merged.stats["touched"])}
+    else:
+        # 2. edges
+        edge_results = run(
+            [
+                ShardTask(fuzzy_edges, tuple(r.output for r in mapped), storage.join(work, "edges", storage.shard_name(p, edge_parts)), RangeParams(lo, hi))
+                for p, (lo, hi) in enumerate(bounds_e)
+            ]
+        )
+        edges = sum(int(r.stats["edges"]) for r in edge_results)
+        # 3. components
+        label_files, cc_stats = connected_components(
+            [r.output for r in edge_results],
+            edges,
+            work,
+            runner,
+            union_find_max_edges=scale.union_find_max_edges,
+            edges_per_task=scale.edges_per_task,
+            labels_dir=storage.join(work, "labels"),
+        )
+        results.extend(cc_stats.pop("cc_results"))
+        member_label_files = label_files
+    state["label_files"] = list(label_files)
+
+    # 4. members (incremental: of the touched clusters only, one task per shards_per_map shards)
+    if incremental:
+        groups = {g: list(range(g, min(g + scale.shards_per_map, len(shard_list)))) for g in range(0, len(shard_list), scale.shards_per_map)}
+        members = run(
+            [
+                ShardTask(
+                    fuzzy_members_group,
+                    (*(shard_list[i][2] for i in idx), *member_label_files),
+                    storage.join(work, "members", f"g{m:06d}.parquet"),
+                    GroupParams(tuple(ShardParams(shard_list[i][0], shard_list[i][3], shard_list[i][4], rank[shard_list[i][0]], shard_list[i][5]) for i in idx)),
+                )
+                for m, idx in sorted(groups.items())
+            ]
+        )
+    else:
+        members = run(
+            [
+                ShardTask(fuzzy_members, (nodes, *member_label_files), storage.join(work, "members", f"{i:06d}.parquet"), ShardParams(source, first, rows, rank[source], runs))
+                for i, (source, _, nodes, first, rows, runs) in enumerate(shard_list)
+            ]
+        )
+    in_clusters = sum(int(r.stats["members"]) for r in members)
+    member_chars = sum(int(r.stats["member_chars"]) for r in members)
+    if incremental:
+        # The members read were the touched clusters': the totals are the previous ones plus the
+        # newly clustered documents (their characters at the previous mean).
+        docs_before = int(before.get("clustered_docs", 0))
+        in_clusters = docs_before + int(merged.stats["fresh"])
+        member_chars = int(before.get("member_chars", 0)) * in_clusters // max(1, docs_before)
+    wanted = max(shuffle.partitions_for(in_clusters, scale.members_per_partition), shuffle.partitions_for(member_chars, scale.member_chars_per_partition))
+    verify_parts = 1 << max(0, (wanted - 1).bit_length())
+    state["clustered_docs"], state["member_chars"] = in_clusters, member_chars
+    state["verify_partitions"] = verify_parts
+    bounds = shuffle.partition_bounds(verify_parts)
+    previous_files: list[tuple[str, ...]] = [()] * verify_parts
+    if changed is not None:
         old_bounds = shuffle.partition_bounds(int(before["verify_partitions"]))
         # Each label range reads the previous outputs whose ranges overlap it (counts may differ).
         previous_files = [tuple(f for f, (a, b) in zip(before["verify_files"], old_bounds) if a < hi and lo < b) for lo, hi in bounds]
     member_files = tuple(r.output for r in members)
+    remap_uri = merged.output if incremental else ""
 
     def verify_params(p: int, lo: int, hi: int) -> VerifyParams:
-        return VerifyParams(lo, hi, sources, exempt_t, previous_files[p], params, num_examples, excerpt_chars, stream_chars=scale.cluster_chars_in_memory, batch_chars=scale.verify_batch_chars)
+        return VerifyParams(
+            lo, hi, sources, exempt_t, previous_files[p], params, num_examples, excerpt_chars, stream_chars=scale.cluster_chars_in_memory, batch_chars=scale.verify_batch_chars, remap=remap_uri
+        )
 
     # 5. plan, 6. gather, 7. verify
     def verify_pass(prefix: str, previous: Sequence[tuple[str, ...]], replay: bool) -> tuple[list[ShardResult], list[ShardResult]]:
@@ -833,10 +1240,18 @@ def find_fuzzy_duplicates(
 
         plans = run([ShardTask(fuzzy_plan, member_files, storage.join(work, "plan", prefix + storage.shard_name(p, verify_parts)), vp(p, lo, hi)) for p, (lo, hi) in enumerate(bounds)])
         plan_files = tuple(r.output for r in plans)
+        wanted = [tuple(x) for r in plans for x in r.stats.get("requested_runs", [[0, shuffle.KEY_SPACE]])]
+
+        def requested(first: int, rows: int, runs: Sequence[tuple[int, int]]) -> bool:
+            return any(a < hi and lo < b for a, b in runs or ((first, first + rows),) for lo, hi in wanted)
+
         gathered = run(
             [
-                ShardTask(fuzzy_gather, (n_uri, nodes, *plan_files), storage.join(work, "gather", f"{prefix}{i:06d}.parquet"), GatherParams(source, first, rows, params.max_chars_per_doc, scale.verify_batch_chars))
-                for i, (source, n_uri, nodes, first, rows) in enumerate(shard_list)
+                ShardTask(
+                    fuzzy_gather, (n_uri, nodes, *plan_files), storage.join(work, "gather", f"{prefix}{i:06d}.parquet"), GatherParams(source, first, rows, params.max_chars_per_doc, scale.verify_batch_chars, runs)
+                )
+                for i, (source, n_uri, nodes, first, rows, runs) in enumerate(shard_list)
+                if requested(first, rows, runs)
             ]
         )
         verified = run(
@@ -885,6 +1300,7 @@ def find_fuzzy_duplicates(
     )
     published = run([ShardTask(fuzzy_publish, tuple(r.output for r in parts), removed_uri(out_dir_uri, s), PublishParams(rank[s], kept.get(s))) for s in sources])
     state["published"] = {s: {"uri": removed_uri(out_dir_uri, s), "removed": int(r.stats["removed"]), "digest": str(r.stats["digest"])} for s, r in zip(sources, published)}
+    state["clustered_docs"] = sum(int(r.stats.get("clustered_docs", 0)) for r in verified)
     storage.write_json(storage.join(out_dir_uri, STATE_FILE), state | {"verify_files": [r.output for r in verified]})
     fs, work_path = storage.filesystem(work)
     scratch_bytes = int(fs.du(work_path)) if fs.exists(work_path) else 0  # at its largest, before the collection
@@ -924,7 +1340,7 @@ def find_fuzzy_duplicates(
         "candidate_edges": edges,
         "largest_bucket": max((int(r.stats["largest_bucket"]) for r in edge_results), default=0),
         **cc_stats,
-        "docs_in_clusters": in_clusters,
+        "docs_in_clusters": sum(int(r.stats.get("clustered_docs", 0)) for r in verified),
         "largest_cluster": max((int(r.stats["largest_cluster"]) for r in verified), default=0),
         "cluster_size_histogram": dict(sorted(histogram.items(), key=lambda kv: int(kv[0].split("-")[0]))),
         "verify_partitions": verify_parts,
@@ -944,6 +1360,7 @@ def find_fuzzy_duplicates(
         "examples": examples,
         "tasks": len(results),
         "task_cpu_s": round(sum(float(r.stats.get("cpu_s", 0)) for r in fresh), 3),
+        "warmup_cpu_s": round(sum(float(r.stats.get("warmup_cpu_s", 0)) for r in fresh), 3),
         "max_task_rss_kb": max(int(r.stats.get("rss_kb", 0)) for r in results),
         "steps": step_costs(results),
     }

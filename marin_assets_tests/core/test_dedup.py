@@ -16,6 +16,7 @@ import pytest
 from marin_assets.core import dedup, minhash, storage
 from marin_assets.core import dedup_shuffle
 from marin_assets.core.dedup import ExactDedupParams, FuzzyDedupParams
+from marin_assets.core import dedup_fuzzy
 from marin_assets.core.dedup_fuzzy import FuzzyScale
 from marin_assets_tests.core.test_minhash import shingle_jaccard, stdlib_documents
 from marin_assets.testing import dedup_corpus
@@ -382,10 +383,94 @@ def test_incremental_rebuild_of_one_changed_source_equals_a_full_rebuild(tmp_pat
     again_stats = dedup.find_fuzzy_duplicates(buckets3, normalized3, {"gamma"}, again, scale=SMALL_TASKS, cache_uri=cache, previous_uri=inc)
     full3 = str(tmp_path / "full3")
     full3_stats = dedup.find_fuzzy_duplicates(buckets3, normalized3, {"gamma"}, full3, scale=SMALL_TASKS)
-    assert again_stats["changed_sources"] == ["delta"] and again_stats["sources_republished"] == 1
+    # delta lost an unclustered document: its nodes, clusters and removals stay, nothing is republished
+    assert again_stats["changed_sources"] == ["delta"] and again_stats["cc_method"] == "incremental" and again_stats["sources_republished"] == 0
     for source in buckets3:
         assert storage.read_bytes(dedup.removed_uri(again, source)) == storage.read_bytes(dedup.removed_uri(full3, source))
     assert again_stats["removed_ids_digest"] == full3_stats["removed_ids_digest"]
+
+
+def test_incremental_components_follow_added_and_removed_documents_like_a_full_rebuild(tmp_path: Path) -> None:
+    """beta changes three ways: it gains near copies (the previous clusters merge over the added
+    documents' edges), it loses an unclustered document (still incremental), and it loses a
+    clustered one (its cluster may fall apart: the components are recomputed over every edge)."""
+    normalized, buckets = big_cluster_corpus(tmp_path / "v1")
+    cache, first = str(tmp_path / "cache"), str(tmp_path / "first")
+    first_stats = dedup.find_fuzzy_duplicates(buckets, normalized, {"gamma"}, first, scale=SMALL_TASKS, cache_uri=cache)
+    state = storage.read_json(str(Path(first) / "_fuzzy_state.json"))
+    in_clusters = {k.split("\x00", 1)[1] for f in state["verify_files"] for keys in storage.read_parquet(dedup_fuzzy.clusters_uri(f)).column("keys").to_pylist() for k in keys}
+    lonely = next(t for t in stdlib_documents(30, per_doc=4, seed=5)[10:20] if doc_id(t) not in in_clusters)
+    clustered = near_copies(600, seed=11)[300]  # in the big cluster
+    more = near_copies(630, seed=11)[600:] + near_copies(9, seed=104, words=80)[-2:]
+    cases = {
+        "grown": (more, set(), "incremental"),
+        "grown_and_shrunk": (more, {lonely}, "incremental"),
+        "lost_a_member": (more[:5], {clustered}, "star_rounds"),
+    }
+    for name, (extra, drop, method) in cases.items():
+        root = tmp_path / name
+        v2, b2 = big_cluster_corpus(root, extra={"beta": extra})
+        texts = [t for t in storage.read_parquet(v2["beta"][0]).column("text").to_pylist() + storage.read_parquet(v2["beta"][1]).column("text").to_pylist() if t not in drop]
+        v2["beta"], b2["beta"] = write_source(root / "beta2", "beta", texts, 2)
+        for source in ("alpha", "gamma"):
+            v2[source], b2[source] = normalized[source], buckets[source]
+        run_cache = str(root / "cache")
+        shutil.copytree(cache, run_cache)
+        inc, full = str(root / "incremental"), str(root / "full")
+        inc_stats = dedup.find_fuzzy_duplicates(b2, v2, {"gamma"}, inc, scale=SMALL_TASKS, cache_uri=run_cache, previous_uri=first)
+        full_stats = dedup.find_fuzzy_duplicates(b2, v2, {"gamma"}, full, scale=SMALL_TASKS)
+        assert inc_stats["changed_sources"] == ["beta"] and inc_stats["cc_method"] == method, name
+        for source in b2:
+            assert storage.read_bytes(dedup.removed_uri(inc, source)) == storage.read_bytes(dedup.removed_uri(full, source)), (name, source)
+        assert inc_stats["removed_ids_digest"] == full_stats["removed_ids_digest"]
+        assert inc_stats["docs_in_clusters"] == full_stats["docs_in_clusters"] and inc_stats["cluster_size_histogram"] == full_stats["cluster_size_histogram"]
+        if method == "incremental":
+            # only the added documents' buckets give edges, and most clusters are carried over untouched
+            assert inc_stats["candidate_edges"] < full_stats["candidate_edges"] / 10
+            assert inc_stats["reused_clusters"] > inc_stats["verified_clusters"] + inc_stats["replayed_clusters"]
+            assert inc_stats["removed_ids_digest"]["alpha"] == first_stats["removed_ids_digest"]["alpha"]
+        else:
+            assert doc_id(clustered) not in {r["id"] for r in read_removed(inc, "beta")}
+
+
+def test_an_added_document_that_bridges_two_clusters_merges_them_like_a_full_rebuild(tmp_path: Path) -> None:
+    """An added document whose buckets are half one cluster's and half another's: the previous
+    clusters merge under the smaller label, as the full rebuild's components do."""
+    one, two = near_copies(4, seed=401, max_edits=1), near_copies(4, seed=402, max_edits=1)
+    normalized, buckets = {}, {}
+    normalized["alpha"], buckets["alpha"] = write_source(tmp_path / "v1", "alpha", one + two, 1)
+    normalized["beta"], buckets["beta"] = write_source(tmp_path / "v1", "beta", stdlib_documents(3, seed=403), 1)
+    cache, first = str(tmp_path / "cache"), str(tmp_path / "first")
+    first_stats = dedup.find_fuzzy_duplicates(buckets, normalized, set(), first, cache_uri=cache)
+    assert first_stats["clusters"] == 2 and first_stats["largest_cluster"] == 4
+    # beta gains a copy of the first cluster's text whose buckets are half of each cluster's
+    bridge = one[0] + " bridge"
+    v2, b2 = dict(normalized), dict(buckets)
+    v2["beta"], b2["beta"] = write_source(tmp_path / "v2", "beta", stdlib_documents(3, seed=403) + [bridge], 1)
+    alpha = storage.read_parquet(buckets["alpha"][0]).to_pylist()
+    of = {r["id"]: r["buckets"] for r in alpha}
+    a, b = of[doc_id(one[1])], of[doc_id(two[1])]
+    rows = storage.read_parquet(b2["beta"][0]).to_pylist()
+    for r in rows:
+        if r["id"] == doc_id(bridge):
+            r["buckets"] = a[: len(a) // 2] + b[len(b) // 2 :]
+    storage.write_parquet(pa.Table.from_pylist(rows, schema=storage.read_parquet(b2["beta"][0]).schema), b2["beta"][0])
+    inc, full = str(tmp_path / "incremental"), str(tmp_path / "full")
+    inc_stats = dedup.find_fuzzy_duplicates(b2, v2, set(), inc, cache_uri=cache, previous_uri=first)
+    full_stats = dedup.find_fuzzy_duplicates(b2, v2, set(), full)
+    assert inc_stats["cc_method"] == "incremental" and inc_stats["clusters"] == full_stats["clusters"] == 1
+    assert inc_stats["largest_cluster"] == full_stats["largest_cluster"] == 9
+    for source in b2:
+        assert storage.read_bytes(dedup.removed_uri(inc, source)) == storage.read_bytes(dedup.removed_uri(full, source))
+    # the merged labels are the next run's labels: a further change still equals a full rebuild
+    v3, b3 = dict(v2), dict(b2)
+    v3["alpha"], b3["alpha"] = write_source(tmp_path / "v3", "alpha", one + two + [two[0] + " tail"], 1)
+    again, full3 = str(tmp_path / "again"), str(tmp_path / "full3")
+    again_stats = dedup.find_fuzzy_duplicates(b3, v3, set(), again, cache_uri=cache, previous_uri=inc)
+    full3_stats = dedup.find_fuzzy_duplicates(b3, v3, set(), full3)
+    assert again_stats["cc_method"] == "incremental" and again_stats["largest_cluster"] == full3_stats["largest_cluster"] == 10
+    for source in b3:
+        assert storage.read_bytes(dedup.removed_uri(again, source)) == storage.read_bytes(dedup.removed_uri(full3, source))
 
 
 def test_a_cluster_whose_added_member_is_retained_is_verified_in_full(tmp_path: Path) -> None:
@@ -428,7 +513,7 @@ def test_scratch_is_collected_after_publishing_but_the_stored_index_is_kept(tmp_
     first = str(tmp_path / "first")
     stats = dedup.find_fuzzy_duplicates(buckets, normalized, set(), first, scale=SMALL_TASKS, cache_uri=cache)
     assert stats["scratch_bytes"] > 0
-    assert sorted(p.name for p in (Path(first) / "_work").iterdir()) == ["verify"]  # the verdicts the next run reuses
+    assert sorted(p.name for p in (Path(first) / "_work").iterdir()) == ["labels", "verify"]  # the labels and verdicts the next run reuses
     entries = {s: [p.name for p in (Path(cache) / s).iterdir()] for s in buckets}
     assert all(len(e) == 1 for e in entries.values())
     # beta changes: its old cached map output goes once the incremental run has published
