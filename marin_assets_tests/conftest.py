@@ -21,23 +21,73 @@ from marin_assets_tests.fixtures.hub import hub_server, hub_store  # noqa: E402,
 from marin_assets_tests.fixtures.pipeline import pipeline  # noqa: E402,F401
 
 
-# Test modules that load the bundled embedding model: `make test-fast` runs them on one worker.
+# Test modules that load the bundled embedding model: `make test-fast` runs them on one worker
+# (importing sentence-transformers and loading the model costs ~6 CPU-seconds per process).
 MODEL_MODULES = frozenset(
     {"marin_assets_tests/core/test_embed.py", "marin_assets_tests/core/test_quality.py", "marin_assets_tests/core/test_topics.py", "marin_assets_tests/automation/test_checks.py"}
 )
+
+# Where `make test-fast` keeps each unit's seconds from its last run (pytest's cache folder), so the
+# next run hands out the longest units first; the first run guesses from the number of tests.
+UNIT_SECONDS_KEY = "marin_assets/test-fast-unit-seconds"
+# Before any run is recorded: the model unit is the longest (it loads the model once for all of them).
+FIRST_RUN_GUESS_S = {"model": 30.0}
+GUESS_S_PER_TEST = 0.3
+
+
+def unit_of(nodeid: str) -> str:
+    """The scheduling unit of a test: its module, or "model" for the modules that load the model."""
+    module = nodeid.split("::", 1)[0]
+    return "model" if module in MODEL_MODULES else module
+
+
+def _loadfile(config: pytest.Config) -> bool:
+    return config.getvalue("dist") == "loadfile" and not os.environ.get("PYTEST_XDIST_WORKER")
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN201
     """``--dist loadfile`` (`make test-fast`), refined: a module's tests stay on one worker (its
     module-scoped fixtures, a Ray cluster or an encoded fixture set, are built once, not once per
-    worker), and the modules that load the embedding model share one worker."""
+    worker), the modules that load the embedding model share one worker, and the longest units
+    (seconds from the last run) are handed out first, so no worker is left with a long one at the end."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    cache = getattr(config, "cache", None)
+    seconds = dict(cache.get(UNIT_SECONDS_KEY, {}) if cache is not None else {})
+
     class ByModule(LoadScopeScheduling):
+        ordered = False
+
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return "model" if module in MODEL_MODULES else module
+            return unit_of(nodeid)
+
+        def _assign_work_unit(self, node) -> None:  # noqa: ANN001
+            if not self.ordered:  # the queue is complete once the first unit is handed out
+                self.ordered = True
+                units = sorted(self.workqueue.items(), key=lambda kv: -seconds.get(
+                    kv[0], FIRST_RUN_GUESS_S.get(kv[0], GUESS_S_PER_TEST * len(kv[1]))))
+                self.workqueue.clear()
+                self.workqueue.update(units)
+            super()._assign_work_unit(node)
 
     return ByModule(config, log)
+
+
+_unit_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Sum each unit's seconds (setup, call, teardown) as the workers report them."""
+    _unit_seconds[unit_of(report.nodeid)] = _unit_seconds.get(unit_of(report.nodeid), 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Keep this run's seconds per unit for the next `make test-fast` (units not run keep theirs)."""
+    cache = getattr(session.config, "cache", None)
+    if cache is None or not _loadfile(session.config) or not _unit_seconds:
+        return
+    seconds = dict(cache.get(UNIT_SECONDS_KEY, {}))
+    seconds.update({unit: round(s, 2) for unit, s in _unit_seconds.items()})
+    cache.set(UNIT_SECONDS_KEY, seconds)
