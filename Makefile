@@ -39,7 +39,8 @@ dev: install home
 ## Every test (CI runs this). test-fast leaves out the system tests (marker `system`:
 ## PostgreSQL, daemon, browser, the whole demo pipeline, other slow end-to-end runs) and
 ## spreads the rest over the cores (pytest-xdist, at most 4 workers; a module stays on one worker,
-## so its module-scoped fixtures are built once: see marin_assets_tests/conftest.py).
+## so its module-scoped fixtures are built once, and the longest modules start first: see
+## marin_assets_tests/conftest.py).
 test: install
 	$(BIN)/python -m pytest -q
 

@@ -21,10 +21,11 @@ from marin_assets_tests.fixtures.hub import hub_server, hub_store  # noqa: E402,
 from marin_assets_tests.fixtures.pipeline import pipeline  # noqa: E402,F401
 
 
-# Test modules that load the bundled embedding model: `make test-fast` runs them on one worker
-# (importing sentence-transformers and loading the model costs ~6 CPU-seconds per process).
+# Test modules whose fast tests load the bundled embedding model: `make test-fast` runs them on one
+# worker (importing sentence-transformers and loading the model costs ~6 CPU-seconds per process).
+# automation/test_checks.py is not one: only its system test embeds.
 MODEL_MODULES = frozenset(
-    {"marin_assets_tests/core/test_embed.py", "marin_assets_tests/core/test_quality.py", "marin_assets_tests/core/test_topics.py", "marin_assets_tests/automation/test_checks.py"}
+    {"marin_assets_tests/core/test_embed.py", "marin_assets_tests/core/test_quality.py", "marin_assets_tests/core/test_topics.py"}
 )
 
 # Where `make test-fast` keeps each unit's seconds from its last run (pytest's cache folder), so the
@@ -33,7 +34,8 @@ UNIT_SECONDS_KEY = "marin_assets/test-fast-unit-seconds"
 # Before any run is recorded (a fresh clone, or `-p no:cacheprovider`): the longest units, in CPU
 # seconds as measured once; any other unit counts 0.1 s per test.
 FIRST_RUN_GUESS_S = {
-    "model": 22.0,
+    "model": 14.0,
+    "marin_assets_tests/automation/test_checks.py": 8.0,
     "marin_assets_tests/core/test_dedup.py": 24.0,
     "marin_assets_tests/defs/test_ingest_assets.py": 9.0,
     "marin_assets_tests/recipes/test_web_sources.py": 7.0,
