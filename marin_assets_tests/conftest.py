@@ -60,9 +60,10 @@ def unit_of(nodeid: str) -> str:
 
 
 def _loadfile(config: pytest.Config) -> bool:
-    return config.getvalue("dist") == "loadfile" and not os.environ.get("PYTEST_XDIST_WORKER")
+    return config.getoption("dist", None) == "loadfile" and not os.environ.get("PYTEST_XDIST_WORKER")
 
 
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: plain `pytest -p no:xdist` works too
 def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN201
     """``--dist loadfile`` (`make test-fast`), refined: a module's tests stay on one worker (its
     module-scoped fixtures, a Ray cluster or an encoded fixture set, are built once, not once per
