@@ -21,23 +21,102 @@ from marin_assets_tests.fixtures.hub import hub_server, hub_store  # noqa: E402,
 from marin_assets_tests.fixtures.pipeline import pipeline  # noqa: E402,F401
 
 
-# Test modules that load the bundled embedding model: `make test-fast` runs them on one worker.
+# Test modules whose fast tests load the bundled embedding model: `make test-fast` runs them on one
+# worker (importing sentence-transformers and loading the model costs ~6 CPU-seconds per process).
+# automation/test_checks.py is not one: only its system test embeds.
 MODEL_MODULES = frozenset(
-    {"marin_assets_tests/core/test_embed.py", "marin_assets_tests/core/test_quality.py", "marin_assets_tests/core/test_topics.py", "marin_assets_tests/automation/test_checks.py"}
+    {"marin_assets_tests/core/test_embed.py", "marin_assets_tests/core/test_quality.py", "marin_assets_tests/core/test_topics.py"}
 )
 
+# Long modules whose tests share nothing built once per module: each test is a unit of its own,
+# so their tests spread over the workers instead of making one worker the last to finish.
+SPLIT_MODULES = frozenset({"marin_assets_tests/core/test_dedup.py"})
 
+# Where `make test-fast` keeps each unit's seconds from its last run (pytest's cache folder), so the
+# next run hands out the longest units first.
+UNIT_SECONDS_KEY = "marin_assets/test-fast-unit-seconds"
+# Before any run is recorded (a fresh clone, or `-p no:cacheprovider`): the longest units, in CPU
+# seconds as measured once; any other unit counts 0.1 s per test, and a test of a split module
+# with no recorded seconds (a new one) 3 s, so that it starts early rather than last.
+FIRST_RUN_GUESS_S = {
+    "model": 14.0,
+    "marin_assets_tests/automation/test_checks.py": 8.0,
+    "marin_assets_tests/core/test_dedup.py::test_incremental_components_follow_added_and_removed_documents_like_a_full_rebuild": 8.0,
+    "marin_assets_tests/core/test_dedup.py::test_a_cluster_whose_added_member_is_retained_is_verified_in_full": 5.0,
+    "marin_assets_tests/core/test_dedup.py::test_incremental_rebuild_of_one_changed_source_equals_a_full_rebuild": 4.0,
+    "marin_assets_tests/core/test_dedup.py::test_big_clusters_of_near_copies_keep_exactly_the_pairwise_survivors[6000]": 4.0,
+    "marin_assets_tests/defs/test_ingest_assets.py": 9.0,
+    "marin_assets_tests/recipes/test_web_sources.py": 7.0,
+    "marin_assets_tests/faults/test_runs_and_catalog.py": 6.0,
+}
+GUESS_S_PER_TEST = 0.1
+GUESS_S_SPLIT_TEST = 3.0
+
+
+def unit_of(nodeid: str) -> str:
+    """The scheduling unit of a test: its module, "model" for the modules that load the model, or
+    the test itself in a module of ``SPLIT_MODULES``."""
+    module = nodeid.split("::", 1)[0]
+    if module in SPLIT_MODULES:
+        return nodeid
+    return "model" if module in MODEL_MODULES else module
+
+
+def _loadfile(config: pytest.Config) -> bool:
+    return config.getoption("dist", None) == "loadfile" and not os.environ.get("PYTEST_XDIST_WORKER")
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: plain `pytest -p no:xdist` works too
 def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN201
     """``--dist loadfile`` (`make test-fast`), refined: a module's tests stay on one worker (its
     module-scoped fixtures, a Ray cluster or an encoded fixture set, are built once, not once per
-    worker), and the modules that load the embedding model share one worker."""
+    worker) unless it is in ``SPLIT_MODULES``, the modules that load the embedding model share one
+    worker, and the longest units (seconds from the last run) are handed out first, so no worker
+    is left with a long one at the end."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    cache = getattr(config, "cache", None)
+    seconds = dict(cache.get(UNIT_SECONDS_KEY, {}) if cache is not None else {})
+
+    def unit_seconds(unit: str, tests: int) -> float:
+        if unit in seconds:
+            return seconds[unit]
+        if unit in FIRST_RUN_GUESS_S:
+            return FIRST_RUN_GUESS_S[unit]
+        return GUESS_S_SPLIT_TEST if "::" in unit else GUESS_S_PER_TEST * tests
+
     class ByModule(LoadScopeScheduling):
+        ordered = False
+
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return "model" if module in MODEL_MODULES else module
+            return unit_of(nodeid)
+
+        def _assign_work_unit(self, node) -> None:  # noqa: ANN001
+            if not self.ordered:  # the queue is complete once the first unit is handed out
+                self.ordered = True
+                units = sorted(self.workqueue.items(), key=lambda kv: -unit_seconds(kv[0], len(kv[1])))
+                self.workqueue.clear()
+                self.workqueue.update(units)
+            super()._assign_work_unit(node)
 
     return ByModule(config, log)
+
+
+_unit_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Sum each unit's seconds (setup, call, teardown) as the workers report them."""
+    _unit_seconds[unit_of(report.nodeid)] = _unit_seconds.get(unit_of(report.nodeid), 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Keep this run's seconds per unit for the next `make test-fast` (units not run keep theirs)."""
+    cache = getattr(session.config, "cache", None)
+    if cache is None or not _loadfile(session.config) or not _unit_seconds:
+        return
+    seconds = dict(cache.get(UNIT_SECONDS_KEY, {}))
+    seconds.update({unit: round(s, 2) for unit, s in _unit_seconds.items()})
+    cache.set(UNIT_SECONDS_KEY, seconds)

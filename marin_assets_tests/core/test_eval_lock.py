@@ -112,8 +112,9 @@ def test_build_reads_only_the_lock_and_reports_an_unavailable_best_effort_set(tm
     hub_store.publish("org/qa", {"data/test-00000.parquet": _parquet(QUESTIONS[:1])})  # the branch moves on
     registry = load_evals(path)
     layout = storage.Layout(str(tmp_path / "data"))
+    access = MarinResource().provider_access()  # the settings' retry waits (MARIN_RETRY_WAIT_S=0), not production's
     skipped = []
-    rows = list(registry_rows(registry, lambda s: fetch_eval_set(s, registry, layout),
+    rows = list(registry_rows(registry, lambda s: fetch_eval_set(s, registry, layout, access),
                               on_skip=lambda s, exc: skipped.append((s.name, str(exc)))))
     stats = decon.build_eval_index(rows, str(tmp_path / "index"), decon.DeconParams(), registry.expected_rows())
     assert stats["eval_sets"]["qa"]["rows"] == 4  # the locked commit, not the moved branch
@@ -124,7 +125,7 @@ def test_build_reads_only_the_lock_and_reports_an_unavailable_best_effort_set(tm
     web.put("/tasks.json", json.dumps(TASKS[:2]).encode())
     fresh = tmp_path / "fresh"
     with pytest.raises(Exception, match="sha256"):
-        list(registry_rows(registry, lambda s: fetch_eval_set(s, registry, storage.Layout(str(fresh)))))
+        list(registry_rows(registry, lambda s: fetch_eval_set(s, registry, storage.Layout(str(fresh)), access)))
 
 
 def test_packaged_lock_pins_nothing_it_could_not_verify():
