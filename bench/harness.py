@@ -144,8 +144,8 @@ def run_child(case: Case) -> dict[str, Any]:
     env = {**os.environ, **case.env}
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.harness", spec], env=env, cwd=root, capture_output=True, text=True, timeout=case.timeout_s
+    proc = subprocess.run(  # the spec goes on stdin: a case's arguments (e.g. thousands of paths) can pass the argv limit
+        [sys.executable, "-m", "bench.harness"], input=spec, env=env, cwd=root, capture_output=True, text=True, timeout=case.timeout_s
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith(_RESULT)]
     if proc.returncode != 0 or not lines:
@@ -324,4 +324,4 @@ if __name__ == "__main__":
     # Run through the importable module, so that the bench's own ``timed`` marks its region.
     from bench import harness
 
-    harness._child(json.loads(sys.argv[1]))
+    harness._child(json.loads(sys.stdin.read()))
