@@ -64,7 +64,7 @@ check: install
 bench: install
 	$(BIN)/python -m bench $(if $(ONLY),--only $(ONLY))
 
-## Every per-shard stage on a local Ray (2 workers) at 1x/4x/16x of 200 MiB (~30 min; BENCH_QUICK=1: minutes).
+## Every per-shard stage on a local Ray (2 workers) at 1x/4x/16x of 200 MiB (24 min on 2 idle cores; BENCH_QUICK=1: minutes).
 bench-scale: install
 	$(BIN)/python bench/scale.py
 

@@ -16,7 +16,7 @@ file (a concatenation of corpus files), embeddings (offline model, 512 tokens) o
 child process of its own, interleaved). Every figure is printed, one line per
 stage and scale (``scale-bench <stage> <scale>x: ...``): the README's capacity table cites them.
 
-    make bench-scale                      # the full run the README cites (~2,600 CPU s; pool is 70% of it)
+    make bench-scale                      # the full run the README cites (24 min on 2 idle cores; pool is most of it)
     BENCH_QUICK=1 make bench-scale        # 1x = 20 MiB, 1x/4x only
     BENCH_SCALES=1 BENCH_SCALE_MB=500 BENCH_SHARD_MB=256 BENCH_FILE_MB=125 BENCH_BIG_FILE_MB=0 \
         BENCH_EMBED_DOCS=0 BENCH_LONG_DOCS=0 make bench-scale   # 256 MiB (production) shards; 0 skips a part
