@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import io
 import json
 import logging
 from collections.abc import Callable, Iterator
