@@ -20,11 +20,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from marin_assets.core import storage
-from marin_assets.core.decon_features import _batches, _string_buffers, extract_features
+from marin_assets.core.decon_features import _batches, extract_features
 from marin_assets.core.decon_index import EvalIndex, load_eval_index
 from marin_assets.core.decon_marking import short_row_matches
 from marin_assets.core.decon_normalize import normalize_batch
 from marin_assets.core.decon_params import DeconParams
+from marin_assets.core.kernels import string_buffers
 
 
 def _iter_text_arrays(uris: Sequence[str], column: str, limit: int) -> Iterator[pa.Array]:
@@ -59,7 +60,7 @@ def eval_ngram_frequencies(input_uris: list[str], output_uri: str, params: Decon
     head_parts: list[np.ndarray] = []
     sample_parts: list[np.ndarray] = []
     for texts in _iter_text_arrays(input_uris, params.text_column, limit):
-        data, offsets, _ = _string_buffers(texts)
+        data, offsets, _ = string_buffers(texts)
         for i, j in _batches(offsets, params.batch_bytes):
             chunk, chunk_offsets = data[offsets[i]:offsets[j]], offsets[i:j + 1] - offsets[i]
             if rule == "coverage":

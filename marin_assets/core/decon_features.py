@@ -17,9 +17,9 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from marin_assets.core import decon_kernels as kernels
+from marin_assets.core.kernels import string_buffers
 from marin_assets.core.decon_params import DeconParams
 
 # ----------------------------------------------------------------------------- feature hashing
@@ -170,26 +170,6 @@ def _empty_features(n_docs: int) -> Features:
     return Features(np.zeros(0, dtype=np.uint64), empty, empty, empty, empty, n_docs)
 
 
-def _string_buffers(texts: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(UTF-8 bytes, offsets [n+1] into them, null mask) without copying the text."""
-    if isinstance(texts, pa.ChunkedArray):
-        if texts.num_chunks == 0:
-            texts = pa.array([], pa.large_string())
-        else:
-            texts = texts.combine_chunks() if texts.num_chunks != 1 else texts.chunk(0)
-    if not (pa.types.is_string(texts.type) or pa.types.is_large_string(texts.type)):
-        texts = texts.cast(pa.large_string())
-    nulls = texts.is_null().to_numpy(zero_copy_only=False) if texts.null_count else np.zeros(len(texts), bool)
-    if texts.null_count:
-        texts = pc.fill_null(texts, "")
-    buffers = texts.buffers()
-    dtype = np.int64 if pa.types.is_large_string(texts.type) else np.int32
-    offsets = np.frombuffer(buffers[1], dtype=dtype)[texts.offset: texts.offset + len(texts) + 1].astype(np.int64)
-    data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else np.zeros(0, np.uint8)
-    data = data[offsets[0]: offsets[-1]]
-    return data, offsets - offsets[0], nulls
-
-
 def _batches(offsets: np.ndarray, batch_bytes: int) -> Iterator[tuple[int, int]]:
     """Document ranges ``[i, j)`` of about ``batch_bytes`` each (at least one document)."""
     n = len(offsets) - 1
@@ -243,7 +223,7 @@ def text_features(texts: Sequence[str] | pa.Array, params: DeconParams = DeconPa
                   short_paragraphs: bool = True) -> list[np.ndarray]:
     """Per-text sorted arrays of distinct features: a convenience for tests and inspection."""
     array = texts if isinstance(texts, (pa.Array, pa.ChunkedArray)) else pa.array(list(texts), pa.large_string())
-    data, offsets, _ = _string_buffers(array)
+    data, offsets, _ = string_buffers(array)
     out: list[np.ndarray] = []
     for i, j in _batches(offsets, params.batch_bytes):
         feats = extract_features(data[offsets[i]:offsets[j]], offsets[i:j + 1] - offsets[i], params, short_paragraphs)

@@ -25,9 +25,10 @@ import pyarrow as pa
 
 from marin_assets.core import decon_kernels as kernels
 from marin_assets.core import storage
-from marin_assets.core.decon_features import HASH_SCHEME, Features, _batches, _string_buffers, extract_features
+from marin_assets.core.decon_features import HASH_SCHEME, Features, _batches, extract_features
 from marin_assets.core.decon_normalize import normalize_batch
 from marin_assets.core.decon_params import DeconParams, EvalIndexError
+from marin_assets.core.kernels import string_buffers
 
 _INDEX_META = "index.json"
 
@@ -217,7 +218,7 @@ def build_eval_index(
                              + ". Fetch the missing eval data (or fix 'rows' in the eval registry) and rebuild.")
 
     array = pa.array(texts, pa.large_string())
-    data, offsets, nulls = _string_buffers(array)
+    data, offsets, nulls = string_buffers(array)
     marin = _row_features(data, offsets, params, normalized=False)
     coverage = _row_features(data, offsets, params, normalized=True)
     for name in sorted(expected):

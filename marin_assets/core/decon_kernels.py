@@ -13,25 +13,10 @@ spelled as ``np.uint64`` because numba types a mixed int64/uint64 expression as 
 
 from __future__ import annotations
 
-from typing import Any
-
-import numba
 import numpy as np
 
-
-def _jit(fn: Any) -> Any:
-    """Compile ``fn`` with numba (cached on disk, releases the GIL)."""
-    try:
-        return numba.njit(cache=True, nogil=True)(fn)
-    except RuntimeError:  # no writable cache location (read-only install): compile per process
-        return numba.njit(nogil=True)(fn)
-
-
-def readonly(x: np.ndarray, dtype: Any) -> np.ndarray:
-    """A read-only contiguous view: the kernels see one array type, so each compiles once."""
-    view = np.ascontiguousarray(x, dtype=dtype).view()
-    view.setflags(write=False)
-    return view
+from marin_assets.core.kernels import jit as _jit
+from marin_assets.core.kernels import readonly  # noqa: F401 - the kernels' callers take it from here
 
 
 # the hash constants of ``decon_features.feature_hash`` (kept equal there)

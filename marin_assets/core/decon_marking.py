@@ -31,10 +31,11 @@ import pyarrow as pa
 import xxhash
 
 from marin_assets.core import storage
-from marin_assets.core.decon_features import TokenWindows, _batches, _string_buffers, extract_features
+from marin_assets.core.decon_features import TokenWindows, _batches, extract_features
 from marin_assets.core.decon_index import EvalIndex, _sorted_member, load_eval_index
 from marin_assets.core.decon_normalize import normalize_batch
 from marin_assets.core.decon_params import DeconParams
+from marin_assets.core.kernels import string_buffers
 
 # ----------------------------------------------------------------------------- the marin rule
 
@@ -60,7 +61,7 @@ def load_drop_set(uris: Sequence[str]) -> np.ndarray:
 def _batch_inputs(texts: pa.Array | pa.ChunkedArray | Sequence[str | None], drop: np.ndarray | None) -> tuple:
     """Both rules' start: the texts' UTF-8 buffers (data, offsets, nulls) and the drop set (empty if none)."""
     array = texts if isinstance(texts, (pa.Array, pa.ChunkedArray)) else pa.array(list(texts), pa.large_string())
-    return (*_string_buffers(array), np.zeros(0, np.uint64) if drop is None else drop)
+    return (*string_buffers(array), np.zeros(0, np.uint64) if drop is None else drop)
 
 
 def mark_marin(

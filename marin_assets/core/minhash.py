@@ -52,6 +52,8 @@ import pyarrow.compute as pc
 import xxhash
 
 from marin_assets.core import storage
+from marin_assets.core.kernels import jit as _jit
+from marin_assets.core.kernels import readonly as _readonly
 
 import numba
 from llvmlite import ir
@@ -242,21 +244,6 @@ def datasketch_minhash(text: str, params: MinHashParams = MinHashParams()) -> An
 # Shingles per pass of the permutation loop: 2048 hashes (16 KiB) stay in L1 across all
 # permutations of a long document.
 JIT_SHINGLE_CHUNK = 2048
-
-
-def _jit(fn: Any) -> Any:
-    """Compile ``fn`` with numba (cached on disk, releases the GIL)."""
-    try:
-        return numba.njit(cache=True, nogil=True)(fn)
-    except RuntimeError:  # no writable cache location (read-only install): compile per process
-        return numba.njit(nogil=True)(fn)
-
-
-def _readonly(x: Any, dtype: Any) -> np.ndarray:
-    """A read-only contiguous view: kernels see one array type, so each compiles once."""
-    view = np.ascontiguousarray(x, dtype=dtype).view()
-    view.setflags(write=False)
-    return view
 
 
 # uint64 constants: numba types a mixed int64/uint64 expression as float64, so the kernels

@@ -31,10 +31,11 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
-from marin_assets.core import formats, storage
+from marin_assets.core import formats, kernels, storage
 from marin_assets.core.errors import BadInput
 from marin_assets.core.runner import ShardRunner, ShardTask
 
@@ -142,10 +143,87 @@ def batch_rows_for(uri: str, fmt: str | None, params: NormalizeParams) -> int:
 # --------------------------------------------------------------------------- row cleaning
 
 
-def text_ids(texts: Sequence[str]) -> list[str]:
-    """xxh3-128 of each UTF-8 text as 32 lowercase hex characters."""
-    digest = xxhash.xxh3_128_hexdigest
-    return [digest(t.encode("utf-8")) for t in texts]
+def text_ids(texts: Sequence[str] | pa.Array | pa.ChunkedArray) -> list[str]:
+    """xxh3-128 of each UTF-8 text as 32 lowercase hex characters (hashed from Arrow's bytes:
+    no Python string per row)."""
+    if not isinstance(texts, (pa.Array, pa.ChunkedArray)):
+        texts = pa.array(list(texts), pa.large_string())
+    data, offsets, _ = kernels.string_buffers(texts)
+    view, bounds, digest = memoryview(data), offsets.tolist(), xxhash.xxh3_128_hexdigest
+    return [digest(view[a:b]) for a, b in zip(bounds, bounds[1:])]
+
+
+# Every byte a whitespace character (``\s``: Unicode White_Space) can hold: ASCII 9-13 and 32,
+# and the bytes of U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000.
+_WHITESPACE_BYTE = np.zeros(256, np.uint8)
+_WHITESPACE_BYTE[[9, 10, 11, 12, 13, 32, 0x85, 0x9A, 0x9F, 0xA0, 0xA8, 0xA9, 0xAF, 0xC2, 0xE1, 0xE2, 0xE3]] = 1
+_WHITESPACE_BYTE[0x80:0x8B] = 1
+
+
+@kernels.jit
+def _whitespace_length(data: np.ndarray, i: int, end: int) -> int:
+    """Bytes of the whitespace character at ``data[i]``, 0 if it is not one."""
+    b = data[i]
+    if b == 32 or 9 <= b <= 13:
+        return 1
+    if b == 0xC2:
+        return 2 if i + 1 < end and (data[i + 1] == 0x85 or data[i + 1] == 0xA0) else 0
+    if i + 2 >= end or b < 0xE1 or b > 0xE3:
+        return 0
+    c1, c2 = data[i + 1], data[i + 2]
+    if b == 0xE1:
+        return 3 if c1 == 0x9A and c2 == 0x80 else 0
+    if b == 0xE3:
+        return 3 if c1 == 0x80 and c2 == 0x80 else 0
+    if c1 == 0x80 and (c2 <= 0x8A or c2 == 0xA8 or c2 == 0xA9 or c2 == 0xAF):  # U+2000-200A, 2028, 2029, 202F
+        return 3
+    return 3 if c1 == 0x81 and c2 == 0x9F else 0
+
+
+@kernels.jit
+def _has_whitespace_run(data: np.ndarray, offsets: np.ndarray, need: int, maybe_space: np.ndarray) -> np.ndarray:
+    """Per text: does it hold ``need`` whitespace characters in a row?
+
+    A run of ``need`` characters spans at least ``need`` bytes, so one probe byte per ``need``
+    bytes rules a stretch out unless the probe can be part of a whitespace character; only then
+    are the characters around it counted. Continuation bytes never start a whitespace
+    character, so a count may start in the middle of a character.
+    """
+    out = np.zeros(offsets.size - 1, np.bool_)
+    for row in range(offsets.size - 1):
+        pos, end = offsets[row], offsets[row + 1]
+        while pos + need <= end and not out[row]:
+            probe = pos + need - 1
+            if maybe_space[data[probe]] == 0:
+                pos = probe + 1
+                continue
+            i = probe  # a run holding the probe starts inside the stretch of such bytes around it
+            while i > pos and maybe_space[data[i - 1]]:
+                i -= 1
+            count = 0
+            while i < end:
+                length = _whitespace_length(data, i, end)
+                if length:
+                    count += 1
+                    i += length
+                    if count >= need:
+                        out[row] = True
+                        break
+                elif i > probe:
+                    break
+                else:
+                    count = 0
+                    i += 1
+            pos = i + 1
+    return out
+
+
+def whitespace_runs(texts: pa.Array | pa.ChunkedArray, longer_than: int) -> np.ndarray:
+    """Per text: does it hold more than ``longer_than`` whitespace characters in a row (as the
+    regex ``\\s{longer_than+1}`` would say, in one compiled pass over the bytes)?"""
+    data, offsets, _ = kernels.string_buffers(texts)
+    return _has_whitespace_run(kernels.readonly(data, np.uint8), kernels.readonly(offsets, np.int64), longer_than + 1,
+                               _WHITESPACE_BYTE)
 
 
 def canonical_rows(frame: pl.DataFrame, params: NormalizeParams, *, source: str, file: str) -> tuple[pl.DataFrame, dict[str, int]]:
@@ -176,14 +254,16 @@ def canonical_rows(frame: pl.DataFrame, params: NormalizeParams, *, source: str,
     counters["empty_dropped"] = rows_in - frame.height
 
     run = params.max_whitespace_run
-    long_ws = pl.col("text").str.contains(rf"\s{{{run + 1}}}")
-    compacted = int(frame.select(long_ws.sum()).item() or 0)
+    texts = frame["text"].to_arrow()
+    long_ws = whitespace_runs(texts, run)
+    compacted = int(long_ws.sum())
     if compacted:
         frame = frame.with_columns(
-            pl.when(long_ws).then(pl.col("text").str.replace_all(rf"(\s{{{run}}})\s+", "${1}")).otherwise(pl.col("text")).alias("text")
+            pl.when(pl.Series(long_ws)).then(pl.col("text").str.replace_all(rf"(\s{{{run}}})\s+", "${1}")).otherwise(pl.col("text")).alias("text")
         )
+        texts = frame["text"].to_arrow()
     counters["whitespace_compacted"] = compacted
-    frame = frame.with_columns(pl.Series("id", text_ids(frame["text"].to_list()), dtype=pl.Utf8))
+    frame = frame.with_columns(pl.Series("id", text_ids(texts), dtype=pl.Utf8))
     ordered = ["id", "text", "source_id"] + [c for c in frame.columns if c not in ("id", "text", "source_id")]
     return frame.select(ordered), counters
 
@@ -273,7 +353,6 @@ def scatter_file(input_uris: list[str], output_uri: str, params: ScatterParams) 
     memory map locally, range reads on object stores). ``pieces`` in the counters maps each shard
     to its ``[flush, first_batch, batches]`` runs.
     """
-    import pyarrow as pa  # noqa: PLC0415
 
     (uri,) = input_uris
     counters: dict[str, Any] = {"rows_in": 0, "rows_out": 0}
@@ -354,7 +433,6 @@ def _require_rows(source: str, files: int, counters: Mapping[str, int]) -> None:
 
 def _read_batches(uri: str, first: int, count: int) -> Any:
     """Record batches ``first .. first + count`` of a scatter file as an Arrow table (only those bytes are read)."""
-    import pyarrow as pa  # noqa: PLC0415
 
     path = storage.local_path(uri)
     if path is not None:
@@ -375,7 +453,6 @@ class GatherParams:
 
 def gather_shard(input_uris: list[str], output_uri: str, params: GatherParams) -> dict[str, Any]:
     """Phase 2 for one shard: read its record batches (in input order), sort by id, split off duplicates."""
-    import pyarrow as pa  # noqa: PLC0415
 
     # Pieces with one schema (usually all of them) become one frame: a frame per piece costs a
     # fixed overhead per piece, and pieces grow as inputs x shards.

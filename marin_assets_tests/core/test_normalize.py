@@ -77,6 +77,34 @@ def test_empty_rows_dropped_duplicates_set_aside_whitespace_cut(tmp_path) -> Non
     assert dups["source_id"].to_list() == ["102"]
 
 
+# Unicode whitespace (the regex's \s) in every UTF-8 length, and characters next to them that are
+# not whitespace but share lead or continuation bytes with them (U+200B, U+2030, U+0086, U+180E...)
+_SPACES = [chr(c) for c in (9, 10, 11, 12, 13, 32, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000)]
+_NOT_SPACES = ["a", "é", "ア", "\u200b", "\u2030", "\u0086", "😀", "\u180e", "\ufeff", "\u3001", "\u2060", "\u1681", "\u2080"]
+
+
+@pytest.mark.parametrize("run", [1, 127, 128])
+def test_whitespace_runs_agree_with_the_regex_on_unicode_whitespace(run: int) -> None:
+    import random
+
+    rng = random.Random(run)
+    texts = []
+    for _ in range(3000):
+        parts = []
+        for _ in range(rng.randint(0, 6)):
+            if rng.random() < 0.5:
+                parts.append("".join(rng.choice(_SPACES) for _ in range(rng.choice([1, 3, run - 1, run, run + 1, run + 2, 2 * run + 5]))))
+            else:
+                parts.append("".join(rng.choice(_NOT_SPACES) for _ in range(rng.randint(1, 4))))
+        texts.append("".join(parts))
+    series = pl.Series(texts)
+    expected = series.str.contains(rf"\s{{{run + 1}}}").to_numpy()
+    assert 0 < expected.sum() < len(texts)
+    assert (normalize.whitespace_runs(series.to_arrow(), run) == expected).all()
+    assert (normalize.whitespace_runs(series.slice(5, 100).to_arrow(), run) == expected[5:105]).all()
+    assert normalize.text_ids(series.slice(5, 100).to_arrow()) == [xxhash.xxh3_128_hexdigest(t.encode()) for t in texts[5:105]]
+
+
 def test_bad_rows_are_counted_not_fatal(tmp_path) -> None:
     good = _jsonl([{"id": 1, "text": "valid row"}, {"id": 2, "text": "another valid row"}])
     path = tmp_path / "in.jsonl"
