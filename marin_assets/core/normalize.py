@@ -343,16 +343,41 @@ def flush_name(sequence: int) -> str:
     return f"flush-{sequence:05d}.arrow"
 
 
+def _write_flush(frames: list[pl.DataFrame], uri: str, source: str, flush_uri: str) -> list[tuple[int, int, int]]:
+    """One flush: the buffered batches as one Arrow IPC file, record batches grouped by shard (in
+    shard order, input order within a shard); returns ``(shard, first_batch, batches)`` runs."""
+    # One concat and one stable sort by shard per flush (not one frame per batch and shard:
+    # with many shards that per-piece overhead grew the CPU per row with the corpus).
+    names = _shard_order_columns(frames)
+    frame = formats.concat_rows(frames, [uri] * len(frames), source, rechunk=False).sort("_shard", maintain_order=True)
+    frames.clear()
+    order, heights = np.unique(frame["_shard"].to_numpy(), return_counts=True)
+    table = frame.select(names).to_arrow()
+    del frame
+    runs = []
+    with storage.open_atomic(flush_uri) as handle:
+        with pa.ipc.new_file(handle, table.schema) as writer:
+            offset = 0
+            for shard, height in zip(order.tolist(), heights.tolist()):
+                first = writer.stats.num_record_batches
+                writer.write_table(table.slice(offset, height))
+                runs.append((shard, first, writer.stats.num_record_batches - first))
+                offset += height
+    return runs
+
+
 def scatter_file(input_uris: list[str], output_uri: str, params: ScatterParams) -> dict[str, Any]:
     """Phase 1 for one input file: write its rows routed to shards under ``output_uri``.
 
     Rows are buffered until ``scatter_buffer_bytes`` (at most the shard target), then written as
-    one Arrow IPC file whose record batches are grouped by shard (in shard order, input order
-    within a shard). One file per flush, not one per shard: the number of files stays linear in
-    the input whatever the number of shards, and a shard reads its own record batches only (a
-    memory map locally, range reads on object stores). ``pieces`` in the counters maps each shard
-    to its ``[flush, first_batch, batches]`` runs.
+    one Arrow IPC file whose record batches are grouped by shard. One file per flush, not one
+    per shard: the number of files stays linear in the input whatever the number of shards, and
+    a shard reads its own record batches only (a memory map locally, range reads on object
+    stores). ``pieces`` in the counters maps each shard to its ``[flush, first_batch, batches]``
+    runs. A flush is written by a second thread while the next rows are read and hashed (the
+    writer releases the interpreter lock), at most one at a time: one more buffer of memory.
     """
+    from concurrent.futures import Future, ThreadPoolExecutor  # noqa: PLC0415
 
     (uri,) = input_uris
     counters: dict[str, Any] = {"rows_in": 0, "rows_out": 0}
@@ -360,40 +385,38 @@ def scatter_file(input_uris: list[str], output_uri: str, params: ScatterParams) 
     pieces: dict[int, list[list[int]]] = {}
     flushes = 0
     held = 0
+    writing: tuple[int, Future] | None = None  # the flush being written: its number and its runs
 
-    def flush() -> None:
-        # One concat and one stable sort by shard per flush (not one frame per batch and shard:
-        # with many shards that per-piece overhead grew the CPU per row with the corpus).
-        nonlocal flushes
-        if not buffered:
-            return
-        frames = list(buffered)
-        buffered.clear()
-        names = _shard_order_columns(frames)
-        frame = formats.concat_rows(frames, [uri] * len(frames), params.source, rechunk=False).sort("_shard", maintain_order=True)
-        frames.clear()
-        order, heights = np.unique(frame["_shard"].to_numpy(), return_counts=True)
-        table = frame.select(names).to_arrow()
-        del frame
-        with storage.open_atomic(storage.join(output_uri, flush_name(flushes))) as handle:
-            with pa.ipc.new_file(handle, table.schema) as writer:
-                offset = 0
-                for shard, height in zip(order.tolist(), heights.tolist()):
-                    first = writer.stats.num_record_batches
-                    writer.write_table(table.slice(offset, height))
-                    pieces.setdefault(shard, []).append([flushes, first, writer.stats.num_record_batches - first])
-                    offset += height
-        flushes += 1
+    def wait_for_write() -> None:
+        nonlocal writing
+        if writing is not None:
+            number, runs = writing
+            writing = None
+            for shard, first, count in runs.result():
+                pieces.setdefault(shard, []).append([number, first, count])
 
-    for rows in _file_rows(uri, params, counters):
-        rows = rows.with_columns(shard_of(rows["id"], params.shards).alias("_shard"))
-        buffered.append(rows)
-        held += int(rows.estimated_size())
-        del rows
-        if held >= min(params.normalize.scatter_buffer_bytes, params.normalize.target_shard_bytes):
-            flush()
-            held = 0
-    flush()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="scatter-flush") as writer:  # exit waits for a write
+
+        def flush() -> None:
+            nonlocal flushes, writing
+            if not buffered:
+                return
+            wait_for_write()
+            frames = list(buffered)
+            buffered.clear()
+            writing = flushes, writer.submit(_write_flush, frames, uri, params.source, storage.join(output_uri, flush_name(flushes)))
+            flushes += 1
+
+        for rows in _file_rows(uri, params, counters):
+            rows = rows.with_columns(shard_of(rows["id"], params.shards).alias("_shard"))
+            buffered.append(rows)
+            held += int(rows.estimated_size())
+            del rows
+            if held >= min(params.normalize.scatter_buffer_bytes, params.normalize.target_shard_bytes):
+                flush()
+                held = 0
+        flush()
+        wait_for_write()
     counters["pieces"] = {str(k): v for k, v in sorted(pieces.items())}
     storage.write_json(storage.join(output_uri, "_done.json"), counters)
     return counters
