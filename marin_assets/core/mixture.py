@@ -60,9 +60,10 @@ class MixtureParams:
 # --------------------------------------------------------------------------- counts
 
 
-def group_counts_from_index(index: pa.Table) -> pl.DataFrame:
-    """Documents and tokens per (group, source) from pool shard indexes."""
-    frame = pl.from_arrow(index.select(["group", "source", "documents", "tokens"]))
+def group_counts_from_index(index: pa.Table | pl.DataFrame) -> pl.DataFrame:
+    """Documents and tokens per (group, source) from pool shard indexes (Arrow or polars)."""
+    columns = ["group", "source", "documents", "tokens"]
+    frame = index.select(columns) if isinstance(index, pl.DataFrame) else pl.from_arrow(index.select(columns))
     return _aggregate(frame)  # type: ignore[arg-type]
 
 
