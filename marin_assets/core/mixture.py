@@ -101,11 +101,13 @@ def _parquet_files(dir_uri: str) -> list[str]:
 
 
 def _aggregate(frame: pl.DataFrame) -> pl.DataFrame:
-    return (
-        frame.cast(_COUNT_SCHEMA)  # type: ignore[arg-type]
+    return (  # one lazy query: the optimizer fuses the cast into the aggregation
+        frame.lazy()
+        .cast(_COUNT_SCHEMA)  # type: ignore[arg-type]
         .group_by("group", "source")
         .agg(pl.col("documents").sum(), pl.col("tokens").sum())
         .sort("group", "source")
+        .collect()
     )
 
 
