@@ -60,9 +60,10 @@ class MixtureParams:
 # --------------------------------------------------------------------------- counts
 
 
-def group_counts_from_index(index: pa.Table) -> pl.DataFrame:
-    """Documents and tokens per (group, source) from pool shard indexes."""
-    frame = pl.from_arrow(index.select(["group", "source", "documents", "tokens"]))
+def group_counts_from_index(index: pa.Table | pl.DataFrame) -> pl.DataFrame:
+    """Documents and tokens per (group, source) from pool shard indexes (Arrow or polars)."""
+    columns = ["group", "source", "documents", "tokens"]
+    frame = index.select(columns) if isinstance(index, pl.DataFrame) else pl.from_arrow(index.select(columns))
     return _aggregate(frame)  # type: ignore[arg-type]
 
 
@@ -100,11 +101,13 @@ def _parquet_files(dir_uri: str) -> list[str]:
 
 
 def _aggregate(frame: pl.DataFrame) -> pl.DataFrame:
-    return (
-        frame.cast(_COUNT_SCHEMA)  # type: ignore[arg-type]
+    return (  # one lazy query: the optimizer fuses the cast into the aggregation
+        frame.lazy()
+        .cast(_COUNT_SCHEMA)  # type: ignore[arg-type]
         .group_by("group", "source")
         .agg(pl.col("documents").sum(), pl.col("tokens").sum())
         .sort("group", "source")
+        .collect()
     )
 
 

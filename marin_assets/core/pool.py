@@ -526,13 +526,27 @@ def read_pool_index(uris: Sequence[str]) -> pa.Table:
 POOL_FILES_SCHEMA = pa.schema([("group", pa.string()), ("source", pa.string()), ("file", pa.string())])
 
 
+def _index_frame(uris: Sequence[str]) -> Any:
+    """One source's pool index as a polars frame: many local files in one native multi-file scan
+    of the index columns (no Arrow round trip; one chunk per file, as :func:`read_pool_index`
+    reads them), else through :func:`read_pool_index`."""
+    import polars as pl  # noqa: PLC0415
+
+    paths = [storage.local_path(u) for u in uris]
+    if len(paths) > 1 and all(paths):
+        schema = {"group": pl.Utf8, "file": pl.Utf8, "source": pl.Utf8, "documents": pl.Int64, "tokens": pl.Int64}
+        return pl.scan_parquet(paths).select(INDEX_SCHEMA.names).cast(schema).collect()  # type: ignore[arg-type]
+    return pl.from_arrow(read_pool_index(uris))
+
+
 def group_counts_and_files(sources: Sequence[tuple[str, Sequence[str], str]], files_uri: str) -> Any:
     """Documents and tokens per (group, source), and every pool file listed per group.
 
     ``sources`` holds, per source, its name, its shard index URIs and its pool directory. Each
-    source is aggregated on its own (at most one row per group) before the sources are
-    combined, and its files are streamed into ``files_uri`` (Parquet: ``group``, ``source``,
-    ``file``), so memory follows one source's index, never the whole pool's file list.
+    source's index is read once, aggregated on its own (at most one row per group) before the
+    sources are combined, and its files are streamed into ``files_uri`` (Parquet: ``group``,
+    ``source``, ``file``; one write per source), so memory follows one source's index, never the
+    whole pool's file list.
     """
     import polars as pl  # noqa: PLC0415
 
@@ -540,13 +554,15 @@ def group_counts_and_files(sources: Sequence[tuple[str, Sequence[str], str]], fi
 
     counts = []
     with storage.open_atomic(files_uri) as handle, pq.ParquetWriter(handle, POOL_FILES_SCHEMA, compression="zstd") as writer:
-        for source, index_uris, pool_dir in sources:
-            index = read_pool_index(index_uris)
+        for _source, index_uris, pool_dir in sources:
+            index = _index_frame(index_uris)
             counts.append(group_counts_from_index(index))
-            listed = pl.from_arrow(index.select(["group", "source", "file"]))
-            listed = listed.with_columns((pl.lit(pool_dir.rstrip("/") + "/") + pl.col("file").str.strip_chars("/")).alias("file"))
+            prefix = pool_dir.rstrip("/") + "/"
+            listed = index.select("group", "source", (pl.lit(prefix) + pl.col("file").str.strip_chars("/")).alias("file"))
+            del index
+            # Chunks as read (the writer's pages follow them): the same bytes as the rows always had.
             writer.write_table(listed.to_arrow().cast(POOL_FILES_SCHEMA))
-            del index, listed
+            del listed
     if not counts:
         return pl.DataFrame(schema={"group": pl.Utf8, "source": pl.Utf8, "documents": pl.Int64, "tokens": pl.Int64})
     return pl.concat(counts).sort("group", "source")

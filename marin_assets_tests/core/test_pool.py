@@ -367,3 +367,28 @@ def test_group_file_plan_closes_files_at_the_token_and_file_limits() -> None:
     plan = pool.plan_group_files(index, "s", pool.CompactParams(group_file_tokens=90, max_files_per_task=2))
     assert [(g, len(files), tokens) for g, files, _, tokens, _ in plan] == [("c00q0", 2, 80), ("c00q0", 2, 50), ("c00q0", 1, 10), ("c01q1", 1, 5)]
     assert [name for *_, name in plan] == ["c00q0/s-group-00000.parquet", "c00q0/s-group-00001.parquet", "c00q0/s-group-00002.parquet", "c01q1/s-group-00000.parquet"]
+
+
+def test_group_counts_and_files_agree_whether_indexes_are_local_or_remote(built) -> None:
+    """Many local index files are read in one native scan, others through the filesystem layer:
+    the counts and the file list must not depend on which."""
+    import uuid
+
+    b, results = built
+    by_source: dict[str, list[str]] = {}
+    for task, r in zip(b.tasks, results):
+        by_source.setdefault(task.params.source, []).append(r.output)
+    assert max(len(uris) for uris in by_source.values()) > 1  # the multi-file scan is exercised
+    remote_root = f"memory://pool-index-{uuid.uuid4().hex}"
+    remote: dict[str, list[str]] = {}
+    for source, uris in by_source.items():
+        for k, uri in enumerate(uris):
+            copy = storage.join(remote_root, pool.source_slug(source), f"{k:05d}.parquet")
+            storage.write_bytes(copy, storage.read_bytes(uri))
+            remote.setdefault(source, []).append(copy)
+    local_files = storage.join(b.root, "groups-local", "pool_files.parquet")
+    remote_files = storage.join(b.root, "groups-remote", "pool_files.parquet")
+    local = pool.group_counts_and_files([(s, uris, b.pool_dir) for s, uris in sorted(by_source.items())], local_files)
+    through_fs = pool.group_counts_and_files([(s, remote[s], b.pool_dir) for s in sorted(remote)], remote_files)
+    assert local.equals(through_fs)
+    assert storage.read_parquet(local_files).equals(storage.read_parquet(remote_files))
