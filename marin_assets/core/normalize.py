@@ -504,10 +504,10 @@ def _write_shard(frames: list[pl.DataFrame], output_uri: str, exact_dedup: bool,
     duplicates = 0
     if exact_dedup and frame.height:
         first = frame["id"].is_first_distinct()
-        dups = frame.filter(~first)
-        frame = frame.filter(first)
-        duplicates = dups.height
-        if duplicates:
+        duplicates = frame.height - int(first.sum())
+        if duplicates:  # no copy of the shard when every id is distinct (the usual case)
+            dups = frame.filter(~first)
+            frame = frame.filter(first)
             parent, base = output_uri.rsplit("/", 1)
             storage.write_parquet(dups, storage.join(parent, DUPS_DIR, base))
     storage.write_parquet(frame, output_uri)
