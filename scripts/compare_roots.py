@@ -4,7 +4,7 @@ Files are matched by relative path with fingerprint folder names (16 hex chars) 
 ``<fp>`` and renamed stage folders mapped (``--rename attributes/minhash=attributes/minhash_buckets``).
 Data files are compared byte for byte; JSON and text files after replacing each root by
 ``<root>`` (some record absolute paths). JSON keys that differ between any two runs (timings
-``*_seconds``, ``docs_per_second``, a shard's ``cpu_s`` and ``rss_kb``, the eval index ``build_id``) are compared as present, not by
+``*_seconds``, ``docs_per_second``, a shard's ``cpu_s``, ``warmup_cpu_s`` and ``rss_kb``, the eval index ``build_id``) are compared as present, not by
 value. Records of the runner (``_manifest.json``, ``_current.json``, pin records) hold
 fingerprints and are listed apart, not compared. Use one demo Hub (``MARIN_DEMO_HUB``) for both
 runs: the demo Hub's commit ids depend on when it was built, and every fingerprint on them.
@@ -25,7 +25,7 @@ import sys
 FP = re.compile(r"^[0-9a-f]{16}$")
 RECORDS = ("_manifest.json", "_current.json")
 TEXT = (".json", ".csv", ".txt", ".md", ".jsonl")
-VOLATILE = re.compile(r"(_seconds|^docs_per_second|^build_id|^cpu_s|^rss_kb)$")
+VOLATILE = re.compile(r"(_seconds|^docs_per_second|^build_id|^cpu_s|^warmup_cpu_s|^rss_kb)$")
 
 
 def key(rel: str, renames: list[tuple[str, str]]) -> str:
