@@ -447,8 +447,7 @@ class ShardParams:
 def _read_runs(files: Sequence[str], params: Any, columns: Sequence[str], schema: pa.Schema) -> pa.Table:
     """Rows keyed by node of one shard's node ranges (superset: match node by node after)."""
     runs = params.runs or ((params.first_node, params.first_node + params.rows),)
-    parts = [shuffle.read_range(files, lo, hi, columns, schema) for lo, hi in runs]
-    return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+    return shuffle.read_ranges(files, runs, columns, schema)
 
 
 def _shard_members(nodes_file: str, label_files: Sequence[str], params: ShardParams) -> pa.Table:

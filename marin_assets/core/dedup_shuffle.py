@@ -97,7 +97,16 @@ def write_sorted_by_rank(table: pa.Table, uri: str) -> int:
 
 def read_range(uris: Iterable[str], lo: int, hi: int, columns: Sequence[str] | None = None, schema: pa.Schema | None = None) -> pa.Table:
     """Rows with ``lo <= key < hi`` from key-sorted files, reading only overlapping row groups."""
+    return read_ranges(uris, [(lo, hi)], columns, schema)
+
+
+def read_ranges(uris: Iterable[str], ranges: Sequence[tuple[int, int]], columns: Sequence[str] | None = None, schema: pa.Schema | None = None) -> pa.Table:
+    """Rows whose ``key`` lies in any of the disjoint ``[lo, hi)`` ``ranges``, from key-sorted
+    files: each file is opened once and each overlapping row group read once (not once per range)."""
+    spans = sorted((int(lo), int(hi)) for lo, hi in ranges if lo < hi)
     pieces: list[pa.Table] = []
+    if not spans:
+        uris = ()
     for uri in uris:
         fs, path = storage.filesystem(uri)
         with fs.open(path, "rb") as handle:
@@ -109,16 +118,21 @@ def read_range(uris: Iterable[str], lo: int, hi: int, columns: Sequence[str] | N
                 stats = meta.row_group(g).column(key_col).statistics
                 if meta.row_group(g).num_rows == 0:
                     continue
-                if stats is None or not stats.has_min_max or (stats.max >= lo and stats.min < hi):
+                if stats is None or not stats.has_min_max or any(stats.max >= lo and stats.min < hi for lo, hi in spans):
                     groups.append(g)
             if not groups:
                 continue
             cols = None if columns is None else list(dict.fromkeys(["key", *columns]))
-            table = reader.read_row_groups(groups, columns=cols)
+            table = reader.read_row_groups(groups, columns=cols, use_threads=False)
         keys = table.column("key").to_numpy()
-        mask = keys >= lo
-        if hi < KEY_SPACE:
-            mask &= keys < hi
+        if len(spans) == 1:
+            lo, hi = spans[0]
+            mask = keys >= lo
+            if hi < KEY_SPACE:
+                mask &= keys < hi
+        else:
+            bounds = np.asarray(spans, np.int64).ravel()  # sorted, disjoint: odd positions are inside a range
+            mask = (np.searchsorted(bounds, keys, side="right") % 2) == 1
         table = table.filter(pa.array(mask))
         if table.num_rows:
             pieces.append(table)
