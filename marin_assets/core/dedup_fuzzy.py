@@ -111,6 +111,7 @@ class FuzzyScale:
     cluster_chars_in_memory: int = 1 << 26  # a cluster with more member text is verified batch by batch, read from storage
     verify_batch_chars: int = VERIFY_BATCH_CHARS  # texts turned into n-grams at a time (and gathered row groups)
     shards_per_map: int = 16  # a map task reads this many shards of one source into one records file
+    scan_records_per_task: int = 64_000_000  # incremental: map file records one task scans (a row group at a time) for the added documents' buckets
 
 
 def nodes_uri(map_output: str, k: int) -> str:
@@ -160,6 +161,11 @@ def _rows_of(nodes: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     order = np.argsort(nodes, kind="stable")
     pos = np.searchsorted(nodes, wanted, sorter=order)
     return order[np.minimum(pos, max(0, nodes.size - 1))]
+
+
+def added_uri(map_output: str) -> str:
+    """A changed map group's records of its added documents (the buckets an incremental run joins)."""
+    return map_output.removesuffix(".parquet") + ".added.parquet"
 
 
 def gone_uri(map_output: str) -> str:
@@ -265,7 +271,11 @@ def fuzzy_map(inputs: list[str], output: str, params: MapParams) -> dict[str, An
         lost = np.concatenate(gone)
         shuffle.write_sorted(pa.table([pa.array(lost), pa.array(lost)], schema=RECORD_SCHEMA), gone_uri(output))
         totals["gone"] = int(lost.size)
-    shuffle.write_sorted(pa.table([pa.array(np.concatenate(keys)), pa.array(np.concatenate(nodes))], schema=RECORD_SCHEMA), output)
+    records = pa.table([pa.array(np.concatenate(keys)), pa.array(np.concatenate(nodes))], schema=RECORD_SCHEMA)
+    if params.added_base >= 0:
+        fresh = pc.greater_equal(records.column("node"), (params.slot << RANK_SHIFT) + params.added_base)
+        totals["added_records"] = shuffle.write_sorted(records.filter(fresh), added_uri(output))
+    shuffle.write_sorted(records, output)
     return totals | {"bands": min(bands) if bands else 0, "runs": runs}
 
 
@@ -317,11 +327,47 @@ class AddedParams:
     added: tuple[tuple[int, int], ...]  # node ranges of the documents added since the previous run
 
 
+@dataclasses.dataclass(frozen=True)
+class HitsParams:
+    lo: int
+    hi: int
+    added_files: int  # the inputs: this many added-record files, then the map files to scan
+
+
+@shuffle.measured
+def fuzzy_bucket_hits(inputs: list[str], output: str, params: HitsParams) -> dict[str, Any]:
+    """Incremental: the records (every source's) of the buckets that hold an added document, in
+    one key range, from a few whole map files. Each file is read once, a row group at a time,
+    skipping row groups no added key falls in (a key-range task would re-read row groups wider
+    than its range); memory: the range's added keys, one row group and the hits."""
+    added = np.unique(shuffle.read_range(inputs[: params.added_files], params.lo, params.hi, [], RECORD_SCHEMA).column("key").to_numpy())
+    pieces = []
+    scanned = 0
+    for uri in inputs[params.added_files :] if added.size else ():
+        fs, path = storage.filesystem(uri)
+        with fs.open(path, "rb") as handle:
+            reader = pq.ParquetFile(handle)
+            meta = reader.metadata
+            key_col = reader.schema_arrow.get_field_index("key")
+            for g in range(meta.num_row_groups):
+                stats = meta.row_group(g).column(key_col).statistics
+                if stats is not None and stats.has_min_max and np.searchsorted(added, stats.min) == np.searchsorted(added, stats.max, side="right"):
+                    continue
+                table = reader.read_row_group(g, columns=["key", "node"], use_threads=False)
+                scanned += table.num_rows
+                hit = np.isin(table.column("key").to_numpy(), added)
+                if hit.any():
+                    pieces.append(table.filter(pa.array(hit)))
+    hits = pa.concat_tables(pieces).cast(RECORD_SCHEMA) if pieces else RECORD_SCHEMA.empty_table()
+    shuffle.write_sorted(hits, output)
+    return {"records": scanned, "hits": hits.num_rows}
+
+
 @shuffle.measured
 def fuzzy_edges_added(inputs: list[str], output: str, params: AddedParams) -> dict[str, Any]:
     """Incremental: star edges of the buckets that hold an added document only (every other
     bucket's edges are already in the previous run's components). Reads the key range of the
-    stored index (every source's records) and of the changed sources' records."""
+    bucket hits (:func:`fuzzy_bucket_hits`: every source's records of those buckets)."""
     table = shuffle.read_range(inputs, params.lo, params.hi, ["node"], RECORD_SCHEMA)
     key, node = table.column("key").to_numpy(), table.column("node").to_numpy()
     added = np.zeros(node.size, bool)
@@ -1128,6 +1174,7 @@ def find_fuzzy_duplicates(
         and not renumbered
         and bool(before.get("label_files"))
         and all(storage.exists(f) for f in before["label_files"])
+        and all(storage.exists(added_uri(t.output)) for t in map_tasks if t.params.source in added_base)
     )
     records = sum(int(r.stats["records"]) for r in mapped)
     edge_parts = shuffle.partitions_for(records, scale.records_per_partition)
@@ -1136,10 +1183,31 @@ def find_fuzzy_duplicates(
     if incremental:
         # 2. edges of the buckets an added document is in; 3. merge the previous components over them
         added_ranges = tuple(((slot[s] << RANK_SHIFT) + added_base[s], (slot[s] << RANK_SHIFT) + next_row[s]) for s in changed)
+        # 2a. the records of the buckets an added document is in: whole map files scanned once
+        # (a few per task), per key range of the added records
+        added_files = tuple(added_uri(t.output) for t in map_tasks if t.params.source in added_base)
+        added_records = sum(int(r.stats.get("added_records", 0)) for r in mapped)
+        hit_ranges = shuffle.partition_bounds(shuffle.partitions_for(added_records, scale.records_per_partition))
+        chunks: list[list[str]] = [[]]
+        size = 0
+        for r in mapped:
+            if chunks[-1] and size + int(r.stats["records"]) > scale.scan_records_per_task:
+                chunks.append([])
+                size = 0
+            chunks[-1].append(r.output)
+            size += int(r.stats["records"])
+        hits = run(
+            [
+                ShardTask(fuzzy_bucket_hits, (*added_files, *chunk), storage.join(work, "edges", f"hits-{p:05d}-{c:06d}.parquet"), HitsParams(lo, hi, len(added_files)))
+                for p, (lo, hi) in enumerate(hit_ranges)
+                for c, chunk in enumerate(chunks)
+            ]
+        )
+        hit_parts = shuffle.partitions_for(sum(int(r.stats["hits"]) for r in hits), scale.records_per_partition)
         edge_results = run(
             [
-                ShardTask(fuzzy_edges_added, tuple(r.output for r in mapped), storage.join(work, "edges", "added-" + storage.shard_name(p, edge_parts)), AddedParams(lo, hi, added_ranges))
-                for p, (lo, hi) in enumerate(bounds_e)
+                ShardTask(fuzzy_edges_added, tuple(r.output for r in hits), storage.join(work, "edges", "added-" + storage.shard_name(p, hit_parts)), AddedParams(lo, hi, added_ranges))
+                for p, (lo, hi) in enumerate(shuffle.partition_bounds(hit_parts))
             ]
         )
         edges = sum(int(r.stats["edges"]) for r in edge_results)
