@@ -636,9 +636,16 @@ def _replay_candidates(sets: pl.DataFrame, before: pl.DataFrame | None, reuse: s
     return out
 
 
+_PREVIOUS_ROWS: dict[tuple[str, ...], pa.Table] = {}  # one task's previous verify outputs, read once
+
+
 def _previous_rows(params: VerifyParams, labels: set[int]) -> pa.Table:
-    """The previous run's removal rows of the clusters ``labels``."""
-    before = pa.concat_tables([storage.read_parquet(uri) for uri in params.previous])
+    """The previous run's removal rows of the clusters ``labels`` (the files are read once per
+    task: plan and verify ask for them twice)."""
+    before = _PREVIOUS_ROWS.get(params.previous)
+    if before is None:
+        _PREVIOUS_ROWS.clear()
+        before = _PREVIOUS_ROWS[params.previous] = pa.concat_tables([storage.read_parquet(uri) for uri in params.previous])
     return before.filter(pc.is_in(before.column("label"), pa.array(sorted(labels), pa.int64())))
 
 
@@ -671,6 +678,14 @@ def _replay_requests(frame: pl.DataFrame, params: VerifyParams, reuse: set[int],
 @shuffle.measured
 def fuzzy_plan(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
     """Request the text of every member of the clusters this run must verify, keyed by node."""
+    _PREVIOUS_ROWS.clear()
+    try:
+        return _plan(inputs, output, params)
+    finally:
+        _PREVIOUS_ROWS.clear()
+
+
+def _plan(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
     frame = _clusters(inputs, params.lo, params.hi)
     reuse, _, before = _reusable(frame, params)
     todo, _, _ = _replay_requests(frame, params, reuse, before)
@@ -730,6 +745,14 @@ def _warm_ngrams() -> None:
 @shuffle.measured(warm=(_warm_ngrams,))
 def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
     """Verify the requested clusters of a label range; copy the previous verdict of the others."""
+    _PREVIOUS_ROWS.clear()
+    try:
+        return _verify(inputs, output, params)
+    finally:
+        _PREVIOUS_ROWS.clear()
+
+
+def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
     member_files, text_files = inputs[: params.member_files], inputs[params.member_files :]
     frame = _clusters(member_files, params.lo, params.hi)
     sizes = _member_sets(frame)

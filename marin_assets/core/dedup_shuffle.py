@@ -90,8 +90,21 @@ def write_sorted(table: pa.Table, uri: str) -> int:
 
 
 def write_sorted_by_rank(table: pa.Table, uri: str) -> int:
-    """Write a removal part already sorted by (``rank``, ``id``), in row groups a source can prune."""
-    storage.write_parquet(table, uri, row_group_size=ROW_GROUP_ROWS)
+    """Write a removal part already sorted by (``rank``, ``id``), in row groups a source can
+    prune: one source's rows never share a row group with another's, so each source's publish
+    task reads its own rows only."""
+    if table.num_rows == 0:
+        storage.write_parquet(table, uri, row_group_size=ROW_GROUP_ROWS)
+        return 0
+    rank = table.column("rank").to_numpy()
+    cuts = [0, *(np.flatnonzero(rank[1:] != rank[:-1]) + 1).tolist(), table.num_rows]
+    with storage.open_atomic(uri) as handle:
+        writer = pq.ParquetWriter(handle, table.schema, compression=storage.PARQUET_COMPRESSION)
+        try:
+            for a, b in zip(cuts[:-1], cuts[1:]):
+                writer.write_table(table.slice(a, b - a), row_group_size=ROW_GROUP_ROWS)
+        finally:
+            writer.close()
     return table.num_rows
 
 
