@@ -710,14 +710,69 @@ class GatherParams:
 def fuzzy_gather(inputs: list[str], output: str, params: GatherParams) -> dict[str, Any]:
     """The requested rows' text of one normalized shard (the shard is not read when none is)."""
     normalized_uri, nodes_file, *request_files = inputs
-    requests = _read_runs(request_files, params, ["lkey", "pos"], REQUEST_SCHEMA)
+    out = _gather_shard(normalized_uri, nodes_file, _read_runs(request_files, params, ["lkey", "pos"], REQUEST_SCHEMA), params)
+    if out is None:
+        shuffle.write_sorted(TEXT_SCHEMA.empty_table(), output)
+        return {"gathered": 0, "shard_read": 0}
+    storage.write_parquet(out[0], output, row_group_size=out[1])
+    return {"gathered": out[0].num_rows, "shard_read": 1}
+
+
+@dataclasses.dataclass(frozen=True)
+class GatherGroupParams:
+    shards: tuple[GatherParams, ...]
+
+
+@shuffle.measured
+def fuzzy_gather_group(inputs: list[str], output: str, params: GatherGroupParams) -> dict[str, Any]:
+    """Incremental: the requested rows' text of a group of normalized shards in one file (the
+    inputs: normalized shard and node table per shard, then the plan files, read once for the
+    whole group). Written shard by shard (each sorted by cluster and place, which is all that
+    range and slice reads need), so memory holds one shard."""
+    k = len(params.shards)
+    plan_files = inputs[2 * k :]
+    runs = [tuple(p.runs or ((p.first_node, p.first_node + p.rows),)) for p in params.shards]
+    requests = shuffle.read_ranges(plan_files, _merge_runs([r for rs in runs for r in rs]), ["lkey", "pos"], REQUEST_SCHEMA)
+    keys = requests.column("key").to_numpy()
+    gathered = shards = 0
+    with tempfile.TemporaryDirectory(prefix="dedup-gather-") as tmp:
+        local = os.path.join(tmp, "texts.parquet")
+        writer = pq.ParquetWriter(local, TEXT_SCHEMA, compression=storage.PARQUET_COMPRESSION)
+        try:
+            for j, shard in enumerate(params.shards):
+                bounds = np.asarray(runs[j], np.int64).ravel()
+                mine = requests.filter(pa.array((np.searchsorted(bounds, keys, side="right") % 2) == 1)) if keys.size else requests
+                out = _gather_shard(inputs[2 * j], inputs[2 * j + 1], mine, shard)
+                if out is not None:
+                    writer.write_table(out[0], row_group_size=out[1])
+                    gathered += out[0].num_rows
+                    shards += 1
+        finally:
+            writer.close()
+        storage.put_file(local, output)
+    return {"gathered": gathered, "shard_read": shards}
+
+
+def _merge_runs(runs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, disjoint ranges covering ``runs``."""
+    out: list[list[int]] = []
+    for lo, hi in sorted(runs):
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return [(lo, hi) for lo, hi in out]
+
+
+def _gather_shard(normalized_uri: str, nodes_file: str, requests: pa.Table, params: GatherParams) -> tuple[pa.Table, int] | None:
+    """Texts of one shard's requested rows, sorted by (cluster key, place), and a row group size
+    of about ``batch_chars``; None when the shard has no requested row (it is not read)."""
     nodes_table = None
     if requests.num_rows and params.runs:
         nodes_table = storage.read_parquet(nodes_file, columns=["id", "node"])
         requests = requests.filter(pa.array(np.isin(requests.column("key").to_numpy(), nodes_table.column("node").to_numpy())))
     if requests.num_rows == 0:
-        shuffle.write_sorted(TEXT_SCHEMA.empty_table(), output)
-        return {"gathered": 0, "shard_read": 0}
+        return None
     node = requests.column("key").to_numpy()
     if nodes_table is not None:
         take = pa.array(_rows_of(nodes_table.column("node").to_numpy(), node))
@@ -733,8 +788,7 @@ def fuzzy_gather(inputs: list[str], output: str, params: GatherParams) -> dict[s
     out = pa.table([requests.column("lkey"), requests.column("pos"), pa.array(node), texts], schema=TEXT_SCHEMA)
     out = out.take(pc.sort_indices(out, sort_keys=[("key", "ascending"), ("pos", "ascending")]))
     mean_chars = max(1, int(pc.sum(pc.utf8_length(texts)).as_py() or 0) // max(1, out.num_rows))
-    storage.write_parquet(out, output, row_group_size=min(shuffle.ROW_GROUP_ROWS, max(16, params.batch_chars // mean_chars)))
-    return {"gathered": int(node.size), "shard_read": 1}
+    return out, min(shuffle.ROW_GROUP_ROWS, max(16, params.batch_chars // mean_chars))
 
 
 def _warm_ngrams() -> None:
@@ -1335,15 +1389,28 @@ def find_fuzzy_duplicates(
         def requested(first: int, rows: int, runs: Sequence[tuple[int, int]]) -> bool:
             return any(a < hi and lo < b for a, b in runs or ((first, first + rows),) for lo, hi in wanted)
 
-        gathered = run(
-            [
-                ShardTask(
-                    fuzzy_gather, (n_uri, nodes, *plan_files), storage.join(work, "gather", f"{prefix}{i:06d}.parquet"), GatherParams(source, first, rows, params.max_chars_per_doc, scale.verify_batch_chars, runs)
-                )
-                for i, (source, n_uri, nodes, first, rows, runs) in enumerate(shard_list)
-                if requested(first, rows, runs)
-            ]
-        )
+        def gp(i: int) -> GatherParams:
+            source, _, _, first, rows, runs = shard_list[i]
+            return GatherParams(source, first, rows, params.max_chars_per_doc, scale.verify_batch_chars, runs)
+
+        wanted_shards = [i for i, (_, _, _, first, rows, runs) in enumerate(shard_list) if requested(first, rows, runs)]
+        if incremental:  # few rows requested: one task per shards_per_map requested shards
+            gathered = run(
+                [
+                    ShardTask(
+                        fuzzy_gather_group,
+                        (*(u for i in idx for u in shard_list[i][1:3]), *plan_files),
+                        storage.join(work, "gather", f"{prefix}g{g:06d}.parquet"),
+                        GatherGroupParams(tuple(gp(i) for i in idx)),
+                    )
+                    for g in range(0, len(wanted_shards), scale.shards_per_map)
+                    for idx in [wanted_shards[g : g + scale.shards_per_map]]
+                ]
+            )
+        else:
+            gathered = run(
+                [ShardTask(fuzzy_gather, (shard_list[i][1], shard_list[i][2], *plan_files), storage.join(work, "gather", f"{prefix}{i:06d}.parquet"), gp(i)) for i in wanted_shards]
+            )
         verified = run(
             [
                 ShardTask(

@@ -359,11 +359,14 @@ def test_incremental_rebuild_of_one_changed_source_equals_a_full_rebuild(tmp_pat
     for source in ("alpha", "gamma", "delta"):  # unchanged sources keep their files (and fingerprints)
         normalized2[source], buckets2[source] = normalized[source], buckets[source]
     inc = str(tmp_path / "incremental")
-    other_counts = dataclasses.replace(SMALL_TASKS, members_per_partition=60)  # verify ranges differ from the first run's
+    # verify ranges differ from the first run's; the added documents' buckets are found by
+    # several key ranges, each scanning the map files in several tasks
+    other_counts = dataclasses.replace(SMALL_TASKS, members_per_partition=60, records_per_partition=200, scan_records_per_task=3000)
     inc_stats = dedup.find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, inc, scale=other_counts, cache_uri=cache, previous_uri=first)
     full = str(tmp_path / "full")
     full2_stats = dedup.find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, full, scale=SMALL_TASKS)
     assert inc_stats["changed_sources"] == ["beta"] and inc_stats["verify_partitions"] != full_stats["verify_partitions"]
+    assert inc_stats["cc_method"] == "incremental" and inc_stats["steps"]["edges"]["tasks"] > 4
     for source in buckets2:
         assert storage.read_bytes(dedup.removed_uri(inc, source)) == storage.read_bytes(dedup.removed_uri(full, source))
     assert inc_stats["removed_ids_digest"] == full2_stats["removed_ids_digest"]
@@ -493,12 +496,14 @@ def test_a_cluster_whose_added_member_is_retained_is_verified_in_full(tmp_path: 
         inc, full = str(tmp_path / changed / "incremental"), str(tmp_path / changed / "full")
         run_cache = str(tmp_path / changed / "cache")
         shutil.copytree(cache, run_cache)
-        inc_stats = dedup.find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, inc, scale=SMALL_TASKS, cache_uri=run_cache, previous_uri=first)
+        # the big cluster's texts are read batch by batch from the gathered groups' files
+        streamed = dataclasses.replace(SMALL_TASKS, cluster_chars_in_memory=20_000, verify_batch_chars=8_000)
+        inc_stats = dedup.find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, inc, scale=streamed, cache_uri=run_cache, previous_uri=first)
         dedup.find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, full, scale=SMALL_TASKS)
         for source in buckets2:
             assert storage.read_bytes(dedup.removed_uri(inc, source)) == storage.read_bytes(dedup.removed_uri(full, source))
         assert inc_stats["changed_sources"] == [changed] and inc_stats["verify_passes"] == passes
-        assert inc_stats["verified_members"] >= 500  # the big cluster, in full
+        assert inc_stats["verified_members"] >= 500 and inc_stats["streamed_clusters"] >= 1  # the big cluster, in full
         # the first pass's verdicts are gone once the second pass holds them all
         assert len(storage.read_json(str(Path(inc) / "_fuzzy_state.json"))["verify_files"]) == inc_stats["verify_partitions"]
         assert sorted(n for n in map(storage.basename, storage.listdir(str(Path(inc) / "_work" / "verify"))) if n.endswith(".parquet")) == sorted(
