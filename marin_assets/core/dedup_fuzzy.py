@@ -496,8 +496,11 @@ def _read_runs(files: Sequence[str], params: Any, columns: Sequence[str], schema
     return shuffle.read_ranges(files, runs, columns, schema)
 
 
-def _shard_members(nodes_file: str, label_files: Sequence[str], params: ShardParams) -> pa.Table:
-    labels = _read_runs(label_files, params, ["node", "label"], LABEL_SCHEMA)
+def _shard_members(nodes_file: str, label_files: Sequence[str], params: ShardParams, labels: pa.Table | None = None) -> pa.Table:
+    """A shard's labelled nodes with their id and length (``labels``: the rows of the shard's node
+    ranges, when the caller read them already)."""
+    if labels is None:
+        labels = _read_runs(label_files, params, ["node", "label"], LABEL_SCHEMA)
     if labels.num_rows == 0:
         return MEMBER_SCHEMA.empty_table()
     node = labels.column("node").to_numpy()
@@ -536,7 +539,14 @@ def fuzzy_members_group(inputs: list[str], output: str, params: GroupParams) -> 
     then the touched rows' label files."""
     k = len(params.shards)
     nodes_files, label_files = inputs[:k], inputs[k:]
-    out = pa.concat_tables([_shard_members(n, label_files, p) for n, p in zip(nodes_files, params.shards)])
+    runs = [tuple(p.runs or ((p.first_node, p.first_node + p.rows),)) for p in params.shards]
+    labels = shuffle.read_ranges(label_files, _merge_runs([r for rs in runs for r in rs]), ["node", "label"], LABEL_SCHEMA)  # once for the group
+    keys = labels.column("key").to_numpy()
+    parts = []
+    for n, p, rs in zip(nodes_files, params.shards, runs):
+        bounds = np.asarray(rs, np.int64).ravel()
+        parts.append(_shard_members(n, label_files, p, labels.filter(pa.array((np.searchsorted(bounds, keys, side="right") % 2) == 1))))
+    out = pa.concat_tables(parts)
     shuffle.write_sorted(out, output)
     return {"members": out.num_rows, "member_chars": int(pc.sum(out.column("chars")).as_py() or 0)}
 
