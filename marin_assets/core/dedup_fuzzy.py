@@ -581,6 +581,11 @@ def _member_key(rank: int, doc: str) -> str:
     return f"{rank}\x00{doc}"
 
 
+def _with_member_keys(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with its rows' :func:`_member_key` as column ``mkey``."""
+    return frame.with_columns(pl.concat_str([pl.col("rank").cast(pl.String), pl.lit("\x00"), pl.col("id")]).alias("mkey"))
+
+
 def _member_sets(frame: pl.DataFrame) -> pl.DataFrame:
     """Per cluster: label, size, a 128-bit hash of its sorted (source rank, id) members, the
     ranks of the sources it has members in (an incremental run republishes only those) and the
@@ -669,11 +674,8 @@ def _replay_requests(frame: pl.DataFrame, params: VerifyParams, reuse: set[int],
     if not cands:
         return todo, {}, None
     prev = _previous_rows(params, set(cands))
-    removed = pl.DataFrame(
-        {"label": prev.column("label").to_pylist(), "mkey": [_member_key(r, i) for r, i in zip(prev.column("rank").to_pylist(), prev.column("id").to_pylist())]},
-        schema={"label": pl.Int64, "mkey": pl.String},
-    )
-    keyed = todo.with_columns(pl.concat_str([pl.col("rank").cast(pl.String), pl.lit("\x00"), pl.col("id")]).alias("mkey"))
+    removed = _with_member_keys(pl.from_arrow(prev.select(["label", "rank", "id"]))).select("label", "mkey")
+    keyed = _with_member_keys(todo)
     needed = keyed.join(removed, on=["label", "mkey"], how="anti", maintain_order="left")
     # An added member processed before every previously retained one is retained itself: such a
     # cluster is verified in full at once (no second pass).
@@ -934,20 +936,21 @@ def _replay(
     added_ranks: set[int] = set()
     if not cands or prev is None:
         return replayed, failed, added_ranks
-    removed_before: dict[int, set[str]] = {}
-    for label, rank, doc in zip(prev.column("label").to_pylist(), prev.column("rank").to_pylist(), prev.column("id").to_pylist()):
-        removed_before.setdefault(int(label), set()).add(_member_key(rank, doc))
-    sub = frame.filter(pl.col("label").is_in(list(cands)))
+    removed_before = _with_member_keys(pl.from_arrow(prev.select(["label", "rank", "id"]))).select("label", "mkey", pl.lit(True).alias("gone"))
+    sub = _with_member_keys(frame.filter(pl.col("label").is_in(list(cands))))
+    sub = sub.join(removed_before, on=["label", "mkey"], how="left", maintain_order="left")
     labels = sub["label"].to_numpy()
     starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]]) if labels.size else np.zeros(0, np.int64)
     ends = np.append(starts[1:], labels.size)
     ids, ranks, chars, nodes = sub["id"].to_list(), sub["rank"].to_list(), sub["chars"].to_list(), sub["node"].to_list()
+    live = np.flatnonzero(sub["gone"].is_null().to_numpy())  # members the previous run did not remove
+    mkeys = sub["mkey"].gather(live).to_list() if live.size else []
     for s, e in zip(starts.tolist(), ends.tolist()):
         label = int(labels[s])
         added = cands[label][0]
-        gone = removed_before.get(label, set())
-        keys = [_member_key(ranks[i], ids[i]) for i in range(s, e)]
-        idx = [i for i, k in zip(range(s, e), keys) if k not in gone]
+        a, b = np.searchsorted(live, [s, e])
+        idx = live[a:b].tolist()
+        keys = dict(zip(idx, mkeys[a:b]))
         texts = [text_of.get(nodes[i]) for i in idx]
         if any(t is None for t in texts):
             raise DedupError(f"cluster {ids[s]}: member text missing from the gathered shards; rerun fuzzy_duplicates")
@@ -957,7 +960,7 @@ def _replay(
         new_rows, new_examples, ok = [], [], True
         for k, i in enumerate(idx):
             removal = verifier.offer(i, chars[i], grams[k], ranks[i] in exempt)
-            if (removal is None) == (keys[i - s] in added):  # an added member retained, or a retained one removed
+            if (removal is None) == (keys[i] in added):  # an added member retained, or a retained one removed
                 ok = False
                 break
             if removal is not None:
