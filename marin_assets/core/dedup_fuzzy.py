@@ -318,6 +318,7 @@ class MergeParams:
 @dataclasses.dataclass(frozen=True)
 class RelabelParams:
     outputs: tuple[str, ...]  # the relabelled file of each previous label file (inputs after the remap; any further input, the fresh labels, is read for the touched rows only)
+    append_fresh: bool = False  # compaction: the fresh labels also go into the last output (the previous run's small fresh file grows instead of a new file per run)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -459,7 +460,11 @@ def fuzzy_relabel(inputs: list[str], output: str, params: RelabelParams) -> dict
         local = os.path.join(tmp, "delta.parquet")
         writer = pq.ParquetWriter(local, LABEL_SCHEMA, compression=storage.PARQUET_COMPRESSION)
         try:
-            for uri, out in zip(label_files, params.outputs + (None,) * (len(label_files) - len(params.outputs))):
+            extra = label_files[len(params.outputs) :]  # the fresh labels (already final)
+            appended = None
+            if params.append_fresh and extra and params.outputs:
+                appended = pa.concat_tables([storage.read_parquet(uri).select(LABEL_SCHEMA.names).cast(LABEL_SCHEMA) for uri in extra])
+            for k, (uri, out) in enumerate(zip(label_files, params.outputs + (None,) * len(extra))):
                 table = storage.read_parquet(uri).select(LABEL_SCHEMA.names).cast(LABEL_SCHEMA)
                 label = table.column("label").to_numpy()
                 if out is not None:
@@ -467,8 +472,12 @@ def fuzzy_relabel(inputs: list[str], output: str, params: RelabelParams) -> dict
                         pos = np.minimum(np.searchsorted(was, label), was.size - 1)
                         label = np.where(was[pos] == label, now[pos], label)
                     table = table.set_column(LABEL_SCHEMA.get_field_index("label"), "label", pa.array(label))
-                    storage.write_parquet(table, out, row_group_size=shuffle.ROW_GROUP_ROWS)
-                    labels += table.num_rows
+                    written = table
+                    if appended is not None and k == len(params.outputs) - 1:
+                        written = pa.concat_tables([table, appended])
+                        written = written.take(pc.sort_indices(written, sort_keys=[("key", "ascending")]))
+                    storage.write_parquet(written, out, row_group_size=shuffle.ROW_GROUP_ROWS)
+                    labels += written.num_rows
                 delta = table.filter(pa.array(np.isin(label, touched)))
                 touched_members += delta.num_rows
                 writer.write_table(delta, row_group_size=shuffle.ROW_GROUP_ROWS)
@@ -1270,6 +1279,7 @@ def find_fuzzy_duplicates(
     edge_parts = shuffle.partitions_for(records, scale.records_per_partition)
     bounds_e = shuffle.partition_bounds(edge_parts)
     cc_stats: dict[str, Any]
+    label_rows: list[int | None] = []
     if incremental:
         # 2. edges of the buckets an added document is in; 3. merge the previous components over them
         added_ranges = tuple(((slot[s] << RANK_SHIFT) + added_base[s], (slot[s] << RANK_SHIFT) + next_row[s]) for s in changed)
@@ -1309,16 +1319,34 @@ def find_fuzzy_duplicates(
         incremental = int(merged.stats["split"]) == 0  # else: a cluster lost a member, components over every edge
     if incremental:
         old_labels = list(before["label_files"])
+        old_rows = list(before.get("label_rows") or [])
+        old_rows = old_rows if len(old_rows) == len(old_labels) else [None] * len(old_labels)
         relabelled_files = [storage.join(work, "labels", f"{i:06d}.parquet") for i in range(len(old_labels))]
-        label_files = relabelled_files + [fresh_labels]
+        fresh_count = int(merged.stats["fresh"])
+        # Compaction: while the last label file is a small one of earlier fresh labels, this run's
+        # fresh labels join it, so incremental runs do not add a label file each.
+        append = bool(old_rows) and old_rows[-1] is not None and int(old_rows[-1]) + fresh_count <= scale.members_per_partition
+        if append:
+            label_files, label_rows = relabelled_files, [*old_rows[:-1], int(old_rows[-1]) + fresh_count]
+        else:
+            label_files, label_rows = relabelled_files + [fresh_labels], [*old_rows, fresh_count]
         # One task per RELABEL_FILES previous label files; each writes one file of touched rows.
+        # The last one also reads the fresh labels (their touched rows; appended when compacting).
+        starts = list(range(0, max(1, len(old_labels)), RELABEL_FILES))
         relabelled = run(
             [
-                ShardTask(fuzzy_relabel, (merged.output, *old_labels[i : i + RELABEL_FILES], *([fresh_labels] if i == 0 else [])), storage.join(work, "delta", f"{i // RELABEL_FILES:06d}.parquet"), RelabelParams(tuple(relabelled_files[i : i + RELABEL_FILES])))
-                for i in range(0, max(1, len(old_labels)), RELABEL_FILES)
+                ShardTask(
+                    fuzzy_relabel,
+                    (merged.output, *old_labels[i : i + RELABEL_FILES], *([fresh_labels] if i == starts[-1] else [])),
+                    storage.join(work, "delta", f"{i // RELABEL_FILES:06d}.parquet"),
+                    RelabelParams(tuple(relabelled_files[i : i + RELABEL_FILES]), append_fresh=append and i == starts[-1]),
+                )
+                for i in starts
             ]
         )
         member_label_files = [r.output for r in relabelled]
+        if append and storage.exists(fresh_labels):
+            storage.remove(fresh_labels)  # its rows are in the last label file now
         cc_stats = {"cc_method": "incremental", "cc_rounds": 0, "touched_clusters": int(merged.stats["touched"])}
     else:
         # 2. edges
@@ -1342,6 +1370,7 @@ def find_fuzzy_duplicates(
         results.extend(cc_stats.pop("cc_results"))
         member_label_files = label_files
     state["label_files"] = list(label_files)
+    state["label_rows"] = label_rows if incremental else [None] * len(label_files)  # rows per label file where known (compaction)
 
     # 4. members (incremental: of the touched clusters only, one task per shards_per_map shards)
     if incremental:

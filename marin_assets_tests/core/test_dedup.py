@@ -472,6 +472,19 @@ def test_an_added_document_that_bridges_two_clusters_merges_them_like_a_full_reb
     again_stats = dedup.find_fuzzy_duplicates(b3, v3, set(), again, cache_uri=cache, previous_uri=inc)
     full3_stats = dedup.find_fuzzy_duplicates(b3, v3, set(), full3)
     assert again_stats["cc_method"] == "incremental" and again_stats["largest_cluster"] == full3_stats["largest_cluster"] == 10
+    # the second run's fresh labels joined the first's small file: no label file per run
+    label_files = [storage.read_json(str(Path(d) / "_fuzzy_state.json"))["label_files"] for d in (first, inc, again)]
+    assert len(label_files[1]) == len(label_files[0]) + 1 and len(label_files[2]) == len(label_files[1])
+    assert all(storage.exists(f) for f in label_files[2]) and not storage.exists(str(Path(again) / "_work" / "labels" / "fresh.parquet"))
+    # and a further change, merging over the compacted labels, still equals a full rebuild
+    v4, b4 = dict(v3), dict(b3)
+    v4["alpha"], b4["alpha"] = write_source(tmp_path / "v4", "alpha", one + two + [two[0] + " tail", one[2] + " more"], 1)
+    fourth, full4 = str(tmp_path / "fourth"), str(tmp_path / "full4")
+    fourth_stats = dedup.find_fuzzy_duplicates(b4, v4, set(), fourth, cache_uri=cache, previous_uri=again)
+    full4_stats = dedup.find_fuzzy_duplicates(b4, v4, set(), full4)
+    assert fourth_stats["cc_method"] == "incremental" and fourth_stats["largest_cluster"] == full4_stats["largest_cluster"] == 11
+    for source in b4:
+        assert storage.read_bytes(dedup.removed_uri(fourth, source)) == storage.read_bytes(dedup.removed_uri(full4, source))
     for source in b3:
         assert storage.read_bytes(dedup.removed_uri(again, source)) == storage.read_bytes(dedup.removed_uri(full3, source))
 
