@@ -696,7 +696,24 @@ def _replay_requests(frame: pl.DataFrame, params: VerifyParams, reuse: set[int],
     return keyed.join(removed, on=["label", "mkey"], how="anti", maintain_order="left").drop("mkey"), cands, prev.filter(pc.is_in(prev.column("label"), pa.array(sorted(cands), pa.int64())))
 
 
-@shuffle.measured
+def _warm_clusters() -> None:
+    """Load once per process what the plan and verify steps' Parquet list/string readers and
+    polars' string, list and join kernels load lazily on first use (tiny tables, no work)."""
+    import io  # noqa: PLC0415
+
+    frame = pl.DataFrame({"label": [1, 1], "node": [1, 2], "rank": [0, 1], "id": ["a", "b"], "chars": [2, 1]}, schema={"label": pl.Int64, "node": pl.Int64, "rank": pl.Int32, "id": pl.String, "chars": pl.Int64})
+    sets = _member_sets(frame)
+    for table in (sets.to_arrow().cast(CLUSTER_SCHEMA), VERDICT_SCHEMA.empty_table(), MEMBER_SCHEMA.empty_table()):
+        buffer = io.BytesIO()
+        pq.write_table(table, buffer, compression=storage.PARQUET_COMPRESSION)
+        pq.ParquetFile(io.BytesIO(buffer.getvalue())).read()
+    keyed = _with_member_keys(frame)
+    keyed.join(keyed.select("label", "mkey", pl.lit(True).alias("gone")), on=["label", "mkey"], how="left", maintain_order="left")
+    keyed.join(sets.select("label", pl.col("keys").alias("before")), on="label", how="inner").iter_rows()
+    pc.is_in(pa.array([1], pa.int64()), pa.array([1], pa.int64()))
+
+
+@shuffle.measured(warm=(_warm_clusters,))
 def fuzzy_plan(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
     """Request the text of every member of the clusters this run must verify, keyed by node."""
     _PREVIOUS_ROWS.clear()
@@ -817,7 +834,7 @@ def _warm_ngrams() -> None:
     ngram_sets(["warm up the kernels"], 3, 100)
 
 
-@shuffle.measured(warm=(_warm_ngrams,))
+@shuffle.measured(warm=(_warm_ngrams, _warm_clusters))
 def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
     """Verify the requested clusters of a label range; copy the previous verdict of the others."""
     _PREVIOUS_ROWS.clear()
