@@ -612,22 +612,31 @@ def _member_sets(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _previous_clusters(params: VerifyParams) -> pl.DataFrame:
-    """The previous run's clusters whose labels fall in this task's range."""
-    before = pl.concat([pl.from_arrow(storage.read_parquet(clusters_uri(uri))) for uri in params.previous], how="diagonal_relaxed")
-    keys = shuffle.hash_keys(before["label"].to_numpy())
-    return before.filter(pl.Series((keys >= params.lo) & (keys < params.hi)))
+def _previous_clusters(params: VerifyParams, only: Sequence[int] | None = None) -> pl.DataFrame:
+    """The previous run's clusters whose labels fall in this task's range (and are in ``only``,
+    when given: filtered before the member keys are converted)."""
+    parts = []
+    for uri in params.previous:
+        table = storage.read_parquet(clusters_uri(uri))
+        keys = shuffle.hash_keys(table.column("label").to_numpy())
+        mask = (keys >= params.lo) & (keys < params.hi)
+        if only is not None:
+            mask &= np.isin(table.column("label").to_numpy(), np.asarray(only, np.int64))
+        parts.append(pl.from_arrow(table.filter(pa.array(mask))))
+    return pl.concat(parts, how="diagonal_relaxed")
 
 
-def _reusable(frame: pl.DataFrame, params: VerifyParams, sets: pl.DataFrame | None = None) -> tuple[set[int], set[int] | None, pl.DataFrame | None]:
+def _reusable(frame: pl.DataFrame, params: VerifyParams, sets: pl.DataFrame | None = None, frame_only: bool = False) -> tuple[set[int], set[int] | None, pl.DataFrame | None]:
     """Labels whose verdict can be copied: the previous run had a cluster with the same label
     and exactly the same (source, id) members; ids hash the text, so the verdict is the same.
 
     Also the ranks of the sources whose removal rows may differ from the previous run's: those
-    with a member in a cluster that is not reused, now or before (None: every source)."""
+    with a member in a cluster that is not reused, now or before (None: every source; with
+    ``frame_only``, the previous clusters read are only those labelled as one in ``frame``,
+    which is all that reuse and replay look at, and the ranks are not complete)."""
     if not params.previous:
         return set(), None, None
-    before = _previous_clusters(params)
+    before = _previous_clusters(params, frame["label"].unique().to_list() if frame_only else None)
     sets = _member_sets(frame) if sets is None else sets
     joined = sets.join(before.select("label", "size", "members"), on=["label", "size", "members"], how="inner")
     reuse = set(joined["label"].to_list())
@@ -660,20 +669,22 @@ def _replay_candidates(sets: pl.DataFrame, before: pl.DataFrame | None, reuse: s
     return out
 
 
-_PREVIOUS_ROWS: dict[tuple[str, ...], pa.Table] = {}  # one task's previous verify outputs, read once
+_PREVIOUS_ROWS: dict[tuple[tuple[str, ...], tuple[str, ...] | None], pa.Table] = {}  # one task's previous verify outputs, read once
 
 
-def _previous_rows(params: VerifyParams, labels: set[int]) -> pa.Table:
+def _previous_rows(params: VerifyParams, labels: set[int], columns: tuple[str, ...] | None = None) -> pa.Table:
     """The previous run's removal rows of the clusters ``labels`` (the files are read once per
-    task: plan and verify ask for them twice)."""
-    before = _PREVIOUS_ROWS.get(params.previous)
+    task: verify asks for them twice; ``columns``: only those)."""
+    before = _PREVIOUS_ROWS.get((params.previous, columns))
     if before is None:
         _PREVIOUS_ROWS.clear()
-        before = _PREVIOUS_ROWS[params.previous] = pa.concat_tables([storage.read_parquet(uri) for uri in params.previous])
+        before = _PREVIOUS_ROWS[(params.previous, columns)] = pa.concat_tables([storage.read_parquet(uri, columns=columns) for uri in params.previous])
     return before.filter(pc.is_in(before.column("label"), pa.array(sorted(labels), pa.int64())))
 
 
-def _replay_requests(frame: pl.DataFrame, params: VerifyParams, reuse: set[int], before: pl.DataFrame | None, sets: pl.DataFrame | None = None) -> tuple[pl.DataFrame, dict, pa.Table | None]:
+def _replay_requests(
+    frame: pl.DataFrame, params: VerifyParams, reuse: set[int], before: pl.DataFrame | None, sets: pl.DataFrame | None = None, columns: tuple[str, ...] | None = None
+) -> tuple[pl.DataFrame, dict, pa.Table | None]:
     """The members whose text this run needs: every member of a cluster verified in full; of a
     replayed cluster only its added members and the previous run's retained ones."""
     todo = frame.filter(~pl.col("label").is_in(list(reuse))) if reuse else frame
@@ -682,7 +693,7 @@ def _replay_requests(frame: pl.DataFrame, params: VerifyParams, reuse: set[int],
     cands = _replay_candidates(_member_sets(todo) if sets is None else sets, before, reuse)
     if not cands:
         return todo, {}, None
-    prev = _previous_rows(params, set(cands))
+    prev = _previous_rows(params, set(cands), columns)
     removed = _with_member_keys(pl.from_arrow(prev.select(["label", "rank", "id"]))).select("label", "mkey")
     keyed = _with_member_keys(todo)
     needed = keyed.join(removed, on=["label", "mkey"], how="anti", maintain_order="left")
@@ -725,8 +736,8 @@ def fuzzy_plan(inputs: list[str], output: str, params: VerifyParams) -> dict[str
 
 def _plan(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
     frame = _clusters(inputs, params.lo, params.hi)
-    reuse, _, before = _reusable(frame, params)
-    todo, _, _ = _replay_requests(frame, params, reuse, before)
+    reuse, _, before = _reusable(frame, params, frame_only=True)
+    todo, _, _ = _replay_requests(frame, params, reuse, before, columns=("label", "rank", "id"))
     node = todo["node"].to_numpy()
     pos = todo.select(pl.int_range(pl.len()).over("label"))[:, 0].to_numpy() if todo.height else np.zeros(0, np.int64)
     shuffle.write_sorted(pa.table([pa.array(node.astype(np.int64)), pa.array(shuffle.hash_keys(todo["label"].to_numpy())), pa.array(pos.astype(np.int64))], schema=REQUEST_SCHEMA), output)
