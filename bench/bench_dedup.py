@@ -13,7 +13,7 @@ cluster stays at ~1,200 and the per-task sizes below (fixed) decide each task's 
 Every run is a fresh child process (one case per scale, interleaved over rounds); inside it
 both steps run as tasks in two local worker processes (``ShardRunner(processes=2)``), each task
 reporting its own CPU time and its process's peak RSS (``VmHWM``). A worker process's one-time
-library loads (pyarrow's pandas shim, Parquet, polars, the n-gram kernels: ~0.3-0.6 s per
+library loads (pyarrow's pandas shim, Parquet readers, polars kernels, the n-gram kernels: ~0.3-0.6 s per
 process, and the local runner starts fresh processes for every step) run before a task's clock
 and are printed apart as warm-up CPU; a long-lived worker (Ray) pays them once. The goals (issue 13):
 

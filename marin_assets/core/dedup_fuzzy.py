@@ -13,8 +13,9 @@ when no clustered document is gone the previous components can only merge.
    an incremental run joins a changed source against);
 2. edges, per key range (``records_per_partition``): star edges of every shared bucket;
 3. connected components (:mod:`dedup_components`): label = smallest node of the component.
-   Incremental (2-3b): edges only of the buckets that hold an added document, one union-find
-   of the previous labels over them, and the previous label files rewritten with that remap;
+   Incremental (2-3b): edges only of the buckets that hold an added document (their records
+   found by one scan of the map files), one union-find of the previous labels over them, and the
+   previous label files rewritten with that remap (fresh labels compacted into one small file);
    members, plan and verify then see the touched clusters only and carry the others over;
 4. members, per minhash shard: the shard's labelled nodes, keyed by hash(label);
 5. plan, per label range: which clusters must be verified: all, or, incrementally, those whose
