@@ -7,7 +7,6 @@ import pyarrow as pa
 import pytest
 
 from marin_assets.core import storage
-from marin_assets.core.decon_features import _string_buffers
 from marin_assets.core.decon_normalize import normalize_batch
 from marin_assets.core.decon import (
     DeconParams,
@@ -28,6 +27,7 @@ from marin_assets_tests.core.test_decon import (
     filler,
     page,
 )
+from marin_assets.core.kernels import string_buffers
 
 P = DeconParams()
 
@@ -136,7 +136,7 @@ def test_repeated_copies_of_one_row_stay_flagged_while_boilerplate_is_dropped(tm
 def test_normalizing_a_batch_equals_normalizing_each_document():
     # digits ending one document and starting the next are two tokens, not one run
     texts = ["see e1", "1 2 rows", "abc12", "34 def", "x 7", "8", "", "ＡＢ 9", "10 ok"]
-    data, offsets, _ = _string_buffers(pa.array(texts, pa.large_string()))
+    data, offsets, _ = string_buffers(pa.array(texts, pa.large_string()))
     out, out_offsets = normalize_batch(data, offsets)
     got = [out[out_offsets[i]:out_offsets[i + 1]].tobytes().decode() for i in range(len(texts))]
     assert got == [normalize_text(t) for t in texts]
