@@ -140,9 +140,9 @@ _frozen_for: list[str] = [""]
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Before a module's first test, collect the garbage the last one left and freeze what lives on
     (imported libraries, session fixtures, caches): Python's full collections then skip that heap
-    of millions of objects, about a sixth of a worker's CPU time once Dagster, torch and pyarrow
-    are imported. Frozen objects are still freed when their count drops; only a cycle among them
-    that becomes garbage later stays until the process ends."""
+    (one process running the recipes, automation and faults tests: 3.3 of its 25 CPU-s were
+    collections, 1.6 with this). Frozen objects are still freed when their count drops; only a
+    cycle among them that becomes garbage later stays until the process ends."""
     module = item.nodeid.split("::", 1)[0]
     if module != _frozen_for[0]:
         _frozen_for[0] = module
