@@ -22,7 +22,7 @@ from marin_assets.defs.ingest.assets import REMOVED
 from marin_assets_tests.automation.sources import LIBRE, PEPS, entry_like, publish_source
 from marin_assets_tests.fixtures.pipeline import catalog_with
 
-pytestmark = pytest.mark.system  # automation ticks across code-location reloads, minutes: `make test` runs it, `make test-fast` does not
+pytestmark = [pytest.mark.system, pytest.mark.sqlite_instance]  # automation ticks across code-location reloads, minutes: `make test` runs it, `make test-fast` does not
 
 CHAIN = ["raw_files", "normalized", "minhash_buckets"]
 GLOBALS = ["exact_duplicates", "fuzzy_duplicates"]

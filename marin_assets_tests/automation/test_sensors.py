@@ -63,7 +63,7 @@ def _meta(evaluation: dg.AssetCheckEvaluation, key: str):
 
 def test_catalog_changes_reports_new_removed_and_changed_entries(tmp_path: Path) -> None:
     catalog = catalog_with(tmp_path / "catalog.toml")
-    with dg.instance_for_test() as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
         sensor = Sensor(catalog_changes, instance, MarinResource(catalog_path=str(catalog)))
         first = sensor.tick()
         assert "agree" in first.skip_reason.skip_message
@@ -110,7 +110,7 @@ def drift_hub(hub_store, tmp_path):
 def test_drift_sensor_reports_each_pin_in_bounded_ticks(drift_hub, hub_server, monkeypatch) -> None:
     monkeypatch.setenv("MARIN_DRIFT_BATCH", "2")
     monkeypatch.setenv("MARIN_DRIFT_PERIOD_S", "60")  # 6 pins a minute: more than the cap of 2 per tick
-    with dg.instance_for_test() as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
         sensor = Sensor(pin_drift, instance, drift_hub)
         seen: dict[str, dg.AssetCheckEvaluation] = {}
         asked_per_tick = []
@@ -152,7 +152,7 @@ def test_drift_sensor_reports_each_pin_in_bounded_ticks(drift_hub, hub_server, m
 
 def test_drift_sensor_degrades_to_unknown_when_the_provider_is_unreachable(drift_hub, hub_server, monkeypatch) -> None:
     monkeypatch.setenv("MARIN_DRIFT_PERIOD_S", "60")  # a pace that asks for every pin each tick, up to the batch cap
-    with dg.instance_for_test() as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
         sensor = Sensor(pin_drift, instance, drift_hub)
         before = sensor.tick()
         assert _meta(_drift(before)[LIBRE], "status") == "branch-moved"

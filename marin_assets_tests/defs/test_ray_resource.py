@@ -65,7 +65,7 @@ def test_a_running_step_reports_shard_progress_as_asset_observations(tmp_path) -
 
         marin.runner().map(tasks, on_done=on_done)
 
-    with dg.instance_for_test() as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
         result = dg.materialize([sharded], partition_key="src", instance=instance,
                                 resources={"marin": MarinResource(prefix=str(tmp_path), progress_every=10)})
         assert result.success
