@@ -728,9 +728,15 @@ def _warm_clusters() -> None:
 @shuffle.measured(warm=(_warm_clusters,))
 def fuzzy_plan(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
     """Request the text of every member of the clusters this run must verify, keyed by node."""
+    return _with_fresh_previous_rows(_plan, inputs, output, params)
+
+
+def _with_fresh_previous_rows(step: Any, inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
+    """Run a plan or verify task with its own cache of the previous run's rows: cleared before and
+    after, so a worker that runs many tasks never carries one task's rows into the next."""
     _PREVIOUS_ROWS.clear()
     try:
-        return _plan(inputs, output, params)
+        return step(inputs, output, params)
     finally:
         _PREVIOUS_ROWS.clear()
 
@@ -849,11 +855,7 @@ def _warm_ngrams() -> None:
 @shuffle.measured(warm=(_warm_ngrams, _warm_clusters))
 def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
     """Verify the requested clusters of a label range; copy the previous verdict of the others."""
-    _PREVIOUS_ROWS.clear()
-    try:
-        return _verify(inputs, output, params)
-    finally:
-        _PREVIOUS_ROWS.clear()
+    return _with_fresh_previous_rows(_verify, inputs, output, params)
 
 
 def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
