@@ -6,7 +6,9 @@ range sees every neighbour of the nodes it owns. Below ``union_find_max_edges`` 
 all edges and runs a union-find (scipy); above it, alternating large-star and small-star rounds
 (Kiveris et al., "Connected Components in MapReduce and Beyond") run as shuffles through
 storage until the graph is a forest of stars, whose centres are the component minima. No task
-holds more than one key range of edges.
+holds more than one key range of edges. A round writes one block per destination key range
+(:func:`dedup_shuffle.write_blocks`), so each task of the next round reads exactly its own rows
+from every file, not a row group of each.
 """
 
 from __future__ import annotations
@@ -40,15 +42,23 @@ def _write_labels(node: np.ndarray, label: np.ndarray, output: str) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class RoundParams:
-    lo: int
-    hi: int
+    partition: int  # this task's key range, of ``partitions`` equal ones (the blocks a round writes)
+    partitions: int
     mode: str  # "large", "small" or "labels"
+    from_blocks: bool  # inputs are the last round's block files (else the sorted edge files)
+
+    @property
+    def bounds(self) -> list[tuple[int, int]]:
+        return shuffle.partition_bounds(self.partitions)
 
 
-def _grouped(inputs: Sequence[str], lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _grouped(inputs: Sequence[str], params: RoundParams) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Unique directed edges of a key range sorted by ``a``, each row's group start, and the
     per-row minimum of its group's ``a`` and neighbours."""
-    table = shuffle.read_range(inputs, lo, hi, ["a", "b"], EDGE_SCHEMA)
+    if params.from_blocks:
+        table = shuffle.read_blocks(inputs, params.partition, EDGE_SCHEMA).select(["key", "a", "b"])
+    else:
+        table = shuffle.read_range(inputs, *params.bounds[params.partition], ["a", "b"], EDGE_SCHEMA)
     a = table.column("a").to_numpy()
     b = table.column("b").to_numpy()
     keep = a != b
@@ -69,7 +79,7 @@ def _grouped(inputs: Sequence[str], lo: int, hi: int) -> tuple[np.ndarray, np.nd
 @shuffle.measured
 def star_round(inputs: list[str], output: str, params: RoundParams) -> dict[str, Any]:
     """One large-star or small-star step over one key range, or the final labelling."""
-    a, b, m, sizes = _grouped(inputs, params.lo, params.hi)
+    a, b, m, sizes = _grouped(inputs, params)
     if params.mode == "labels":
         starts = np.flatnonzero(np.r_[True, a[1:] != a[:-1]]) if a.size else np.zeros(0, np.int64)
         _write_labels(a[starts], m[starts], output)
@@ -79,7 +89,7 @@ def star_round(inputs: list[str], output: str, params: RoundParams) -> dict[str,
         starts = np.flatnonzero(np.r_[True, a[1:] != a[:-1]]) if a.size else np.zeros(0, np.int64)
         unconverged = int(((m[starts] < a[starts]) & (sizes > 1)).sum())
         up = b > a
-        shuffle.write_sorted(edge_table(b[up], m[up]), output)
+        shuffle.write_blocks(edge_table(b[up], m[up]), output, params.bounds)
         return {"edges_in": int(a.size), "unconverged": unconverged}
     down = b < a
     lower_min = np.minimum(m, a)  # m already includes every neighbour; restrict to the lower ones
@@ -95,7 +105,7 @@ def star_round(inputs: list[str], output: str, params: RoundParams) -> dict[str,
     own = has_lower & np.r_[True, a[1:] != a[:-1]] if a.size else has_lower
     first = np.concatenate([moved_b[spoke], a[own]])
     second = np.concatenate([moved_m[spoke], centre[own]])
-    shuffle.write_sorted(edge_table(first, second), output)
+    shuffle.write_blocks(edge_table(first, second), output, params.bounds)
     return {"edges_in": int(a.size)}
 
 
@@ -124,6 +134,10 @@ def union_find(inputs: list[str], output: str, params: Any) -> dict[str, Any]:
     return {"nodes": int(nodes.size)}
 
 
+def _block_name(partition: int, partitions: int) -> str:
+    return storage.shard_name(partition, partitions).removesuffix(".parquet") + ".blocks"
+
+
 def connected_components(
     edge_files: Sequence[str], edges: int, work: str, runner: ShardRunner, *, union_find_max_edges: int, edges_per_task: int, labels_dir: str | None = None
 ) -> tuple[list[str], dict[str, Any]]:
@@ -134,25 +148,24 @@ def connected_components(
         (result,) = runner.map([ShardTask(union_find, tuple(edge_files), storage.join(labels_dir, "labels.parquet"), None)])
         return [result.output], {"cc_method": "union_find", "cc_rounds": 0, "cc_results": [result]}
     partitions = shuffle.partitions_for(2 * edges, edges_per_task)
-    bounds = shuffle.partition_bounds(partitions)
     current = list(edge_files)
+    from_blocks = False  # the first round reads the sorted edge files, later ones the rounds' block files
     stats: list[ShardResult] = []
+
+    def step(inputs: Sequence[str], folder: str, mode: str, blocks: bool) -> list[ShardResult]:
+        name = storage.shard_name if mode == "labels" else _block_name  # labels stay sorted Parquet for the steps after
+        return runner.map([ShardTask(star_round, tuple(inputs), storage.join(folder, name(p, partitions)), RoundParams(p, partitions, mode, blocks)) for p in range(partitions)])
+
     for rnd in range(MAX_ROUNDS):
-        large = runner.map(
-            [ShardTask(star_round, tuple(current), storage.join(work, "cc", f"round-{rnd:03d}-large", storage.shard_name(p, partitions)), RoundParams(lo, hi, "large")) for p, (lo, hi) in enumerate(bounds)]
-        )
+        large = step(current, storage.join(work, "cc", f"round-{rnd:03d}-large"), "large", from_blocks)
         stats += large
         if sum(int(r.stats["unconverged"]) for r in large) == 0:
             break
-        small = runner.map(
-            [ShardTask(star_round, tuple(r.output for r in large), storage.join(work, "cc", f"round-{rnd:03d}-small", storage.shard_name(p, partitions)), RoundParams(lo, hi, "small")) for p, (lo, hi) in enumerate(bounds)]
-        )
+        small = step([r.output for r in large], storage.join(work, "cc", f"round-{rnd:03d}-small"), "small", True)
         stats += small
-        current = [r.output for r in small]
+        current, from_blocks = [r.output for r in small], True
     else:  # pragma: no cover - the rounds converge in O(log^2 n)
         raise RuntimeError(f"connected components did not converge in {MAX_ROUNDS} rounds")
-    labels = runner.map(
-        [ShardTask(star_round, tuple(current), storage.join(labels_dir, storage.shard_name(p, partitions)), RoundParams(lo, hi, "labels")) for p, (lo, hi) in enumerate(bounds)]
-    )
+    labels = step(current, labels_dir, "labels", from_blocks)
     stats += labels
     return [r.output for r in labels], {"cc_method": "star_rounds", "cc_rounds": rnd + 1, "cc_results": stats}

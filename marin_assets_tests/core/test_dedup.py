@@ -317,6 +317,30 @@ def test_sharded_fuzzy_dedup_equals_the_pairwise_reference_with_a_600_copy_clust
         assert storage.read_bytes(dedup.removed_uri(streamed, source)) == storage.read_bytes(dedup.removed_uri(out, source))
 
 
+def test_a_block_file_gives_each_key_range_exactly_the_rows_a_sorted_file_gives(tmp_path: Path) -> None:
+    from marin_assets.core.dedup_components import EDGE_SCHEMA, edge_table
+
+    rng = np.random.default_rng(3)
+    table = edge_table(rng.integers(0, 10**6, 5000), rng.integers(0, 10**6, 5000))
+    sorted_uri, blocks_uri = str(tmp_path / "sorted.parquet"), str(tmp_path / "edges.blocks")
+    dedup_shuffle.write_sorted(table, sorted_uri)
+    bounds = [*dedup_shuffle.partition_bounds(7)[:-1], (dedup_shuffle.partition_bounds(7)[-1][0], dedup_shuffle.KEY_SPACE)]
+    assert dedup_shuffle.write_blocks(table, blocks_uri, bounds) == table.num_rows
+    seen = 0
+    for p, (lo, hi) in enumerate(bounds):
+        want = dedup_shuffle.read_range([sorted_uri], lo, hi, ["a", "b"], EDGE_SCHEMA)
+        got = dedup_shuffle.read_blocks([blocks_uri, blocks_uri], p, EDGE_SCHEMA)
+        assert got.num_rows == 2 * want.num_rows
+        assert sorted(zip(*(got.column(c).to_pylist() for c in ("key", "a", "b")))) == sorted(2 * list(zip(*(want.column(c).to_pylist() for c in ("key", "a", "b")))))
+        assert got.column("key").to_pylist()[: want.num_rows] == sorted(want.column("key").to_pylist())
+        seen += want.num_rows
+    assert seen == table.num_rows
+    one_key = dedup_shuffle.write_blocks(table.slice(0, 1), str(tmp_path / "one.blocks"), bounds)
+    assert one_key == 1 and sum(dedup_shuffle.read_blocks([str(tmp_path / "one.blocks")], p, EDGE_SCHEMA).num_rows for p in range(len(bounds))) == 1
+    with pytest.raises(ValueError, match="holds 7 blocks"):
+        dedup_shuffle.read_blocks([blocks_uri], 7, EDGE_SCHEMA)
+
+
 def test_star_rounds_label_components_like_union_find(tmp_path: Path) -> None:
     from marin_assets.core.dedup_components import connected_components, edge_table
     from marin_assets.core.runner import ShardRunner
