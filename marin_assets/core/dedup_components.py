@@ -56,7 +56,7 @@ def _grouped(inputs: Sequence[str], params: RoundParams) -> tuple[np.ndarray, np
     """Unique directed edges of a key range sorted by ``a``, each row's group start, and the
     per-row minimum of its group's ``a`` and neighbours."""
     if params.from_blocks:
-        table = shuffle.read_blocks(inputs, params.partition, EDGE_SCHEMA).select(["key", "a", "b"])
+        table = shuffle.read_blocks(inputs, params.partition, EDGE_SCHEMA)
     else:
         table = shuffle.read_range(inputs, *params.bounds[params.partition], ["a", "b"], EDGE_SCHEMA)
     a = table.column("a").to_numpy()
