@@ -94,7 +94,7 @@ VERDICT_SCHEMA = pa.schema(
     ]
 )
 CLUSTER_SCHEMA = pa.schema(
-    [("label", pa.int64()), ("size", pa.int64()), ("members", pa.string()), ("ranks", pa.list_(pa.int32())), ("keys", pa.list_(pa.string()))]
+    [("label", pa.int64()), ("size", pa.int64()), ("members", pa.string()), ("keys", pa.list_(pa.string()))]
 )
 
 
@@ -597,19 +597,18 @@ def _with_member_keys(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def _member_sets(frame: pl.DataFrame) -> pl.DataFrame:
-    """Per cluster: label, size, a 128-bit hash of its sorted (source rank, id) members, the
-    ranks of the sources it has members in (an incremental run republishes only those) and the
+    """Per cluster: label, size, a 128-bit hash of its sorted (source rank, id) members and the
     member keys themselves (a later run replays a cluster that only gained members)."""
     rows = frame.select("label", "rank", "id").sort(["label", "rank", "id"])
     grouped = (
         rows.with_columns(pl.concat_str([pl.col("rank").cast(pl.String), pl.lit("\x00"), pl.col("id")]).alias("mkey"))
         .group_by("label", maintain_order=True)
-        .agg(pl.len().cast(pl.Int64).alias("size"), (pl.col("mkey") + pl.lit("\n")).str.join("").alias("text"), pl.col("rank").unique(maintain_order=True).alias("ranks"), pl.col("mkey").alias("keys"))
+        .agg(pl.len().cast(pl.Int64).alias("size"), (pl.col("mkey") + pl.lit("\n")).str.join("").alias("text"), pl.col("mkey").alias("keys"))
     )
     digests = [xxhash.xxh3_128_hexdigest(t.encode()) for t in grouped["text"].to_list()]
     return pl.DataFrame(
-        {"label": grouped["label"], "size": grouped["size"], "members": digests, "ranks": grouped["ranks"], "keys": grouped["keys"]},
-        schema={"label": pl.Int64, "size": pl.Int64, "members": pl.String, "ranks": pl.List(pl.Int32), "keys": pl.List(pl.String)},
+        {"label": grouped["label"], "size": grouped["size"], "members": digests, "keys": grouped["keys"]},
+        schema={"label": pl.Int64, "size": pl.Int64, "members": pl.String, "keys": pl.List(pl.String)},
     )
 
 
@@ -627,32 +626,44 @@ def _previous_clusters(params: VerifyParams, only: Sequence[int] | None = None) 
     return pl.concat(parts, how="diagonal_relaxed")
 
 
-def _reusable(frame: pl.DataFrame, params: VerifyParams, sets: pl.DataFrame | None = None, frame_only: bool = False) -> tuple[set[int], set[int] | None, pl.DataFrame | None]:
+def _reusable(frame: pl.DataFrame, params: VerifyParams, sets: pl.DataFrame | None = None, frame_only: bool = False) -> tuple[set[int], pl.DataFrame | None]:
     """Labels whose verdict can be copied: the previous run had a cluster with the same label
     and exactly the same (source, id) members; ids hash the text, so the verdict is the same.
-
-    Also the ranks of the sources whose removal rows may differ from the previous run's: those
-    with a member in a cluster that is not reused, now or before (None: every source; with
-    ``frame_only``, the previous clusters read are only those labelled as one in ``frame``,
-    which is all that reuse and replay look at, and the ranks are not complete)."""
+    Also the previous clusters read (with ``frame_only``, only those labelled as one in
+    ``frame``, which is all that reuse and replay look at)."""
     if not params.previous:
-        return set(), None, None
+        return set(), None
     before = _previous_clusters(params, frame["label"].unique().to_list() if frame_only else None)
     sets = _member_sets(frame) if sets is None else sets
     joined = sets.join(before.select("label", "size", "members"), on=["label", "size", "members"], how="inner")
-    reuse = set(joined["label"].to_list())
-    if "ranks" not in before.columns or before["ranks"].null_count():  # written before the clusters recorded their sources
-        return reuse, None, before
-    return reuse, _touched(sets, before, reuse), before
+    return set(joined["label"].to_list()), before
 
 
-def _touched(sets: pl.DataFrame, before: pl.DataFrame, done: set[int]) -> set[int]:
-    """Ranks with a member in a cluster, now or before, whose verdict was not carried over."""
-    touched: set[int] = set()
-    for table in (sets, before):
-        gone = table.filter(~pl.col("label").is_in(list(done)))
-        touched.update(gone["ranks"].explode().drop_nulls().to_list())
-    return touched
+_ROW_FIELDS = ("rank", "id", "cluster_id", "representative_id", "representative_source", "containment", "jaccard")  # a removal row as published
+
+
+def row_sums(table: pa.Table) -> dict[int, int]:
+    """Per source rank, the sum modulo 2**128 of a 128-bit hash of each removal row as
+    published. Summed over every label range, two runs' sums of a source are equal exactly when
+    its rows are (but for a 2**-128 collision), wherever the rows' clusters went, so a source
+    whose sum did not move keeps its removal file. (Polars' hash is the same in every process of
+    one Polars version, which all tasks of a run share.)"""
+    if table.num_rows == 0:
+        return {}
+    row = pl.struct(list(_ROW_FIELDS))
+    halves = [e for seed in (1, 2) for e in ((row.hash(seed) & 0xFFFFFFFF).alias(f"lo{seed}"), (row.hash(seed) // (1 << 32)).alias(f"hi{seed}"))]
+    sums = pl.from_arrow(table.select(list(_ROW_FIELDS))).select(pl.col("rank"), *halves).group_by("rank").sum()
+    out = {}
+    for rank, lo1, hi1, lo2, hi2 in sums.select("rank", "lo1", "hi1", "lo2", "hi2").iter_rows():
+        out[int(rank)] = ((((hi1 << 32) + lo1) << 64) + (hi2 << 32) + lo2) % (1 << 128)
+    return out
+
+
+def _previous_rows_in_range(params: VerifyParams) -> pa.Table:
+    """The previous run's removal rows of the clusters whose labels fall in this task's range."""
+    rows = _previous_rows(params, None)
+    keys = shuffle.hash_keys(rows.column("label").to_numpy())
+    return rows.filter(pa.array((keys >= params.lo) & (keys < params.hi)))
 
 
 def _replay_candidates(sets: pl.DataFrame, before: pl.DataFrame | None, reuse: set[int]) -> dict[int, tuple[set[str], set[str]]]:
@@ -673,13 +684,15 @@ def _replay_candidates(sets: pl.DataFrame, before: pl.DataFrame | None, reuse: s
 _PREVIOUS_ROWS: dict[tuple[tuple[str, ...], tuple[str, ...] | None], pa.Table] = {}  # one task's previous verify outputs, read once
 
 
-def _previous_rows(params: VerifyParams, labels: set[int], columns: tuple[str, ...] | None = None) -> pa.Table:
-    """The previous run's removal rows of the clusters ``labels`` (the files are read once per
+def _previous_rows(params: VerifyParams, labels: set[int] | None, columns: tuple[str, ...] | None = None) -> pa.Table:
+    """The previous run's removal rows of the clusters ``labels`` (None: all; the files are read once per
     task: verify asks for them twice; ``columns``: only those)."""
     before = _PREVIOUS_ROWS.get((params.previous, columns))
     if before is None:
         _PREVIOUS_ROWS.clear()
         before = _PREVIOUS_ROWS[(params.previous, columns)] = pa.concat_tables([storage.read_parquet(uri, columns=columns) for uri in params.previous])
+    if labels is None:
+        return before
     return before.filter(pc.is_in(before.column("label"), pa.array(sorted(labels), pa.int64())))
 
 
@@ -743,7 +756,7 @@ def _with_fresh_previous_rows(step: Any, inputs: list[str], output: str, params:
 
 def _plan(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
     frame = _clusters(inputs, params.lo, params.hi)
-    reuse, _, before = _reusable(frame, params, frame_only=True)
+    reuse, before = _reusable(frame, params, frame_only=True)
     todo, _, _ = _replay_requests(frame, params, reuse, before, columns=("label", "rank", "id"))
     node = todo["node"].to_numpy()
     pos = todo.select(pl.int_range(pl.len()).over("label"))[:, 0].to_numpy() if todo.height else np.zeros(0, np.int64)
@@ -862,7 +875,7 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
     member_files, text_files = inputs[: params.member_files], inputs[params.member_files :]
     frame = _clusters(member_files, params.lo, params.hi)
     sizes = _member_sets(frame)
-    reuse, touched, before_clusters = _reusable(frame, params, sizes)
+    reuse, before_clusters = _reusable(frame, params, sizes)
     rows: list[tuple] = []
     carried: list[pa.Table] = []  # the previous rows of reused clusters, as they were
     untouched = None
@@ -895,10 +908,8 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
     counters = {"clusters": 0, "verified_clusters": 0, "reused_clusters": len(reuse), "verified_members": 0, "streamed_clusters": 0, "comparisons": 0, "exempt_kept": 0, "largest_cluster": 0}
     examples: list[tuple[int, dict[str, Any]]] = []
     exempt = {params.sources.index(s) for s in params.exempt if s in params.sources}
-    replayed, failed, added_ranks = _replay(frame, params, cands, prev_rows, text_of, exempt, rows, examples)
+    replayed, failed = _replay(frame, params, cands, prev_rows, text_of, exempt, rows, examples)
     counters["replayed_clusters"], counters["replay_failed"] = len(replayed), len(failed)
-    if touched is not None and before_clusters is not None:
-        touched = _touched(sizes, before_clusters, reuse | replayed) | added_ranks
     if todo.height:
         labels = todo["label"].to_numpy()
         starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
@@ -953,29 +964,32 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
         verdict = pa.concat_tables([verdict, *carried]).combine_chunks()
     verdict = verdict.set_column(0, "key", pa.array(shuffle.prefix_keys(verdict.column("id"))))
     shuffle.write_sorted(verdict, output)
+    changes = None  # no previous run: every source's rows are new
+    if params.previous:
+        now, before = row_sums(verdict), row_sums(_previous_rows_in_range(params))
+        changes = {str(r): (now.get(r, 0) - before.get(r, 0)) % (1 << 128) for r in now.keys() | before.keys()}
     by_rank = pl.from_arrow(verdict.select(["rank", "chars"])).group_by("rank").agg(pl.len().alias("n"), pl.col("chars").sum().alias("c"))
     return counters | {
         "histogram": histogram,
         "removed_by_rank": {str(r): int(n) for r, n in zip(by_rank["rank"].to_list(), by_rank["n"].to_list())},
         "removed_chars_by_rank": {str(r): int(c) for r, c in zip(by_rank["rank"].to_list(), by_rank["c"].to_list())},
         "examples": [e for _, e in sorted(examples, key=lambda kv: -kv[0])],
-        "touched_ranks": None if touched is None else sorted(touched),
+        "row_changes": changes,
     }
 
 
 def _replay(
     frame: pl.DataFrame, params: VerifyParams, cands: Mapping[int, tuple[set[str], set[str]]], prev: pa.Table | None, text_of: Mapping[int, str], exempt: set[int], rows: list, examples: list
-) -> tuple[set[int], set[int], set[int]]:
+) -> tuple[set[int], set[int]]:
     """Clusters that only gained members: the previous decisions stand while every added member
     is removed by the previous run's retained members before it (removed members never
     represent, so no other decision can change). Appends their rows (the previous ones and the
-    added members'); returns the replayed labels, the failed ones (an added member is retained:
-    verify in full) and the ranks of the added members."""
+    added members'); returns the replayed labels and the failed ones (an added member is
+    retained: verify in full)."""
     replayed: set[int] = set()
     failed: set[int] = set()
-    added_ranks: set[int] = set()
     if not cands or prev is None:
-        return replayed, failed, added_ranks
+        return replayed, failed
     removed_before = _with_member_keys(pl.from_arrow(prev.select(["label", "rank", "id"]))).select("label", "mkey", pl.lit(True).alias("gone"))
     sub = _with_member_keys(frame.filter(pl.col("label").is_in(list(cands))))
     sub = sub.join(removed_before, on=["label", "mkey"], how="left", maintain_order="left")
@@ -1011,14 +1025,13 @@ def _replay(
             failed.add(label)
             continue
         replayed.add(label)
-        added_ranks.update(int(k.split("\x00", 1)[0]) for k in added)
         rows.extend(new_rows)
         for example in new_examples:
             _offer_example(examples, params, *example)
     if replayed:
         kept = prev.filter(pc.is_in(prev.column("label"), pa.array(sorted(replayed), pa.int64())))
         rows.extend(zip(*[c.to_pylist() for c in kept.select(VERDICT_SCHEMA.names).columns]))
-    return replayed, failed, added_ranks
+    return replayed, failed
 
 
 def _read_batch(text_files: Sequence[str], key: int, lo: int, hi: int, nodes: Sequence[int]) -> list[str | None]:
@@ -1507,13 +1520,17 @@ def find_fuzzy_duplicates(
         gathered = gathered + more
         passes.append(verified)
 
-    # 8. removals by id range, then one file per source. Incremental: only the sources with a
-    # member in a cluster that was verified now, or that existed before and is gone, can have
-    # other removals than before; every other source keeps the previous run's file.
+    # 8. removals by id range, then one file per source. Incremental: a source whose removal rows
+    # are the previous run's (its row hash sums over the label ranges moved by zero) keeps the
+    # previous file.
     moved: set[int] | None = None
     kept: dict[str, dict[str, Any]] = {}
-    if changed is not None and all(r.stats.get("touched_ranks") is not None for rs in passes for r in rs):
-        moved = {int(k) for rs in passes for r in rs for k in r.stats["touched_ranks"]}
+    if changed is not None and all(r.stats.get("row_changes") is not None for rs in passes for r in rs):
+        sums: dict[int, int] = {}
+        for r in (r for rs in passes for r in rs):
+            for k, h in r.stats["row_changes"].items():
+                sums[int(k)] = (sums.get(int(k), 0) + int(h)) % (1 << 128)
+        moved = {k for k, h in sums.items() if h}
         for s in sources:
             old = (before or {}).get("published", {}).get(s)
             if rank[s] not in moved and old is not None and storage.exists(old["uri"]):
