@@ -659,13 +659,6 @@ def row_sums(table: pa.Table) -> dict[int, int]:
     return out
 
 
-def _previous_rows_in_range(params: VerifyParams) -> pa.Table:
-    """The previous run's removal rows of the clusters whose labels fall in this task's range."""
-    rows = _previous_rows(params, None)
-    keys = shuffle.hash_keys(rows.column("label").to_numpy())
-    return rows.filter(pa.array((keys >= params.lo) & (keys < params.hi)))
-
-
 def _replay_candidates(sets: pl.DataFrame, before: pl.DataFrame | None, reuse: set[int]) -> dict[int, tuple[set[str], set[str]]]:
     """Clusters that only gained members since the previous run (same label, every previous
     member still in it): label -> (added member keys, previous member keys)."""
@@ -684,15 +677,13 @@ def _replay_candidates(sets: pl.DataFrame, before: pl.DataFrame | None, reuse: s
 _PREVIOUS_ROWS: dict[tuple[tuple[str, ...], tuple[str, ...] | None], pa.Table] = {}  # one task's previous verify outputs, read once
 
 
-def _previous_rows(params: VerifyParams, labels: set[int] | None, columns: tuple[str, ...] | None = None) -> pa.Table:
-    """The previous run's removal rows of the clusters ``labels`` (None: all; the files are read once per
+def _previous_rows(params: VerifyParams, labels: set[int], columns: tuple[str, ...] | None = None) -> pa.Table:
+    """The previous run's removal rows of the clusters ``labels`` (the files are read once per
     task: verify asks for them twice; ``columns``: only those)."""
     before = _PREVIOUS_ROWS.get((params.previous, columns))
     if before is None:
         _PREVIOUS_ROWS.clear()
         before = _PREVIOUS_ROWS[(params.previous, columns)] = pa.concat_tables([storage.read_parquet(uri, columns=columns) for uri in params.previous])
-    if labels is None:
-        return before
     return before.filter(pc.is_in(before.column("label"), pa.array(sorted(labels), pa.int64())))
 
 
@@ -876,8 +867,8 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
     frame = _clusters(member_files, params.lo, params.hi)
     sizes = _member_sets(frame)
     reuse, before_clusters = _reusable(frame, params, sizes)
-    rows: list[tuple] = []
-    carried: list[pa.Table] = []  # the previous rows of reused clusters, as they were
+    rows: list[tuple] = []  # this run's decisions (in VERDICT_SCHEMA order)
+    carried: list[pa.Table] = []  # the previous rows of reused and replayed clusters, as they were
     untouched = None
     if params.remap and before_clusters is not None:
         # Incremental components: every cluster of the range that no added document reached is
@@ -909,6 +900,8 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
     examples: list[tuple[int, dict[str, Any]]] = []
     exempt = {params.sources.index(s) for s in params.exempt if s in params.sources}
     replayed, failed = _replay(frame, params, cands, prev_rows, text_of, exempt, rows, examples)
+    if replayed:
+        carried.append(prev_rows.filter(pc.is_in(prev_rows.column("label"), pa.array(sorted(replayed), pa.int64()))).select(VERDICT_SCHEMA.names).cast(VERDICT_SCHEMA))
     counters["replayed_clusters"], counters["replay_failed"] = len(replayed), len(failed)
     if todo.height:
         labels = todo["label"].to_numpy()
@@ -960,14 +953,17 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
     storage.write_parquet(sizes.to_arrow().cast(CLUSTER_SCHEMA), clusters_uri(output))
     columns = list(zip(*rows)) if rows else [[] for _ in VERDICT_SCHEMA]
     verdict = pa.table([pa.array(list(c), type=f.type) for c, f in zip(columns, VERDICT_SCHEMA)], schema=VERDICT_SCHEMA)
+    changes = None  # no previous run: every source's rows are new
+    if before_clusters is not None:
+        # Carried rows are the previous ones: the change is this run's rows against the previous
+        # rows of the clusters it decided again (or that are gone).
+        now = row_sums(verdict)
+        before = row_sums(_previous_rows(params, set(before_clusters["label"].to_list()) - reuse - replayed))
+        changes = {str(r): (now.get(r, 0) - before.get(r, 0)) % (1 << 128) for r in now.keys() | before.keys()}
     if carried:
         verdict = pa.concat_tables([verdict, *carried]).combine_chunks()
     verdict = verdict.set_column(0, "key", pa.array(shuffle.prefix_keys(verdict.column("id"))))
     shuffle.write_sorted(verdict, output)
-    changes = None  # no previous run: every source's rows are new
-    if params.previous:
-        now, before = row_sums(verdict), row_sums(_previous_rows_in_range(params))
-        changes = {str(r): (now.get(r, 0) - before.get(r, 0)) % (1 << 128) for r in now.keys() | before.keys()}
     by_rank = pl.from_arrow(verdict.select(["rank", "chars"])).group_by("rank").agg(pl.len().alias("n"), pl.col("chars").sum().alias("c"))
     return counters | {
         "histogram": histogram,
@@ -983,8 +979,8 @@ def _replay(
 ) -> tuple[set[int], set[int]]:
     """Clusters that only gained members: the previous decisions stand while every added member
     is removed by the previous run's retained members before it (removed members never
-    represent, so no other decision can change). Appends their rows (the previous ones and the
-    added members'); returns the replayed labels and the failed ones (an added member is
+    represent, so no other decision can change). Appends the added members' rows (the previous
+    ones stand); returns the replayed labels and the failed ones (an added member is
     retained: verify in full)."""
     replayed: set[int] = set()
     failed: set[int] = set()
@@ -1028,9 +1024,6 @@ def _replay(
         rows.extend(new_rows)
         for example in new_examples:
             _offer_example(examples, params, *example)
-    if replayed:
-        kept = prev.filter(pc.is_in(prev.column("label"), pa.array(sorted(replayed), pa.int64())))
-        rows.extend(zip(*[c.to_pylist() for c in kept.select(VERDICT_SCHEMA.names).columns]))
     return replayed, failed
 
 
