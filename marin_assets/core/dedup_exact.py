@@ -5,10 +5,11 @@
 2. reduce, one task per id range (the count follows the number of ids, ``ids_per_partition``
    each): the copy of the first source in keep order survives, the others are written as
    ``(rank, id, kept_rank, chars)`` sorted by source then id;
-3. publish, one task per source: that source's rows of every range, in range order, streamed
-   into ``<out>/<source>/removed.parquet`` (``id``, ``kept_source``), sorted by id.
+3. publish, one task per group of ``sources_per_publish`` sources: each range read once for the
+   group, each source's rows streamed in range order into ``<out>/<source>/removed.parquet``
+   (``id``, ``kept_source``), sorted by id.
 
-No process holds more than one id range or one range's removals of one source.
+No process holds more than one id range or one range's removals of a group of sources.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ class ReduceParams:
 
 @dataclasses.dataclass(frozen=True)
 class PublishParams:
-    rank: int
+    ranks: tuple[int, ...]  # a group of sources, published by one task
+    outputs: tuple[str, ...]
     order: tuple[str, ...]
 
 
@@ -112,12 +114,14 @@ def exact_reduce(inputs: list[str], output: str, params: ReduceParams) -> dict[s
 
 @shuffle.measured
 def exact_publish(inputs: list[str], output: str, params: PublishParams) -> dict[str, Any]:
+    """A group of sources' removal files, each part read once for the group (``output`` names
+    the group; the counts per source are the task's result)."""
     order = pa.array(list(params.order), pa.string())
 
     def convert(table: pa.Table) -> pa.Table:
         return pa.table([table.column("id"), order.take(table.column("kept_rank"))], schema=EXACT_SCHEMA)
 
-    return shuffle.publish_removals(inputs, params.rank, output, EXACT_SCHEMA, convert)
+    return {"sources": shuffle.publish_removals(inputs, params.ranks, params.outputs, EXACT_SCHEMA, convert)}
 
 
 def find_exact_duplicates(
@@ -130,6 +134,7 @@ def find_exact_duplicates(
     work_dir: str | None = None,
     lengths: Mapping[str, Sequence[str]] | None = None,
     shards_per_map: int = 16,
+    sources_per_publish: int = 16,
 ) -> dict[str, Any]:
     """Ids present in several sources: every source but the keeper lists the id as removed.
 
@@ -161,11 +166,19 @@ def find_exact_duplicates(
     ]
     reduced = runner.map(reduce_tasks)
     parts = tuple(r.output for r in reduced)
-    published = runner.map([ShardTask(exact_publish, parts, removed_uri(out_dir_uri, s), PublishParams(rank[s], tuple(order))) for s in shards])
+    groups = [list(shards)[g : g + sources_per_publish] for g in range(0, len(shards), sources_per_publish)]
+    published = runner.map(
+        [
+            ShardTask(exact_publish, parts, storage.join(work, "publish", f"group-{g:05d}"), PublishParams(tuple(rank[s] for s in group), tuple(removed_uri(out_dir_uri, s) for s in group), tuple(order)))
+            for g, group in enumerate(groups)
+        ]
+    )
+    per_source_stats = {s: stats for group, r in zip(groups, published) for s, stats in zip(group, r.stats["sources"])}
     fs, work_path = storage.filesystem(work)
     scratch_bytes = sum(int(fs.du(p)) for p in (f"{work_path}/map", f"{work_path}/reduce") if fs.exists(p))
-    for step in ("map", "reduce"):  # scratch: nothing reads it once every source is published
-        storage.remove(storage.join(work, step), recursive=True)
+    for step in ("map", "reduce", "publish"):  # scratch: nothing reads it once every source is published
+        if storage.exists(storage.join(work, step)):
+            storage.remove(storage.join(work, step), recursive=True)
 
     counters = {"docs": 0, "unique_ids": 0, "within_source_repeats": 0, "ids_in_several_sources": 0}
     removed_chars: dict[str, int] = {s: 0 for s in shards}
@@ -179,8 +192,8 @@ def find_exact_duplicates(
             a, b = k.split("<-")
             name = f"{order[int(a)]} <- {order[int(b)]}"
             pair_counts[name] = pair_counts.get(name, 0) + int(n)
-    per_source = {s: int(r.stats["removed"]) for s, r in zip(shards, published)}
-    digests = {s: str(r.stats["digest"]) for s, r in zip(shards, published)}
+    per_source = {s: int(per_source_stats[s]["removed"]) for s in shards}
+    digests = {s: str(per_source_stats[s]["digest"]) for s in shards}
     return {
         **counters,
         "removed": sum(per_source.values()),

@@ -25,7 +25,8 @@ when no clustered document is gone the previous components can only merge.
 6. gather, per normalized shard that has requested rows: those rows' text, keyed by label;
 7. verify, per label range: the rule on each requested cluster (reading only its members'
    texts), the previous verdict for every other cluster; removal rows keyed by id;
-8. removals, per id range, and publish, per source: ``<out>/<source>/removed.parquet``.
+8. removals, per id range, and publish, per group of sources (each range read once for the
+   group): ``<out>/<source>/removed.parquet``.
 
 Counters for the metadata (removed documents and characters per source, the cluster-size
 histogram, example pairs) come from what the tasks return; nothing re-reads the corpus.
@@ -113,6 +114,7 @@ class FuzzyScale:
     verify_batch_chars: int = VERIFY_BATCH_CHARS  # texts turned into n-grams at a time (and gathered row groups)
     shards_per_map: int = 16  # a map task reads this many shards of one source into one records file
     scan_records_per_task: int = 64_000_000  # incremental: map file records one task scans (a row group at a time) for the added documents' buckets
+    sources_per_publish: int = 16  # one publish task writes this many sources' removal files, reading each removal part once
 
 
 def nodes_uri(map_output: str, k: int) -> str:
@@ -1081,8 +1083,9 @@ def fuzzy_removals(inputs: list[str], output: str, params: RemovalParams) -> dic
 
 @dataclasses.dataclass(frozen=True)
 class PublishParams:
-    rank: int
-    keep: dict[str, Any] | None = None  # the previous run's file and counts, when this source's removals did not move
+    ranks: tuple[int, ...]  # a group of sources, published by one task
+    outputs: tuple[str, ...]
+    keep: tuple[dict[str, Any] | None, ...]  # per source: the previous run's file and counts, when its removals did not move
 
 
 def _to_fuzzy(table: pa.Table) -> pa.Table:
@@ -1091,18 +1094,24 @@ def _to_fuzzy(table: pa.Table) -> pa.Table:
 
 @shuffle.measured
 def fuzzy_publish(inputs: list[str], output: str, params: PublishParams) -> dict[str, Any]:
-    """One source's removal file from the id-range parts, or, when its removals did not move
-    since the previous run, a byte copy of the previous file (the same rows give the same bytes)."""
-    if params.keep is not None:
-        shuffle.copy_file(params.keep["uri"], output)
-        return {"removed": int(params.keep["removed"]), "digest": str(params.keep["digest"]), "copied": 1}
-    return shuffle.publish_removals(inputs, params.rank, output, FUZZY_SCHEMA, _to_fuzzy) | {"copied": 0}
+    """A group of sources' removal files from the id-range parts, each part read once for the
+    group; a source whose removals did not move since the previous run gets a byte copy of its
+    previous file (the same rows give the same bytes). ``output`` names the group; the counts per
+    source are the task's result."""
+    built = [k for k, keep in enumerate(params.keep) if keep is None]
+    made = shuffle.publish_removals(inputs, [params.ranks[k] for k in built], [params.outputs[k] for k in built], FUZZY_SCHEMA, _to_fuzzy) if built else []
+    sources = dict(zip(built, (m | {"copied": 0} for m in made)))
+    for k, keep in enumerate(params.keep):
+        if keep is not None:
+            shuffle.copy_file(keep["uri"], params.outputs[k])
+            sources[k] = {"removed": int(keep["removed"]), "digest": str(keep["digest"]), "copied": 1}
+    return {"sources": [sources[k] for k in range(len(params.ranks))]}
 
 
 # --------------------------------------------------------------------------- the driver
 
 
-SCRATCH_STEPS = ("edges", "cc", "delta", "members", "plan", "gather", "removals")
+SCRATCH_STEPS = ("edges", "cc", "delta", "members", "plan", "gather", "removals", "publish")
 
 
 def collect_scratch(work: str, cache: str, current: Mapping[str, str], superseded: Mapping[str, str]) -> list[str]:
@@ -1538,8 +1547,18 @@ def find_fuzzy_duplicates(
             for p, (lo, hi) in enumerate(shuffle.partition_bounds(removal_parts))
         ]
     )
-    published = run([ShardTask(fuzzy_publish, tuple(r.output for r in parts), removed_uri(out_dir_uri, s), PublishParams(rank[s], kept.get(s))) for s in sources])
-    state["published"] = {s: {"uri": removed_uri(out_dir_uri, s), "removed": int(r.stats["removed"]), "digest": str(r.stats["digest"])} for s, r in zip(sources, published)}
+    groups = [sources[g : g + scale.sources_per_publish] for g in range(0, len(sources), scale.sources_per_publish)]
+    publish_tasks = [
+        ShardTask(
+            fuzzy_publish,
+            tuple(r.output for r in parts),
+            storage.join(work, "publish", f"group-{g:05d}"),
+            PublishParams(tuple(rank[s] for s in group), tuple(removed_uri(out_dir_uri, s) for s in group), tuple(kept.get(s) for s in group)),
+        )
+        for g, group in enumerate(groups)
+    ]
+    published = {s: stats for group, r in zip(groups, run(publish_tasks)) for s, stats in zip(group, r.stats["sources"])}
+    state["published"] = {s: {"uri": removed_uri(out_dir_uri, s), "removed": int(published[s]["removed"]), "digest": str(published[s]["digest"])} for s in sources}
     state["clustered_docs"] = sum(int(r.stats.get("clustered_docs", 0)) for r in verified)
     storage.write_json(storage.join(out_dir_uri, STATE_FILE), state | {"verify_files": [r.output for r in verified]})
     fs, work_path = storage.filesystem(work)
@@ -1551,7 +1570,7 @@ def find_fuzzy_duplicates(
     collect_scratch(work, cache, state["cache_entries"], (before or {}).get("cache_entries", {}))
 
     # Counters from what the tasks returned.
-    removed_per_source = {s: int(r.stats["removed"]) for s, r in zip(sources, published)}
+    removed_per_source = {s: int(published[s]["removed"]) for s in sources}
     removed_chars = {s: 0 for s in sources}
     histogram: dict[str, int] = {}
     totals = {"clusters": 0, "verified_clusters": 0, "reused_clusters": 0, "verified_members": 0, "streamed_clusters": 0, "comparisons": 0, "exempt_kept": 0}
@@ -1593,9 +1612,9 @@ def find_fuzzy_duplicates(
         "removed_per_source": removed_per_source,
         "removed_chars_per_source": removed_chars,
         "removal_ratio_per_source": removal_ratios(removed_per_source, docs_per_source),
-        "removed_ids_digest": {s: str(r.stats["digest"]) for s, r in zip(sources, published)},
+        "removed_ids_digest": {s: str(published[s]["digest"]) for s in sources},
         "scratch_bytes": scratch_bytes,
-        "sources_republished": sum(1 for r in published if not r.stats.get("copied")),
+        "sources_republished": sum(1 for s in sources if not published[s]["copied"]),
         "exempt_sources": list(exempt_t),
         "examples": examples,
         "tasks": len(results),

@@ -315,42 +315,64 @@ def vm_hwm_kb() -> int:
 PUBLISH_ROW_GROUP = 1 << 17
 
 
-def publish_removals(parts: Sequence[str], rank: int, output_uri: str, schema: pa.Schema, convert: Any) -> dict[str, Any]:
-    """Concatenate one source's rows (``rank``) of id-range part files, in range order, into one
-    Parquet file sorted by id, streaming one part at a time; returns the removal count and the
+class _RemovalFile:
+    """One source's removal file being written: rows arrive sorted by id, part after part, and
+    go out in row groups of exactly PUBLISH_ROW_GROUP rows (the bytes do not depend on the
+    partitioning); the sha256 of the ids is kept as they pass."""
+
+    def __init__(self, local: str, schema: pa.Schema) -> None:
+        self.writer = pq.ParquetWriter(local, schema, compression=storage.PARQUET_COMPRESSION)
+        self.pending = schema.empty_table()
+        self.digest = hashlib.sha256()
+        self.count = 0
+
+    def add(self, table: pa.Table) -> None:
+        for value in table.column("id").to_pylist():
+            self.digest.update(value.encode("utf-8"))
+            self.digest.update(b"\n")
+        self.count += table.num_rows
+        self.pending = pa.concat_tables([self.pending, table])
+        full = self.pending.num_rows // PUBLISH_ROW_GROUP * PUBLISH_ROW_GROUP
+        if full:
+            self.writer.write_table(self.pending.slice(0, full), row_group_size=PUBLISH_ROW_GROUP)
+            self.pending = self.pending.slice(full)
+
+    def close(self) -> dict[str, Any]:
+        try:
+            if self.pending.num_rows or self.count == 0:
+                self.writer.write_table(self.pending.combine_chunks(), row_group_size=PUBLISH_ROW_GROUP)
+        finally:
+            self.writer.close()
+        return {"removed": self.count, "digest": self.digest.hexdigest()[:16]}
+
+
+def publish_removals(parts: Sequence[str], ranks: Sequence[int], output_uris: Sequence[str], schema: pa.Schema, convert: Any) -> list[dict[str, Any]]:
+    """One Parquet file sorted by id per source of ``ranks`` (written to ``output_uris``) from
+    id-range part files sorted by (``rank``, ``id``), reading each part once for all of them and
+    holding one part's rows of these sources at a time; per source, the removal count and the
     sha256 digest of the sorted ids (the same as ``dedup.removed_ids_digest``)."""
-    digest = hashlib.sha256()
-    count = 0
     with tempfile.TemporaryDirectory(prefix="dedup-publish-") as tmp:
-        local = os.path.join(tmp, "removed.parquet")
-        writer = pq.ParquetWriter(local, schema, compression=storage.PARQUET_COMPRESSION)
-        pending = schema.empty_table()
+        files = [_RemovalFile(os.path.join(tmp, f"{k}.parquet"), schema) for k in range(len(ranks))]
         try:
             for part in parts:
-                table = _rows_of_rank(part, rank)
+                table = _rows_of_ranks(part, ranks)
                 if not table.num_rows:
                     continue
-                table = convert(table)
-                for value in table.column("id").to_pylist():
-                    digest.update(value.encode("utf-8"))
-                    digest.update(b"\n")
-                count += table.num_rows
-                # Row groups of exactly PUBLISH_ROW_GROUP rows: the bytes do not depend on the partitioning.
-                pending = pa.concat_tables([pending, table])
-                full = pending.num_rows // PUBLISH_ROW_GROUP * PUBLISH_ROW_GROUP
-                if full:
-                    writer.write_table(pending.slice(0, full), row_group_size=PUBLISH_ROW_GROUP)
-                    pending = pending.slice(full)
-            if pending.num_rows or count == 0:
-                writer.write_table(pending.combine_chunks(), row_group_size=PUBLISH_ROW_GROUP)
+                rank = table.column("rank").to_numpy()
+                for file, r in zip(files, ranks):
+                    mine = table.filter(pa.array(rank == r))
+                    if mine.num_rows:
+                        file.add(convert(mine))
         finally:
-            writer.close()
-        storage.put_file(local, output_uri)
-    return {"removed": count, "digest": digest.hexdigest()[:16]}
+            stats = [file.close() for file in files]
+        for k, uri in enumerate(output_uris):
+            storage.put_file(os.path.join(tmp, f"{k}.parquet"), uri)
+    return stats
 
 
-def _rows_of_rank(uri: str, rank: int) -> pa.Table:
-    """Rows of one source from a part file sorted by (``rank``, ``id``), pruning row groups."""
+def _rows_of_ranks(uri: str, ranks: Sequence[int]) -> pa.Table:
+    """Rows of some sources from a part file sorted by (``rank``, ``id``), pruning row groups."""
+    wanted = np.asarray(sorted(set(ranks)), np.int64)
     fs, path = storage.filesystem(uri)
     with fs.open(path, "rb") as handle:
         reader = pq.ParquetFile(handle)
@@ -359,7 +381,7 @@ def _rows_of_rank(uri: str, rank: int) -> pa.Table:
         groups = []
         for g in range(meta.num_row_groups):
             stats = meta.row_group(g).column(col).statistics
-            if meta.row_group(g).num_rows and (stats is None or not stats.has_min_max or stats.min <= rank <= stats.max):
+            if meta.row_group(g).num_rows and (stats is None or not stats.has_min_max or np.searchsorted(wanted, stats.min) < np.searchsorted(wanted, stats.max, side="right")):
                 groups.append(g)
         table = reader.read_row_groups(groups) if groups else reader.schema_arrow.empty_table()
-    return table.filter(pc.equal(table.column("rank"), rank))
+    return table.filter(pc.is_in(table.column("rank"), pa.array(wanted, table.schema.field("rank").type)))
