@@ -749,8 +749,9 @@ def _with_fresh_previous_rows(step: Any, inputs: list[str], output: str, params:
 
 def _plan(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
     frame = _clusters(inputs, params.lo, params.hi)
-    reuse, before = _reusable(frame, params, frame_only=True)
-    todo, _, _ = _replay_requests(frame, params, reuse, before, columns=("label", "rank", "id"))
+    sets = _member_sets(frame) if params.previous else None
+    reuse, before = _reusable(frame, params, sets, frame_only=True)
+    todo, _, _ = _replay_requests(frame, params, reuse, before, sets, columns=("label", "rank", "id"))
     node = todo["node"].to_numpy()
     pos = todo.select(pl.int_range(pl.len()).over("label"))[:, 0].to_numpy() if todo.height else np.zeros(0, np.int64)
     shuffle.write_sorted(pa.table([pa.array(node.astype(np.int64)), pa.array(shuffle.hash_keys(todo["label"].to_numpy())), pa.array(pos.astype(np.int64))], schema=REQUEST_SCHEMA), output)
@@ -1143,10 +1144,10 @@ def step_costs(results: Sequence[ShardResult]) -> dict[str, dict[str, float]]:
         parts = r.output.rstrip("/").split("/")
         if "cc" in parts or parts[-2] in ("labels", "delta"):
             step = "components"
-        elif parts[-2] in ("edges", "members", "plan", "gather", "verify", "removals"):
+        elif parts[-2] in ("edges", "members", "plan", "gather", "verify", "removals", "publish"):
             step = parts[-2]
         else:
-            step = "publish" if parts[-1] == "removed.parquet" else "map"
+            step = "map"
         entry = out.setdefault(step, {"tasks": 0, "cpu_s": 0.0, "max_rss_kb": 0})
         entry["tasks"] += 1
         entry["cpu_s"] = round(entry["cpu_s"] + (0.0 if r.reused else float(r.stats.get("cpu_s", 0))), 3)
