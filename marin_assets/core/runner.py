@@ -217,7 +217,7 @@ class ShardRunner:
         if self.ray_address:
             return self._map_ray(tasks, on_done)
         results: list[ShardResult] = []
-        if self.processes <= 1 or len(tasks) <= 1:
+        if self.processes <= 1 or not tasks:  # with a pool, even a lone task runs in a worker: its peak is its own
             for task in tasks:
                 try:
                     result = _run_one(task)
