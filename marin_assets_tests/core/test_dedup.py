@@ -341,6 +341,60 @@ def test_a_block_file_gives_each_key_range_exactly_the_rows_a_sorted_file_gives(
         dedup_shuffle.read_blocks([blocks_uri], 7, EDGE_SCHEMA)
 
 
+def test_block_spans_give_any_key_ranges_exactly_the_rows_of_a_sorted_file(tmp_path: Path) -> None:
+    """Readers of block files read the spans of blocks covering their key ranges (node runs of a
+    shard group, or a verify range finer or coarser than the blocks) and get the rows a sorted
+    file's range read gives: no other range's rows, none missing."""
+    from marin_assets.core.dedup_fuzzy import LABEL_SCHEMA
+
+    rng = np.random.default_rng(11)
+    nodes = np.unique(rng.integers(0, 50_000, 6000))
+    table = pa.table([pa.array(nodes), pa.array(nodes), pa.array(nodes // 7)], schema=LABEL_SCHEMA)
+    groups = [[(0, 9000)], [(9000, 20_000), (31_000, 33_000)], [(20_000, 31_000)], [(33_000, 50_000)]]  # a group with two runs
+    cuts = sorted({0, dedup_shuffle.KEY_SPACE} | {x for runs in groups for run in runs for x in run})
+    files = []
+    for k in range(3):  # each file holds some of the rows, as each label task does
+        uri = str(tmp_path / f"labels-{k}.blocks")
+        assert dedup_shuffle.write_blocks(table.filter(pa.array(nodes % 3 == k)), uri, cuts=cuts) == int((nodes % 3 == k).sum())
+        files.append(uri)
+        dedup_shuffle.write_sorted(table.filter(pa.array(nodes % 3 == k)), str(tmp_path / f"labels-{k}.parquet"))
+    sorted_files = [str(tmp_path / f"labels-{k}.parquet") for k in range(3)]
+
+    def rows(t: pa.Table) -> list[tuple]:
+        return sorted(zip(*(t.column(c).to_pylist() for c in ("key", "node", "label"))))
+
+    seen = 0
+    for runs in groups:  # exact: every run edge is a cut
+        spans, exact = dedup_shuffle.covering_spans(dedup_shuffle._as_cuts(cuts), runs)
+        assert exact and len(spans) == len(runs)
+        got = dedup_shuffle.read_ranges_blocks(files, dedup_shuffle._as_cuts(cuts), runs, LABEL_SCHEMA)
+        assert rows(got) == rows(dedup_shuffle.read_ranges(sorted_files, runs, ["node", "label"], LABEL_SCHEMA))
+        seen += got.num_rows
+    assert seen == nodes.size
+    # ranges whose edges are no cuts (a shard's own runs inside its group's): the covering blocks, filtered
+    for ranges in ([(100, 200)], [(8_999, 9_001), (25_000, 40_000)], [(0, dedup_shuffle.KEY_SPACE)], [(49_999, dedup_shuffle.KEY_SPACE)]):
+        got = dedup_shuffle.read_ranges_blocks(files, dedup_shuffle._as_cuts(cuts), ranges, LABEL_SCHEMA)
+        assert rows(got) == rows(dedup_shuffle.read_ranges(sorted_files, ranges, ["node", "label"], LABEL_SCHEMA))
+    # equal power-of-two blocks read by equal ranges of another power of two (coarser and finer)
+    hashed = table.set_column(0, "key", pa.array(dedup_shuffle.hash_keys(nodes)))
+    dedup_shuffle.write_blocks(hashed, str(tmp_path / "members.blocks"), cuts=dedup_shuffle.partition_cuts(8))
+    dedup_shuffle.write_sorted(hashed, str(tmp_path / "members.parquet"))
+    for parts in (1, 2, 8, 32):
+        total = 0
+        for lo, hi in dedup_shuffle.partition_bounds(parts):
+            got = dedup_shuffle.read_ranges_blocks([str(tmp_path / "members.blocks")], dedup_shuffle.partition_cuts(8), [(lo, hi)], LABEL_SCHEMA)
+            assert rows(got) == rows(dedup_shuffle.read_range([str(tmp_path / "members.parquet")], lo, hi, ["node", "label"], LABEL_SCHEMA))
+            total += got.num_rows
+        assert total == nodes.size
+    # a span of several blocks is read with one offsets read and one data read; the whole file too
+    eighths = dedup_shuffle.partition_bounds(8)
+    want = dedup_shuffle.read_range([str(tmp_path / "members.parquet")], eighths[2][0], eighths[5][1], ["node", "label"], LABEL_SCHEMA)
+    assert rows(dedup_shuffle.read_block_spans([str(tmp_path / "members.blocks")], [(2, 6)], LABEL_SCHEMA)) == rows(want)
+    assert rows(dedup_shuffle.read_whole(str(tmp_path / "members.blocks"), LABEL_SCHEMA)) == rows(hashed)
+    with pytest.raises(ValueError, match="keys outside"):
+        dedup_shuffle.write_blocks(table, str(tmp_path / "bad.blocks"), cuts=[100, dedup_shuffle.KEY_SPACE])
+
+
 def test_star_rounds_label_components_like_union_find(tmp_path: Path) -> None:
     from marin_assets.core.dedup_components import connected_components, edge_table
     from marin_assets.core.runner import ShardRunner
