@@ -317,6 +317,23 @@ def test_sharded_fuzzy_dedup_equals_the_pairwise_reference_with_a_600_copy_clust
         assert storage.read_bytes(dedup.removed_uri(streamed, source)) == storage.read_bytes(dedup.removed_uri(out, source))
 
 
+def test_verify_ranges_finer_than_the_member_blocks_read_their_covering_block(tmp_path: Path) -> None:
+    """Member files are cut before their readers' count is known (from the clustered documents
+    at the corpus' mean length); when the members' text is longer, verify uses more, finer key
+    ranges, each reading its covering block and keeping its own rows: the same removals."""
+    rng = random.Random(5)
+    words = [f"w{k}" for k in range(5000)]
+    short = [" ".join(rng.choice(words) for _ in range(8)) for _ in range(1500)]  # unclustered, short: a low mean length
+    normalized, buckets = big_cluster_corpus(tmp_path, extra={"beta": short})
+    scale = dataclasses.replace(SMALL_TASKS, members_per_partition=10**6, member_chars_per_partition=40_000)
+    out = str(tmp_path / "out")
+    stats = dedup.find_fuzzy_duplicates(buckets, normalized, {"gamma"}, out, scale=scale)
+    mean = sum(stats["chars_per_source"].values()) // stats["docs"]
+    blocks = dedup_fuzzy._verify_partitions(stats["docs_in_clusters"], stats["docs_in_clusters"] * mean, scale)
+    assert stats["verify_partitions"] >= 4 * blocks  # each verify range is a quarter (or less) of a member block
+    assert outputs(out, buckets) == reference_fuzzy_removals(buckets, normalized, {"gamma"})
+
+
 def test_a_block_file_gives_each_key_range_exactly_the_rows_a_sorted_file_gives(tmp_path: Path) -> None:
     from marin_assets.core.dedup_components import EDGE_SCHEMA, edge_table
 
