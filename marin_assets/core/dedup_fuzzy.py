@@ -324,6 +324,7 @@ class MergeParams:
 class RelabelParams:
     outputs: tuple[str, ...]  # the relabelled file of each previous label file (inputs after the remap; any further input, the fresh labels, is read for the touched rows only)
     append_fresh: bool = False  # compaction: the fresh labels also go into the last output (the previous run's small fresh file grows instead of a new file per run)
+    delta_cuts: str = ""  # the touched rows' file: blocks at these stored node cuts (the members tasks' ranges), else sorted Parquet
 
 
 @dataclasses.dataclass(frozen=True)
@@ -454,16 +455,18 @@ def fuzzy_merge_labels(inputs: list[str], output: str, params: MergeParams) -> d
 def fuzzy_relabel(inputs: list[str], output: str, params: RelabelParams) -> dict[str, Any]:
     """Partitions of the previous labels with the remap applied (the next run's labels, one file
     each, read and written one at a time), and one file of the touched components' rows (what
-    the members step reads; the newly clustered nodes' labels included when ``fresh``)."""
+    the members step reads, one block per members task's node range with ``delta_cuts``, so
+    those rows are held until written; the newly clustered nodes' labels included when ``fresh``)."""
     remap_file, *label_files = inputs
     remap = storage.read_parquet(remap_file)
     fresh = remap.column("fresh").to_numpy(zero_copy_only=False)
     was, now = remap.column("node").to_numpy()[~fresh], remap.column("label").to_numpy()[~fresh]
     touched = np.unique(remap.column("label").to_numpy())
     labels = touched_members = 0
+    deltas: list[pa.Table] = []
     with tempfile.TemporaryDirectory(prefix="dedup-relabel-") as tmp:
         local = os.path.join(tmp, "delta.parquet")
-        writer = pq.ParquetWriter(local, LABEL_SCHEMA, compression=storage.PARQUET_COMPRESSION)
+        writer = None if params.delta_cuts else pq.ParquetWriter(local, LABEL_SCHEMA, compression=storage.PARQUET_COMPRESSION)
         try:
             extra = label_files[len(params.outputs) :]  # the fresh labels (already final)
             appended = None
@@ -485,10 +488,17 @@ def fuzzy_relabel(inputs: list[str], output: str, params: RelabelParams) -> dict
                     labels += written.num_rows
                 delta = table.filter(pa.array(np.isin(label, touched)))
                 touched_members += delta.num_rows
-                writer.write_table(delta, row_group_size=shuffle.ROW_GROUP_ROWS)
+                if writer is None:
+                    deltas.append(delta)
+                else:
+                    writer.write_table(delta, row_group_size=shuffle.ROW_GROUP_ROWS)
         finally:
-            writer.close()
-        storage.put_file(local, output)
+            if writer is not None:
+                writer.close()
+        if writer is not None:
+            storage.put_file(local, output)
+    if params.delta_cuts:
+        shuffle.write_blocks(pa.concat_tables(deltas) if deltas else LABEL_SCHEMA.empty_table(), output, cuts=shuffle.read_cuts(params.delta_cuts))
     return {"labels": labels, "touched_members": touched_members}
 
 
@@ -527,7 +537,7 @@ def _shard_members(nodes_file: str, params: ShardParams, labels: pa.Table) -> pa
 @dataclasses.dataclass(frozen=True)
 class GroupParams:
     shards: tuple[ShardParams, ...]
-    label_cuts: str = ""  # the label files are block files cut at these stored node cuts (else sorted Parquet: the incremental touched rows)
+    label_cuts: str = ""  # the label files (full: the labels; incremental: the touched rows) are block files cut at these stored node cuts (else sorted Parquet)
     member_blocks: int = 0  # write blocks for this many equal label-key ranges (else sorted Parquet)
 
 
@@ -1434,8 +1444,8 @@ def find_fuzzy_duplicates(
                 ShardTask(
                     fuzzy_relabel,
                     (merged.output, *old_labels[i : i + RELABEL_FILES], *([fresh_labels] if i == starts[-1] else [])),
-                    storage.join(work, "delta", f"{i // RELABEL_FILES:06d}.parquet"),
-                    RelabelParams(tuple(relabelled_files[i : i + RELABEL_FILES]), append_fresh=append and i == starts[-1]),
+                    storage.join(work, "delta", f"{i // RELABEL_FILES:06d}.blocks"),
+                    RelabelParams(tuple(relabelled_files[i : i + RELABEL_FILES]), append_fresh=append and i == starts[-1], delta_cuts=node_cuts),
                 )
                 for i in starts
             ]
@@ -1489,7 +1499,7 @@ def find_fuzzy_duplicates(
                 storage.join(work, "members", f"g{m:06d}.blocks"),
                 GroupParams(
                     tuple(ShardParams(shard_list[i][0], shard_list[i][3], shard_list[i][4], rank[shard_list[i][0]], shard_list[i][5]) for i in idx),
-                    "" if incremental else node_cuts,  # incremental: the touched rows' files (sorted Parquet)
+                    node_cuts,
                     member_blocks,
                 ),
             )
