@@ -17,12 +17,21 @@ when no clustered document is gone the previous components can only merge.
    found by one scan of the map files), one union-find of the previous labels over them, and the
    previous label files rewritten with that remap (fresh labels compacted into one small file);
    members, plan and verify then see the touched clusters only and carry the others over;
-4. members, per minhash shard: the shard's labelled nodes, keyed by hash(label);
+4. members, per group of ``shards_per_map`` minhash shards: their labelled nodes, keyed by
+   hash(label);
 5. plan, per label range: which clusters must be verified: all, or, incrementally, those whose
    members (source, id) are not exactly those of the previous run's cluster with the same
    label (ids hash the text, so an equal member set has an equal verdict); their members are
    requested by node;
-6. gather, per normalized shard that has requested rows: those rows' text, keyed by label;
+6. gather, per group of normalized shards that have requested rows: those rows' text, keyed
+   by label;
+
+Every step after the components writes block files (:func:`dedup_shuffle.write_blocks`) cut at
+its readers' ranges, known before it runs: labels, touched rows and requests (keyed by node)
+at the cuts of the shard groups' node ranges; member files at equal label-key ranges (as many
+as verify partitions expected from the clustered documents); gathered texts at the verify
+partitions, but big clusters' texts, which stay sorted Parquet read batch by batch. So each
+task reads its own rows of every file, not a row group of each.
 7. verify, per label range: the rule on each requested cluster (reading only its members'
    texts), the previous verdict for every other cluster; removal rows keyed by id;
 8. removals, per id range, and publish, per group of sources (each range read once for the
@@ -324,7 +333,7 @@ class MergeParams:
 class RelabelParams:
     outputs: tuple[str, ...]  # the relabelled file of each previous label file (inputs after the remap; any further input, the fresh labels, is read for the touched rows only)
     append_fresh: bool = False  # compaction: the fresh labels also go into the last output (the previous run's small fresh file grows instead of a new file per run)
-    delta_cuts: str = ""  # the touched rows' file: blocks at these stored node cuts (the members tasks' ranges), else sorted Parquet
+    delta_cuts: str = ""  # the touched rows' file is blocks at these stored node cuts (the members tasks' ranges)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -454,9 +463,9 @@ def fuzzy_merge_labels(inputs: list[str], output: str, params: MergeParams) -> d
 @shuffle.measured
 def fuzzy_relabel(inputs: list[str], output: str, params: RelabelParams) -> dict[str, Any]:
     """Partitions of the previous labels with the remap applied (the next run's labels, one file
-    each, read and written one at a time), and one file of the touched components' rows (what
-    the members step reads, one block per members task's node range with ``delta_cuts``, so
-    those rows are held until written; the newly clustered nodes' labels included when ``fresh``)."""
+    each, read and written one at a time), and one block file of the touched components' rows
+    (what the members step reads: one block per members task's node range, so those rows are
+    held until written; the newly clustered nodes' labels included when ``fresh``)."""
     remap_file, *label_files = inputs
     remap = storage.read_parquet(remap_file)
     fresh = remap.column("fresh").to_numpy(zero_copy_only=False)
@@ -464,41 +473,28 @@ def fuzzy_relabel(inputs: list[str], output: str, params: RelabelParams) -> dict
     touched = np.unique(remap.column("label").to_numpy())
     labels = touched_members = 0
     deltas: list[pa.Table] = []
-    with tempfile.TemporaryDirectory(prefix="dedup-relabel-") as tmp:
-        local = os.path.join(tmp, "delta.parquet")
-        writer = None if params.delta_cuts else pq.ParquetWriter(local, LABEL_SCHEMA, compression=storage.PARQUET_COMPRESSION)
-        try:
-            extra = label_files[len(params.outputs) :]  # the fresh labels (already final)
-            appended = None
-            if params.append_fresh and extra and params.outputs:
-                appended = pa.concat_tables([shuffle.read_whole(uri, LABEL_SCHEMA) for uri in extra])
-            for k, (uri, out) in enumerate(zip(label_files, params.outputs + (None,) * len(extra))):
-                table = shuffle.read_whole(uri, LABEL_SCHEMA)
-                label = table.column("label").to_numpy()
-                if out is not None:
-                    if was.size and label.size:
-                        pos = np.minimum(np.searchsorted(was, label), was.size - 1)
-                        label = np.where(was[pos] == label, now[pos], label)
-                    table = table.set_column(LABEL_SCHEMA.get_field_index("label"), "label", pa.array(label))
-                    written = table
-                    if appended is not None and k == len(params.outputs) - 1:
-                        written = pa.concat_tables([table, appended])
-                        written = written.take(pc.sort_indices(written, sort_keys=[("key", "ascending")]))
-                    storage.write_parquet(written, out, row_group_size=shuffle.ROW_GROUP_ROWS)
-                    labels += written.num_rows
-                delta = table.filter(pa.array(np.isin(label, touched)))
-                touched_members += delta.num_rows
-                if writer is None:
-                    deltas.append(delta)
-                else:
-                    writer.write_table(delta, row_group_size=shuffle.ROW_GROUP_ROWS)
-        finally:
-            if writer is not None:
-                writer.close()
-        if writer is not None:
-            storage.put_file(local, output)
-    if params.delta_cuts:
-        shuffle.write_blocks(pa.concat_tables(deltas) if deltas else LABEL_SCHEMA.empty_table(), output, cuts=shuffle.read_cuts(params.delta_cuts))
+    extra = label_files[len(params.outputs) :]  # the fresh labels (already final)
+    appended = None
+    if params.append_fresh and extra and params.outputs:
+        appended = pa.concat_tables([shuffle.read_whole(uri, LABEL_SCHEMA) for uri in extra])
+    for k, (uri, out) in enumerate(zip(label_files, params.outputs + (None,) * len(extra))):
+        table = shuffle.read_whole(uri, LABEL_SCHEMA)
+        label = table.column("label").to_numpy()
+        if out is not None:
+            if was.size and label.size:
+                pos = np.minimum(np.searchsorted(was, label), was.size - 1)
+                label = np.where(was[pos] == label, now[pos], label)
+            table = table.set_column(LABEL_SCHEMA.get_field_index("label"), "label", pa.array(label))
+            written = table
+            if appended is not None and k == len(params.outputs) - 1:
+                written = pa.concat_tables([table, appended])
+                written = written.take(pc.sort_indices(written, sort_keys=[("key", "ascending")]))
+            storage.write_parquet(written, out, row_group_size=shuffle.ROW_GROUP_ROWS)
+            labels += written.num_rows
+        delta = table.filter(pa.array(np.isin(label, touched)))
+        touched_members += delta.num_rows
+        deltas.append(delta)
+    shuffle.write_blocks(pa.concat_tables(deltas) if deltas else LABEL_SCHEMA.empty_table(), output, cuts=shuffle.read_cuts(params.delta_cuts))
     return {"labels": labels, "touched_members": touched_members}
 
 
@@ -537,8 +533,8 @@ def _shard_members(nodes_file: str, params: ShardParams, labels: pa.Table) -> pa
 @dataclasses.dataclass(frozen=True)
 class GroupParams:
     shards: tuple[ShardParams, ...]
-    label_cuts: str = ""  # the label files (full: the labels; incremental: the touched rows) are block files cut at these stored node cuts (else sorted Parquet)
-    member_blocks: int = 0  # write blocks for this many equal label-key ranges (else sorted Parquet)
+    label_cuts: str  # the label files (full: the labels; incremental: the touched rows) are block files cut at these stored node cuts
+    member_blocks: int  # write one block for each of this many equal label-key ranges
 
 
 def shard_runs(first_node: int, rows: int, runs: Sequence[Sequence[int]]) -> tuple[tuple[int, int], ...]:
@@ -555,20 +551,14 @@ def fuzzy_members_group(inputs: list[str], output: str, params: GroupParams) -> 
     nodes_files, label_files = inputs[:k], inputs[k:]
     runs = [shard_runs(p.first_node, p.rows, p.runs) for p in params.shards]
     merged = _merge_runs([r for rs in runs for r in rs])
-    if params.label_cuts:
-        labels = shuffle.read_ranges_blocks(label_files, shuffle.read_cuts(params.label_cuts), merged, LABEL_SCHEMA)
-    else:
-        labels = shuffle.read_ranges(label_files, merged, ["node", "label"], LABEL_SCHEMA)
+    labels = shuffle.read_ranges_blocks(label_files, shuffle.read_cuts(params.label_cuts), merged, LABEL_SCHEMA)
     keys = labels.column("key").to_numpy()
     parts = []
     for n, p, rs in zip(nodes_files, params.shards, runs):
         bounds = np.asarray(rs, np.int64).ravel()
         parts.append(_shard_members(n, p, labels.filter(pa.array((np.searchsorted(bounds, keys, side="right") % 2) == 1))))
     out = pa.concat_tables(parts)
-    if params.member_blocks:
-        shuffle.write_blocks(out, output, cuts=shuffle.partition_cuts(params.member_blocks))
-    else:
-        shuffle.write_sorted(out, output)
+    shuffle.write_blocks(out, output, cuts=shuffle.partition_cuts(params.member_blocks))
     return {"members": out.num_rows, "member_chars": int(pc.sum(out.column("chars")).as_py() or 0)}
 
 
@@ -590,19 +580,16 @@ class VerifyParams:
     batch_chars: int = VERIFY_BATCH_CHARS
     replay: bool = True  # a cluster that only gained members replays its previous decisions
     remap: str = ""  # incremental components: the member files hold the touched clusters only; the remap names them
-    member_blocks: int = 0  # the member files are block files of this many equal key ranges (else sorted Parquet)
+    member_blocks: int = 1  # the member files are block files of this many equal key ranges
     request_cuts: str = ""  # plan: write the requests as blocks at these stored node cuts (the gather groups' ranges)
-    text_files: int = -1  # verify: after the member files, this many gathered text block files, then the streamed texts' files
-    text_blocks: int = 0  # the gathered text files' blocks: this many equal key ranges
+    text_files: int = 0  # verify: after the member files, this many gathered text block files, then the streamed texts' files
+    text_blocks: int = 1  # the gathered text files' blocks: this many equal key ranges
 
 
-def _clusters(member_files: Sequence[str], lo: int, hi: int, blocks: int = 0) -> pl.DataFrame:
+def _clusters(member_files: Sequence[str], lo: int, hi: int, blocks: int) -> pl.DataFrame:
     """Members of a label range in processing order: cluster, longest first, source, id (from
     block files of ``blocks`` equal key ranges: the blocks covering the range)."""
-    if blocks:
-        table = shuffle.read_ranges_blocks(member_files, shuffle.partition_cuts(blocks), [(lo, hi)], MEMBER_SCHEMA)
-    else:
-        table = shuffle.read_range(member_files, lo, hi, ["label", "node", "rank", "id", "chars"], MEMBER_SCHEMA)
+    table = shuffle.read_ranges_blocks(member_files, shuffle.partition_cuts(blocks), [(lo, hi)], MEMBER_SCHEMA)
     frame = pl.from_arrow(table.select(["key", "label", "node", "rank", "id", "chars"]))
     return frame.sort(["label", "chars", "rank", "id"], descending=[False, True, False, False])
 
@@ -776,10 +763,7 @@ def _plan(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any
     big = _streamed_labels(todo.filter(~pl.col("label").is_in(list(cands))) if cands else todo, params)
     big_rows = np.isin(todo["label"].to_numpy(), big) if todo.height else np.zeros(0, bool)
     requests = pa.table([pa.array(node.astype(np.int64)), pa.array(shuffle.hash_keys(todo["label"].to_numpy())), pa.array(pos.astype(np.int64)), pa.array(big_rows)], schema=REQUEST_SCHEMA)
-    if params.request_cuts:  # one block per gather group's node ranges
-        shuffle.write_blocks(requests, output, cuts=shuffle.read_cuts(params.request_cuts))
-    else:
-        shuffle.write_sorted(requests, output)
+    shuffle.write_blocks(requests, output, cuts=shuffle.read_cuts(params.request_cuts))  # one block per gather group's node ranges
     # Where the requested nodes lie (a few ranges): gather runs only on shards that overlap them.
     return {"requested_members": int(node.size), "requested_runs": node_runs(node, 64)}
 
@@ -809,8 +793,8 @@ class GatherParams:
 @dataclasses.dataclass(frozen=True)
 class GatherGroupParams:
     shards: tuple[GatherParams, ...]
-    request_cuts: str = ""  # the plan files are block files cut at these stored node cuts
-    text_blocks: int = 1  # verify partitions: one block of gathered texts each
+    request_cuts: str  # the plan files are block files cut at these stored node cuts
+    text_blocks: int  # verify partitions: one block of gathered texts each
 
 
 @shuffle.measured
@@ -824,10 +808,7 @@ def fuzzy_gather_group(inputs: list[str], output: str, params: GatherGroupParams
     plan_files = inputs[2 * k :]
     runs = [shard_runs(p.first_node, p.rows, p.runs) for p in params.shards]
     merged = _merge_runs([r for rs in runs for r in rs])
-    if params.request_cuts:
-        requests = shuffle.read_ranges_blocks(plan_files, shuffle.read_cuts(params.request_cuts), merged, REQUEST_SCHEMA)
-    else:
-        requests = shuffle.read_ranges(plan_files, merged, ["lkey", "pos", "big"], REQUEST_SCHEMA)
+    requests = shuffle.read_ranges_blocks(plan_files, shuffle.read_cuts(params.request_cuts), merged, REQUEST_SCHEMA)
     keys = requests.column("key").to_numpy()
     gathered = shards = streamed = 0
     small: list[pa.Table] = []
@@ -911,8 +892,7 @@ def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[s
 
 def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
     member_files, text_files = inputs[: params.member_files], inputs[params.member_files :]
-    streamed_files = text_files[params.text_files :] if params.text_files >= 0 else text_files
-    text_files = text_files[: params.text_files] if params.text_files >= 0 else text_files
+    text_files, streamed_files = text_files[: params.text_files], text_files[params.text_files :]
     frame = _clusters(member_files, params.lo, params.hi, params.member_blocks)
     sizes = _member_sets(frame)
     reuse, before_clusters = _reusable(frame, params, sizes)
