@@ -413,7 +413,7 @@ def test_block_spans_give_any_key_ranges_exactly_the_rows_of_a_sorted_file(tmp_p
 
 
 def test_star_rounds_label_components_like_union_find(tmp_path: Path) -> None:
-    from marin_assets.core.dedup_components import connected_components, edge_table
+    from marin_assets.core.dedup_components import LABEL_SCHEMA, connected_components, edge_table
     from marin_assets.core.runner import ShardRunner
 
     rng = np.random.default_rng(7)
@@ -439,6 +439,22 @@ def test_star_rounds_label_components_like_union_find(tmp_path: Path) -> None:
     assert one == many
     assert set(one) == set(u.tolist()) | set(v.tolist()) - {x for x, y in zip(u.tolist(), v.tolist()) if x == y and (u == x).sum() + (v == x).sum() == 2}
     assert one[1399] == 1000 or one[1399] < 1000  # the path's end is labelled with its component's minimum
+    # Labels as block files cut at members tasks' node ranges: each range's blocks hold exactly the
+    # rows the sorted label files give for it, with either method
+    runs = [[(0, 700)], [(700, 1200), (2600, 3000)], [(1200, 2600)]]
+    cuts_uri = str(tmp_path / "node_cuts.bin")
+    dedup_shuffle.write_cuts(cuts_uri, sorted({0, dedup_shuffle.KEY_SPACE} | {x for r in runs for run in r for x in run}))
+    for name, sizes in (("uf", {"union_find_max_edges": 10**9, "edges_per_task": 10**9}), ("stars", {"union_find_max_edges": 0, "edges_per_task": 500})):
+        sorted_files, _ = connected_components(files, len(u), str(tmp_path / name), ShardRunner(), **sizes)
+        block_files, _ = connected_components(files, len(u), str(tmp_path / f"{name}-blocks"), ShardRunner(), **sizes, label_cuts=cuts_uri)
+        assert all(f.endswith(".blocks") for f in block_files) and len(block_files) == len(sorted_files)
+        for r in runs:
+            got = dedup_shuffle.read_ranges_blocks(block_files, dedup_shuffle.read_cuts(cuts_uri), r, LABEL_SCHEMA)
+            want = dedup_shuffle.read_ranges(sorted_files, r, ["node", "label"], LABEL_SCHEMA)
+            assert got.num_rows == want.num_rows > 0
+            assert sorted(zip(got.column("node").to_pylist(), got.column("label").to_pylist())) == sorted(zip(want.column("node").to_pylist(), want.column("label").to_pylist()))
+        whole = pa.concat_tables([dedup_shuffle.read_whole(f, LABEL_SCHEMA) for f in block_files])
+        assert dict(zip(whole.column("node").to_pylist(), whole.column("label").to_pylist())) == one
 
 
 def test_incremental_rebuild_of_one_changed_source_equals_a_full_rebuild(tmp_path: Path) -> None:
