@@ -136,10 +136,11 @@ def read_blocks(uris: Iterable[str], block: int, schema: pa.Schema) -> pa.Table:
     return read_block_spans(uris, [(block, block + 1)], schema)
 
 
-def read_block_spans(uris: Iterable[str], spans: Sequence[tuple[int, int]], schema: pa.Schema) -> pa.Table:
+def read_block_spans(uris: Iterable[str], spans: Sequence[tuple[int, int]], schema: pa.Schema, blocks: int | None = None) -> pa.Table:
     """Blocks ``b0 <= b < b1`` of each span ``(b0, b1)`` (sorted, disjoint) of each of the
     :func:`write_blocks` files ``uris``, as one table: per file and span one read of the span's
-    offsets and one of its bytes."""
+    offsets and one of its bytes. ``blocks``: how many blocks every file must hold (a file cut
+    otherwise, e.g. left by a run with other task sizes, is an error, not wrong rows)."""
     spans = [(int(a), int(b)) for a, b in spans if b > a]
     pieces: list[pa.Table] = []
     for uri in uris if spans else ():
@@ -147,6 +148,8 @@ def read_block_spans(uris: Iterable[str], spans: Sequence[tuple[int, int]], sche
         with fs.open(path, "rb") as handle:
             handle.seek(-8, 2)
             count = int(np.frombuffer(handle.read(8), "<u8")[0])
+            if blocks is not None and count != blocks:
+                raise ValueError(f"{uri} holds {count} blocks where its readers expect {blocks}: it was written at other cuts; remove the run's _work folder and rerun")
             for b0, b1 in spans:
                 if not 0 <= b0 < b1 <= count:
                     raise ValueError(f"{uri} holds {count} blocks, not blocks {b0}..{b1 - 1}")
@@ -212,7 +215,7 @@ def read_ranges_blocks(uris: Iterable[str], cuts: np.ndarray, ranges: Sequence[t
     cut at ``cuts``: the blocks covering the ranges, filtered by key only where a range is finer
     than its blocks (the same rows as :func:`read_ranges` of the same rows in sorted files)."""
     spans, exact = covering_spans(cuts, ranges)
-    table = read_block_spans(uris, spans, schema)
+    table = read_block_spans(uris, spans, schema, len(cuts) - 1)
     if exact or table.num_rows == 0:
         return table
     keys = table.column("key").to_numpy().astype(np.uint64)

@@ -410,6 +410,8 @@ def test_block_spans_give_any_key_ranges_exactly_the_rows_of_a_sorted_file(tmp_p
     assert rows(dedup_shuffle.read_whole(str(tmp_path / "members.blocks"), LABEL_SCHEMA)) == rows(hashed)
     with pytest.raises(ValueError, match="keys outside"):
         dedup_shuffle.write_blocks(table, str(tmp_path / "bad.blocks"), cuts=[100, dedup_shuffle.KEY_SPACE])
+    with pytest.raises(ValueError, match="holds 8 blocks where its readers expect 4"):  # cut at other ranges: an error, never wrong rows
+        dedup_shuffle.read_ranges_blocks([str(tmp_path / "members.blocks")], dedup_shuffle.partition_cuts(4), [(0, 1 << 60)], LABEL_SCHEMA)
 
 
 def test_star_rounds_label_components_like_union_find(tmp_path: Path) -> None:
