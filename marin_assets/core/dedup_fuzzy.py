@@ -795,6 +795,7 @@ class GatherGroupParams:
     shards: tuple[GatherParams, ...]
     request_cuts: str  # the plan files are block files cut at these stored node cuts
     text_blocks: int  # verify partitions: one block of gathered texts each
+    hold_chars: int = 1 << 30  # texts of small clusters held before they are written (a further block file, :func:`section_uri`)
 
 
 @shuffle.measured
@@ -803,15 +804,17 @@ def fuzzy_gather_group(inputs: list[str], output: str, params: GatherGroupParams
     node table per shard, then the plan files, whose blocks of the group's node ranges are read
     once for the whole group). The texts go to one block per verify partition, but those of big
     clusters, which go to :func:`streamed_uri` shard by shard, sorted by cluster and place (all
-    that slice reads need), so memory holds one shard and the group's texts of small clusters."""
+    that slice reads need). Memory holds one shard and about ``hold_chars`` of small clusters'
+    texts: past that, the texts held so far go to a further block file (:func:`section_uri`)."""
     k = len(params.shards)
     plan_files = inputs[2 * k :]
     runs = [shard_runs(p.first_node, p.rows, p.runs) for p in params.shards]
     merged = _merge_runs([r for rs in runs for r in rs])
     requests = shuffle.read_ranges_blocks(plan_files, shuffle.read_cuts(params.request_cuts), merged, REQUEST_SCHEMA)
     keys = requests.column("key").to_numpy()
-    gathered = shards = streamed = 0
+    gathered = shards = streamed = held = 0
     small: list[pa.Table] = []
+    sections: list[str] = []
     with tempfile.TemporaryDirectory(prefix="dedup-gather-") as tmp:
         local = os.path.join(tmp, "texts.parquet")
         writer = None
@@ -826,6 +829,11 @@ def fuzzy_gather_group(inputs: list[str], output: str, params: GatherGroupParams
                 gathered += table.num_rows
                 shards += 1
                 small.append(table.filter(pc.invert(big)))
+                held += int(pc.sum(pc.binary_length(small[-1].column("text"))).as_py() or 0)
+                if held > params.hold_chars and j < k - 1:
+                    sections.append(section_uri(output, len(sections)))
+                    shuffle.write_blocks(pa.concat_tables(small), sections[-1], cuts=shuffle.partition_cuts(params.text_blocks))
+                    small, held = [], 0
                 if pc.any(big).as_py():
                     writer = writer or pq.ParquetWriter(local, TEXT_SCHEMA, compression=storage.PARQUET_COMPRESSION)
                     writer.write_table(table.filter(big), row_group_size=out[1])
@@ -837,7 +845,12 @@ def fuzzy_gather_group(inputs: list[str], output: str, params: GatherGroupParams
             storage.put_file(local, streamed_uri(output))
     texts = pa.concat_tables(small) if small else TEXT_SCHEMA.empty_table()
     shuffle.write_blocks(texts, output, cuts=shuffle.partition_cuts(params.text_blocks))
-    return {"gathered": gathered, "shard_read": shards, "streamed": streamed}
+    return {"gathered": gathered, "shard_read": shards, "streamed": streamed, "sections": sections}
+
+
+def section_uri(gather_output: str, k: int) -> str:
+    """A gather task's ``k``-th further block file of texts (written when it held ``hold_chars``)."""
+    return gather_output.removesuffix(".blocks") + f".s{k:03d}.blocks"
 
 
 def _merge_runs(runs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -1552,12 +1565,12 @@ def find_fuzzy_duplicates(
                     fuzzy_gather_group,
                     (*(u for i in idx for u in shard_list[i][1:3]), *plan_files),
                     storage.join(work, "gather", f"{prefix}g{g:06d}.blocks"),
-                    GatherGroupParams(tuple(gp(i) for i in idx), node_cuts, verify_parts),
+                    GatherGroupParams(tuple(gp(i) for i in idx), node_cuts, verify_parts, scale.member_chars_per_partition),
                 )
                 for g, idx in enumerate(gather_groups)
             ]
         )
-        text_files = tuple(r.output for r in gathered)
+        text_files = tuple(u for r in gathered for u in (*r.stats.get("sections", ()), r.output))
         streamed_files = tuple(streamed_uri(r.output) for r in gathered if int(r.stats.get("streamed", 0)))
         verified = run(
             [

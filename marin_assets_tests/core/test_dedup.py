@@ -320,7 +320,8 @@ def test_sharded_fuzzy_dedup_equals_the_pairwise_reference_with_a_600_copy_clust
 def test_verify_ranges_finer_than_the_member_blocks_read_their_covering_block(tmp_path: Path) -> None:
     """Member files are cut before their readers' count is known (from the clustered documents
     at the corpus' mean length); when the members' text is longer, verify uses more, finer key
-    ranges, each reading its covering block and keeping its own rows: the same removals."""
+    ranges, each reading its covering block and keeping its own rows: the same removals. The
+    gather task, holding more text than a verify range, writes it to further block files."""
     rng = random.Random(5)
     words = [f"w{k}" for k in range(5000)]
     short = [" ".join(rng.choice(words) for _ in range(8)) for _ in range(1500)]  # unclustered, short: a low mean length
