@@ -36,8 +36,14 @@ def edge_table(a: np.ndarray, b: np.ndarray) -> pa.Table:
     return pa.table([pa.array(shuffle.hash_keys(first)), pa.array(first), pa.array(second)], schema=EDGE_SCHEMA)
 
 
-def _write_labels(node: np.ndarray, label: np.ndarray, output: str) -> None:
-    shuffle.write_sorted(pa.table([pa.array(node.astype(np.int64)), pa.array(node.astype(np.int64)), pa.array(label.astype(np.int64))], schema=LABEL_SCHEMA), output)
+def _write_labels(node: np.ndarray, label: np.ndarray, output: str, label_cuts: str = "") -> None:
+    """Labels keyed by node: sorted Parquet, or (``label_cuts``: the stored cuts of the members
+    tasks' node ranges) one block per range, so each members task reads exactly its rows."""
+    table = pa.table([pa.array(node.astype(np.int64)), pa.array(node.astype(np.int64)), pa.array(label.astype(np.int64))], schema=LABEL_SCHEMA)
+    if label_cuts:
+        shuffle.write_blocks(table, output, cuts=shuffle.read_cuts(label_cuts))
+    else:
+        shuffle.write_sorted(table, output)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +52,7 @@ class RoundParams:
     partitions: int
     mode: str  # "large", "small" or "labels"
     from_blocks: bool  # inputs are the last round's block files (else the sorted edge files)
+    label_cuts: str = ""  # mode "labels": write blocks at these stored node cuts (else sorted Parquet)
 
     @property
     def bounds(self) -> list[tuple[int, int]]:
@@ -82,7 +89,7 @@ def star_round(inputs: list[str], output: str, params: RoundParams) -> dict[str,
     a, b, m, sizes = _grouped(inputs, params)
     if params.mode == "labels":
         starts = np.flatnonzero(np.r_[True, a[1:] != a[:-1]]) if a.size else np.zeros(0, np.int64)
-        _write_labels(a[starts], m[starts], output)
+        _write_labels(a[starts], m[starts], output, params.label_cuts)
         return {"nodes": int(starts.size)}
     if params.mode == "large":
         # Unconverged: a node that is not its star's centre yet has more than one neighbour.
@@ -115,8 +122,9 @@ def warm_scipy() -> None:
 
 
 @shuffle.measured(warm=(warm_scipy,))
-def union_find(inputs: list[str], output: str, params: Any) -> dict[str, Any]:
-    """All edges in one task (below the configured size): scipy's connected components."""
+def union_find(inputs: list[str], output: str, params: str | None) -> dict[str, Any]:
+    """All edges in one task (below the configured size): scipy's connected components
+    (``params``: the stored node cuts to write the labels' blocks at, or None: sorted Parquet)."""
     from scipy.sparse import coo_matrix  # noqa: PLC0415
     from scipy.sparse.csgraph import connected_components  # noqa: PLC0415
 
@@ -124,13 +132,13 @@ def union_find(inputs: list[str], output: str, params: Any) -> dict[str, Any]:
     a, b = table.column("a").to_numpy(), table.column("b").to_numpy()
     nodes = np.unique(np.concatenate([a, b]))
     if nodes.size == 0:
-        _write_labels(nodes, nodes, output)
+        _write_labels(nodes, nodes, output, params or "")
         return {"nodes": 0}
     graph = coo_matrix((np.ones(a.size, np.int8), (np.searchsorted(nodes, a), np.searchsorted(nodes, b))), shape=(nodes.size, nodes.size))
     _, component = connected_components(graph.tocsr(), directed=False)
     smallest = np.full(int(component.max()) + 1, np.iinfo(np.int64).max, np.int64)
     np.minimum.at(smallest, component, nodes)
-    _write_labels(nodes, smallest[component], output)
+    _write_labels(nodes, smallest[component], output, params or "")
     return {"nodes": int(nodes.size)}
 
 
@@ -139,13 +147,24 @@ def _block_name(partition: int, partitions: int) -> str:
 
 
 def connected_components(
-    edge_files: Sequence[str], edges: int, work: str, runner: ShardRunner, *, union_find_max_edges: int, edges_per_task: int, labels_dir: str | None = None
+    edge_files: Sequence[str],
+    edges: int,
+    work: str,
+    runner: ShardRunner,
+    *,
+    union_find_max_edges: int,
+    edges_per_task: int,
+    labels_dir: str | None = None,
+    label_cuts: str = "",
 ) -> tuple[list[str], dict[str, Any]]:
     """Label files ``(key = node, node, label)`` for every node with an edge (under
-    ``labels_dir``, default ``<work>/cc/labels``), and counters (``cc_results``: the tasks' results)."""
+    ``labels_dir``, default ``<work>/cc/labels``), and counters (``cc_results``: the tasks' results).
+    With ``label_cuts`` (stored node cuts, :func:`dedup_shuffle.write_cuts`) the label files are
+    block files (``.blocks``) cut there, else key-sorted Parquet."""
     labels_dir = labels_dir or storage.join(work, "cc", "labels")
+    suffix = ".blocks" if label_cuts else ".parquet"
     if edges <= union_find_max_edges:
-        (result,) = runner.map([ShardTask(union_find, tuple(edge_files), storage.join(labels_dir, "labels.parquet"), None)])
+        (result,) = runner.map([ShardTask(union_find, tuple(edge_files), storage.join(labels_dir, "labels" + suffix), label_cuts or None)])
         return [result.output], {"cc_method": "union_find", "cc_rounds": 0, "cc_results": [result]}
     partitions = shuffle.partitions_for(2 * edges, edges_per_task)
     current = list(edge_files)
@@ -153,8 +172,8 @@ def connected_components(
     stats: list[ShardResult] = []
 
     def step(inputs: Sequence[str], folder: str, mode: str, blocks: bool) -> list[ShardResult]:
-        name = storage.shard_name if mode == "labels" else _block_name  # labels stay sorted Parquet for the steps after
-        return runner.map([ShardTask(star_round, tuple(inputs), storage.join(folder, name(p, partitions)), RoundParams(p, partitions, mode, blocks)) for p in range(partitions)])
+        name = _block_name if mode != "labels" or label_cuts else storage.shard_name
+        return runner.map([ShardTask(star_round, tuple(inputs), storage.join(folder, name(p, partitions)), RoundParams(p, partitions, mode, blocks, label_cuts)) for p in range(partitions)])
 
     for rnd in range(MAX_ROUNDS):
         large = step(current, storage.join(work, "cc", f"round-{rnd:03d}-large"), "large", from_blocks)

@@ -17,12 +17,21 @@ when no clustered document is gone the previous components can only merge.
    found by one scan of the map files), one union-find of the previous labels over them, and the
    previous label files rewritten with that remap (fresh labels compacted into one small file);
    members, plan and verify then see the touched clusters only and carry the others over;
-4. members, per minhash shard: the shard's labelled nodes, keyed by hash(label);
+4. members, per group of ``shards_per_map`` minhash shards: their labelled nodes, keyed by
+   hash(label);
 5. plan, per label range: which clusters must be verified: all, or, incrementally, those whose
    members (source, id) are not exactly those of the previous run's cluster with the same
    label (ids hash the text, so an equal member set has an equal verdict); their members are
    requested by node;
-6. gather, per normalized shard that has requested rows: those rows' text, keyed by label;
+6. gather, per group of normalized shards that have requested rows: those rows' text, keyed
+   by label;
+
+Every step after the components writes block files (:func:`dedup_shuffle.write_blocks`) cut at
+its readers' ranges, known before it runs: labels, touched rows and requests (keyed by node)
+at the cuts of the shard groups' node ranges; member files at equal label-key ranges (as many
+as verify partitions expected from the clustered documents); gathered texts at the verify
+partitions, but big clusters' texts, which stay sorted Parquet read batch by batch. So each
+task reads its own rows of every file, not a row group of each.
 7. verify, per label range: the rule on each requested cluster (reading only its members'
    texts), the previous verdict for every other cluster; removal rows keyed by id;
 8. removals, per id range, and publish, per group of sources (each range read once for the
@@ -76,9 +85,11 @@ RECORD_SCHEMA = pa.schema([("key", pa.int64()), ("node", pa.int64())])
 NODE_SCHEMA = pa.schema([("id", pa.string()), ("chars", pa.int64()), ("node", pa.int64()), ("digest", pa.uint64())])
 MEMBER_SCHEMA = pa.schema([("key", pa.int64()), ("label", pa.int64()), ("node", pa.int64()), ("rank", pa.int32()), ("id", pa.string()), ("chars", pa.int64())])
 REMAP_SCHEMA = pa.schema([("key", pa.int64()), ("node", pa.int64()), ("label", pa.int64()), ("fresh", pa.bool_())])
-REQUEST_SCHEMA = pa.schema([("key", pa.int64()), ("lkey", pa.int64()), ("pos", pa.int64())])
-# Gathered texts sorted by (cluster key, place in processing order), in row groups of about
-# VERIFY_BATCH_CHARS, so a big cluster's texts can be read batch by batch.
+# ``big``: the cluster is verified batch by batch (its texts go to the streamed file, not the blocks)
+REQUEST_SCHEMA = pa.schema([("key", pa.int64()), ("lkey", pa.int64()), ("pos", pa.int64()), ("big", pa.bool_())])
+# Gathered texts: one block per verify partition, but a big cluster's texts, which are stored
+# sorted by (cluster key, place in processing order) in row groups of about VERIFY_BATCH_CHARS,
+# so they can be read batch by batch.
 TEXT_SCHEMA = pa.schema([("key", pa.int64()), ("pos", pa.int64()), ("node", pa.int64()), ("text", pa.large_string())])
 VERDICT_SCHEMA = pa.schema(
     [
@@ -322,6 +333,7 @@ class MergeParams:
 class RelabelParams:
     outputs: tuple[str, ...]  # the relabelled file of each previous label file (inputs after the remap; any further input, the fresh labels, is read for the touched rows only)
     append_fresh: bool = False  # compaction: the fresh labels also go into the last output (the previous run's small fresh file grows instead of a new file per run)
+    delta_cuts: str = ""  # the touched rows' file is blocks at these stored node cuts (the members tasks' ranges)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -423,7 +435,7 @@ def fuzzy_merge_labels(inputs: list[str], output: str, params: MergeParams) -> d
     old = np.full(ends.size, -1, np.int64)
     split = 0
     for uri in label_files:  # one partition of the previous labels at a time
-        part = shuffle.read_range([uri], 0, shuffle.KEY_SPACE, ["node", "label"], LABEL_SCHEMA)
+        part = shuffle.read_whole(uri, LABEL_SCHEMA)
         n = part.column("node").to_numpy()
         split += int(np.isin(n, gone).sum())
         hit = np.isin(n, ends)
@@ -451,42 +463,38 @@ def fuzzy_merge_labels(inputs: list[str], output: str, params: MergeParams) -> d
 @shuffle.measured
 def fuzzy_relabel(inputs: list[str], output: str, params: RelabelParams) -> dict[str, Any]:
     """Partitions of the previous labels with the remap applied (the next run's labels, one file
-    each, read and written one at a time), and one file of the touched components' rows (what
-    the members step reads; the newly clustered nodes' labels included when ``fresh``)."""
+    each, read and written one at a time), and one block file of the touched components' rows
+    (what the members step reads: one block per members task's node range, so those rows are
+    held until written; the newly clustered nodes' labels included when ``fresh``)."""
     remap_file, *label_files = inputs
     remap = storage.read_parquet(remap_file)
     fresh = remap.column("fresh").to_numpy(zero_copy_only=False)
     was, now = remap.column("node").to_numpy()[~fresh], remap.column("label").to_numpy()[~fresh]
     touched = np.unique(remap.column("label").to_numpy())
     labels = touched_members = 0
-    with tempfile.TemporaryDirectory(prefix="dedup-relabel-") as tmp:
-        local = os.path.join(tmp, "delta.parquet")
-        writer = pq.ParquetWriter(local, LABEL_SCHEMA, compression=storage.PARQUET_COMPRESSION)
-        try:
-            extra = label_files[len(params.outputs) :]  # the fresh labels (already final)
-            appended = None
-            if params.append_fresh and extra and params.outputs:
-                appended = pa.concat_tables([storage.read_parquet(uri).select(LABEL_SCHEMA.names).cast(LABEL_SCHEMA) for uri in extra])
-            for k, (uri, out) in enumerate(zip(label_files, params.outputs + (None,) * len(extra))):
-                table = storage.read_parquet(uri).select(LABEL_SCHEMA.names).cast(LABEL_SCHEMA)
-                label = table.column("label").to_numpy()
-                if out is not None:
-                    if was.size and label.size:
-                        pos = np.minimum(np.searchsorted(was, label), was.size - 1)
-                        label = np.where(was[pos] == label, now[pos], label)
-                    table = table.set_column(LABEL_SCHEMA.get_field_index("label"), "label", pa.array(label))
-                    written = table
-                    if appended is not None and k == len(params.outputs) - 1:
-                        written = pa.concat_tables([table, appended])
-                        written = written.take(pc.sort_indices(written, sort_keys=[("key", "ascending")]))
-                    storage.write_parquet(written, out, row_group_size=shuffle.ROW_GROUP_ROWS)
-                    labels += written.num_rows
-                delta = table.filter(pa.array(np.isin(label, touched)))
-                touched_members += delta.num_rows
-                writer.write_table(delta, row_group_size=shuffle.ROW_GROUP_ROWS)
-        finally:
-            writer.close()
-        storage.put_file(local, output)
+    deltas: list[pa.Table] = []
+    extra = label_files[len(params.outputs) :]  # the fresh labels (already final)
+    appended = None
+    if params.append_fresh and extra and params.outputs:
+        appended = pa.concat_tables([shuffle.read_whole(uri, LABEL_SCHEMA) for uri in extra])
+    for k, (uri, out) in enumerate(zip(label_files, params.outputs + (None,) * len(extra))):
+        table = shuffle.read_whole(uri, LABEL_SCHEMA)
+        label = table.column("label").to_numpy()
+        if out is not None:
+            if was.size and label.size:
+                pos = np.minimum(np.searchsorted(was, label), was.size - 1)
+                label = np.where(was[pos] == label, now[pos], label)
+            table = table.set_column(LABEL_SCHEMA.get_field_index("label"), "label", pa.array(label))
+            written = table
+            if appended is not None and k == len(params.outputs) - 1:
+                written = pa.concat_tables([table, appended])
+                written = written.take(pc.sort_indices(written, sort_keys=[("key", "ascending")]))
+            storage.write_parquet(written, out, row_group_size=shuffle.ROW_GROUP_ROWS)
+            labels += written.num_rows
+        delta = table.filter(pa.array(np.isin(label, touched)))
+        touched_members += delta.num_rows
+        deltas.append(delta)
+    shuffle.write_blocks(pa.concat_tables(deltas) if deltas else LABEL_SCHEMA.empty_table(), output, cuts=shuffle.read_cuts(params.delta_cuts))
     return {"labels": labels, "touched_members": touched_members}
 
 
@@ -502,17 +510,9 @@ class ShardParams:
     runs: tuple[tuple[int, int], ...] = ()  # node ranges covering the shard's nodes (none: first_node + rows)
 
 
-def _read_runs(files: Sequence[str], params: Any, columns: Sequence[str], schema: pa.Schema) -> pa.Table:
-    """Rows keyed by node of one shard's node ranges (superset: match node by node after)."""
-    runs = params.runs or ((params.first_node, params.first_node + params.rows),)
-    return shuffle.read_ranges(files, runs, columns, schema)
-
-
-def _shard_members(nodes_file: str, label_files: Sequence[str], params: ShardParams, labels: pa.Table | None = None) -> pa.Table:
+def _shard_members(nodes_file: str, params: ShardParams, labels: pa.Table) -> pa.Table:
     """A shard's labelled nodes with their id and length (``labels``: the rows of the shard's node
-    ranges, when the caller read them already)."""
-    if labels is None:
-        labels = _read_runs(label_files, params, ["node", "label"], LABEL_SCHEMA)
+    ranges)."""
     if labels.num_rows == 0:
         return MEMBER_SCHEMA.empty_table()
     node = labels.column("node").to_numpy()
@@ -530,36 +530,35 @@ def _shard_members(nodes_file: str, label_files: Sequence[str], params: ShardPar
     return pa.table([pa.array(shuffle.hash_keys(label)), pa.array(label), pa.array(node), rank, table.column("id"), table.column("chars")], schema=MEMBER_SCHEMA)
 
 
-@shuffle.measured
-def fuzzy_members(inputs: list[str], output: str, params: ShardParams) -> dict[str, Any]:
-    """A shard's nodes that are in a cluster, with their label, id and length, keyed by label."""
-    nodes_file, *label_files = inputs
-    out = _shard_members(nodes_file, label_files, params)
-    shuffle.write_sorted(out, output)
-    return {"members": out.num_rows, "member_chars": int(pc.sum(out.column("chars")).as_py() or 0)}
-
-
 @dataclasses.dataclass(frozen=True)
 class GroupParams:
     shards: tuple[ShardParams, ...]
+    label_cuts: str  # the label files (full: the labels; incremental: the touched rows) are block files cut at these stored node cuts
+    member_blocks: int  # write one block for each of this many equal label-key ranges
+
+
+def shard_runs(first_node: int, rows: int, runs: Sequence[Sequence[int]]) -> tuple[tuple[int, int], ...]:
+    """The node ranges a shard's rows are read by (its map task's runs, else its first rows)."""
+    return tuple((int(a), int(b)) for a, b in runs) or ((first_node, first_node + rows),)
 
 
 @shuffle.measured
 def fuzzy_members_group(inputs: list[str], output: str, params: GroupParams) -> dict[str, Any]:
-    """Incremental: the touched clusters' members of a group of shards in one file (few rows:
-    fewer, larger files for plan and verify to read); the inputs are the shards' node tables,
-    then the touched rows' label files."""
+    """The clustered nodes of a group of shards (incremental: of the touched clusters) in one
+    file, keyed by hash(label), one block per plan/verify key range; the inputs are the shards'
+    node tables, then the label files, whose rows of the group's node ranges are read once."""
     k = len(params.shards)
     nodes_files, label_files = inputs[:k], inputs[k:]
-    runs = [tuple(p.runs or ((p.first_node, p.first_node + p.rows),)) for p in params.shards]
-    labels = shuffle.read_ranges(label_files, _merge_runs([r for rs in runs for r in rs]), ["node", "label"], LABEL_SCHEMA)  # once for the group
+    runs = [shard_runs(p.first_node, p.rows, p.runs) for p in params.shards]
+    merged = _merge_runs([r for rs in runs for r in rs])
+    labels = shuffle.read_ranges_blocks(label_files, shuffle.read_cuts(params.label_cuts), merged, LABEL_SCHEMA)
     keys = labels.column("key").to_numpy()
     parts = []
     for n, p, rs in zip(nodes_files, params.shards, runs):
         bounds = np.asarray(rs, np.int64).ravel()
-        parts.append(_shard_members(n, label_files, p, labels.filter(pa.array((np.searchsorted(bounds, keys, side="right") % 2) == 1))))
+        parts.append(_shard_members(n, p, labels.filter(pa.array((np.searchsorted(bounds, keys, side="right") % 2) == 1))))
     out = pa.concat_tables(parts)
-    shuffle.write_sorted(out, output)
+    shuffle.write_blocks(out, output, cuts=shuffle.partition_cuts(params.member_blocks))
     return {"members": out.num_rows, "member_chars": int(pc.sum(out.column("chars")).as_py() or 0)}
 
 
@@ -581,11 +580,17 @@ class VerifyParams:
     batch_chars: int = VERIFY_BATCH_CHARS
     replay: bool = True  # a cluster that only gained members replays its previous decisions
     remap: str = ""  # incremental components: the member files hold the touched clusters only; the remap names them
+    member_blocks: int = 1  # the member files are block files of this many equal key ranges
+    request_cuts: str = ""  # plan: write the requests as blocks at these stored node cuts (the gather groups' ranges)
+    text_files: int = 0  # verify: after the member files, this many gathered text block files, then the streamed texts' files
+    text_blocks: int = 1  # the gathered text files' blocks: this many equal key ranges
 
 
-def _clusters(member_files: Sequence[str], lo: int, hi: int) -> pl.DataFrame:
-    """Members of a label range in processing order: cluster, longest first, source, id."""
-    frame = pl.from_arrow(shuffle.read_range(member_files, lo, hi, ["label", "node", "rank", "id", "chars"], MEMBER_SCHEMA))
+def _clusters(member_files: Sequence[str], lo: int, hi: int, blocks: int) -> pl.DataFrame:
+    """Members of a label range in processing order: cluster, longest first, source, id (from
+    block files of ``blocks`` equal key ranges: the blocks covering the range)."""
+    table = shuffle.read_ranges_blocks(member_files, shuffle.partition_cuts(blocks), [(lo, hi)], MEMBER_SCHEMA)
+    frame = pl.from_arrow(table.select(["key", "label", "node", "rank", "id", "chars"]))
     return frame.sort(["label", "chars", "rank", "id"], descending=[False, True, False, False])
 
 
@@ -748,15 +753,31 @@ def _with_fresh_previous_rows(step: Any, inputs: list[str], output: str, params:
 
 
 def _plan(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
-    frame = _clusters(inputs, params.lo, params.hi)
+    frame = _clusters(inputs, params.lo, params.hi, params.member_blocks)
     sets = _member_sets(frame) if params.previous else None
     reuse, before = _reusable(frame, params, sets, frame_only=True)
-    todo, _, _ = _replay_requests(frame, params, reuse, before, sets, columns=("label", "rank", "id"))
+    todo, cands, _ = _replay_requests(frame, params, reuse, before, sets, columns=("label", "rank", "id"))
     node = todo["node"].to_numpy()
     pos = todo.select(pl.int_range(pl.len()).over("label"))[:, 0].to_numpy() if todo.height else np.zeros(0, np.int64)
-    shuffle.write_sorted(pa.table([pa.array(node.astype(np.int64)), pa.array(shuffle.hash_keys(todo["label"].to_numpy())), pa.array(pos.astype(np.int64))], schema=REQUEST_SCHEMA), output)
+    # The clusters verify reads batch by batch (as verify finds them: verified in full, not replayed)
+    big = _streamed_labels(todo.filter(~pl.col("label").is_in(list(cands))) if cands else todo, params)
+    big_rows = np.isin(todo["label"].to_numpy(), big) if todo.height else np.zeros(0, bool)
+    requests = pa.table([pa.array(node.astype(np.int64)), pa.array(shuffle.hash_keys(todo["label"].to_numpy())), pa.array(pos.astype(np.int64)), pa.array(big_rows)], schema=REQUEST_SCHEMA)
+    shuffle.write_blocks(requests, output, cuts=shuffle.read_cuts(params.request_cuts))  # one block per gather group's node ranges
     # Where the requested nodes lie (a few ranges): gather runs only on shards that overlap them.
     return {"requested_members": int(node.size), "requested_runs": node_runs(node, 64)}
+
+
+def _streamed_labels(todo: pl.DataFrame, params: VerifyParams) -> np.ndarray:
+    """Labels of the clusters (all members in ``todo``) with more text than ``stream_chars``:
+    verified batch by batch, their texts read from storage (the others' at once)."""
+    capped = todo.select("label", pl.col("chars").clip(upper_bound=params.rule.max_chars_per_doc).alias("c")).group_by("label").agg(pl.col("c").sum())
+    return capped.filter(pl.col("c") > params.stream_chars)["label"].to_numpy()
+
+
+def streamed_uri(gather_output: str) -> str:
+    """A gather task's texts of big clusters (sorted by cluster and place, read batch by batch)."""
+    return gather_output.removesuffix(".blocks") + ".streamed.parquet"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -769,51 +790,67 @@ class GatherParams:
     runs: tuple[tuple[int, int], ...] = ()
 
 
-@shuffle.measured
-def fuzzy_gather(inputs: list[str], output: str, params: GatherParams) -> dict[str, Any]:
-    """The requested rows' text of one normalized shard (the shard is not read when none is)."""
-    normalized_uri, nodes_file, *request_files = inputs
-    out = _gather_shard(normalized_uri, nodes_file, _read_runs(request_files, params, ["lkey", "pos"], REQUEST_SCHEMA), params)
-    if out is None:
-        shuffle.write_sorted(TEXT_SCHEMA.empty_table(), output)
-        return {"gathered": 0, "shard_read": 0}
-    storage.write_parquet(out[0], output, row_group_size=out[1])
-    return {"gathered": out[0].num_rows, "shard_read": 1}
-
-
 @dataclasses.dataclass(frozen=True)
 class GatherGroupParams:
     shards: tuple[GatherParams, ...]
+    request_cuts: str  # the plan files are block files cut at these stored node cuts
+    text_blocks: int  # verify partitions: one block of gathered texts each
+    hold_chars: int = 1 << 30  # texts of small clusters held before they are written (a further block file, :func:`section_uri`)
 
 
 @shuffle.measured
 def fuzzy_gather_group(inputs: list[str], output: str, params: GatherGroupParams) -> dict[str, Any]:
-    """Incremental: the requested rows' text of a group of normalized shards in one file (the
-    inputs: normalized shard and node table per shard, then the plan files, read once for the
-    whole group). Written shard by shard (each sorted by cluster and place, which is all that
-    range and slice reads need), so memory holds one shard."""
+    """The requested rows' text of a group of normalized shards (the inputs: normalized shard and
+    node table per shard, then the plan files, whose blocks of the group's node ranges are read
+    once for the whole group). The texts go to one block per verify partition, but those of big
+    clusters, which go to :func:`streamed_uri` shard by shard, sorted by cluster and place (all
+    that slice reads need). Memory holds one shard and about ``hold_chars`` of small clusters'
+    texts: past that, the texts held so far go to a further block file (:func:`section_uri`)."""
     k = len(params.shards)
     plan_files = inputs[2 * k :]
-    runs = [tuple(p.runs or ((p.first_node, p.first_node + p.rows),)) for p in params.shards]
-    requests = shuffle.read_ranges(plan_files, _merge_runs([r for rs in runs for r in rs]), ["lkey", "pos"], REQUEST_SCHEMA)
+    runs = [shard_runs(p.first_node, p.rows, p.runs) for p in params.shards]
+    merged = _merge_runs([r for rs in runs for r in rs])
+    requests = shuffle.read_ranges_blocks(plan_files, shuffle.read_cuts(params.request_cuts), merged, REQUEST_SCHEMA)
     keys = requests.column("key").to_numpy()
-    gathered = shards = 0
+    gathered = shards = streamed = held = 0
+    small: list[pa.Table] = []
+    sections: list[str] = []
     with tempfile.TemporaryDirectory(prefix="dedup-gather-") as tmp:
         local = os.path.join(tmp, "texts.parquet")
-        writer = pq.ParquetWriter(local, TEXT_SCHEMA, compression=storage.PARQUET_COMPRESSION)
+        writer = None
         try:
             for j, shard in enumerate(params.shards):
                 bounds = np.asarray(runs[j], np.int64).ravel()
                 mine = requests.filter(pa.array((np.searchsorted(bounds, keys, side="right") % 2) == 1)) if keys.size else requests
                 out = _gather_shard(inputs[2 * j], inputs[2 * j + 1], mine, shard)
-                if out is not None:
-                    writer.write_table(out[0], row_group_size=out[1])
-                    gathered += out[0].num_rows
-                    shards += 1
+                if out is None:
+                    continue
+                table, big = out[0].drop_columns(["big"]), out[0].column("big")
+                gathered += table.num_rows
+                shards += 1
+                small.append(table.filter(pc.invert(big)))
+                held += int(pc.sum(pc.binary_length(small[-1].column("text"))).as_py() or 0)
+                if held > params.hold_chars and j < k - 1:
+                    sections.append(section_uri(output, len(sections)))
+                    shuffle.write_blocks(pa.concat_tables(small), sections[-1], cuts=shuffle.partition_cuts(params.text_blocks))
+                    small, held = [], 0
+                if pc.any(big).as_py():
+                    writer = writer or pq.ParquetWriter(local, TEXT_SCHEMA, compression=storage.PARQUET_COMPRESSION)
+                    writer.write_table(table.filter(big), row_group_size=out[1])
+                    streamed += int(pc.sum(big.cast(pa.int64())).as_py())
         finally:
-            writer.close()
-        storage.put_file(local, output)
-    return {"gathered": gathered, "shard_read": shards}
+            if writer is not None:
+                writer.close()
+        if writer is not None:
+            storage.put_file(local, streamed_uri(output))
+    texts = pa.concat_tables(small) if small else TEXT_SCHEMA.empty_table()
+    shuffle.write_blocks(texts, output, cuts=shuffle.partition_cuts(params.text_blocks))
+    return {"gathered": gathered, "shard_read": shards, "streamed": streamed, "sections": sections}
+
+
+def section_uri(gather_output: str, k: int) -> str:
+    """A gather task's ``k``-th further block file of texts (written when it held ``hold_chars``)."""
+    return gather_output.removesuffix(".blocks") + f".s{k:03d}.blocks"
 
 
 def _merge_runs(runs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -828,8 +865,9 @@ def _merge_runs(runs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def _gather_shard(normalized_uri: str, nodes_file: str, requests: pa.Table, params: GatherParams) -> tuple[pa.Table, int] | None:
-    """Texts of one shard's requested rows, sorted by (cluster key, place), and a row group size
-    of about ``batch_chars``; None when the shard has no requested row (it is not read)."""
+    """Texts of one shard's requested rows, sorted by (cluster key, place), with their ``big``
+    flag, and a row group size of about ``batch_chars``; None when the shard has no requested
+    row (it is not read)."""
     nodes_table = None
     if requests.num_rows and params.runs:
         nodes_table = storage.read_parquet(nodes_file, columns=["id", "node"])
@@ -848,7 +886,7 @@ def _gather_shard(normalized_uri: str, nodes_file: str, requests: pa.Table, para
     if not ids.equals(expected):
         raise DedupError(f"source {params.source!r}: row order of its minhash buckets differs from {normalized_uri}; rematerialize minhash_buckets for {params.source!r}")
     texts = pc.utf8_slice_codeunits(pc.fill_null(table.column("text").take(take).combine_chunks().cast(pa.large_string()), ""), 0, params.max_chars)
-    out = pa.table([requests.column("lkey"), requests.column("pos"), pa.array(node), texts], schema=TEXT_SCHEMA)
+    out = pa.table([requests.column("lkey"), requests.column("pos"), pa.array(node), texts, requests.column("big")], schema=TEXT_SCHEMA.append(pa.field("big", pa.bool_())))
     out = out.take(pc.sort_indices(out, sort_keys=[("key", "ascending"), ("pos", "ascending")]))
     mean_chars = max(1, int(pc.sum(pc.utf8_length(texts)).as_py() or 0) // max(1, out.num_rows))
     return out, min(shuffle.ROW_GROUP_ROWS, max(16, params.batch_chars // mean_chars))
@@ -867,7 +905,8 @@ def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[s
 
 def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
     member_files, text_files = inputs[: params.member_files], inputs[params.member_files :]
-    frame = _clusters(member_files, params.lo, params.hi)
+    text_files, streamed_files = text_files[: params.text_files], text_files[params.text_files :]
+    frame = _clusters(member_files, params.lo, params.hi, params.member_blocks)
     sizes = _member_sets(frame)
     reuse, before_clusters = _reusable(frame, params, sizes)
     rows: list[tuple] = []  # this run's decisions (in VERDICT_SCHEMA order)
@@ -887,17 +926,12 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
         carried.append(_previous_rows(params, reuse).select(VERDICT_SCHEMA.names).cast(VERDICT_SCHEMA))
     _, cands, prev_rows = _replay_requests(frame, params, reuse, before_clusters, sizes)
     todo = frame.filter(~pl.col("label").is_in(list(reuse | set(cands))))
-    # Clusters with more text than stream_chars are read batch by batch (in processing order);
-    # the texts of all others are read at once (the range is sized to hold them).
-    capped = todo.select("label", pl.col("chars").clip(upper_bound=params.rule.max_chars_per_doc).alias("c")).group_by("label").agg(pl.col("c").sum())
-    big_keys = sorted(set(shuffle.hash_keys(capped.filter(pl.col("c") > params.stream_chars)["label"].to_numpy()).tolist()))
-    text_of: dict[int, str] = {}
-    edges = [params.lo, *[k for key in big_keys for k in (key, key + 1)], params.hi]
-    for a, b in zip(edges[::2], edges[1::2]):
-        if a < b:
-            part = shuffle.read_range(text_files, a, b, ["node", "text"], TEXT_SCHEMA)
-            text_of.update(zip(part.column("node").to_pylist(), part.column("text").to_pylist()))
-    big = set(big_keys)
+    # Clusters with more text than stream_chars are read batch by batch (in processing order)
+    # from the streamed files; the texts of all others at once, from this range's blocks (the
+    # range is sized to hold them).
+    big = set(shuffle.hash_keys(_streamed_labels(todo, params)).tolist())
+    part = shuffle.read_ranges_blocks(text_files, shuffle.partition_cuts(params.text_blocks), [(params.lo, params.hi)], TEXT_SCHEMA)
+    text_of: dict[int, str] = dict(zip(part.column("node").to_pylist(), part.column("text").to_pylist()))
     excerpts: dict[int, str] = {}  # retained members' excerpts, for the examples
     counters = {"clusters": 0, "verified_clusters": 0, "reused_clusters": len(reuse), "verified_members": 0, "streamed_clusters": 0, "comparisons": 0, "exempt_kept": 0, "largest_cluster": 0}
     examples: list[tuple[int, dict[str, Any]]] = []
@@ -925,7 +959,7 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
                     size += min(chars[chunk_end], params.rule.max_chars_per_doc)
                     chunk_end += 1
                 if streamed:
-                    texts = _read_batch(text_files, ckey, chunk_start - s, chunk_end - s, nodes[chunk_start:chunk_end])
+                    texts = _read_batch(streamed_files, ckey, chunk_start - s, chunk_end - s, nodes[chunk_start:chunk_end])
                 else:
                     texts = [text_of.get(nodes[i]) for i in range(chunk_start, chunk_end)]
                 if any(t is None for t in texts):
@@ -1137,6 +1171,17 @@ def collect_scratch(work: str, cache: str, current: Mapping[str, str], supersede
     return removed
 
 
+def _verify_partitions(members: int, member_chars: int, scale: FuzzyScale) -> int:
+    """Plan and verify tasks: a power of two of label ranges, each of at most about
+    ``members_per_partition`` members and ``member_chars_per_partition`` characters."""
+    wanted = max(shuffle.partitions_for(members, scale.members_per_partition), shuffle.partitions_for(member_chars, scale.member_chars_per_partition))
+    return 1 << max(0, (wanted - 1).bit_length())
+
+
+def _blocks_name(partition: int, partitions: int) -> str:
+    return storage.shard_name(partition, partitions).removesuffix(".parquet") + ".blocks"
+
+
 def step_costs(results: Sequence[ShardResult]) -> dict[str, dict[str, float]]:
     """Per step (the task output's folder): tasks, CPU seconds of the tasks run now, peak RSS."""
     out: dict[str, dict[str, float]] = {}
@@ -1302,6 +1347,13 @@ def find_fuzzy_duplicates(
     for source, n_uri, nodes, first, rows, m, k in shard_plan:
         runs = mapped[m].stats.get("runs")
         shard_list.append((source, n_uri, nodes, first, rows, tuple(tuple(r) for r in runs[k]) if runs else ()))
+    # Groups of shards_per_map shards: one members task (and, full, one gather task) each. The
+    # steps keyed by node (labels, requests) write one block per cut of the groups' node ranges,
+    # so each group reads exactly its rows from every file (not a row group of each).
+    shard_groups = [list(range(g, min(g + scale.shards_per_map, len(shard_list)))) for g in range(0, len(shard_list), scale.shards_per_map)]
+    group_runs = [_merge_runs([r for i in idx for r in shard_runs(*shard_list[i][3:6])]) for idx in shard_groups]
+    node_cuts = storage.join(work, "members", "node_cuts.bin")
+    shuffle.write_cuts(node_cuts, sorted({0, shuffle.KEY_SPACE} | {x for runs in group_runs for run_ in runs for x in run_}))
 
     # Incremental: the previous run's state says which sources changed.
     state: dict[str, Any] = {"layout": LAYOUT, "sources": list(sources), "fingerprints": fps, "slots": slot, "next_row": next_row, "node_tables": node_tables}
@@ -1385,8 +1437,8 @@ def find_fuzzy_duplicates(
                 ShardTask(
                     fuzzy_relabel,
                     (merged.output, *old_labels[i : i + RELABEL_FILES], *([fresh_labels] if i == starts[-1] else [])),
-                    storage.join(work, "delta", f"{i // RELABEL_FILES:06d}.parquet"),
-                    RelabelParams(tuple(relabelled_files[i : i + RELABEL_FILES]), append_fresh=append and i == starts[-1]),
+                    storage.join(work, "delta", f"{i // RELABEL_FILES:06d}.blocks"),
+                    RelabelParams(tuple(relabelled_files[i : i + RELABEL_FILES]), append_fresh=append and i == starts[-1], delta_cuts=node_cuts),
                 )
                 for i in starts
             ]
@@ -1413,33 +1465,40 @@ def find_fuzzy_duplicates(
             union_find_max_edges=scale.union_find_max_edges,
             edges_per_task=scale.edges_per_task,
             labels_dir=storage.join(work, "labels"),
+            label_cuts=node_cuts,
         )
+        labelled = sum(int(r.stats.get("nodes", 0)) for r in cc_stats["cc_results"])  # = the clustered documents
         results.extend(cc_stats.pop("cc_results"))
         member_label_files = label_files
     state["label_files"] = list(label_files)
     state["label_rows"] = label_rows if incremental else [None] * len(label_files)  # rows per label file where known (compaction)
 
-    # 4. members (incremental: of the touched clusters only, one task per shards_per_map shards)
+    # 4. members (incremental: of the touched clusters only), one task per group of shards. The
+    # member files hold one block per verify partition: incremental, the count is known now (the
+    # previous totals); full, from the clustered documents at the corpus' mean length (a finer
+    # verify partitioning, when the members' text is longer, reads its covering block and filters).
     if incremental:
-        groups = {g: list(range(g, min(g + scale.shards_per_map, len(shard_list)))) for g in range(0, len(shard_list), scale.shards_per_map)}
-        members = run(
-            [
-                ShardTask(
-                    fuzzy_members_group,
-                    (*(shard_list[i][2] for i in idx), *member_label_files),
-                    storage.join(work, "members", f"g{m:06d}.parquet"),
-                    GroupParams(tuple(ShardParams(shard_list[i][0], shard_list[i][3], shard_list[i][4], rank[shard_list[i][0]], shard_list[i][5]) for i in idx)),
-                )
-                for m, idx in sorted(groups.items())
-            ]
-        )
+        docs_before = int(before.get("clustered_docs", 0))
+        estimate = docs_before + int(merged.stats["fresh"])
+        member_blocks = _verify_partitions(estimate, int(before.get("member_chars", 0)) * estimate // max(1, docs_before), scale)
     else:
-        members = run(
-            [
-                ShardTask(fuzzy_members, (nodes, *member_label_files), storage.join(work, "members", f"{i:06d}.parquet"), ShardParams(source, first, rows, rank[source], runs))
-                for i, (source, _, nodes, first, rows, runs) in enumerate(shard_list)
-            ]
-        )
+        mean_chars = sum(chars_per_source.values()) // max(1, sum(docs_per_source.values()))
+        member_blocks = _verify_partitions(labelled, labelled * mean_chars, scale)
+    members = run(
+        [
+            ShardTask(
+                fuzzy_members_group,
+                (*(shard_list[i][2] for i in idx), *member_label_files),
+                storage.join(work, "members", f"g{m:06d}.blocks"),
+                GroupParams(
+                    tuple(ShardParams(shard_list[i][0], shard_list[i][3], shard_list[i][4], rank[shard_list[i][0]], shard_list[i][5]) for i in idx),
+                    node_cuts,
+                    member_blocks,
+                ),
+            )
+            for m, idx in enumerate(shard_groups)
+        ]
+    )
     in_clusters = sum(int(r.stats["members"]) for r in members)
     member_chars = sum(int(r.stats["member_chars"]) for r in members)
     if incremental:
@@ -1448,8 +1507,7 @@ def find_fuzzy_duplicates(
         docs_before = int(before.get("clustered_docs", 0))
         in_clusters = docs_before + int(merged.stats["fresh"])
         member_chars = int(before.get("member_chars", 0)) * in_clusters // max(1, docs_before)
-    wanted = max(shuffle.partitions_for(in_clusters, scale.members_per_partition), shuffle.partitions_for(member_chars, scale.member_chars_per_partition))
-    verify_parts = 1 << max(0, (wanted - 1).bit_length())
+    verify_parts = _verify_partitions(in_clusters, member_chars, scale)
     state["clustered_docs"], state["member_chars"] = in_clusters, member_chars
     state["verify_partitions"] = verify_parts
     bounds = shuffle.partition_bounds(verify_parts)
@@ -1463,7 +1521,20 @@ def find_fuzzy_duplicates(
 
     def verify_params(p: int, lo: int, hi: int) -> VerifyParams:
         return VerifyParams(
-            lo, hi, sources, exempt_t, previous_files[p], params, num_examples, excerpt_chars, stream_chars=scale.cluster_chars_in_memory, batch_chars=scale.verify_batch_chars, remap=remap_uri
+            lo,
+            hi,
+            sources,
+            exempt_t,
+            previous_files[p],
+            params,
+            num_examples,
+            excerpt_chars,
+            stream_chars=scale.cluster_chars_in_memory,
+            batch_chars=scale.verify_batch_chars,
+            remap=remap_uri,
+            member_blocks=member_blocks,
+            request_cuts=node_cuts,
+            text_blocks=verify_parts,
         )
 
     # 5. plan, 6. gather, 7. verify
@@ -1471,7 +1542,7 @@ def find_fuzzy_duplicates(
         def vp(p: int, lo: int, hi: int) -> VerifyParams:
             return dataclasses.replace(verify_params(p, lo, hi), previous=previous[p], replay=replay)
 
-        plans = run([ShardTask(fuzzy_plan, member_files, storage.join(work, "plan", prefix + storage.shard_name(p, verify_parts)), vp(p, lo, hi)) for p, (lo, hi) in enumerate(bounds)])
+        plans = run([ShardTask(fuzzy_plan, member_files, storage.join(work, "plan", prefix + _blocks_name(p, verify_parts)), vp(p, lo, hi)) for p, (lo, hi) in enumerate(bounds)])
         plan_files = tuple(r.output for r in plans)
         wanted = [tuple(x) for r in plans for x in r.stats.get("requested_runs", [[0, shuffle.KEY_SPACE]])]
 
@@ -1484,29 +1555,30 @@ def find_fuzzy_duplicates(
 
         wanted_shards = [i for i, (_, _, _, first, rows, runs) in enumerate(shard_list) if requested(first, rows, runs)]
         if incremental:  # few rows requested: one task per shards_per_map requested shards
-            gathered = run(
-                [
-                    ShardTask(
-                        fuzzy_gather_group,
-                        (*(u for i in idx for u in shard_list[i][1:3]), *plan_files),
-                        storage.join(work, "gather", f"{prefix}g{g:06d}.parquet"),
-                        GatherGroupParams(tuple(gp(i) for i in idx)),
-                    )
-                    for g in range(0, len(wanted_shards), scale.shards_per_map)
-                    for idx in [wanted_shards[g : g + scale.shards_per_map]]
-                ]
-            )
-        else:
-            gathered = run(
-                [ShardTask(fuzzy_gather, (shard_list[i][1], shard_list[i][2], *plan_files), storage.join(work, "gather", f"{prefix}{i:06d}.parquet"), gp(i)) for i in wanted_shards]
-            )
+            gather_groups = [wanted_shards[g : g + scale.shards_per_map] for g in range(0, len(wanted_shards), scale.shards_per_map)]
+        else:  # one task per group of shards with a requested row: it reads exactly its blocks
+            chosen = set(wanted_shards)
+            gather_groups = [idx for idx in ([i for i in group if i in chosen] for group in shard_groups) if idx]
+        gathered = run(
+            [
+                ShardTask(
+                    fuzzy_gather_group,
+                    (*(u for i in idx for u in shard_list[i][1:3]), *plan_files),
+                    storage.join(work, "gather", f"{prefix}g{g:06d}.blocks"),
+                    GatherGroupParams(tuple(gp(i) for i in idx), node_cuts, verify_parts, scale.member_chars_per_partition),
+                )
+                for g, idx in enumerate(gather_groups)
+            ]
+        )
+        text_files = tuple(u for r in gathered for u in (*r.stats.get("sections", ()), r.output))
+        streamed_files = tuple(streamed_uri(r.output) for r in gathered if int(r.stats.get("streamed", 0)))
         verified = run(
             [
                 ShardTask(
                     fuzzy_verify,
-                    member_files + tuple(r.output for r in gathered),
+                    member_files + text_files + streamed_files,
                     storage.join(work, "verify", prefix + storage.shard_name(p, verify_parts)),
-                    dataclasses.replace(vp(p, lo, hi), member_files=len(member_files)),
+                    dataclasses.replace(vp(p, lo, hi), member_files=len(member_files), text_files=len(text_files)),
                 )
                 for p, (lo, hi) in enumerate(bounds)
             ]

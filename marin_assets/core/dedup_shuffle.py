@@ -92,53 +92,154 @@ def write_sorted(table: pa.Table, uri: str) -> int:
 _BLOCK_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")  # fast; scratch a little larger than zstd Parquet
 
 
-def write_blocks(table: pa.Table, uri: str, bounds: Sequence[tuple[int, int]]) -> int:
+def write_blocks(table: pa.Table, uri: str, bounds: Sequence[tuple[int, int]] | None = None, *, cuts: Sequence[int] | np.ndarray | None = None) -> int:
     """Write ``table`` as one block per destination key range (``bounds``: contiguous, covering
-    the key space), each block an Arrow IPC stream of its rows sorted by ``key``, followed by the
+    the key space; or ``cuts``: their sorted edges, ``cuts[b] <= key < cuts[b + 1]`` in block
+    ``b``), each block an Arrow IPC stream of its rows sorted by ``key``, followed by the
     blocks' byte offsets and their count.
 
     A shuffle step whose P tasks each read one range from every file of the step before reads,
     from sorted Parquet, at least a row group per file: about P times the rows it needs once a
-    file holds fewer than P row groups. From a block file a reader fetches its block exactly
-    (:func:`read_blocks`): two small reads and its own rows, never another range's rows and
-    never an index of them all.
+    file holds fewer than P row groups. From a block file a reader fetches its blocks exactly
+    (:func:`read_blocks`, :func:`read_block_spans`): a small read of their offsets and its own
+    rows, never another range's rows and never an index of them all.
     """
+    if cuts is None:
+        assert bounds is not None
+        cuts = [lo for lo, _ in bounds] + [bounds[-1][1]]
+    cuts = _as_cuts(cuts)
     keys = table.column("key").to_numpy()
     order = np.argsort(keys, kind="stable")
-    table, keys = table.take(pa.array(order)), keys[order]
-    cuts = np.searchsorted(keys, [lo for lo, _ in bounds] + [bounds[-1][1]]).tolist()
-    offsets = [0]
+    table, keys = table.take(pa.array(order)), keys[order].astype(np.uint64)
+    if keys.size and (keys[0] < cuts[0] or keys[-1] >= cuts[-1]):
+        raise ValueError(f"{uri}: keys outside the blocks' range [{cuts[0]}, {cuts[-1]})")
+    at = np.searchsorted(keys, cuts).tolist()
+    blocks = len(cuts) - 1
+    offsets = np.zeros(blocks + 1, np.uint64)
     with storage.open_atomic(uri) as handle:
-        for p in range(len(bounds)):
-            if cuts[p + 1] > cuts[p]:
+        written = 0
+        for p in range(blocks):
+            if at[p + 1] > at[p]:
                 sink = pa.BufferOutputStream()
                 with pa.ipc.new_stream(sink, table.schema, options=_BLOCK_OPTIONS) as writer:
-                    writer.write_table(table.slice(cuts[p], cuts[p + 1] - cuts[p]))
+                    writer.write_table(table.slice(at[p], at[p + 1] - at[p]))
                 block = sink.getvalue()
                 handle.write(block)
-                offsets.append(offsets[-1] + block.size)
-            else:
-                offsets.append(offsets[-1])
-        handle.write(np.asarray([*offsets, len(bounds)], dtype="<u8").tobytes())
+                written += block.size
+            offsets[p + 1] = written
+        handle.write(np.append(offsets, np.uint64(blocks)).astype("<u8").tobytes())
     return table.num_rows
 
 
 def read_blocks(uris: Iterable[str], block: int, schema: pa.Schema) -> pa.Table:
     """Block ``block`` of each of the :func:`write_blocks` files ``uris``, as one table."""
+    return read_block_spans(uris, [(block, block + 1)], schema)
+
+
+def read_block_spans(uris: Iterable[str], spans: Sequence[tuple[int, int]], schema: pa.Schema, blocks: int | None = None) -> pa.Table:
+    """Blocks ``b0 <= b < b1`` of each span ``(b0, b1)`` (sorted, disjoint) of each of the
+    :func:`write_blocks` files ``uris``, as one table: per file and span one read of the span's
+    offsets and one of its bytes. ``blocks``: how many blocks every file must hold (a file cut
+    otherwise, e.g. left by a run with other task sizes, is an error, not wrong rows)."""
+    spans = [(int(a), int(b)) for a, b in spans if b > a]
     pieces: list[pa.Table] = []
-    for uri in uris:
+    for uri in uris if spans else ():
         fs, path = storage.filesystem(uri)
         with fs.open(path, "rb") as handle:
             handle.seek(-8, 2)
             count = int(np.frombuffer(handle.read(8), "<u8")[0])
-            if not 0 <= block < count:
-                raise ValueError(f"{uri} holds {count} blocks, not block {block}")
-            handle.seek(-8 * (count + 2) + 8 * block, 2)
-            start, end = (int(x) for x in np.frombuffer(handle.read(16), "<u8"))
-            if end > start:
-                handle.seek(start)
-                pieces.append(pa.ipc.open_stream(handle.read(end - start)).read_all())
+            if blocks is not None and count != blocks:
+                raise ValueError(f"{uri} holds {count} blocks where its readers expect {blocks}: it was written at other cuts; remove the run's _work folder and rerun")
+            for b0, b1 in spans:
+                if not 0 <= b0 < b1 <= count:
+                    raise ValueError(f"{uri} holds {count} blocks, not blocks {b0}..{b1 - 1}")
+                handle.seek(-8 * (count + 2) + 8 * b0, 2)
+                offsets = np.frombuffer(handle.read(8 * (b1 - b0 + 1)), "<u8").astype(np.int64)
+                if offsets[-1] == offsets[0]:
+                    continue
+                handle.seek(int(offsets[0]))
+                data = pa.py_buffer(handle.read(int(offsets[-1] - offsets[0])))
+                rel = offsets - offsets[0]
+                for k in np.flatnonzero(np.diff(rel) > 0).tolist():
+                    pieces.append(pa.ipc.open_stream(data.slice(int(rel[k]), int(rel[k + 1] - rel[k]))).read_all())
     return pa.concat_tables(pieces) if pieces else schema.empty_table()
+
+
+def read_all_blocks(uri: str, schema: pa.Schema) -> pa.Table:
+    """Every block of one :func:`write_blocks` file (a whole-file reader, e.g. of kept labels)."""
+    fs, path = storage.filesystem(uri)
+    with fs.open(path, "rb") as handle:
+        handle.seek(-8, 2)
+        count = int(np.frombuffer(handle.read(8), "<u8")[0])
+    return read_block_spans([uri], [(0, count)], schema) if count else schema.empty_table()
+
+
+def read_whole(uri: str, schema: pa.Schema) -> pa.Table:
+    """All rows of a key-sorted Parquet file or of a block file (``.blocks``), as ``schema``."""
+    table = read_all_blocks(uri, schema) if uri.endswith(".blocks") else storage.read_parquet(uri)
+    return table.select(schema.names).cast(schema)
+
+
+def partition_cuts(partitions: int) -> np.ndarray:
+    """The edges of :func:`partition_bounds` (``partitions + 1`` keys, 0 to ``KEY_SPACE``)."""
+    return np.asarray([p * KEY_SPACE // partitions for p in range(max(1, partitions))] + [KEY_SPACE], np.uint64)
+
+
+def _as_cuts(cuts: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Cuts as uint64 (the last one may be ``KEY_SPACE``, past int64)."""
+    return np.asarray([int(c) for c in cuts], np.uint64) if not isinstance(cuts, np.ndarray) else cuts.astype(np.uint64, copy=False)
+
+
+def covering_spans(cuts: np.ndarray, ranges: Sequence[tuple[int, int]]) -> tuple[list[tuple[int, int]], bool]:
+    """The block spans (merged, sorted) of the blocks cut at ``cuts`` that cover the key
+    ``ranges``, and whether the blocks hold keys outside the ranges (a range edge is no cut)."""
+    cuts = _as_cuts(cuts)
+    spans: list[list[int]] = []
+    exact = True
+    for lo, hi in _merged(ranges):
+        lo, hi = max(lo, int(cuts[0])), min(hi, int(cuts[-1]))
+        if lo >= hi:
+            continue
+        b0 = int(np.searchsorted(cuts, np.uint64(lo), side="right")) - 1
+        b1 = int(np.searchsorted(cuts, np.uint64(hi), side="left"))
+        exact &= int(cuts[b0]) == lo and int(cuts[b1]) == hi
+        if spans and b0 <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], b1)
+        else:
+            spans.append([b0, b1])
+    return [(a, b) for a, b in spans if b > a], exact
+
+
+def read_ranges_blocks(uris: Iterable[str], cuts: np.ndarray, ranges: Sequence[tuple[int, int]], schema: pa.Schema) -> pa.Table:
+    """Rows whose ``key`` lies in any of the disjoint ``ranges``, from :func:`write_blocks` files
+    cut at ``cuts``: the blocks covering the ranges, filtered by key only where a range is finer
+    than its blocks (the same rows as :func:`read_ranges` of the same rows in sorted files)."""
+    spans, exact = covering_spans(cuts, ranges)
+    table = read_block_spans(uris, spans, schema, len(cuts) - 1)
+    if exact or table.num_rows == 0:
+        return table
+    keys = table.column("key").to_numpy().astype(np.uint64)
+    edges = np.asarray(_merged(ranges), np.uint64).ravel()
+    return table.filter(pa.array((np.searchsorted(edges, keys, side="right") % 2) == 1))
+
+
+def _merged(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for lo, hi in sorted((int(lo), int(hi)) for lo, hi in ranges if lo < hi):
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return [(lo, hi) for lo, hi in out]
+
+
+def write_cuts(uri: str, cuts: Sequence[int] | np.ndarray) -> None:
+    """Store block cuts that a step's writers share (little-endian int64)."""
+    storage.write_bytes(uri, _as_cuts(cuts).astype("<u8").tobytes())
+
+
+def read_cuts(uri: str) -> np.ndarray:
+    return np.frombuffer(storage.read_bytes(uri), "<u8").astype(np.uint64)
 
 
 def write_sorted_by_rank(table: pa.Table, uri: str) -> int:

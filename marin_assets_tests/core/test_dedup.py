@@ -317,6 +317,24 @@ def test_sharded_fuzzy_dedup_equals_the_pairwise_reference_with_a_600_copy_clust
         assert storage.read_bytes(dedup.removed_uri(streamed, source)) == storage.read_bytes(dedup.removed_uri(out, source))
 
 
+def test_verify_ranges_finer_than_the_member_blocks_read_their_covering_block(tmp_path: Path) -> None:
+    """Member files are cut before their readers' count is known (from the clustered documents
+    at the corpus' mean length); when the members' text is longer, verify uses more, finer key
+    ranges, each reading its covering block and keeping its own rows: the same removals. The
+    gather task, holding more text than a verify range, writes it to further block files."""
+    rng = random.Random(5)
+    words = [f"w{k}" for k in range(5000)]
+    short = [" ".join(rng.choice(words) for _ in range(8)) for _ in range(1500)]  # unclustered, short: a low mean length
+    normalized, buckets = big_cluster_corpus(tmp_path, extra={"beta": short})
+    scale = dataclasses.replace(SMALL_TASKS, members_per_partition=10**6, member_chars_per_partition=40_000)
+    out = str(tmp_path / "out")
+    stats = dedup.find_fuzzy_duplicates(buckets, normalized, {"gamma"}, out, scale=scale)
+    mean = sum(stats["chars_per_source"].values()) // stats["docs"]
+    blocks = dedup_fuzzy._verify_partitions(stats["docs_in_clusters"], stats["docs_in_clusters"] * mean, scale)
+    assert stats["verify_partitions"] >= 4 * blocks  # each verify range is a quarter (or less) of a member block
+    assert outputs(out, buckets) == reference_fuzzy_removals(buckets, normalized, {"gamma"})
+
+
 def test_a_block_file_gives_each_key_range_exactly_the_rows_a_sorted_file_gives(tmp_path: Path) -> None:
     from marin_assets.core.dedup_components import EDGE_SCHEMA, edge_table
 
@@ -341,8 +359,64 @@ def test_a_block_file_gives_each_key_range_exactly_the_rows_a_sorted_file_gives(
         dedup_shuffle.read_blocks([blocks_uri], 7, EDGE_SCHEMA)
 
 
+def test_block_spans_give_any_key_ranges_exactly_the_rows_of_a_sorted_file(tmp_path: Path) -> None:
+    """Readers of block files read the spans of blocks covering their key ranges (node runs of a
+    shard group, or a verify range finer or coarser than the blocks) and get the rows a sorted
+    file's range read gives: no other range's rows, none missing."""
+    from marin_assets.core.dedup_fuzzy import LABEL_SCHEMA
+
+    rng = np.random.default_rng(11)
+    nodes = np.unique(rng.integers(0, 50_000, 6000))
+    table = pa.table([pa.array(nodes), pa.array(nodes), pa.array(nodes // 7)], schema=LABEL_SCHEMA)
+    groups = [[(0, 9000)], [(9000, 20_000), (31_000, 33_000)], [(20_000, 31_000)], [(33_000, 50_000)]]  # a group with two runs
+    cuts = sorted({0, dedup_shuffle.KEY_SPACE} | {x for runs in groups for run in runs for x in run})
+    files = []
+    for k in range(3):  # each file holds some of the rows, as each label task does
+        uri = str(tmp_path / f"labels-{k}.blocks")
+        assert dedup_shuffle.write_blocks(table.filter(pa.array(nodes % 3 == k)), uri, cuts=cuts) == int((nodes % 3 == k).sum())
+        files.append(uri)
+        dedup_shuffle.write_sorted(table.filter(pa.array(nodes % 3 == k)), str(tmp_path / f"labels-{k}.parquet"))
+    sorted_files = [str(tmp_path / f"labels-{k}.parquet") for k in range(3)]
+
+    def rows(t: pa.Table) -> list[tuple]:
+        return sorted(zip(*(t.column(c).to_pylist() for c in ("key", "node", "label"))))
+
+    seen = 0
+    for runs in groups:  # exact: every run edge is a cut
+        spans, exact = dedup_shuffle.covering_spans(dedup_shuffle._as_cuts(cuts), runs)
+        assert exact and len(spans) == len(runs)
+        got = dedup_shuffle.read_ranges_blocks(files, dedup_shuffle._as_cuts(cuts), runs, LABEL_SCHEMA)
+        assert rows(got) == rows(dedup_shuffle.read_ranges(sorted_files, runs, ["node", "label"], LABEL_SCHEMA))
+        seen += got.num_rows
+    assert seen == nodes.size
+    # ranges whose edges are no cuts (a shard's own runs inside its group's): the covering blocks, filtered
+    for ranges in ([(100, 200)], [(8_999, 9_001), (25_000, 40_000)], [(0, dedup_shuffle.KEY_SPACE)], [(49_999, dedup_shuffle.KEY_SPACE)]):
+        got = dedup_shuffle.read_ranges_blocks(files, dedup_shuffle._as_cuts(cuts), ranges, LABEL_SCHEMA)
+        assert rows(got) == rows(dedup_shuffle.read_ranges(sorted_files, ranges, ["node", "label"], LABEL_SCHEMA))
+    # equal power-of-two blocks read by equal ranges of another power of two (coarser and finer)
+    hashed = table.set_column(0, "key", pa.array(dedup_shuffle.hash_keys(nodes)))
+    dedup_shuffle.write_blocks(hashed, str(tmp_path / "members.blocks"), cuts=dedup_shuffle.partition_cuts(8))
+    dedup_shuffle.write_sorted(hashed, str(tmp_path / "members.parquet"))
+    for parts in (1, 2, 8, 32):
+        total = 0
+        for lo, hi in dedup_shuffle.partition_bounds(parts):
+            got = dedup_shuffle.read_ranges_blocks([str(tmp_path / "members.blocks")], dedup_shuffle.partition_cuts(8), [(lo, hi)], LABEL_SCHEMA)
+            assert rows(got) == rows(dedup_shuffle.read_range([str(tmp_path / "members.parquet")], lo, hi, ["node", "label"], LABEL_SCHEMA))
+            total += got.num_rows
+        assert total == nodes.size
+    # a span of several blocks is read with one offsets read and one data read; the whole file too
+    eighths = dedup_shuffle.partition_bounds(8)
+    want = dedup_shuffle.read_range([str(tmp_path / "members.parquet")], eighths[2][0], eighths[5][1], ["node", "label"], LABEL_SCHEMA)
+    assert rows(dedup_shuffle.read_block_spans([str(tmp_path / "members.blocks")], [(2, 6)], LABEL_SCHEMA)) == rows(want)
+    assert rows(dedup_shuffle.read_whole(str(tmp_path / "members.blocks"), LABEL_SCHEMA)) == rows(hashed)
+    with pytest.raises(ValueError, match="keys outside"):
+        dedup_shuffle.write_blocks(table, str(tmp_path / "bad.blocks"), cuts=[100, dedup_shuffle.KEY_SPACE])
+    with pytest.raises(ValueError, match="holds 8 blocks where its readers expect 4"):  # cut at other ranges: an error, never wrong rows
+        dedup_shuffle.read_ranges_blocks([str(tmp_path / "members.blocks")], dedup_shuffle.partition_cuts(4), [(0, 1 << 60)], LABEL_SCHEMA)
+
+
 def test_star_rounds_label_components_like_union_find(tmp_path: Path) -> None:
-    from marin_assets.core.dedup_components import connected_components, edge_table
+    from marin_assets.core.dedup_components import LABEL_SCHEMA, connected_components, edge_table
     from marin_assets.core.runner import ShardRunner
 
     rng = np.random.default_rng(7)
@@ -368,6 +442,22 @@ def test_star_rounds_label_components_like_union_find(tmp_path: Path) -> None:
     assert one == many
     assert set(one) == set(u.tolist()) | set(v.tolist()) - {x for x, y in zip(u.tolist(), v.tolist()) if x == y and (u == x).sum() + (v == x).sum() == 2}
     assert one[1399] == 1000 or one[1399] < 1000  # the path's end is labelled with its component's minimum
+    # Labels as block files cut at members tasks' node ranges: each range's blocks hold exactly the
+    # rows the sorted label files give for it, with either method
+    runs = [[(0, 700)], [(700, 1200), (2600, 3000)], [(1200, 2600)]]
+    cuts_uri = str(tmp_path / "node_cuts.bin")
+    dedup_shuffle.write_cuts(cuts_uri, sorted({0, dedup_shuffle.KEY_SPACE} | {x for r in runs for run in r for x in run}))
+    for name, sizes in (("uf", {"union_find_max_edges": 10**9, "edges_per_task": 10**9}), ("stars", {"union_find_max_edges": 0, "edges_per_task": 500})):
+        sorted_files, _ = connected_components(files, len(u), str(tmp_path / name), ShardRunner(), **sizes)
+        block_files, _ = connected_components(files, len(u), str(tmp_path / f"{name}-blocks"), ShardRunner(), **sizes, label_cuts=cuts_uri)
+        assert all(f.endswith(".blocks") for f in block_files) and len(block_files) == len(sorted_files)
+        for r in runs:
+            got = dedup_shuffle.read_ranges_blocks(block_files, dedup_shuffle.read_cuts(cuts_uri), r, LABEL_SCHEMA)
+            want = dedup_shuffle.read_ranges(sorted_files, r, ["node", "label"], LABEL_SCHEMA)
+            assert got.num_rows == want.num_rows > 0
+            assert sorted(zip(got.column("node").to_pylist(), got.column("label").to_pylist())) == sorted(zip(want.column("node").to_pylist(), want.column("label").to_pylist()))
+        whole = pa.concat_tables([dedup_shuffle.read_whole(f, LABEL_SCHEMA) for f in block_files])
+        assert dict(zip(whole.column("node").to_pylist(), whole.column("label").to_pylist())) == one
 
 
 def test_incremental_rebuild_of_one_changed_source_equals_a_full_rebuild(tmp_path: Path) -> None:
