@@ -1,7 +1,8 @@
 """Global exact dedup as a shuffle over id ranges.
 
-1. map, one task per normalized shard: ``(key, id, rank, chars)`` sorted by an order-keeping
-   prefix key of the id (``rank`` is the source's place in the keep order);
+1. map, one task per group of normalized shards: ``(key, id, rank, chars)`` keyed by an
+   order-keeping prefix key of the id (``rank`` is the source's place in the keep order), in
+   blocks of equal key ranges, so a reduce task reads only the blocks of its range;
 2. reduce, one task per id range (the count follows the number of ids, ``ids_per_partition``
    each): the copy of the first source in keep order survives, the others are written as
    ``(rank, id, kept_rank, chars)`` sorted by source then id;
@@ -36,6 +37,8 @@ class MapParams:
     source: str
     rank: int
     with_lengths: bool = False  # inputs: the normalized shards, then as many minhash shards
+    maps: int = 1  # map tasks in all and ids per reduce task: the reduce tasks this map's blocks expect
+    ids_per_partition: int = 8_000_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +73,8 @@ def doc_lengths(source: str, normalized_uri: str, minhash_uri: str | None, rows:
 @shuffle.measured
 def exact_map(inputs: list[str], output: str, params: MapParams) -> dict[str, Any]:
     """A group of normalized shards of one source (plus, optionally, their minhash shards for
-    lengths) -> one file of id records sorted by key."""
+    lengths) -> one block file of id records, cut at equal key ranges (as many as the reduce
+    tasks, expected from this map's ids, need to each read exactly their blocks)."""
     normalized = inputs[: len(inputs) // 2] if params.with_lengths else inputs
     pieces = []
     for k, normalized_uri in enumerate(normalized):
@@ -84,7 +88,7 @@ def exact_map(inputs: list[str], output: str, params: MapParams) -> dict[str, An
         chars = doc_lengths(params.source, normalized_uri, inputs[len(normalized) + k] if params.with_lengths else None, len(ids))
         pieces.append(pa.table([pa.array(shuffle.prefix_keys(ids)), ids, pa.array(np.full(len(ids), params.rank, np.int32)), chars], schema=MAP_SCHEMA))
     table = pa.concat_tables(pieces) if pieces else MAP_SCHEMA.empty_table()
-    shuffle.write_sorted(table, output)
+    shuffle.write_keyed(table, output, shuffle.partitions_for(table.num_rows * params.maps, params.ids_per_partition))
     return {"docs": table.num_rows, "chars": int(pc.sum(table.column("chars")).as_py() or 0)}
 
 
@@ -149,13 +153,14 @@ def find_exact_duplicates(
     work = work_dir or storage.join(out_dir_uri, "_work")
     length_shards = {s: {storage.basename(u): u for u in us} for s, us in (lengths or {}).items()}
     map_tasks = []
+    maps = sum(-(-len(uris) // shards_per_map) for uris in shards.values())
     for source, uris in shards.items():
         for g in range(0, len(uris), shards_per_map):
             group = tuple(uris[g : g + shards_per_map])
             extra = tuple(length_shards.get(source, {}).get(storage.basename(u)) for u in group)
             with_lengths = all(e is not None for e in extra)
-            out = storage.join(work, "map", f"{rank[source]:05d}-{g // shards_per_map:05d}.parquet")
-            map_tasks.append(ShardTask(exact_map, group + extra if with_lengths else group, out, MapParams(source, rank[source], with_lengths)))
+            out = storage.join(work, "map", f"{rank[source]:05d}-{g // shards_per_map:05d}.blocks")
+            map_tasks.append(ShardTask(exact_map, group + extra if with_lengths else group, out, MapParams(source, rank[source], with_lengths, maps, ids_per_partition)))
     mapped = runner.map(map_tasks)
     map_files = tuple(r.output for r in mapped)
     docs = sum(int(r.stats["docs"]) for r in mapped)

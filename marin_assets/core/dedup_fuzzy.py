@@ -79,7 +79,7 @@ from marin_assets.core.runner import ShardRunner, ShardResult, ShardTask
 RANK_SHIFT = 40
 STATE_FILE = "_fuzzy_state.json"
 RELABEL_FILES = 16  # previous label files per relabel task (the members step reads one touched-rows file per task)
-LAYOUT = 2  # the state's layout: nodes kept across changes, label files kept for the next run
+LAYOUT = 3  # the state's layout: nodes kept across changes, label files kept for the next run, map and verify outputs in blocks
 
 RECORD_SCHEMA = pa.schema([("key", pa.int64()), ("node", pa.int64())])
 NODE_SCHEMA = pa.schema([("id", pa.string()), ("chars", pa.int64()), ("node", pa.int64()), ("digest", pa.uint64())])
@@ -130,11 +130,15 @@ class FuzzyScale:
 
 def nodes_uri(map_output: str, k: int) -> str:
     """The node table (``id``, ``chars``, ``node``, bucket ``digest`` per row) of shard ``k`` of a map group."""
-    return map_output.removesuffix(".parquet") + f".nodes-{k:05d}.parquet"
+    return _stem(map_output) + f".nodes-{k:05d}.parquet"
 
 
 def clusters_uri(verify_output: str) -> str:
-    return verify_output.removesuffix(".parquet") + ".clusters.parquet"
+    return _stem(verify_output) + ".clusters.parquet"
+
+
+def _stem(uri: str) -> str:
+    return uri.removesuffix(".parquet").removesuffix(shuffle.BLOCK_SUFFIX)
 
 
 # --------------------------------------------------------------------------- 1. map
@@ -150,6 +154,8 @@ class MapParams:
     # keeps its node, any other gets ``slot << 40 | added_base + base + row``.
     previous: tuple[str, ...] = ()
     added_base: int = -1
+    maps: int = 1  # map tasks in all and records per edges task: the edges tasks this map's blocks expect
+    records_per_partition: int = 16_000_000
 
 
 MAX_NODE_RUNS = 16
@@ -179,12 +185,12 @@ def _rows_of(nodes: np.ndarray, wanted: np.ndarray) -> np.ndarray:
 
 def added_uri(map_output: str) -> str:
     """A changed map group's records of its added documents (the buckets an incremental run joins)."""
-    return map_output.removesuffix(".parquet") + ".added.parquet"
+    return _stem(map_output) + ".added.parquet"
 
 
 def gone_uri(map_output: str) -> str:
     """The previous run's nodes of a changed map group's documents that are gone (or changed)."""
-    return map_output.removesuffix(".parquet") + ".gone.parquet"
+    return _stem(map_output) + ".gone.parquet"
 
 
 def _kept_nodes(previous: str, ids: pa.Array, digest: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -289,7 +295,7 @@ def fuzzy_map(inputs: list[str], output: str, params: MapParams) -> dict[str, An
     if params.added_base >= 0:
         fresh = pc.greater_equal(records.column("node"), (params.slot << RANK_SHIFT) + params.added_base)
         totals["added_records"] = shuffle.write_sorted(records.filter(fresh), added_uri(output))
-    shuffle.write_sorted(records, output)
+    shuffle.write_keyed(records, output, shuffle.partitions_for(records.num_rows * params.maps, params.records_per_partition))
     return totals | {"bands": min(bands) if bands else 0, "runs": runs}
 
 
@@ -300,6 +306,8 @@ def fuzzy_map(inputs: list[str], output: str, params: MapParams) -> dict[str, An
 class RangeParams:
     lo: int
     hi: int
+    tasks: int = 1  # edges tasks in all and edges per component task: the component tasks this task's blocks expect
+    edges_per_task: int = 16_000_000
 
 
 @shuffle.measured
@@ -316,7 +324,7 @@ def fuzzy_edges(inputs: list[str], output: str, params: RangeParams) -> dict[str
     if u.size:
         pairs = np.unique(np.stack([u, v], axis=1), axis=0)
         u, v = pairs[:, 0], pairs[:, 1]
-    shuffle.write_sorted(edge_table(u, v), output)
+    shuffle.write_keyed(edge_table(u, v), output, shuffle.partitions_for(2 * u.size * params.tasks, params.edges_per_task))
     starts = np.flatnonzero(new)
     largest = int(np.diff(np.append(starts, key.size)).max()) if starts.size else 0
     return {"records": int(key.size), "edges": int(u.size), "largest_bucket": largest}
@@ -353,27 +361,18 @@ class HitsParams:
 @shuffle.measured
 def fuzzy_bucket_hits(inputs: list[str], output: str, params: HitsParams) -> dict[str, Any]:
     """Incremental: the records (every source's) of the buckets that hold an added document, in
-    one key range, from a few whole map files. Each file is read once, a row group at a time,
-    skipping row groups no added key falls in (a key-range task would re-read row groups wider
-    than its range); memory: the range's added keys, one row group and the hits."""
+    one key range, from a few whole map files. Each file is read once, a block at a time,
+    skipping blocks no added key falls in; memory: the range's added keys, one block and the
+    hits."""
     added = np.unique(shuffle.read_range(inputs[: params.added_files], params.lo, params.hi, [], RECORD_SCHEMA).column("key").to_numpy())
     pieces = []
     scanned = 0
     for uri in inputs[params.added_files :] if added.size else ():
-        fs, path = storage.filesystem(uri)
-        with fs.open(path, "rb") as handle:
-            reader = pq.ParquetFile(handle)
-            meta = reader.metadata
-            key_col = reader.schema_arrow.get_field_index("key")
-            for g in range(meta.num_row_groups):
-                stats = meta.row_group(g).column(key_col).statistics
-                if stats is not None and stats.has_min_max and np.searchsorted(added, stats.min) == np.searchsorted(added, stats.max, side="right"):
-                    continue
-                table = reader.read_row_group(g, columns=["key", "node"], use_threads=False)
-                scanned += table.num_rows
-                hit = np.isin(table.column("key").to_numpy(), added)
-                if hit.any():
-                    pieces.append(table.filter(pa.array(hit)))
+        for _, _, table in shuffle.iter_blocks(uri, lambda lo, hi: np.searchsorted(added, lo) < np.searchsorted(added, hi - 1, side="right")):
+            scanned += table.num_rows
+            hit = np.isin(table.column("key").to_numpy(), added)
+            if hit.any():
+                pieces.append(table.filter(pa.array(hit)).select(["key", "node"]))
     hits = pa.concat_tables(pieces).cast(RECORD_SCHEMA) if pieces else RECORD_SCHEMA.empty_table()
     shuffle.write_sorted(hits, output)
     return {"records": scanned, "hits": hits.num_rows}
@@ -583,7 +582,7 @@ class VerifyParams:
     member_blocks: int = 1  # the member files are block files of this many equal key ranges
     request_cuts: str = ""  # plan: write the requests as blocks at these stored node cuts (the gather groups' ranges)
     text_files: int = 0  # verify: after the member files, this many gathered text block files, then the streamed texts' files
-    text_blocks: int = 1  # the gathered text files' blocks: this many equal key ranges
+    text_blocks: int = 1  # the gathered text files' blocks: this many equal key ranges (the verify partitions)
 
 
 def _clusters(member_files: Sequence[str], lo: int, hi: int, blocks: int) -> pl.DataFrame:
@@ -690,8 +689,14 @@ def _previous_rows(params: VerifyParams, labels: set[int], columns: tuple[str, .
     before = _PREVIOUS_ROWS.get((params.previous, columns))
     if before is None:
         _PREVIOUS_ROWS.clear()
-        before = _PREVIOUS_ROWS[(params.previous, columns)] = pa.concat_tables([storage.read_parquet(uri, columns=columns) for uri in params.previous])
+        before = _PREVIOUS_ROWS[(params.previous, columns)] = pa.concat_tables([_verdicts(uri, columns) for uri in params.previous])
     return before.filter(pc.is_in(before.column("label"), pa.array(sorted(labels), pa.int64())))
+
+
+def _verdicts(uri: str, columns: Sequence[str] | None = None) -> pa.Table:
+    """All removal rows of a verify output (``columns``: only those)."""
+    table = shuffle.read_whole(uri, VERDICT_SCHEMA)
+    return table if columns is None else table.select(list(columns))
 
 
 def _replay_requests(
@@ -1000,7 +1005,9 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
     if carried:
         verdict = pa.concat_tables([verdict, *carried]).combine_chunks()
     verdict = verdict.set_column(0, "key", pa.array(shuffle.prefix_keys(verdict.column("id"))))
-    shuffle.write_sorted(verdict, output)
+    # Keyed by id, in blocks of equal ranges: a removals task (there are at most as many as verify
+    # partitions) reads only the blocks of its id range.
+    shuffle.write_keyed(verdict, output, params.text_blocks)
     by_rank = pl.from_arrow(verdict.select(["rank", "chars"])).group_by("rank").agg(pl.len().alias("n"), pl.col("chars").sum().alias("c"))
     return counters | {
         "histogram": histogram,
@@ -1303,6 +1310,7 @@ def find_fuzzy_duplicates(
     node_tables: dict[str, dict[str, str]] = {}
     lost_shards = False  # a changed source lost a shard name: its documents there are gone
     renumbered = False  # an unchanged source's stored index is gone: its nodes may differ from the previous run's
+    maps = sum(-(-len(shards[s]) // scale.shards_per_map) for s in sources)
     for source in sources:
         base = 0
         entry = f"{fps[source]}-s{slot[source]}-g{scale.shards_per_map}-n{LAYOUT}"  # node tables with node numbers and bucket digests
@@ -1321,7 +1329,7 @@ def find_fuzzy_duplicates(
         node_tables[source] = {}
         for g in range(0, len(shards[source]), scale.shards_per_map):
             group = shards[source][g : g + scale.shards_per_map]
-            out = storage.join(group_dir, f"group-{g // scale.shards_per_map:05d}.parquet")
+            out = storage.join(group_dir, f"group-{g // scale.shards_per_map:05d}.blocks")
             bases = []
             for k, (b_uri, n_uri, rows) in enumerate(group):
                 bases.append(base)
@@ -1329,7 +1337,7 @@ def find_fuzzy_duplicates(
                 node_tables[source][storage.basename(b_uri)] = nodes_uri(out, k)
                 base += rows
             previous = tuple(previous_tables.get(storage.basename(b_uri), "") for b_uri, _, _ in group) if source in added_base else ()
-            params_k = MapParams(source, slot[source], tuple(bases), previous, added_base.get(source, -1))
+            params_k = MapParams(source, slot[source], tuple(bases), previous, added_base.get(source, -1), maps, scale.records_per_partition)
             map_tasks.append(ShardTask(fuzzy_map, tuple(u for b_uri, n_uri, _ in group for u in (b_uri, n_uri)), out, params_k))
         if base >= 1 << RANK_SHIFT:
             raise DedupError(f"source {source!r} has {base} documents, more than the {1 << RANK_SHIFT} a node number holds; split the source")
@@ -1451,7 +1459,7 @@ def find_fuzzy_duplicates(
         # 2. edges
         edge_results = run(
             [
-                ShardTask(fuzzy_edges, tuple(r.output for r in mapped), storage.join(work, "edges", storage.shard_name(p, edge_parts)), RangeParams(lo, hi))
+                ShardTask(fuzzy_edges, tuple(r.output for r in mapped), storage.join(work, "edges", _blocks_name(p, edge_parts)), RangeParams(lo, hi, edge_parts, scale.edges_per_task))
                 for p, (lo, hi) in enumerate(bounds_e)
             ]
         )
@@ -1577,7 +1585,7 @@ def find_fuzzy_duplicates(
                 ShardTask(
                     fuzzy_verify,
                     member_files + text_files + streamed_files,
-                    storage.join(work, "verify", prefix + storage.shard_name(p, verify_parts)),
+                    storage.join(work, "verify", prefix + _blocks_name(p, verify_parts)),
                     dataclasses.replace(vp(p, lo, hi), member_files=len(member_files), text_files=len(text_files)),
                 )
                 for p, (lo, hi) in enumerate(bounds)

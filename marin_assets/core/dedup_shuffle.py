@@ -185,6 +185,67 @@ def partition_cuts(partitions: int) -> np.ndarray:
     return np.asarray([p * KEY_SPACE // partitions for p in range(max(1, partitions))] + [KEY_SPACE], np.uint64)
 
 
+BLOCK_SUFFIX = ".blocks"
+MIN_BLOCK_ROWS = 256  # a block's stream header (~0.4 KB) stays small beside its rows
+
+
+def equal_blocks(rows: int, readers: int) -> int:
+    """How many equal key ranges a writer cuts its rows into when its readers' ranges are not
+    known yet (their count follows totals counted by the step itself): a power of two, at
+    least four per expected reader (a reader of a power-of-two range reads its blocks exactly,
+    and one of a finer range its covering block), but no block under ~MIN_BLOCK_ROWS rows."""
+    want = max(1, min(4 * max(1, int(readers)), int(rows) // MIN_BLOCK_ROWS))
+    return 1 << (want - 1).bit_length()
+
+
+def write_keyed(table: pa.Table, uri: str, readers: int) -> int:
+    """Write ``table`` as a block file (``uri`` ends in ``.blocks``) of :func:`equal_blocks`
+    equal key ranges; :func:`read_range` and :func:`read_ranges` read it like a sorted file,
+    fetching only the blocks that cover their ranges."""
+    if not uri.endswith(BLOCK_SUFFIX):
+        raise ValueError(f"{uri}: a block file's name ends in {BLOCK_SUFFIX}")
+    return write_blocks(table, uri, cuts=partition_cuts(equal_blocks(table.num_rows, readers)))
+
+
+def _block_count(handle: Any) -> int:
+    handle.seek(-8, 2)
+    return int(np.frombuffer(handle.read(8), "<u8")[0])
+
+
+def iter_blocks(uri: str, wanted: Any = None) -> Iterable[tuple[int, int, pa.Table]]:
+    """``(lo, hi, rows)`` of each non-empty block of a :func:`write_keyed` file, one at a time
+    (a whole-file scan holds one block); ``wanted(lo, hi)`` false skips a block unread."""
+    fs, path = storage.filesystem(uri)
+    with fs.open(path, "rb") as handle:
+        count = _block_count(handle)
+        handle.seek(-8 * (count + 2), 2)
+        offsets = np.frombuffer(handle.read(8 * (count + 1)), "<u8").astype(np.int64)
+        cuts = partition_cuts(count)
+        for b in range(count):
+            lo, hi = int(cuts[b]), int(cuts[b + 1])
+            if offsets[b + 1] == offsets[b] or (wanted is not None and not wanted(lo, hi)):
+                continue
+            handle.seek(int(offsets[b]))
+            yield lo, hi, pa.ipc.open_stream(handle.read(int(offsets[b + 1] - offsets[b]))).read_all()
+
+
+def _read_keyed(uri: str, spans: Sequence[tuple[int, int]], schema: pa.Schema | None, columns: Sequence[str] | None) -> pa.Table:
+    """Rows of a :func:`write_keyed` file whose key lies in the sorted, disjoint ``spans``."""
+    fs, path = storage.filesystem(uri)
+    with fs.open(path, "rb") as handle:
+        count = _block_count(handle)
+    blocks, exact = covering_spans(partition_cuts(count), spans)
+    empty = schema if schema is not None else pa.schema([("key", pa.int64())])
+    table = read_block_spans([uri], blocks, empty)
+    if table.num_rows == 0:
+        return empty.empty_table() if columns is None else pa.schema([empty.field(c) for c in dict.fromkeys(["key", *columns])]).empty_table()
+    if not exact:
+        keys = table.column("key").to_numpy().astype(np.uint64)
+        bounds = np.asarray(spans, np.uint64).ravel()  # KEY_SPACE fits unsigned
+        table = table.filter(pa.array((np.searchsorted(bounds, keys, side="right") % 2) == 1))
+    return table if columns is None else table.select(list(dict.fromkeys(["key", *columns])))
+
+
 def _as_cuts(cuts: Sequence[int] | np.ndarray) -> np.ndarray:
     """Cuts as uint64 (the last one may be ``KEY_SPACE``, past int64)."""
     return np.asarray([int(c) for c in cuts], np.uint64) if not isinstance(cuts, np.ndarray) else cuts.astype(np.uint64, copy=False)
@@ -274,6 +335,11 @@ def read_ranges(uris: Iterable[str], ranges: Sequence[tuple[int, int]], columns:
     if not spans:
         uris = ()
     for uri in uris:
+        if uri.endswith(BLOCK_SUFFIX):  # equal-range blocks (write_keyed): the blocks covering the spans
+            table = _read_keyed(uri, spans, schema, columns)
+            if table.num_rows:
+                pieces.append(table)
+            continue
         fs, path = storage.filesystem(uri)
         with fs.open(path, "rb") as handle:
             reader = pq.ParquetFile(handle)
@@ -297,8 +363,8 @@ def read_ranges(uris: Iterable[str], ranges: Sequence[tuple[int, int]], columns:
             if hi < KEY_SPACE:
                 mask &= keys < hi
         else:
-            bounds = np.asarray(spans, np.int64).ravel()  # sorted, disjoint: odd positions are inside a range
-            mask = (np.searchsorted(bounds, keys, side="right") % 2) == 1
+            bounds = np.asarray(spans, np.uint64).ravel()  # sorted, disjoint: odd positions are inside a range (KEY_SPACE fits unsigned)
+            mask = (np.searchsorted(bounds, keys.astype(np.uint64), side="right") % 2) == 1
         table = table.filter(pa.array(mask))
         if table.num_rows:
             pieces.append(table)

@@ -633,8 +633,8 @@ def test_a_cluster_whose_added_member_is_retained_is_verified_in_full(tmp_path: 
         assert inc_stats["verified_members"] >= 500 and inc_stats["streamed_clusters"] >= 1  # the big cluster, in full
         # the first pass's verdicts are gone once the second pass holds them all
         assert len(storage.read_json(str(Path(inc) / "_fuzzy_state.json"))["verify_files"]) == inc_stats["verify_partitions"]
-        assert sorted(n for n in map(storage.basename, storage.listdir(str(Path(inc) / "_work" / "verify"))) if n.endswith(".parquet")) == sorted(
-            n for f in storage.read_json(str(Path(inc) / "_fuzzy_state.json"))["verify_files"] for n in (storage.basename(f), storage.basename(f).removesuffix(".parquet") + ".clusters.parquet")
+        assert sorted(n for n in map(storage.basename, storage.listdir(str(Path(inc) / "_work" / "verify"))) if n.endswith((".parquet", ".blocks"))) == sorted(
+            n for f in storage.read_json(str(Path(inc) / "_fuzzy_state.json"))["verify_files"] for n in (storage.basename(f), storage.basename(dedup_fuzzy.clusters_uri(f)))
         )
     assert any(r["representative_id"] == doc_id(head + " appendix footer note") for s in buckets for r in read_removed(str(tmp_path / "beta" / "incremental"), s))
 
@@ -711,3 +711,40 @@ def test_row_sums_follow_a_sources_rows_not_their_partitioning() -> None:
         changed[17] = (*old[:field], old[field] + (0.5 if isinstance(old[field], float) else "x"), *old[field + 1 :])
         moved = dedup_fuzzy.row_sums(table(changed))
         assert {r for r in whole if moved[r] != whole[r]} == {old[1]}, field
+
+
+def test_keyed_block_files_read_like_sorted_files_and_scan_block_by_block(tmp_path: Path) -> None:
+    """Map, edges and verify outputs are block files of equal key ranges whose count the writer
+    picks from its own rows (its readers' count follows totals counted later): any key-range
+    read of them gives exactly the rows of a sorted file, whatever the two counts are, and a scan
+    reads only the blocks it wants, one at a time."""
+    rng = np.random.default_rng(21)
+    keys = rng.integers(0, dedup_shuffle.KEY_SPACE, 20_000, dtype=np.int64)
+    keys[:3] = [0, dedup_shuffle.KEY_SPACE - 1, dedup_shuffle.KEY_SPACE // 2]
+    table = pa.table([pa.array(keys), pa.array(np.arange(keys.size))], schema=dedup_fuzzy.RECORD_SCHEMA)
+    sorted_uri = str(tmp_path / "records.parquet")
+    dedup_shuffle.write_sorted(table, sorted_uri)
+    with pytest.raises(ValueError, match="ends in .blocks"):
+        dedup_shuffle.write_keyed(table, str(tmp_path / "records.parquet"), 4)
+
+    def rows(t: pa.Table) -> list[tuple]:
+        return sorted(zip(t.column("key").to_pylist(), t.column("node").to_pylist()))
+
+    for readers in (1, 3, 16, 10_000):
+        uri = str(tmp_path / f"records-{readers}.blocks")
+        assert dedup_shuffle.write_keyed(table, uri, readers) == table.num_rows
+        blocks = dedup_shuffle.equal_blocks(table.num_rows, readers)
+        assert blocks & (blocks - 1) == 0 and table.num_rows // blocks >= dedup_shuffle.MIN_BLOCK_ROWS // 2
+        for parts in (1, 5, 16, 64):  # coarser and finer than the blocks, and not a power of two
+            got = [dedup_shuffle.read_range([uri], lo, hi, ["node"], dedup_fuzzy.RECORD_SCHEMA) for lo, hi in dedup_shuffle.partition_bounds(parts)]
+            want = [dedup_shuffle.read_range([sorted_uri], lo, hi, ["node"], dedup_fuzzy.RECORD_SCHEMA) for lo, hi in dedup_shuffle.partition_bounds(parts)]
+            assert [rows(g) for g in got] == [rows(w) for w in want]
+            assert sum(g.num_rows for g in got) == table.num_rows
+        spans = [(10, 20), (keys[5], keys[5] + 1), (dedup_shuffle.KEY_SPACE - 5, dedup_shuffle.KEY_SPACE)]
+        assert rows(dedup_shuffle.read_ranges([uri], spans, ["node"], dedup_fuzzy.RECORD_SCHEMA)) == rows(dedup_shuffle.read_ranges([sorted_uri], spans, ["node"], dedup_fuzzy.RECORD_SCHEMA))
+        # a scan that wants only the blocks holding some keys reads those blocks, each once
+        wanted_keys = np.sort(keys[:50])
+        seen = list(dedup_shuffle.iter_blocks(uri, lambda lo, hi: np.searchsorted(wanted_keys, lo) < np.searchsorted(wanted_keys, hi - 1, side="right")))
+        assert all(lo <= k < hi for lo, hi, t in seen for k in t.column("key").to_pylist())
+        assert set(wanted_keys.tolist()) <= {k for _, _, t in seen for k in t.column("key").to_pylist()}
+        assert len(seen) < blocks or blocks <= 50
