@@ -361,14 +361,14 @@ class HitsParams:
 @shuffle.measured
 def fuzzy_bucket_hits(inputs: list[str], output: str, params: HitsParams) -> dict[str, Any]:
     """Incremental: the records (every source's) of the buckets that hold an added document, in
-    one key range, from a few whole map files. Each file is read once, a block at a time,
-    skipping blocks no added key falls in; memory: the range's added keys, one block and the
-    hits."""
+    one key range, from a few whole map files. Each file is read once, runs of consecutive
+    blocks at a time, skipping blocks no added key falls in; memory: the range's added keys,
+    one run of blocks and the hits."""
     added = np.unique(shuffle.read_range(inputs[: params.added_files], params.lo, params.hi, [], RECORD_SCHEMA).column("key").to_numpy())
     pieces = []
     scanned = 0
     for uri in inputs[params.added_files :] if added.size else ():
-        for _, _, table in shuffle.iter_blocks(uri, lambda lo, hi: np.searchsorted(added, lo) < np.searchsorted(added, hi - 1, side="right")):
+        for table in shuffle.scan_blocks(uri, added):
             scanned += table.num_rows
             hit = np.isin(table.column("key").to_numpy(), added)
             if hit.any():

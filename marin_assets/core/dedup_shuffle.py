@@ -212,21 +212,31 @@ def _block_count(handle: Any) -> int:
     return int(np.frombuffer(handle.read(8), "<u8")[0])
 
 
-def iter_blocks(uri: str, wanted: Any = None) -> Iterable[tuple[int, int, pa.Table]]:
-    """``(lo, hi, rows)`` of each non-empty block of a :func:`write_keyed` file, one at a time
-    (a whole-file scan holds one block); ``wanted(lo, hi)`` false skips a block unread."""
+SCAN_BYTES = 64 << 20  # a block scan reads at most this many bytes of consecutive blocks at a time
+
+
+def scan_blocks(uri: str, keys: np.ndarray, max_bytes: int = SCAN_BYTES) -> Iterable[pa.Table]:
+    """The rows of the blocks of a :func:`write_keyed` file that hold any of the sorted
+    ``keys`` (others unread), a run of consecutive such blocks (up to ``max_bytes``) per read
+    and per table: a whole-file scan holds one run."""
     fs, path = storage.filesystem(uri)
     with fs.open(path, "rb") as handle:
         count = _block_count(handle)
         handle.seek(-8 * (count + 2), 2)
         offsets = np.frombuffer(handle.read(8 * (count + 1)), "<u8").astype(np.int64)
-        cuts = partition_cuts(count)
-        for b in range(count):
-            lo, hi = int(cuts[b]), int(cuts[b + 1])
-            if offsets[b + 1] == offsets[b] or (wanted is not None and not wanted(lo, hi)):
-                continue
-            handle.seek(int(offsets[b]))
-            yield lo, hi, pa.ipc.open_stream(handle.read(int(offsets[b + 1] - offsets[b]))).read_all()
+        blocks = np.unique(np.searchsorted(partition_cuts(count), np.asarray(keys).astype(np.uint64), side="right") - 1)
+        blocks = blocks[(blocks >= 0) & (blocks < count)]
+        blocks = blocks[offsets[blocks + 1] > offsets[blocks]].tolist()
+        k = 0
+        while k < len(blocks):
+            run = [blocks[k]]  # consecutive blocks, read at once while they fit max_bytes
+            while k + len(run) < len(blocks) and blocks[k + len(run)] == run[-1] + 1 and offsets[run[-1] + 2] - offsets[run[0]] <= max_bytes:
+                run.append(blocks[k + len(run)])
+            k += len(run)
+            start = int(offsets[run[0]])
+            handle.seek(start)
+            data = pa.py_buffer(handle.read(int(offsets[run[-1] + 1]) - start))
+            yield pa.concat_tables([pa.ipc.open_stream(data.slice(int(offsets[b]) - start, int(offsets[b + 1] - offsets[b]))).read_all() for b in run])
 
 
 def _read_keyed(uri: str, spans: Sequence[tuple[int, int]], schema: pa.Schema | None, columns: Sequence[str] | None) -> pa.Table:

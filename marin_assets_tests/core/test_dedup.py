@@ -742,9 +742,13 @@ def test_keyed_block_files_read_like_sorted_files_and_scan_block_by_block(tmp_pa
             assert sum(g.num_rows for g in got) == table.num_rows
         spans = [(10, 20), (keys[5], keys[5] + 1), (dedup_shuffle.KEY_SPACE - 5, dedup_shuffle.KEY_SPACE)]
         assert rows(dedup_shuffle.read_ranges([uri], spans, ["node"], dedup_fuzzy.RECORD_SCHEMA)) == rows(dedup_shuffle.read_ranges([sorted_uri], spans, ["node"], dedup_fuzzy.RECORD_SCHEMA))
-        # a scan that wants only the blocks holding some keys reads those blocks, each once
+        # a scan for some keys reads the blocks holding them, each once, in runs of at most max_bytes
         wanted_keys = np.sort(keys[:50])
-        seen = list(dedup_shuffle.iter_blocks(uri, lambda lo, hi: np.searchsorted(wanted_keys, lo) < np.searchsorted(wanted_keys, hi - 1, side="right")))
-        assert all(lo <= k < hi for lo, hi, t in seen for k in t.column("key").to_pylist())
-        assert set(wanted_keys.tolist()) <= {k for _, _, t in seen for k in t.column("key").to_pylist()}
-        assert len(seen) < blocks or blocks <= 50
+        for max_bytes in (1, dedup_shuffle.SCAN_BYTES):
+            seen = list(dedup_shuffle.scan_blocks(uri, wanted_keys, max_bytes))
+            got = np.concatenate([t.column("key").to_numpy() for t in seen])
+            cuts = dedup_shuffle.partition_cuts(blocks)
+            hit_blocks = set((np.searchsorted(cuts, wanted_keys.astype(np.uint64), side="right") - 1).tolist())
+            assert sorted(got.tolist()) == sorted(k for k in keys.tolist() if np.searchsorted(cuts, np.uint64(k), side="right") - 1 in hit_blocks)
+            runs = len(hit_blocks) if max_bytes == 1 else sum(1 for b in hit_blocks if b - 1 not in hit_blocks)
+            assert len(seen) == runs
