@@ -684,13 +684,18 @@ _PREVIOUS_ROWS: dict[tuple[tuple[str, ...], tuple[str, ...] | None], pa.Table] =
 
 
 def _previous_rows(params: VerifyParams, labels: set[int], columns: tuple[str, ...] | None = None) -> pa.Table:
-    """The previous run's removal rows of the clusters ``labels`` (the files are read once per
-    task: verify asks for them twice; ``columns``: only those)."""
+    """The previous run's removal rows of the clusters ``labels``. Verify asks several times for
+    its range's rows: the files are read once per task. Plan asks once, for a few ``columns``,
+    maybe over many label ranges: each file is filtered as it is read (only the asked rows held)."""
+    wanted = pa.array(sorted(labels), pa.int64())
+    if columns is not None:
+        parts = [t.filter(pc.is_in(t.column("label"), wanted)) for t in (_verdicts(uri, columns) for uri in params.previous)]
+        return pa.concat_tables(parts) if parts else pa.schema([VERDICT_SCHEMA.field(c) for c in columns]).empty_table()
     before = _PREVIOUS_ROWS.get((params.previous, columns))
     if before is None:
         _PREVIOUS_ROWS.clear()
         before = _PREVIOUS_ROWS[(params.previous, columns)] = pa.concat_tables([_verdicts(uri, columns) for uri in params.previous])
-    return before.filter(pc.is_in(before.column("label"), pa.array(sorted(labels), pa.int64())))
+    return before.filter(pc.is_in(before.column("label"), wanted))
 
 
 def _verdicts(uri: str, columns: Sequence[str] | None = None) -> pa.Table:
@@ -1545,12 +1550,32 @@ def find_fuzzy_duplicates(
             text_blocks=verify_parts,
         )
 
+    plan_parts = verify_parts
+    if incremental:
+        touched_members = sum(int(r.stats["members"]) for r in members)
+        plan_parts = min(verify_parts, 1 << max(0, (shuffle.partitions_for(touched_members, scale.members_per_partition) - 1).bit_length()))
+
     # 5. plan, 6. gather, 7. verify
     def verify_pass(prefix: str, previous: Sequence[tuple[str, ...]], replay: bool) -> tuple[list[ShardResult], list[ShardResult]]:
         def vp(p: int, lo: int, hi: int) -> VerifyParams:
             return dataclasses.replace(verify_params(p, lo, hi), previous=previous[p], replay=replay)
 
-        plans = run([ShardTask(fuzzy_plan, member_files, storage.join(work, "plan", prefix + _blocks_name(p, verify_parts)), vp(p, lo, hi)) for p, (lo, hi) in enumerate(bounds)])
+        # Incremental: the member files hold the touched clusters only, so a plan task covers
+        # several consecutive label ranges (members_per_partition touched members each).
+        spans = verify_parts // plan_parts
+        plans = run(
+            [
+                ShardTask(
+                    fuzzy_plan,
+                    member_files,
+                    storage.join(work, "plan", prefix + _blocks_name(q, plan_parts)),
+                    dataclasses.replace(
+                        vp(q * spans, bounds[q * spans][0], bounds[(q + 1) * spans - 1][1]), previous=tuple(dict.fromkeys(f for p in range(q * spans, (q + 1) * spans) for f in previous[p]))
+                    ),
+                )
+                for q in range(plan_parts)
+            ]
+        )
         plan_files = tuple(r.output for r in plans)
         wanted = [tuple(x) for r in plans for x in r.stats.get("requested_runs", [[0, shuffle.KEY_SPACE]])]
 

@@ -502,6 +502,8 @@ def test_incremental_rebuild_of_one_changed_source_equals_a_full_rebuild(tmp_pat
     full3_stats = dedup.find_fuzzy_duplicates(buckets3, normalized3, {"gamma"}, full3, scale=SMALL_TASKS)
     # delta lost an unclustered document: its nodes, clusters and removals stay, nothing is republished
     assert again_stats["changed_sources"] == ["delta"] and again_stats["cc_method"] == "incremental" and again_stats["sources_republished"] == 0
+    # no cluster touched: one plan task covers every label range
+    assert again_stats["steps"]["plan"]["tasks"] == 1 < again_stats["verify_partitions"] == again_stats["steps"]["verify"]["tasks"]
     for source in buckets3:
         assert storage.read_bytes(dedup.removed_uri(again, source)) == storage.read_bytes(dedup.removed_uri(full3, source))
     assert again_stats["removed_ids_digest"] == full3_stats["removed_ids_digest"]
