@@ -88,7 +88,7 @@ def exact_map(inputs: list[str], output: str, params: MapParams) -> dict[str, An
         chars = doc_lengths(params.source, normalized_uri, inputs[len(normalized) + k] if params.with_lengths else None, len(ids))
         pieces.append(pa.table([pa.array(shuffle.prefix_keys(ids)), ids, pa.array(np.full(len(ids), params.rank, np.int32)), chars], schema=MAP_SCHEMA))
     table = pa.concat_tables(pieces) if pieces else MAP_SCHEMA.empty_table()
-    shuffle.write_keyed(table, output, shuffle.partitions_for(table.num_rows * params.maps, params.ids_per_partition))
+    shuffle.write_keyed(table, output, shuffle.pow2_partitions(table.num_rows * params.maps, params.ids_per_partition))
     return {"docs": table.num_rows, "chars": int(pc.sum(table.column("chars")).as_py() or 0)}
 
 
@@ -164,7 +164,7 @@ def find_exact_duplicates(
     mapped = runner.map(map_tasks)
     map_files = tuple(r.output for r in mapped)
     docs = sum(int(r.stats["docs"]) for r in mapped)
-    partitions = shuffle.partitions_for(docs, ids_per_partition)
+    partitions = shuffle.pow2_partitions(docs, ids_per_partition)  # the map files' blocks cut these ranges
     reduce_tasks = [
         ShardTask(exact_reduce, map_files, storage.join(work, "reduce", storage.shard_name(p, partitions)), ReduceParams(lo, hi))
         for p, (lo, hi) in enumerate(shuffle.partition_bounds(partitions))

@@ -295,7 +295,7 @@ def fuzzy_map(inputs: list[str], output: str, params: MapParams) -> dict[str, An
     if params.added_base >= 0:
         fresh = pc.greater_equal(records.column("node"), (params.slot << RANK_SHIFT) + params.added_base)
         totals["added_records"] = shuffle.write_sorted(records.filter(fresh), added_uri(output))
-    shuffle.write_keyed(records, output, shuffle.partitions_for(records.num_rows * params.maps, params.records_per_partition))
+    shuffle.write_keyed(records, output, shuffle.pow2_partitions(records.num_rows * params.maps, params.records_per_partition))
     return totals | {"bands": min(bands) if bands else 0, "runs": runs}
 
 
@@ -324,7 +324,7 @@ def fuzzy_edges(inputs: list[str], output: str, params: RangeParams) -> dict[str
     if u.size:
         pairs = np.unique(np.stack([u, v], axis=1), axis=0)
         u, v = pairs[:, 0], pairs[:, 1]
-    shuffle.write_keyed(edge_table(u, v), output, shuffle.partitions_for(2 * u.size * params.tasks, params.edges_per_task))
+    shuffle.write_keyed(edge_table(u, v), output, shuffle.pow2_partitions(2 * u.size * params.tasks, params.edges_per_task))
     starts = np.flatnonzero(new)
     largest = int(np.diff(np.append(starts, key.size)).max()) if starts.size else 0
     return {"records": int(key.size), "edges": int(u.size), "largest_bucket": largest}
@@ -1388,7 +1388,7 @@ def find_fuzzy_duplicates(
         and all(storage.exists(added_uri(t.output)) for t in map_tasks if t.params.source in added_base)
     )
     records = sum(int(r.stats["records"]) for r in mapped)
-    edge_parts = shuffle.partitions_for(records, scale.records_per_partition)
+    edge_parts = shuffle.pow2_partitions(records, scale.records_per_partition)
     bounds_e = shuffle.partition_bounds(edge_parts)
     cc_stats: dict[str, Any]
     label_rows: list[int | None] = []
@@ -1645,7 +1645,7 @@ def find_fuzzy_duplicates(
                 kept[s] = old
         moved = {rank[s] for s in sources if s not in kept}
     removed_total = sum(int(n) for r in verified for k, n in r.stats["removed_by_rank"].items() if moved is None or int(k) in moved)
-    removal_parts = shuffle.partitions_for(removed_total, scale.members_per_partition)
+    removal_parts = min(verify_parts, shuffle.pow2_partitions(removed_total, scale.members_per_partition))  # the verify outputs' blocks cut these ranges
     ranks_filter = None if moved is None else tuple(sorted(moved))
     parts = run(
         [

@@ -81,6 +81,12 @@ def partitions_for(records: int, per_partition: int) -> int:
     return max(1, -(-int(records) // max(1, int(per_partition))))
 
 
+def pow2_partitions(records: int, per_partition: int) -> int:
+    """:func:`partitions_for` rounded up to a power of two: equal key ranges that a writer's
+    power-of-two blocks (:func:`equal_blocks`) cut exactly."""
+    return 1 << (partitions_for(records, per_partition) - 1).bit_length()
+
+
 def write_sorted(table: pa.Table, uri: str) -> int:
     """Write ``table`` sorted by ``key`` (then by its other sort columns already applied)."""
     if table.num_rows:
@@ -191,10 +197,11 @@ MIN_BLOCK_ROWS = 256  # a block's stream header (~0.4 KB) stays small beside its
 
 def equal_blocks(rows: int, readers: int) -> int:
     """How many equal key ranges a writer cuts its rows into when its readers' ranges are not
-    known yet (their count follows totals counted by the step itself): a power of two, at
-    least four per expected reader (a reader of a power-of-two range reads its blocks exactly,
-    and one of a finer range its covering block), but no block under ~MIN_BLOCK_ROWS rows."""
-    want = max(1, min(4 * max(1, int(readers)), int(rows) // MIN_BLOCK_ROWS))
+    known yet (their count follows totals counted by the step itself): a power of two, one per
+    expected reader (readers of :func:`pow2_partitions` ranges then read one block each; a
+    reader of a finer range reads its covering block), but no block under ~MIN_BLOCK_ROWS rows
+    (each block costs a stream header and ~0.1 ms to open)."""
+    want = max(1, min(max(1, int(readers)), int(rows) // MIN_BLOCK_ROWS))
     return 1 << (want - 1).bit_length()
 
 
