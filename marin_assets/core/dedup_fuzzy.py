@@ -680,7 +680,7 @@ def _replay_candidates(sets: pl.DataFrame, before: pl.DataFrame | None, reuse: s
     return out
 
 
-_PREVIOUS_ROWS: dict[tuple[tuple[str, ...], tuple[str, ...] | None], pa.Table] = {}  # one task's previous verify outputs, read once
+_PREVIOUS_ROWS: dict[tuple[str, ...], pa.Table] = {}  # one verify task's previous verify outputs, read once
 
 
 def _previous_rows(params: VerifyParams, labels: set[int], columns: tuple[str, ...] | None = None) -> pa.Table:
@@ -691,10 +691,10 @@ def _previous_rows(params: VerifyParams, labels: set[int], columns: tuple[str, .
     if columns is not None:
         parts = [t.filter(pc.is_in(t.column("label"), wanted)) for t in (_verdicts(uri, columns) for uri in params.previous)]
         return pa.concat_tables(parts) if parts else pa.schema([VERDICT_SCHEMA.field(c) for c in columns]).empty_table()
-    before = _PREVIOUS_ROWS.get((params.previous, columns))
+    before = _PREVIOUS_ROWS.get(params.previous)
     if before is None:
         _PREVIOUS_ROWS.clear()
-        before = _PREVIOUS_ROWS[(params.previous, columns)] = pa.concat_tables([_verdicts(uri, columns) for uri in params.previous])
+        before = _PREVIOUS_ROWS[params.previous] = pa.concat_tables([_verdicts(uri) for uri in params.previous])
     return before.filter(pc.is_in(before.column("label"), wanted))
 
 

@@ -96,6 +96,8 @@ def write_sorted(table: pa.Table, uri: str) -> int:
 
 
 _BLOCK_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")  # fast; scratch a little larger than zstd Parquet
+BLOCK_SUFFIX = ".blocks"
+MIN_BLOCK_ROWS = 256  # a block's stream header (~0.4 KB) stays small beside its rows
 
 
 def write_blocks(table: pa.Table, uri: str, bounds: Sequence[tuple[int, int]] | None = None, *, cuts: Sequence[int] | np.ndarray | None = None) -> int:
@@ -152,8 +154,7 @@ def read_block_spans(uris: Iterable[str], spans: Sequence[tuple[int, int]], sche
     for uri in uris if spans else ():
         fs, path = storage.filesystem(uri)
         with fs.open(path, "rb") as handle:
-            handle.seek(-8, 2)
-            count = int(np.frombuffer(handle.read(8), "<u8")[0])
+            count = _block_count(handle)
             if blocks is not None and count != blocks:
                 raise ValueError(f"{uri} holds {count} blocks where its readers expect {blocks}: it was written at other cuts; remove the run's _work folder and rerun")
             for b0, b1 in spans:
@@ -175,24 +176,19 @@ def read_all_blocks(uri: str, schema: pa.Schema) -> pa.Table:
     """Every block of one :func:`write_blocks` file (a whole-file reader, e.g. of kept labels)."""
     fs, path = storage.filesystem(uri)
     with fs.open(path, "rb") as handle:
-        handle.seek(-8, 2)
-        count = int(np.frombuffer(handle.read(8), "<u8")[0])
+        count = _block_count(handle)
     return read_block_spans([uri], [(0, count)], schema) if count else schema.empty_table()
 
 
 def read_whole(uri: str, schema: pa.Schema) -> pa.Table:
     """All rows of a key-sorted Parquet file or of a block file (``.blocks``), as ``schema``."""
-    table = read_all_blocks(uri, schema) if uri.endswith(".blocks") else storage.read_parquet(uri)
+    table = read_all_blocks(uri, schema) if uri.endswith(BLOCK_SUFFIX) else storage.read_parquet(uri)
     return table.select(schema.names).cast(schema)
 
 
 def partition_cuts(partitions: int) -> np.ndarray:
     """The edges of :func:`partition_bounds` (``partitions + 1`` keys, 0 to ``KEY_SPACE``)."""
     return np.asarray([p * KEY_SPACE // partitions for p in range(max(1, partitions))] + [KEY_SPACE], np.uint64)
-
-
-BLOCK_SUFFIX = ".blocks"
-MIN_BLOCK_ROWS = 256  # a block's stream header (~0.4 KB) stays small beside its rows
 
 
 def equal_blocks(rows: int, readers: int) -> int:
@@ -215,6 +211,7 @@ def write_keyed(table: pa.Table, uri: str, readers: int) -> int:
 
 
 def _block_count(handle: Any) -> int:
+    """The number of blocks of an open :func:`write_blocks` file (its last 8 bytes)."""
     handle.seek(-8, 2)
     return int(np.frombuffer(handle.read(8), "<u8")[0])
 
