@@ -244,19 +244,13 @@ def scan_blocks(uri: str, keys: np.ndarray, max_bytes: int = SCAN_BYTES) -> Iter
 
 
 def _read_keyed(uri: str, spans: Sequence[tuple[int, int]], schema: pa.Schema | None, columns: Sequence[str] | None) -> pa.Table:
-    """Rows of a :func:`write_keyed` file whose key lies in the sorted, disjoint ``spans``."""
+    """Rows of a :func:`write_keyed` file whose key lies in the sorted, disjoint ``spans``
+    (its cuts follow from its block count)."""
     fs, path = storage.filesystem(uri)
     with fs.open(path, "rb") as handle:
         count = _block_count(handle)
-    blocks, exact = covering_spans(partition_cuts(count), spans)
-    empty = schema if schema is not None else pa.schema([("key", pa.int64())])
-    table = read_block_spans([uri], blocks, empty)
-    if table.num_rows == 0:
-        return empty.empty_table() if columns is None else pa.schema([empty.field(c) for c in dict.fromkeys(["key", *columns])]).empty_table()
-    if not exact:
-        keys = table.column("key").to_numpy().astype(np.uint64)
-        bounds = np.asarray(spans, np.uint64).ravel()  # KEY_SPACE fits unsigned
-        table = table.filter(pa.array((np.searchsorted(bounds, keys, side="right") % 2) == 1))
+    full = schema if schema is not None else pa.schema([("key", pa.int64())])
+    table = read_ranges_blocks([uri], partition_cuts(count), spans, full)
     return table if columns is None else table.select(list(dict.fromkeys(["key", *columns])))
 
 
