@@ -79,11 +79,16 @@ from marin_assets.core.runner import ShardRunner, ShardResult, ShardTask
 RANK_SHIFT = 40
 STATE_FILE = "_fuzzy_state.json"
 RELABEL_FILES = 16  # previous label files per relabel task (the members step reads one touched-rows file per task)
-LAYOUT = 3  # the state's layout: nodes kept across changes, label files kept for the next run, map and verify outputs in blocks
+LAYOUT = 4  # the state's layout: nodes kept across changes, label files kept for the next run, map and verify outputs in blocks, retained members in the cluster records
 
 RECORD_SCHEMA = pa.schema([("key", pa.int64()), ("node", pa.int64())])
 NODE_SCHEMA = pa.schema([("id", pa.string()), ("chars", pa.int64()), ("node", pa.int64()), ("digest", pa.uint64())])
-MEMBER_SCHEMA = pa.schema([("key", pa.int64()), ("label", pa.int64()), ("node", pa.int64()), ("rank", pa.int32()), ("id", pa.string()), ("chars", pa.int64())])
+# ``added``: incremental, the member was not in the previous run's cluster of its label (a full
+# run: false everywhere)
+MEMBER_SCHEMA = pa.schema(
+    [("key", pa.int64()), ("label", pa.int64()), ("node", pa.int64()), ("rank", pa.int32()), ("id", pa.string()), ("chars", pa.int64()), ("added", pa.bool_())]
+)
+DELTA_SCHEMA = LABEL_SCHEMA.append(pa.field("added", pa.bool_()))  # the touched clusters' rows, as the members step reads them
 REMAP_SCHEMA = pa.schema([("key", pa.int64()), ("node", pa.int64()), ("label", pa.int64()), ("fresh", pa.bool_())])
 # ``big``: the cluster is verified batch by batch (its texts go to the streamed file, not the blocks)
 REQUEST_SCHEMA = pa.schema([("key", pa.int64()), ("lkey", pa.int64()), ("pos", pa.int64()), ("big", pa.bool_())])
@@ -105,8 +110,11 @@ VERDICT_SCHEMA = pa.schema(
         ("chars", pa.int64()),
     ]
 )
+# A cluster's record: its size, a digest of its members and the member keys (source rank, id) of
+# those it retained; with its removal rows that is every member, and a later run replays the
+# retained ones against the members it gained.
 CLUSTER_SCHEMA = pa.schema(
-    [("label", pa.int64()), ("size", pa.int64()), ("members", pa.string()), ("keys", pa.list_(pa.string()))]
+    [("label", pa.int64()), ("size", pa.int64()), ("members", pa.string()), ("retained", pa.list_(pa.string()))]
 )
 
 
@@ -478,7 +486,7 @@ def fuzzy_relabel(inputs: list[str], output: str, params: RelabelParams) -> dict
         appended = pa.concat_tables([shuffle.read_whole(uri, LABEL_SCHEMA) for uri in extra])
     for k, (uri, out) in enumerate(zip(label_files, params.outputs + (None,) * len(extra))):
         table = shuffle.read_whole(uri, LABEL_SCHEMA)
-        label = table.column("label").to_numpy()
+        label = before = table.column("label").to_numpy()
         if out is not None:
             if was.size and label.size:
                 pos = np.minimum(np.searchsorted(was, label), was.size - 1)
@@ -490,10 +498,14 @@ def fuzzy_relabel(inputs: list[str], output: str, params: RelabelParams) -> dict
                 written = written.take(pc.sort_indices(written, sort_keys=[("key", "ascending")]))
             storage.write_parquet(written, out, row_group_size=shuffle.ROW_GROUP_ROWS)
             labels += written.num_rows
-        delta = table.filter(pa.array(np.isin(label, touched)))
+        hit = np.isin(label, touched)
+        # added: not in the previous cluster of its (new) label: a fresh node, or one whose
+        # previous cluster merged into a smaller label
+        added = np.full(int(hit.sum()), out is None) if out is None else (before != label)[hit]
+        delta = table.filter(pa.array(hit)).append_column("added", pa.array(added))
         touched_members += delta.num_rows
         deltas.append(delta)
-    shuffle.write_blocks(pa.concat_tables(deltas) if deltas else LABEL_SCHEMA.empty_table(), output, cuts=shuffle.read_cuts(params.delta_cuts))
+    shuffle.write_blocks(pa.concat_tables(deltas) if deltas else DELTA_SCHEMA.empty_table(), output, cuts=shuffle.read_cuts(params.delta_cuts))
     return {"labels": labels, "touched_members": touched_members}
 
 
@@ -516,17 +528,18 @@ def _shard_members(nodes_file: str, params: ShardParams, labels: pa.Table) -> pa
         return MEMBER_SCHEMA.empty_table()
     node = labels.column("node").to_numpy()
     label = labels.column("label").to_numpy()
+    added = labels.column("added").to_numpy(zero_copy_only=False) if "added" in labels.column_names else np.zeros(node.size, bool)
     nodes_table = storage.read_parquet(nodes_file)
     if "node" in nodes_table.column_names:
         mine = nodes_table.column("node").to_numpy()
         hit = np.isin(node, mine)
-        node, label = node[hit], label[hit]
+        node, label, added = node[hit], label[hit], added[hit]
         rows = _rows_of(mine, node)
     else:
         rows = node - params.first_node
     table = nodes_table.take(pa.array(rows))
     rank = pa.array(np.full(node.size, params.rank, np.int32))
-    return pa.table([pa.array(shuffle.hash_keys(label)), pa.array(label), pa.array(node), rank, table.column("id"), table.column("chars")], schema=MEMBER_SCHEMA)
+    return pa.table([pa.array(shuffle.hash_keys(label)), pa.array(label), pa.array(node), rank, table.column("id"), table.column("chars"), pa.array(added)], schema=MEMBER_SCHEMA)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -534,6 +547,7 @@ class GroupParams:
     shards: tuple[ShardParams, ...]
     label_cuts: str  # the label files (full: the labels; incremental: the touched rows) are block files cut at these stored node cuts
     member_blocks: int  # write one block for each of this many equal label-key ranges
+    delta: bool = False  # the label files are the touched rows (with their ``added`` flag)
 
 
 def shard_runs(first_node: int, rows: int, runs: Sequence[Sequence[int]]) -> tuple[tuple[int, int], ...]:
@@ -550,7 +564,7 @@ def fuzzy_members_group(inputs: list[str], output: str, params: GroupParams) -> 
     nodes_files, label_files = inputs[:k], inputs[k:]
     runs = [shard_runs(p.first_node, p.rows, p.runs) for p in params.shards]
     merged = _merge_runs([r for rs in runs for r in rs])
-    labels = shuffle.read_ranges_blocks(label_files, shuffle.read_cuts(params.label_cuts), merged, LABEL_SCHEMA)
+    labels = shuffle.read_ranges_blocks(label_files, shuffle.read_cuts(params.label_cuts), merged, DELTA_SCHEMA if params.delta else LABEL_SCHEMA)
     keys = labels.column("key").to_numpy()
     parts = []
     for n, p, rs in zip(nodes_files, params.shards, runs):
@@ -589,7 +603,7 @@ def _clusters(member_files: Sequence[str], lo: int, hi: int, blocks: int) -> pl.
     """Members of a label range in processing order: cluster, longest first, source, id (from
     block files of ``blocks`` equal key ranges: the blocks covering the range)."""
     table = shuffle.read_ranges_blocks(member_files, shuffle.partition_cuts(blocks), [(lo, hi)], MEMBER_SCHEMA)
-    frame = pl.from_arrow(table.select(["key", "label", "node", "rank", "id", "chars"]))
+    frame = pl.from_arrow(table.select(["key", "label", "node", "rank", "id", "chars", "added"]))
     return frame.sort(["label", "chars", "rank", "id"], descending=[False, True, False, False])
 
 
@@ -603,24 +617,16 @@ def _with_member_keys(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def _member_sets(frame: pl.DataFrame) -> pl.DataFrame:
-    """Per cluster: label, size, a 128-bit hash of its sorted (source rank, id) members and the
-    member keys themselves (a later run replays a cluster that only gained members)."""
-    rows = frame.select("label", "rank", "id").sort(["label", "rank", "id"])
-    grouped = (
-        rows.with_columns(pl.concat_str([pl.col("rank").cast(pl.String), pl.lit("\x00"), pl.col("id")]).alias("mkey"))
-        .group_by("label", maintain_order=True)
-        .agg(pl.len().cast(pl.Int64).alias("size"), (pl.col("mkey") + pl.lit("\n")).str.join("").alias("text"), pl.col("mkey").alias("keys"))
-    )
+    """Per cluster: label, size and a 128-bit hash of its sorted (source rank, id) members."""
+    rows = _with_member_keys(frame.select("label", "rank", "id").sort(["label", "rank", "id"]))
+    grouped = rows.group_by("label", maintain_order=True).agg(pl.len().cast(pl.Int64).alias("size"), (pl.col("mkey") + pl.lit("\n")).str.join("").alias("text"))
     digests = [xxhash.xxh3_128_hexdigest(t.encode()) for t in grouped["text"].to_list()]
-    return pl.DataFrame(
-        {"label": grouped["label"], "size": grouped["size"], "members": digests, "keys": grouped["keys"]},
-        schema={"label": pl.Int64, "size": pl.Int64, "members": pl.String, "keys": pl.List(pl.String)},
-    )
+    return pl.DataFrame({"label": grouped["label"], "size": grouped["size"], "members": digests}, schema={"label": pl.Int64, "size": pl.Int64, "members": pl.String})
 
 
 def _previous_clusters(params: VerifyParams, only: Sequence[int] | None = None) -> pl.DataFrame:
-    """The previous run's clusters whose labels fall in this task's range (and are in ``only``,
-    when given: filtered before the member keys are converted)."""
+    """The previous run's cluster records whose labels fall in this task's range (and are in
+    ``only``, when given)."""
     parts = []
     for uri in params.previous:
         table = storage.read_parquet(clusters_uri(uri))
@@ -636,10 +642,14 @@ def _reusable(frame: pl.DataFrame, params: VerifyParams, sets: pl.DataFrame | No
     """Labels whose verdict can be copied: the previous run had a cluster with the same label
     and exactly the same (source, id) members; ids hash the text, so the verdict is the same.
     Also the previous clusters read (with ``frame_only``, only those labelled as one in
-    ``frame``, which is all that reuse and replay look at)."""
+    ``frame``, which is all that reuse and replay look at). The first pass of an incremental run
+    (``remap``, replaying) sees only touched clusters, each of which gained a member: nothing to
+    compare."""
     if not params.previous:
         return set(), None
     before = _previous_clusters(params, frame["label"].unique().to_list() if frame_only else None)
+    if params.remap and params.replay:
+        return set(), before
     sets = _member_sets(frame) if sets is None else sets
     joined = sets.join(before.select("label", "size", "members"), on=["label", "size", "members"], how="inner")
     return set(joined["label"].to_list()), before
@@ -662,21 +672,6 @@ def row_sums(table: pa.Table) -> dict[int, int]:
     out = {}
     for rank, lo1, hi1, lo2, hi2 in sums.select("rank", "lo1", "hi1", "lo2", "hi2").iter_rows():
         out[int(rank)] = ((((hi1 << 32) + lo1) << 64) + (hi2 << 32) + lo2) % (1 << 128)
-    return out
-
-
-def _replay_candidates(sets: pl.DataFrame, before: pl.DataFrame | None, reuse: set[int]) -> dict[int, tuple[set[str], set[str]]]:
-    """Clusters that only gained members since the previous run (same label, every previous
-    member still in it): label -> (added member keys, previous member keys)."""
-    if before is None or "keys" not in before.columns:
-        return {}
-    prev = before.filter(pl.col("keys").is_not_null() & ~pl.col("label").is_in(list(reuse))).select("label", pl.col("keys").alias("before"))
-    now = sets.filter(~pl.col("label").is_in(list(reuse))).select("label", "keys")
-    out: dict[int, tuple[set[str], set[str]]] = {}
-    for label, keys, old in now.join(prev, on="label", how="inner").iter_rows():
-        a, b = set(keys), set(old)
-        if b < a:
-            out[int(label)] = (a - b, b)
     return out
 
 
@@ -704,45 +699,56 @@ def _verdicts(uri: str, columns: Sequence[str] | None = None) -> pa.Table:
     return table if columns is None else table.select(list(columns))
 
 
-def _replay_requests(
-    frame: pl.DataFrame, params: VerifyParams, reuse: set[int], before: pl.DataFrame | None, sets: pl.DataFrame | None = None, columns: tuple[str, ...] | None = None
-) -> tuple[pl.DataFrame, dict, pa.Table | None]:
-    """The members whose text this run needs: every member of a cluster verified in full; of a
-    replayed cluster only its added members and the previous run's retained ones."""
+def _replay_plan(frame: pl.DataFrame, params: VerifyParams, reuse: set[int], before: pl.DataFrame | None, columns: tuple[str, ...] | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Split the clusters not reused into those verified in full and those replayed: a cluster
+    that only gained members since the previous run (same label, every previous member still in
+    it) replays the previous decisions, reading only its added members and the previous run's
+    retained ones (the removed ones never represent). Returns both row sets in processing order;
+    the replayed rows' ``added`` flag says which members are new to the cluster.
+
+    Incremental components mark the added members (a cluster without any other is new); else
+    the previous members are the cluster's retained keys and removal rows (``columns``: read
+    file by file with those columns, as plan does)."""
     todo = frame.filter(~pl.col("label").is_in(list(reuse))) if reuse else frame
-    if not params.replay or before is None:
-        return todo, {}, None
-    cands = _replay_candidates(_member_sets(todo) if sets is None else sets, before, reuse)
-    if not cands:
-        return todo, {}, None
-    prev = _previous_rows(params, set(cands), columns)
-    removed = _with_member_keys(pl.from_arrow(prev.select(["label", "rank", "id"]))).select("label", "mkey")
+    if not params.replay or before is None or not todo.height:
+        return todo, todo.clear()
+    prior = before.filter(pl.col("retained").is_not_null() & pl.col("label").is_in(todo["label"].unique().to_list()))
     keyed = _with_member_keys(todo)
-    needed = keyed.join(removed, on=["label", "mkey"], how="anti", maintain_order="left")
+    if not params.remap:
+        removed = pl.from_arrow(_previous_rows(params, set(prior["label"].to_list()), columns).select(["label", "rank", "id"]))
+        previous = pl.concat([_with_member_keys(removed).select("label", "mkey"), prior.select("label", pl.col("retained").alias("mkey")).explode("mkey")])
+        lost = previous.join(keyed, on=["label", "mkey"], how="anti")["label"].unique().to_list()  # a previous member is gone: verify in full
+        prior = prior.filter(~pl.col("label").is_in(lost))
+        keyed = keyed.drop("added").join(previous.with_columns(pl.lit(False).alias("added")), on=["label", "mkey"], how="left", maintain_order="left").with_columns(pl.col("added").fill_null(True))
+    kept = prior.select("label", pl.col("retained").alias("mkey"), pl.lit(True).alias("kept")).explode("mkey")
+    cands = keyed.filter(~pl.col("added")).select("label").unique().join(prior.select("label"), on="label", how="semi")["label"].to_list()
+    replay = (
+        keyed.filter(pl.col("label").is_in(cands))
+        .join(kept, on=["label", "mkey"], how="left", maintain_order="left")
+        .filter(pl.col("added") | pl.col("kept").is_not_null())
+    )
     # An added member processed before every previously retained one is retained itself: such a
     # cluster is verified in full at once (no second pass).
-    firsts = needed.filter(pl.col("label").is_in(list(cands))).group_by("label", maintain_order=True).agg(pl.col("mkey").first())
-    for label, key in firsts.iter_rows():
-        if key in cands[int(label)][0]:
-            del cands[int(label)]
-    removed = removed.filter(pl.col("label").is_in(list(cands)))
-    return keyed.join(removed, on=["label", "mkey"], how="anti", maintain_order="left").drop("mkey"), cands, prev.filter(pc.is_in(prev.column("label"), pa.array(sorted(cands), pa.int64())))
-
+    first = replay.group_by("label", maintain_order=True).agg(pl.col("added").first())
+    replayed = first.filter(~pl.col("added"))["label"].to_list()
+    replay = replay.filter(pl.col("label").is_in(replayed)).drop("mkey", "kept")
+    return todo.filter(~pl.col("label").is_in(replayed)), replay
 
 def _warm_clusters() -> None:
     """Load once per process what the plan and verify steps' Parquet list/string readers and
     polars' string, list and join kernels load lazily on first use (tiny tables, no work)."""
     import io  # noqa: PLC0415
 
-    frame = pl.DataFrame({"label": [1, 1], "node": [1, 2], "rank": [0, 1], "id": ["a", "b"], "chars": [2, 1]}, schema={"label": pl.Int64, "node": pl.Int64, "rank": pl.Int32, "id": pl.String, "chars": pl.Int64})
-    sets = _member_sets(frame)
-    for table in (sets.to_arrow().cast(CLUSTER_SCHEMA), VERDICT_SCHEMA.empty_table(), MEMBER_SCHEMA.empty_table()):
+    frame = pl.DataFrame(
+        {"label": [1, 1], "node": [1, 2], "rank": [0, 1], "id": ["a", "b"], "chars": [2, 1], "added": [False, True]},
+        schema={"label": pl.Int64, "node": pl.Int64, "rank": pl.Int32, "id": pl.String, "chars": pl.Int64, "added": pl.Boolean},
+    )
+    records = _member_sets(frame).with_columns(pl.lit(["0\x00a"]).alias("retained"))
+    for table in (records.to_arrow().cast(CLUSTER_SCHEMA), VERDICT_SCHEMA.empty_table(), MEMBER_SCHEMA.empty_table()):
         buffer = io.BytesIO()
         pq.write_table(table, buffer, compression=storage.PARQUET_COMPRESSION)
         pq.ParquetFile(io.BytesIO(buffer.getvalue())).read()
-    keyed = _with_member_keys(frame)
-    keyed.join(keyed.select("label", "mkey", pl.lit(True).alias("gone")), on=["label", "mkey"], how="left", maintain_order="left")
-    keyed.join(sets.select("label", pl.col("keys").alias("before")), on="label", how="inner").iter_rows()
+    _replay_plan(frame, VerifyParams(0, 1, ("a", "b"), (), ("warm",), FuzzyDedupParams(), remap="warm"), set(), records)
     pc.is_in(pa.array([1], pa.int64()), pa.array([1], pa.int64()))
 
 
@@ -764,13 +770,13 @@ def _with_fresh_previous_rows(step: Any, inputs: list[str], output: str, params:
 
 def _plan(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
     frame = _clusters(inputs, params.lo, params.hi, params.member_blocks)
-    sets = _member_sets(frame) if params.previous else None
-    reuse, before = _reusable(frame, params, sets, frame_only=True)
-    todo, cands, _ = _replay_requests(frame, params, reuse, before, sets, columns=("label", "rank", "id"))
+    reuse, before = _reusable(frame, params, frame_only=True)
+    full, replay = _replay_plan(frame, params, reuse, before, columns=("label", "rank", "id"))
+    # The clusters verify reads batch by batch (as verify finds them: verified in full, not replayed)
+    big = _streamed_labels(full, params)
+    todo = pl.concat([full, replay.select(full.columns)]) if replay.height else full
     node = todo["node"].to_numpy()
     pos = todo.select(pl.int_range(pl.len()).over("label"))[:, 0].to_numpy() if todo.height else np.zeros(0, np.int64)
-    # The clusters verify reads batch by batch (as verify finds them: verified in full, not replayed)
-    big = _streamed_labels(todo.filter(~pl.col("label").is_in(list(cands))) if cands else todo, params)
     big_rows = np.isin(todo["label"].to_numpy(), big) if todo.height else np.zeros(0, bool)
     requests = pa.table([pa.array(node.astype(np.int64)), pa.array(shuffle.hash_keys(todo["label"].to_numpy())), pa.array(pos.astype(np.int64)), pa.array(big_rows)], schema=REQUEST_SCHEMA)
     shuffle.write_blocks(requests, output, cuts=shuffle.read_cuts(params.request_cuts))  # one block per gather group's node ranges
@@ -920,6 +926,7 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
     sizes = _member_sets(frame)
     reuse, before_clusters = _reusable(frame, params, sizes)
     rows: list[tuple] = []  # this run's decisions (in VERDICT_SCHEMA order)
+    retained: dict[int, list[str]] = {}  # this run's retained member keys per cluster verified in full
     carried: list[pa.Table] = []  # the previous rows of reused and replayed clusters, as they were
     untouched = None
     if params.remap and before_clusters is not None:
@@ -932,10 +939,7 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
         untouched = before_clusters.filter(~hit)
         before_clusters = before_clusters.filter(hit)
         reuse |= set(untouched["label"].to_list())
-    if reuse:
-        carried.append(_previous_rows(params, reuse).select(VERDICT_SCHEMA.names).cast(VERDICT_SCHEMA))
-    _, cands, prev_rows = _replay_requests(frame, params, reuse, before_clusters, sizes)
-    todo = frame.filter(~pl.col("label").is_in(list(reuse | set(cands))))
+    todo, replay = _replay_plan(frame, params, reuse, before_clusters)
     # Clusters with more text than stream_chars are read batch by batch (in processing order)
     # from the streamed files; the texts of all others at once, from this range's blocks (the
     # range is sized to hold them).
@@ -946,9 +950,9 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
     counters = {"clusters": 0, "verified_clusters": 0, "reused_clusters": len(reuse), "verified_members": 0, "streamed_clusters": 0, "comparisons": 0, "exempt_kept": 0, "largest_cluster": 0}
     examples: list[tuple[int, dict[str, Any]]] = []
     exempt = {params.sources.index(s) for s in params.exempt if s in params.sources}
-    replayed, failed = _replay(frame, params, cands, prev_rows, text_of, exempt, rows, examples)
-    if replayed:
-        carried.append(prev_rows.filter(pc.is_in(prev_rows.column("label"), pa.array(sorted(replayed), pa.int64()))).select(VERDICT_SCHEMA.names).cast(VERDICT_SCHEMA))
+    replayed, failed = _replay(replay, params, text_of, exempt, rows, examples)
+    if reuse | replayed:
+        carried.append(_previous_rows(params, reuse | replayed).select(VERDICT_SCHEMA.names).cast(VERDICT_SCHEMA))
     counters["replayed_clusters"], counters["replay_failed"] = len(replayed), len(failed)
     if todo.height:
         labels = todo["label"].to_numpy()
@@ -962,6 +966,7 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
             streamed = ckey in big
             counters["streamed_clusters"] += int(streamed)
             verifier = GreedyVerifier(params.rule)
+            kept = retained[int(labels[s])] = []
             chunk_start = s
             while chunk_start < e:  # n-grams of about VERIFY_BATCH_CHARS at a time, in order
                 chunk_end, size = chunk_start, 0
@@ -979,6 +984,7 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
                     removal = verifier.offer(i, chars[i], grams[k], ranks[i] in exempt)
                     if removal is None:
                         excerpts[i] = texts[k][: params.excerpt_chars]
+                        kept.append(_member_key(ranks[i], ids[i]))
                         continue
                     r = removal.representative
                     rows.append((0, ranks[i], ids[i], int(labels[s]), ids[s], ids[r], params.sources[ranks[r]], removal.containment, removal.jaccard, chars[i]))
@@ -986,18 +992,16 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
                 chunk_start = chunk_end
             counters["comparisons"] += verifier.comparisons
             counters["exempt_kept"] += verifier.exempt_kept
-    if failed:  # verified in full by a second pass, which must not take this pass's (absent) verdict
-        gone = pl.col("label").is_in(list(failed))
-        sizes = sizes.with_columns(pl.when(gone).then(pl.lit("")).otherwise(pl.col("members")).alias("members"), pl.when(gone).then(None).otherwise(pl.col("keys")).alias("keys"))
+    records = _records(sizes, retained, before_clusters, reuse | replayed, failed)
     if untouched is not None and untouched.height:
-        sizes = pl.concat([sizes, pl.from_arrow(untouched.select(CLUSTER_SCHEMA.names).to_arrow().cast(CLUSTER_SCHEMA))], how="vertical_relaxed")
-    counters["clusters"] = sizes.height
-    counters["clustered_docs"] = int(sizes["size"].sum() or 0) if sizes.height else 0
-    counters["largest_cluster"] = int(sizes["size"].max() or 0) if sizes.height else 0
+        records = pl.concat([records, untouched.select(CLUSTER_SCHEMA.names)], how="vertical_relaxed")
+    counters["clusters"] = records.height
+    counters["clustered_docs"] = int(records["size"].sum() or 0) if records.height else 0
+    counters["largest_cluster"] = int(records["size"].max() or 0) if records.height else 0
     histogram: dict[str, int] = {}
-    for size in sizes["size"].to_list():
+    for size in records["size"].to_list():
         histogram[size_bin(size)] = histogram.get(size_bin(size), 0) + 1
-    storage.write_parquet(sizes.to_arrow().cast(CLUSTER_SCHEMA), clusters_uri(output))
+    storage.write_parquet(records.to_arrow().cast(CLUSTER_SCHEMA), clusters_uri(output))
     columns = list(zip(*rows)) if rows else [[] for _ in VERDICT_SCHEMA]
     verdict = pa.table([pa.array(list(c), type=f.type) for c, f in zip(columns, VERDICT_SCHEMA)], schema=VERDICT_SCHEMA)
     changes = None  # no previous run: every source's rows are new
@@ -1023,49 +1027,52 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
     }
 
 
-def _replay(
-    frame: pl.DataFrame, params: VerifyParams, cands: Mapping[int, tuple[set[str], set[str]]], prev: pa.Table | None, text_of: Mapping[int, str], exempt: set[int], rows: list, examples: list
-) -> tuple[set[int], set[int]]:
+def _records(sizes: pl.DataFrame, retained: Mapping[int, list[str]], before: pl.DataFrame | None, carried: set[int], failed: set[int]) -> pl.DataFrame:
+    """The cluster records of this run's clusters: retained keys as verified now, or the previous
+    ones where the previous decisions stand (reused, replayed). A cluster whose replay failed
+    gets no digest and no retained keys: the second pass verifies it in full."""
+    fresh = pl.DataFrame({"label": list(retained), "retained": list(retained.values())}, schema={"label": pl.Int64, "retained": pl.List(pl.String)})
+    if before is not None and carried:
+        fresh = pl.concat([fresh, before.filter(pl.col("label").is_in(list(carried))).select("label", "retained")])
+    records = sizes.join(fresh, on="label", how="left", maintain_order="left")
+    if failed:
+        gone = pl.col("label").is_in(list(failed))
+        records = records.with_columns(pl.when(gone).then(pl.lit("")).otherwise(pl.col("members")).alias("members"), pl.when(gone).then(None).otherwise(pl.col("retained")).alias("retained"))
+    return records
+
+
+def _replay(replay: pl.DataFrame, params: VerifyParams, text_of: Mapping[int, str], exempt: set[int], rows: list, examples: list) -> tuple[set[int], set[int]]:
     """Clusters that only gained members: the previous decisions stand while every added member
     is removed by the previous run's retained members before it (removed members never
-    represent, so no other decision can change). Appends the added members' rows (the previous
-    ones stand); returns the replayed labels and the failed ones (an added member is
-    retained: verify in full)."""
+    represent, so no other decision can change). ``replay`` holds, per cluster, the retained and
+    the added members in processing order. Appends the added members' rows (the previous ones
+    stand); returns the replayed labels and the failed ones (an added member is retained, or a
+    retained one removed: verify in full)."""
     replayed: set[int] = set()
     failed: set[int] = set()
-    if not cands or prev is None:
+    if not replay.height:
         return replayed, failed
-    removed_before = _with_member_keys(pl.from_arrow(prev.select(["label", "rank", "id"]))).select("label", "mkey", pl.lit(True).alias("gone"))
-    sub = _with_member_keys(frame.filter(pl.col("label").is_in(list(cands))))
-    sub = sub.join(removed_before, on=["label", "mkey"], how="left", maintain_order="left")
-    labels = sub["label"].to_numpy()
-    starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]]) if labels.size else np.zeros(0, np.int64)
+    labels = replay["label"].to_numpy()
+    starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
     ends = np.append(starts[1:], labels.size)
-    ids, ranks, chars, nodes = sub["id"].to_list(), sub["rank"].to_list(), sub["chars"].to_list(), sub["node"].to_list()
-    live = np.flatnonzero(sub["gone"].is_null().to_numpy())  # members the previous run did not remove
-    mkeys = sub["mkey"].gather(live).to_list() if live.size else []
+    ids, ranks, chars, nodes, added = (replay[c].to_list() for c in ("id", "rank", "chars", "node", "added"))
     for s, e in zip(starts.tolist(), ends.tolist()):
         label = int(labels[s])
-        added = cands[label][0]
-        a, b = np.searchsorted(live, [s, e])
-        idx = live[a:b].tolist()
-        keys = dict(zip(idx, mkeys[a:b]))
-        texts = [text_of.get(nodes[i]) for i in idx]
+        texts = [text_of.get(nodes[i]) for i in range(s, e)]
         if any(t is None for t in texts):
             raise DedupError(f"cluster {ids[s]}: member text missing from the gathered shards; rerun fuzzy_duplicates")
         grams = ngram_sets(texts, params.rule.ngram_size, params.rule.max_chars_per_doc)
-        place = {i: k for k, i in enumerate(idx)}
         verifier = GreedyVerifier(params.rule)
         new_rows, new_examples, ok = [], [], True
-        for k, i in enumerate(idx):
+        for k, i in enumerate(range(s, e)):
             removal = verifier.offer(i, chars[i], grams[k], ranks[i] in exempt)
-            if (removal is None) == (keys[i] in added):  # an added member retained, or a retained one removed
+            if (removal is None) == added[i]:  # an added member retained, or a retained one removed
                 ok = False
                 break
             if removal is not None:
                 r = removal.representative
                 new_rows.append((0, ranks[i], ids[i], label, ids[s], ids[r], params.sources[ranks[r]], removal.containment, removal.jaccard, chars[i]))
-                new_examples.append((params.sources[ranks[i]], ids[i], params.sources[ranks[r]], ids[r], removal, texts[k], texts[place[r]][: params.excerpt_chars]))
+                new_examples.append((params.sources[ranks[i]], ids[i], params.sources[ranks[r]], ids[r], removal, texts[k], texts[r - s][: params.excerpt_chars]))
         if not ok:
             failed.add(label)
             continue
@@ -1507,6 +1514,7 @@ def find_fuzzy_duplicates(
                     tuple(ShardParams(shard_list[i][0], shard_list[i][3], shard_list[i][4], rank[shard_list[i][0]], shard_list[i][5]) for i in idx),
                     node_cuts,
                     member_blocks,
+                    delta=incremental,
                 ),
             )
             for m, idx in enumerate(shard_groups)

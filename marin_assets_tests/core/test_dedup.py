@@ -517,7 +517,8 @@ def test_incremental_components_follow_added_and_removed_documents_like_a_full_r
     cache, first = str(tmp_path / "cache"), str(tmp_path / "first")
     first_stats = dedup.find_fuzzy_duplicates(buckets, normalized, {"gamma"}, first, scale=SMALL_TASKS, cache_uri=cache)
     state = storage.read_json(str(Path(first) / "_fuzzy_state.json"))
-    in_clusters = {k.split("\x00", 1)[1] for f in state["verify_files"] for keys in storage.read_parquet(dedup_fuzzy.clusters_uri(f)).column("keys").to_pylist() for k in keys}
+    retained = {k.split("\x00", 1)[1] for f in state["verify_files"] for keys in storage.read_parquet(dedup_fuzzy.clusters_uri(f)).column("retained").to_pylist() for k in keys}
+    in_clusters = retained | {r["id"] for s in buckets for r in read_removed(first, s)}
     lonely = next(t for t in stdlib_documents(30, per_doc=4, seed=5)[10:20] if doc_id(t) not in in_clusters)
     clustered = near_copies(600, seed=11)[300]  # in the big cluster
     more = near_copies(630, seed=11)[600:] + near_copies(9, seed=104, words=80)[-2:]
