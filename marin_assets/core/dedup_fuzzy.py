@@ -79,7 +79,7 @@ from marin_assets.core.runner import ShardRunner, ShardResult, ShardTask
 RANK_SHIFT = 40
 STATE_FILE = "_fuzzy_state.json"
 RELABEL_FILES = 16  # previous label files per relabel task (the members step reads one touched-rows file per task)
-LAYOUT = 4  # the state's layout: nodes kept across changes, label files kept for the next run, map and verify outputs in blocks, retained members in the cluster records
+LAYOUT = 4  # the state's layout: nodes kept across changes, label files kept for the next run, map and verify outputs in blocks, retained members (and big clusters' texts of them) in the cluster records
 
 RECORD_SCHEMA = pa.schema([("key", pa.int64()), ("node", pa.int64())])
 NODE_SCHEMA = pa.schema([("id", pa.string()), ("chars", pa.int64()), ("node", pa.int64()), ("digest", pa.uint64())])
@@ -112,10 +112,14 @@ VERDICT_SCHEMA = pa.schema(
 )
 # A cluster's record: its size, a digest of its members and the member keys (source rank, id) of
 # those it retained; with its removal rows that is every member, and a later run replays the
-# retained ones against the members it gained.
+# retained ones against the members it gained. A big cluster that retained few members (at most
+# one in HEAD_TEXT_SHARE) also keeps their texts (``texts``, parallel to ``retained``; else
+# nulls): that replay then reads no shard but the added members' (the texts are a small share
+# of the cluster's).
 CLUSTER_SCHEMA = pa.schema(
-    [("label", pa.int64()), ("size", pa.int64()), ("members", pa.string()), ("retained", pa.list_(pa.string()))]
+    [("label", pa.int64()), ("size", pa.int64()), ("members", pa.string()), ("retained", pa.list_(pa.string())), ("texts", pa.list_(pa.large_string()))]
 )
+HEAD_TEXT_SHARE = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -376,11 +380,13 @@ def fuzzy_bucket_hits(inputs: list[str], output: str, params: HitsParams) -> dic
     pieces = []
     scanned = 0
     for uri in inputs[params.added_files :] if added.size else ():
-        for table in shuffle.scan_blocks(uri, added):
+        for table in shuffle.scan_blocks(uri, added):  # a run of consecutive blocks: sorted by key
             scanned += table.num_rows
-            hit = np.isin(table.column("key").to_numpy(), added)
-            if hit.any():
-                pieces.append(table.filter(pa.array(hit)).select(["key", "node"]))
+            keys = table.column("key").to_numpy()
+            lo, hi = np.searchsorted(keys, added, side="left"), np.searchsorted(keys, added, side="right")
+            rows = np.repeat(lo, hi - lo) + (np.arange(int((hi - lo).sum())) - np.repeat(np.cumsum(hi - lo) - (hi - lo), hi - lo))
+            if rows.size:
+                pieces.append(table.take(pa.array(rows)).select(["key", "node"]))
     hits = pa.concat_tables(pieces).cast(RECORD_SCHEMA) if pieces else RECORD_SCHEMA.empty_table()
     shuffle.write_sorted(hits, output)
     return {"records": scanned, "hits": hits.num_rows}
@@ -495,8 +501,11 @@ def fuzzy_relabel(inputs: list[str], output: str, params: RelabelParams) -> dict
             written = table
             if appended is not None and k == len(params.outputs) - 1:
                 written = pa.concat_tables([table, appended])
-                written = written.take(pc.sort_indices(written, sort_keys=[("key", "ascending")]))
-            storage.write_parquet(written, out, row_group_size=shuffle.ROW_GROUP_ROWS)
+                _write_labels(written.take(pc.sort_indices(written, sort_keys=[("key", "ascending")])), out)
+            elif np.array_equal(label, before):
+                shuffle.copy_file(uri, out)  # no label of this file moved: the same bytes
+            else:
+                _write_labels(written, out)
             labels += written.num_rows
         hit = np.isin(label, touched)
         # added: not in the previous cluster of its (new) label: a fresh node, or one whose
@@ -507,6 +516,14 @@ def fuzzy_relabel(inputs: list[str], output: str, params: RelabelParams) -> dict
         deltas.append(delta)
     shuffle.write_blocks(pa.concat_tables(deltas) if deltas else DELTA_SCHEMA.empty_table(), output, cuts=shuffle.read_cuts(params.delta_cuts))
     return {"labels": labels, "touched_members": touched_members}
+
+
+def _write_labels(table: pa.Table, uri: str) -> None:
+    """A relabelled label file, in its previous file's format (read whole by the next run)."""
+    if uri.endswith(shuffle.BLOCK_SUFFIX):
+        shuffle.write_blocks(table, uri, cuts=[0, shuffle.KEY_SPACE])
+    else:
+        storage.write_parquet(table, uri, row_group_size=shuffle.ROW_GROUP_ROWS)
 
 
 # --------------------------------------------------------------------------- 4. members
@@ -529,7 +546,7 @@ def _shard_members(nodes_file: str, params: ShardParams, labels: pa.Table) -> pa
     node = labels.column("node").to_numpy()
     label = labels.column("label").to_numpy()
     added = labels.column("added").to_numpy(zero_copy_only=False) if "added" in labels.column_names else np.zeros(node.size, bool)
-    nodes_table = storage.read_parquet(nodes_file)
+    nodes_table = storage.read_parquet(nodes_file, columns=["id", "chars", "node"])
     if "node" in nodes_table.column_names:
         mine = nodes_table.column("node").to_numpy()
         hit = np.isin(node, mine)
@@ -704,35 +721,39 @@ def _replay_plan(frame: pl.DataFrame, params: VerifyParams, reuse: set[int], bef
     that only gained members since the previous run (same label, every previous member still in
     it) replays the previous decisions, reading only its added members and the previous run's
     retained ones (the removed ones never represent). Returns both row sets in processing order;
-    the replayed rows' ``added`` flag says which members are new to the cluster.
+    the replayed rows' ``added`` flag says which members are new to the cluster, and ``text`` is
+    a retained member's text where its record kept it (else null: gathered).
 
     Incremental components mark the added members (a cluster without any other is new); else
     the previous members are the cluster's retained keys and removal rows (``columns``: read
     file by file with those columns, as plan does)."""
     todo = frame.filter(~pl.col("label").is_in(list(reuse))) if reuse else frame
     if not params.replay or before is None or not todo.height:
-        return todo, todo.clear()
-    prior = before.filter(pl.col("retained").is_not_null() & pl.col("label").is_in(todo["label"].unique().to_list()))
+        return todo, todo.clear().with_columns(pl.lit(None, pl.String).alias("text"))
+    prior = before.filter(pl.col("retained").is_not_null()).join(todo.select("label").unique(), on="label", how="semi")
     keyed = _with_member_keys(todo)
     if not params.remap:
         removed = pl.from_arrow(_previous_rows(params, set(prior["label"].to_list()), columns).select(["label", "rank", "id"]))
         previous = pl.concat([_with_member_keys(removed).select("label", "mkey"), prior.select("label", pl.col("retained").alias("mkey")).explode("mkey")])
-        lost = previous.join(keyed, on=["label", "mkey"], how="anti")["label"].unique().to_list()  # a previous member is gone: verify in full
-        prior = prior.filter(~pl.col("label").is_in(lost))
+        lost = previous.join(keyed, on=["label", "mkey"], how="anti").select("label").unique()  # a previous member is gone: verify in full
+        prior = prior.join(lost, on="label", how="anti")
         keyed = keyed.drop("added").join(previous.with_columns(pl.lit(False).alias("added")), on=["label", "mkey"], how="left", maintain_order="left").with_columns(pl.col("added").fill_null(True))
-    kept = prior.select("label", pl.col("retained").alias("mkey"), pl.lit(True).alias("kept")).explode("mkey")
-    cands = keyed.filter(~pl.col("added")).select("label").unique().join(prior.select("label"), on="label", how="semi")["label"].to_list()
-    replay = (
-        keyed.filter(pl.col("label").is_in(cands))
-        .join(kept, on=["label", "mkey"], how="left", maintain_order="left")
-        .filter(pl.col("added") | pl.col("kept").is_not_null())
-    )
-    # An added member processed before every previously retained one is retained itself: such a
-    # cluster is verified in full at once (no second pass).
-    first = replay.group_by("label", maintain_order=True).agg(pl.col("added").first())
-    replayed = first.filter(~pl.col("added"))["label"].to_list()
-    replay = replay.filter(pl.col("label").is_in(replayed)).drop("mkey", "kept")
-    return todo.filter(~pl.col("label").is_in(replayed)), replay
+    kept = prior.select("label", pl.col("retained").alias("mkey"), pl.col("texts").alias("text"), pl.lit(True).alias("kept")).explode(["mkey", "text"])
+    marked = keyed.join(kept, on=["label", "mkey"], how="left", maintain_order="left")
+    labels, added = marked["label"].to_numpy(), marked["added"].to_numpy()
+    read = added | marked["kept"].is_not_null().to_numpy()  # the rows a replay reads
+    new = np.r_[True, labels[1:] != labels[:-1]]
+    cluster = np.cumsum(new) - 1
+    # A cluster replays when it had members before (a record) and its first row to read is a
+    # previously retained member: an added member processed before every previously retained one
+    # is retained itself, so that cluster is verified in full at once (no second pass).
+    at = np.flatnonzero(read)
+    clusters_read, first = np.unique(cluster[at], return_index=True)
+    first_added = np.ones(int(new.sum()), bool)
+    first_added[clusters_read] = added[at[first]]
+    rows = (~first_added & np.isin(labels[new], prior["label"].to_numpy()))[cluster]
+    return todo.filter(pl.Series(~rows)), marked.filter(pl.Series(rows & read)).drop("mkey", "kept")
+
 
 def _warm_clusters() -> None:
     """Load once per process what the plan and verify steps' Parquet list/string readers and
@@ -743,7 +764,7 @@ def _warm_clusters() -> None:
         {"label": [1, 1], "node": [1, 2], "rank": [0, 1], "id": ["a", "b"], "chars": [2, 1], "added": [False, True]},
         schema={"label": pl.Int64, "node": pl.Int64, "rank": pl.Int32, "id": pl.String, "chars": pl.Int64, "added": pl.Boolean},
     )
-    records = _member_sets(frame).with_columns(pl.lit(["0\x00a"]).alias("retained"))
+    records = _member_sets(frame).with_columns(pl.lit(["0\x00a"]).alias("retained"), pl.lit(["a"], pl.List(pl.String)).alias("texts"))
     for table in (records.to_arrow().cast(CLUSTER_SCHEMA), VERDICT_SCHEMA.empty_table(), MEMBER_SCHEMA.empty_table()):
         buffer = io.BytesIO()
         pq.write_table(table, buffer, compression=storage.PARQUET_COMPRESSION)
@@ -774,7 +795,8 @@ def _plan(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any
     full, replay = _replay_plan(frame, params, reuse, before, columns=("label", "rank", "id"))
     # The clusters verify reads batch by batch (as verify finds them: verified in full, not replayed)
     big = _streamed_labels(full, params)
-    todo = pl.concat([full, replay.select(full.columns)]) if replay.height else full
+    gathered = replay.filter(pl.col("text").is_null())  # a replay's texts that its record did not keep
+    todo = pl.concat([full, gathered.select(full.columns)]) if gathered.height else full
     node = todo["node"].to_numpy()
     pos = todo.select(pl.int_range(pl.len()).over("label"))[:, 0].to_numpy() if todo.height else np.zeros(0, np.int64)
     big_rows = np.isin(todo["label"].to_numpy(), big) if todo.height else np.zeros(0, bool)
@@ -926,7 +948,7 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
     sizes = _member_sets(frame)
     reuse, before_clusters = _reusable(frame, params, sizes)
     rows: list[tuple] = []  # this run's decisions (in VERDICT_SCHEMA order)
-    retained: dict[int, list[str]] = {}  # this run's retained member keys per cluster verified in full
+    retained: dict[int, tuple[list[str], list[str]]] = {}  # per cluster verified in full: retained member keys, and texts while few
     carried: list[pa.Table] = []  # the previous rows of reused and replayed clusters, as they were
     untouched = None
     if params.remap and before_clusters is not None:
@@ -966,7 +988,7 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
             streamed = ckey in big
             counters["streamed_clusters"] += int(streamed)
             verifier = GreedyVerifier(params.rule)
-            kept = retained[int(labels[s])] = []
+            kept, kept_texts = retained[int(labels[s])] = ([], [])
             chunk_start = s
             while chunk_start < e:  # n-grams of about VERIFY_BATCH_CHARS at a time, in order
                 chunk_end, size = chunk_start, 0
@@ -985,6 +1007,8 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
                     if removal is None:
                         excerpts[i] = texts[k][: params.excerpt_chars]
                         kept.append(_member_key(ranks[i], ids[i]))
+                        if len(kept) * HEAD_TEXT_SHARE <= e - s:
+                            kept_texts.append(texts[k])
                         continue
                     r = removal.representative
                     rows.append((0, ranks[i], ids[i], int(labels[s]), ids[s], ids[r], params.sources[ranks[r]], removal.containment, removal.jaccard, chars[i]))
@@ -1027,17 +1051,25 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
     }
 
 
-def _records(sizes: pl.DataFrame, retained: Mapping[int, list[str]], before: pl.DataFrame | None, carried: set[int], failed: set[int]) -> pl.DataFrame:
-    """The cluster records of this run's clusters: retained keys as verified now, or the previous
-    ones where the previous decisions stand (reused, replayed). A cluster whose replay failed
-    gets no digest and no retained keys: the second pass verifies it in full."""
-    fresh = pl.DataFrame({"label": list(retained), "retained": list(retained.values())}, schema={"label": pl.Int64, "retained": pl.List(pl.String)})
+def _records(sizes: pl.DataFrame, retained: Mapping[int, tuple[list[str], list[str]]], before: pl.DataFrame | None, carried: set[int], failed: set[int]) -> pl.DataFrame:
+    """The cluster records of this run's clusters: retained keys (and texts, where every retained
+    member's was kept) as verified now, or the previous ones where the previous decisions stand
+    (reused, replayed). A cluster whose replay failed gets no digest and no retained keys: the
+    second pass verifies it in full."""
+    texts = [t if len(t) == len(k) else [None] * len(k) for k, t in retained.values()]
+    fresh = pl.DataFrame(
+        {"label": list(retained), "retained": [k for k, _ in retained.values()], "texts": texts},
+        schema={"label": pl.Int64, "retained": pl.List(pl.String), "texts": pl.List(pl.String)},
+    )
     if before is not None and carried:
-        fresh = pl.concat([fresh, before.filter(pl.col("label").is_in(list(carried))).select("label", "retained")])
+        fresh = pl.concat([fresh, before.filter(pl.col("label").is_in(list(carried))).select("label", "retained", pl.col("texts"))])
     records = sizes.join(fresh, on="label", how="left", maintain_order="left")
     if failed:
         gone = pl.col("label").is_in(list(failed))
-        records = records.with_columns(pl.when(gone).then(pl.lit("")).otherwise(pl.col("members")).alias("members"), pl.when(gone).then(None).otherwise(pl.col("retained")).alias("retained"))
+        records = records.with_columns(
+            pl.when(gone).then(pl.lit("")).otherwise(pl.col("members")).alias("members"),
+            *(pl.when(gone).then(None).otherwise(pl.col(c)).alias(c) for c in ("retained", "texts")),
+        )
     return records
 
 
@@ -1055,10 +1087,10 @@ def _replay(replay: pl.DataFrame, params: VerifyParams, text_of: Mapping[int, st
     labels = replay["label"].to_numpy()
     starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
     ends = np.append(starts[1:], labels.size)
-    ids, ranks, chars, nodes, added = (replay[c].to_list() for c in ("id", "rank", "chars", "node", "added"))
+    ids, ranks, chars, nodes, added, kept = (replay[c].to_list() for c in ("id", "rank", "chars", "node", "added", "text"))
     for s, e in zip(starts.tolist(), ends.tolist()):
         label = int(labels[s])
-        texts = [text_of.get(nodes[i]) for i in range(s, e)]
+        texts = [kept[i] if kept[i] is not None else text_of.get(nodes[i]) for i in range(s, e)]
         if any(t is None for t in texts):
             raise DedupError(f"cluster {ids[s]}: member text missing from the gathered shards; rerun fuzzy_duplicates")
         grams = ngram_sets(texts, params.rule.ngram_size, params.rule.max_chars_per_doc)
@@ -1440,7 +1472,8 @@ def find_fuzzy_duplicates(
         old_labels = list(before["label_files"])
         old_rows = list(before.get("label_rows") or [])
         old_rows = old_rows if len(old_rows) == len(old_labels) else [None] * len(old_labels)
-        relabelled_files = [storage.join(work, "labels", f"{i:06d}.parquet") for i in range(len(old_labels))]
+        # the same format as the previous file: one whose labels did not move is a byte copy
+        relabelled_files = [storage.join(work, "labels", f"{i:06d}" + (shuffle.BLOCK_SUFFIX if old.endswith(shuffle.BLOCK_SUFFIX) else ".parquet")) for i, old in enumerate(old_labels)]
         fresh_count = int(merged.stats["fresh"])
         # Compaction: while the last label file is a small one of earlier fresh labels, this run's
         # fresh labels join it, so incremental runs do not add a label file each.
