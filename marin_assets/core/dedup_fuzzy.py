@@ -1690,7 +1690,7 @@ def find_fuzzy_duplicates(
     ranks_filter = None if moved is None else tuple(sorted(moved))
     parts = run(
         [
-            ShardTask(fuzzy_removals, tuple(r.output for r in verified), storage.join(work, "removals", storage.shard_name(p, removal_parts)), RemovalParams(lo, hi, ranks_filter))
+            ShardTask(fuzzy_removals, tuple(r.output for r in verified), storage.join(work, "removals", _blocks_name(p, removal_parts)), RemovalParams(lo, hi, ranks_filter))
             for p, (lo, hi) in enumerate(shuffle.partition_bounds(removal_parts))
         ]
     )

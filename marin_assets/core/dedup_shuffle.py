@@ -312,22 +312,12 @@ def read_cuts(uri: str) -> np.ndarray:
 
 
 def write_sorted_by_rank(table: pa.Table, uri: str) -> int:
-    """Write a removal part already sorted by (``rank``, ``id``), in row groups a source can
-    prune: one source's rows never share a row group with another's, so each source's publish
-    task reads its own rows only."""
-    if table.num_rows == 0:
-        storage.write_parquet(table, uri, row_group_size=ROW_GROUP_ROWS)
-        return 0
-    rank = table.column("rank").to_numpy()
-    cuts = [0, *(np.flatnonzero(rank[1:] != rank[:-1]) + 1).tolist(), table.num_rows]
-    with storage.open_atomic(uri) as handle:
-        writer = pq.ParquetWriter(handle, table.schema, compression=storage.PARQUET_COMPRESSION)
-        try:
-            for a, b in zip(cuts[:-1], cuts[1:]):
-                writer.write_table(table.slice(a, b - a), row_group_size=ROW_GROUP_ROWS)
-        finally:
-            writer.close()
-    return table.num_rows
+    """Write a removal part already sorted by (``rank``, ``id``) as a block file with one block per
+    source rank (block ``r``: rank ``r``, in id order), so each publish task reads its own
+    sources' rows only (:func:`publish_removals`)."""
+    rank = table.column("rank").to_numpy().astype(np.int64)
+    top = int(rank.max()) + 1 if rank.size else 1
+    return write_blocks(table.append_column("key", pa.array(rank)), uri, cuts=[*range(top), KEY_SPACE])
 
 
 def read_range(uris: Iterable[str], lo: int, hi: int, columns: Sequence[str] | None = None, schema: pa.Schema | None = None) -> pa.Table:
@@ -546,17 +536,10 @@ def publish_removals(parts: Sequence[str], ranks: Sequence[int], output_uris: Se
 
 
 def _rows_of_ranks(uri: str, ranks: Sequence[int]) -> pa.Table:
-    """Rows of some sources from a part file sorted by (``rank``, ``id``), pruning row groups."""
-    wanted = np.asarray(sorted(set(ranks)), np.int64)
+    """Rows of some sources from a :func:`write_sorted_by_rank` part: their blocks only."""
     fs, path = storage.filesystem(uri)
     with fs.open(path, "rb") as handle:
-        reader = pq.ParquetFile(handle)
-        meta = reader.metadata
-        col = reader.schema_arrow.get_field_index("rank")
-        groups = []
-        for g in range(meta.num_row_groups):
-            stats = meta.row_group(g).column(col).statistics
-            if meta.row_group(g).num_rows and (stats is None or not stats.has_min_max or np.searchsorted(wanted, stats.min) < np.searchsorted(wanted, stats.max, side="right")):
-                groups.append(g)
-        table = reader.read_row_groups(groups) if groups else reader.schema_arrow.empty_table()
-    return table.filter(pc.is_in(table.column("rank"), pa.array(wanted, table.schema.field("rank").type)))
+        count = _block_count(handle)
+    spans = _merged([(r, r + 1) for r in set(ranks) if 0 <= r < count])
+    table = read_block_spans([uri], spans, pa.schema([("rank", pa.int32()), ("key", pa.int64())]), count)
+    return table.drop_columns(["key"])
