@@ -606,6 +606,39 @@ def test_an_added_document_that_bridges_two_clusters_merges_them_like_a_full_reb
         assert storage.read_bytes(dedup.removed_uri(again, source)) == storage.read_bytes(dedup.removed_uri(full3, source))
 
 
+def test_a_big_cluster_replays_from_its_record_reading_only_the_changed_sources_shards(tmp_path: Path) -> None:
+    """A big cluster that retained few members keeps their texts in its record. When a source
+    that holds none of them gains copies the head removes, the replay gathers only the added
+    copies' text: no shard of the sources the head lives in is read. Label files whose labels did
+    not move are carried as the same bytes."""
+    normalized, buckets = big_cluster_corpus(tmp_path / "v1")
+    cache, first = str(tmp_path / "cache"), str(tmp_path / "first")
+    dedup.find_fuzzy_duplicates(buckets, normalized, set(), first, scale=SMALL_TASKS, cache_uri=cache)
+    state = storage.read_json(str(Path(first) / "_fuzzy_state.json"))
+    records = pa.concat_tables([storage.read_parquet(dedup_fuzzy.clusters_uri(f)) for f in state["verify_files"]]).to_pylist()
+    big = max(records, key=lambda r: r["size"])
+    assert big["size"] >= 550 and len(big["texts"]) == len(big["retained"]) and 16 * len(big["retained"]) <= big["size"]
+    assert [doc_id(t) for t in big["texts"]] == [k.split("\x00", 1)[1] for k in big["retained"]]  # each text is its member's
+    for r in records:  # small clusters, or many retained members: no texts kept
+        assert r["texts"] is None or all(t is None for t in r["texts"]) or 16 * len(r["retained"]) <= r["size"]
+    sources = list(buckets)
+    changed = next(s for k, s in enumerate(sources) if all(int(key.split("\x00")[0]) != k for key in big["retained"]))
+    head = next(t for t in near_copies(600, seed=11) if doc_id(t) == big["retained"][0].split("\x00", 1)[1])
+    more = [t for t in near_copies(640, seed=11)[600:] if len(t) < len(head)][:8]
+    v2, b2 = big_cluster_corpus(tmp_path / "v2", extra={changed: more})
+    for source in set(sources) - {changed}:
+        v2[source], b2[source] = normalized[source], buckets[source]
+    inc, full = str(tmp_path / "incremental"), str(tmp_path / "full")
+    inc_stats = dedup.find_fuzzy_duplicates(b2, v2, set(), inc, scale=SMALL_TASKS, cache_uri=cache, previous_uri=first)
+    dedup.find_fuzzy_duplicates(b2, v2, set(), full, scale=SMALL_TASKS)
+    for source in b2:
+        assert storage.read_bytes(dedup.removed_uri(inc, source)) == storage.read_bytes(dedup.removed_uri(full, source))
+    assert inc_stats["cc_method"] == "incremental" and inc_stats["replayed_clusters"] == 1 and inc_stats["verify_passes"] == 1
+    assert inc_stats["verified_clusters"] == 0 and 0 < inc_stats["shards_read_for_text"] <= len(v2[changed])
+    labels = storage.read_json(str(Path(inc) / "_fuzzy_state.json"))["label_files"]
+    assert [storage.read_bytes(f) for f in labels[: len(state["label_files"])]] == [storage.read_bytes(f) for f in state["label_files"]]
+
+
 def test_a_cluster_whose_added_member_is_retained_is_verified_in_full(tmp_path: Path) -> None:
     normalized, buckets = big_cluster_corpus(tmp_path / "v1")
     cache, first = str(tmp_path / "cache"), str(tmp_path / "first")
