@@ -113,9 +113,9 @@ VERDICT_SCHEMA = pa.schema(
 # A cluster's record: its size, a digest of its members and the member keys (source rank, id) of
 # those it retained; with its removal rows that is every member, and a later run replays the
 # retained ones against the members it gained. A big cluster that retained few members (at most
-# one in HEAD_TEXT_SHARE) also keeps their texts (``texts``, parallel to ``retained``; else
-# nulls): that replay then reads no shard but the added members' (the texts are a small share
-# of the cluster's).
+# one in HEAD_TEXT_SHARE, and at most ``verify_batch_chars`` of text) also keeps their texts
+# (``texts``, parallel to ``retained``; else nulls): that replay then reads no shard but the
+# added members' (the texts are a small share of the cluster's).
 CLUSTER_SCHEMA = pa.schema(
     [("label", pa.int64()), ("size", pa.int64()), ("members", pa.string()), ("retained", pa.list_(pa.string())), ("texts", pa.list_(pa.large_string()))]
 )
@@ -989,6 +989,7 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
             counters["streamed_clusters"] += int(streamed)
             verifier = GreedyVerifier(params.rule)
             kept, kept_texts = retained[int(labels[s])] = ([], [])
+            kept_chars = 0
             chunk_start = s
             while chunk_start < e:  # n-grams of about VERIFY_BATCH_CHARS at a time, in order
                 chunk_end, size = chunk_start, 0
@@ -1007,7 +1008,8 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
                     if removal is None:
                         excerpts[i] = texts[k][: params.excerpt_chars]
                         kept.append(_member_key(ranks[i], ids[i]))
-                        if len(kept) * HEAD_TEXT_SHARE <= e - s:
+                        kept_chars += len(texts[k])
+                        if len(kept) * HEAD_TEXT_SHARE <= e - s and kept_chars <= params.batch_chars:  # else the record keeps no texts
                             kept_texts.append(texts[k])
                         continue
                     r = removal.representative

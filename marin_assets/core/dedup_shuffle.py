@@ -157,27 +157,41 @@ def read_block_spans(uris: Iterable[str], spans: Sequence[tuple[int, int]], sche
             count = _block_count(handle)
             if blocks is not None and count != blocks:
                 raise ValueError(f"{uri} holds {count} blocks where its readers expect {blocks}: it was written at other cuts; remove the run's _work folder and rerun")
-            for b0, b1 in spans:
-                if not 0 <= b0 < b1 <= count:
-                    raise ValueError(f"{uri} holds {count} blocks, not blocks {b0}..{b1 - 1}")
-                handle.seek(-8 * (count + 2) + 8 * b0, 2)
-                offsets = np.frombuffer(handle.read(8 * (b1 - b0 + 1)), "<u8").astype(np.int64)
-                if offsets[-1] == offsets[0]:
-                    continue
-                handle.seek(int(offsets[0]))
-                data = pa.py_buffer(handle.read(int(offsets[-1] - offsets[0])))
-                rel = offsets - offsets[0]
-                for k in np.flatnonzero(np.diff(rel) > 0).tolist():
-                    pieces.append(pa.ipc.open_stream(data.slice(int(rel[k]), int(rel[k + 1] - rel[k]))).read_all())
+            pieces.extend(_read_spans(handle, uri, count, spans))
+    return pa.concat_tables(pieces) if pieces else schema.empty_table()
+
+
+def _read_spans(handle: Any, uri: str, count: int, spans: Sequence[tuple[int, int]]) -> list[pa.Table]:
+    """The non-empty blocks of ``spans`` of an open block file of ``count`` blocks."""
+    pieces = []
+    for b0, b1 in spans:
+        if not 0 <= b0 < b1 <= count:
+            raise ValueError(f"{uri} holds {count} blocks, not blocks {b0}..{b1 - 1}")
+        handle.seek(-8 * (count + 2) + 8 * b0, 2)
+        offsets = np.frombuffer(handle.read(8 * (b1 - b0 + 1)), "<u8").astype(np.int64)
+        if offsets[-1] == offsets[0]:
+            continue
+        handle.seek(int(offsets[0]))
+        data = pa.py_buffer(handle.read(int(offsets[-1] - offsets[0])))
+        rel = offsets - offsets[0]
+        for k in np.flatnonzero(np.diff(rel) > 0).tolist():
+            pieces.append(pa.ipc.open_stream(data.slice(int(rel[k]), int(rel[k + 1] - rel[k]))).read_all())
+    return pieces
+
+
+def _read_counted(uri: str, schema: pa.Schema, spans_of: Any) -> pa.Table:
+    """Blocks of one block file whose spans follow from its block count (``spans_of(count)``),
+    read through one open file."""
+    fs, path = storage.filesystem(uri)
+    with fs.open(path, "rb") as handle:
+        count = _block_count(handle)
+        pieces = _read_spans(handle, uri, count, [(a, b) for a, b in spans_of(count) if b > a])
     return pa.concat_tables(pieces) if pieces else schema.empty_table()
 
 
 def read_all_blocks(uri: str, schema: pa.Schema) -> pa.Table:
     """Every block of one :func:`write_blocks` file (a whole-file reader, e.g. of kept labels)."""
-    fs, path = storage.filesystem(uri)
-    with fs.open(path, "rb") as handle:
-        count = _block_count(handle)
-    return read_block_spans([uri], [(0, count)], schema) if count else schema.empty_table()
+    return _read_counted(uri, schema, lambda count: [(0, count)])
 
 
 def read_whole(uri: str, schema: pa.Schema) -> pa.Table:
@@ -246,11 +260,8 @@ def scan_blocks(uri: str, keys: np.ndarray, max_bytes: int = SCAN_BYTES) -> Iter
 def _read_keyed(uri: str, spans: Sequence[tuple[int, int]], schema: pa.Schema | None, columns: Sequence[str] | None) -> pa.Table:
     """Rows of a :func:`write_keyed` file whose key lies in the sorted, disjoint ``spans``
     (its cuts follow from its block count)."""
-    fs, path = storage.filesystem(uri)
-    with fs.open(path, "rb") as handle:
-        count = _block_count(handle)
     full = schema if schema is not None else pa.schema([("key", pa.int64())])
-    table = read_ranges_blocks([uri], partition_cuts(count), spans, full)
+    table = _keep_ranges(_read_counted(uri, full, lambda count: covering_spans(partition_cuts(count), spans)[0]), spans)
     return table if columns is None else table.select(list(dict.fromkeys(["key", *columns])))
 
 
@@ -285,7 +296,12 @@ def read_ranges_blocks(uris: Iterable[str], cuts: np.ndarray, ranges: Sequence[t
     than its blocks (the same rows as :func:`read_ranges` of the same rows in sorted files)."""
     spans, exact = covering_spans(cuts, ranges)
     table = read_block_spans(uris, spans, schema, len(cuts) - 1)
-    if exact or table.num_rows == 0:
+    return table if exact else _keep_ranges(table, ranges)
+
+
+def _keep_ranges(table: pa.Table, ranges: Sequence[tuple[int, int]]) -> pa.Table:
+    """The rows of ``table`` whose ``key`` lies in any of ``ranges``."""
+    if table.num_rows == 0:
         return table
     keys = table.column("key").to_numpy().astype(np.uint64)
     edges = np.asarray(_merged(ranges), np.uint64).ravel()
@@ -537,9 +553,5 @@ def publish_removals(parts: Sequence[str], ranks: Sequence[int], output_uris: Se
 
 def _rows_of_ranks(uri: str, ranks: Sequence[int]) -> pa.Table:
     """Rows of some sources from a :func:`write_sorted_by_rank` part: their blocks only."""
-    fs, path = storage.filesystem(uri)
-    with fs.open(path, "rb") as handle:
-        count = _block_count(handle)
-    spans = _merged([(r, r + 1) for r in set(ranks) if 0 <= r < count])
-    table = read_block_spans([uri], spans, pa.schema([("rank", pa.int32()), ("key", pa.int64())]), count)
+    table = _read_counted(uri, pa.schema([("rank", pa.int32()), ("key", pa.int64())]), lambda count: _merged([(r, r + 1) for r in set(ranks) if 0 <= r < count]))
     return table.drop_columns(["key"])
