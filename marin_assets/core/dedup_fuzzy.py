@@ -951,6 +951,7 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
     retained: dict[int, tuple[list[str], list[str]]] = {}  # per cluster verified in full: retained member keys, and texts while few
     carried: list[pa.Table] = []  # the previous rows of reused and replayed clusters, as they were
     untouched = None
+    untouched_labels: set[int] = set()
     if params.remap and before_clusters is not None:
         # Incremental components: every cluster of the range that no added document reached is
         # the previous one (same label, same members): its rows and record are carried over.
@@ -960,7 +961,7 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
         hit = pl.col("label").is_in(list(dead))
         untouched = before_clusters.filter(~hit)
         before_clusters = before_clusters.filter(hit)
-        reuse |= set(untouched["label"].to_list())
+        untouched_labels = set(untouched["label"].to_list())
     todo, replay = _replay_plan(frame, params, reuse, before_clusters)
     # Clusters with more text than stream_chars are read batch by batch (in processing order)
     # from the streamed files; the texts of all others at once, from this range's blocks (the
@@ -969,12 +970,12 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
     part = shuffle.read_ranges_blocks(text_files, shuffle.partition_cuts(params.text_blocks), [(params.lo, params.hi)], TEXT_SCHEMA)
     text_of: dict[int, str] = dict(zip(part.column("node").to_pylist(), part.column("text").to_pylist()))
     excerpts: dict[int, str] = {}  # retained members' excerpts, for the examples
-    counters = {"clusters": 0, "verified_clusters": 0, "reused_clusters": len(reuse), "verified_members": 0, "streamed_clusters": 0, "comparisons": 0, "exempt_kept": 0, "largest_cluster": 0}
+    counters = {"clusters": 0, "verified_clusters": 0, "reused_clusters": len(reuse) + len(untouched_labels), "verified_members": 0, "streamed_clusters": 0, "comparisons": 0, "exempt_kept": 0, "largest_cluster": 0}
     examples: list[tuple[int, dict[str, Any]]] = []
     exempt = {params.sources.index(s) for s in params.exempt if s in params.sources}
     replayed, failed = _replay(replay, params, text_of, exempt, rows, examples)
-    if reuse | replayed:
-        carried.append(_previous_rows(params, reuse | replayed).select(VERDICT_SCHEMA.names).cast(VERDICT_SCHEMA))
+    if reuse | untouched_labels | replayed:
+        carried.append(_previous_rows(params, reuse | untouched_labels | replayed).select(VERDICT_SCHEMA.names).cast(VERDICT_SCHEMA))
     counters["replayed_clusters"], counters["replay_failed"] = len(replayed), len(failed)
     if todo.height:
         labels = todo["label"].to_numpy()
