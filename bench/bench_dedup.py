@@ -1,7 +1,7 @@
 """Global exact and fuzzy dedup at 1x, 4x, 16x and 64x a generated corpus, and an incremental
 rebuild after one of 16 sources changed, on the shared harness (``bench/harness.py``).
 
-Run: ``python -m bench.bench_dedup [--scales 1,4,16,64] [--rounds N] [--incremental-only]``, or
+Run: ``python -m bench.bench_dedup [--scales 1,4,16,64] [--rounds N] [--incremental-only] [--ray]``, or
 ``python -m bench --only dedup`` (``--quick``: 1x and 4x, incremental at 4x, one round).
 
 The corpus (:mod:`marin_assets.testing.dedup_corpus`): 16 sources; per 1x, 2,575 documents of
@@ -11,8 +11,10 @@ copies in another source. Each scale repeats that pattern with new texts, so the
 cluster stays at ~1,200 and the per-task sizes below (fixed) decide each task's memory.
 
 Every run is a fresh child process (one case per scale, interleaved over rounds); inside it
-both steps run as tasks in two local worker processes (``ShardRunner(processes=2)``), each task
-reporting its own CPU time and its process's peak RSS (``VmHWM``). A worker process's one-time
+both steps run as tasks in two local worker processes (``ShardRunner(processes=2)``; with
+``--ray``, the scale cases on a local Ray cluster of two workers, each recycled after
+RAY_WORKER_TASKS tasks), each task reporting its own CPU time and its process's peak RSS
+(``VmHWM``, reset when the task starts). A worker process's one-time
 library loads (pyarrow's pandas shim, Parquet readers, polars kernels, the n-gram kernels: ~0.3-0.6 s per
 process, and the local runner starts fresh processes for every step) run before a task's clock
 and are printed apart as warm-up CPU; a long-lived worker (Ray) pays them once. The goals (issue 13):
@@ -48,7 +50,7 @@ if __package__ in (None, ""):
 from bench import harness  # noqa: E402
 from marin_assets.core import dedup, minhash, storage  # noqa: E402
 from marin_assets.core.dedup_fuzzy import FuzzyScale  # noqa: E402
-from marin_assets.core.runner import ShardRunner  # noqa: E402
+from marin_assets.core.runner import LOCAL, ShardRunner  # noqa: E402
 from marin_assets.testing.dedup_corpus import clustered_sources, doc_id, write_normalized  # noqa: E402
 
 SOURCES = 16
@@ -97,15 +99,28 @@ def _texts(scale: int) -> dict[str, list[str]]:
 # --------------------------------------------------------------------------- in the children
 
 
-def scale_run(root: str, scale: int, check: bool) -> dict:
-    """One scale: corpus, then exact and fuzzy dedup (the measured part)."""
+RAY_WORKER_TASKS = 8  # Ray: a worker process is recycled after this many tasks (as in bench/scale.py)
+
+
+def scale_run(root: str, scale: int, check: bool, ray: bool = False) -> dict:
+    """One scale: corpus, then exact and fuzzy dedup (the measured part), on two local worker
+    processes or (``ray``) a local Ray cluster of two workers started for this run."""
     multiprocessing.set_start_method("spawn", force=True)  # no fork of a parent with arrow/polars threads
     texts = _texts(scale)
     layout = write_corpus(storage.join(root, "corpus"), texts)
     runner = ShardRunner(processes=PROCESSES)
-    with harness.timed():
-        exact = dedup.find_exact_duplicates(layout["normalized"], storage.join(root, "exact"), ids_per_partition=IDS_PER_PARTITION, runner=runner, lengths=layout["buckets"])
-        fuzzy = dedup.find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), storage.join(root, "fuzzy"), scale=SCALE, runner=runner)
+    if ray:
+        import ray as ray_lib  # noqa: PLC0415
+
+        ray_lib.init(num_cpus=PROCESSES, include_dashboard=False, log_to_driver=False)
+        runner = ShardRunner(ray_address=LOCAL, max_in_flight=2 * PROCESSES, worker_max_tasks=RAY_WORKER_TASKS)
+    try:
+        with harness.timed():
+            exact = dedup.find_exact_duplicates(layout["normalized"], storage.join(root, "exact"), ids_per_partition=IDS_PER_PARTITION, runner=runner, lengths=layout["buckets"])
+            fuzzy = dedup.find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), storage.join(root, "fuzzy"), scale=SCALE, runner=runner)
+    finally:
+        if ray:
+            ray_lib.shutdown()
     result = {
         "items": fuzzy["docs"],
         "exact_cpu_s": exact["task_cpu_s"],
@@ -166,16 +181,17 @@ def rebuild(root: str, layout: dict, mode: str) -> dict:
 # --------------------------------------------------------------------------- in the parent
 
 
-def scales_bench(scales: list[int], rounds: int) -> None:
+def scales_bench(scales: list[int], rounds: int, ray: bool = False) -> None:
     roots = []
     cases = []
     for scale in scales:
         root = tempfile.mkdtemp(prefix=f"bench-dedup-{scale}x-")
         roots.append(root)
-        cases.append(harness.Case(f"{scale}x", "bench.bench_dedup:scale_run", {"root": root, "scale": scale, "check": scale <= 4}, timeout_s=3600))
+        cases.append(harness.Case(f"{scale}x", "bench.bench_dedup:scale_run", {"root": root, "scale": scale, "check": scale <= 4, "ray": ray}, timeout_s=3600))
+    workers = "a local Ray cluster of 2 workers" if ray else "2 worker processes"
     try:
         result = harness.compare(
-            f"Global exact + fuzzy dedup, {', '.join(f'{s}x' for s in scales)} (1x = 2,575 docs; 2 worker processes; time = both steps; load {os.getloadavg()[0]:.1f})",
+            f"Global exact + fuzzy dedup, {', '.join(f'{s}x' for s in scales)} (1x = 2,575 docs; {workers}; time = both steps; load {os.getloadavg()[0]:.1f})",
             cases,
             rounds=rounds,
             unit="docs",
@@ -255,9 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--incremental-rounds", type=int, default=harness.pick(3, 1))
     parser.add_argument("--no-incremental", action="store_true")
     parser.add_argument("--incremental-only", action="store_true")
+    parser.add_argument("--ray", action="store_true", help="run the scale cases on a local Ray cluster of 2 workers (started per case)")
     args = parser.parse_args(argv)
     if not args.incremental_only:
-        scales_bench([int(x) for x in args.scales.split(",")], args.rounds)
+        scales_bench([int(x) for x in args.scales.split(",")], args.rounds, args.ray)
     if not args.no_incremental:
         incremental_bench(args.incremental_scale, args.incremental_rounds)
     return 0
