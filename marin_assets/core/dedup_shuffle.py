@@ -508,9 +508,8 @@ class _RemovalFile:
         self.count = 0
 
     def add(self, table: pa.Table) -> None:
-        for value in table.column("id").to_pylist():
-            self.digest.update(value.encode("utf-8"))
-            self.digest.update(b"\n")
+        if table.num_rows:  # each id followed by a newline, as one update
+            self.digest.update(("\n".join(table.column("id").to_pylist()) + "\n").encode("utf-8"))
         self.count += table.num_rows
         self.pending = pa.concat_tables([self.pending, table])
         full = self.pending.num_rows // PUBLISH_ROW_GROUP * PUBLISH_ROW_GROUP
