@@ -383,8 +383,9 @@ def fuzzy_bucket_hits(inputs: list[str], output: str, params: HitsParams) -> dic
         for table in shuffle.scan_blocks(uri, added):  # a run of consecutive blocks: sorted by key
             scanned += table.num_rows
             keys = table.column("key").to_numpy()
-            lo, hi = np.searchsorted(keys, added, side="left"), np.searchsorted(keys, added, side="right")
-            rows = np.repeat(lo, hi - lo) + (np.arange(int((hi - lo).sum())) - np.repeat(np.cumsum(hi - lo) - (hi - lo), hi - lo))
+            lo = np.searchsorted(keys, added, side="left")
+            counts = np.searchsorted(keys, added, side="right") - lo  # the rows lo .. lo + count - 1 hold that added key
+            rows = np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
             if rows.size:
                 pieces.append(table.take(pa.array(rows)).select(["key", "node"]))
     hits = pa.concat_tables(pieces).cast(RECORD_SCHEMA) if pieces else RECORD_SCHEMA.empty_table()
@@ -510,7 +511,7 @@ def fuzzy_relabel(inputs: list[str], output: str, params: RelabelParams) -> dict
         hit = np.isin(label, touched)
         # added: not in the previous cluster of its (new) label: a fresh node, or one whose
         # previous cluster merged into a smaller label
-        added = np.full(int(hit.sum()), out is None) if out is None else (before != label)[hit]
+        added = np.ones(int(hit.sum()), bool) if out is None else (before != label)[hit]
         delta = table.filter(pa.array(hit)).append_column("added", pa.array(added))
         touched_members += delta.num_rows
         deltas.append(delta)
@@ -546,7 +547,7 @@ def _shard_members(nodes_file: str, params: ShardParams, labels: pa.Table) -> pa
     node = labels.column("node").to_numpy()
     label = labels.column("label").to_numpy()
     added = labels.column("added").to_numpy(zero_copy_only=False) if "added" in labels.column_names else np.zeros(node.size, bool)
-    nodes_table = storage.read_parquet(nodes_file, columns=["id", "chars", "node"])
+    nodes_table = storage.read_parquet(nodes_file)
     if "node" in nodes_table.column_names:
         mine = nodes_table.column("node").to_numpy()
         hit = np.isin(node, mine)
