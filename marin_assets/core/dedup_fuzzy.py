@@ -1066,7 +1066,7 @@ def _records(sizes: pl.DataFrame, retained: Mapping[int, tuple[list[str], list[s
         schema={"label": pl.Int64, "retained": pl.List(pl.String), "texts": pl.List(pl.String)},
     )
     if before is not None and carried:
-        fresh = pl.concat([fresh, before.filter(pl.col("label").is_in(list(carried))).select("label", "retained", pl.col("texts"))])
+        fresh = pl.concat([fresh, before.filter(pl.col("label").is_in(list(carried))).select("label", "retained", "texts")])
     records = sizes.join(fresh, on="label", how="left", maintain_order="left")
     if failed:
         gone = pl.col("label").is_in(list(failed))
