@@ -142,10 +142,6 @@ def union_find(inputs: list[str], output: str, params: str | None) -> dict[str, 
     return {"nodes": int(nodes.size)}
 
 
-def _block_name(partition: int, partitions: int) -> str:
-    return storage.shard_name(partition, partitions).removesuffix(".parquet") + ".blocks"
-
-
 def connected_components(
     edge_files: Sequence[str],
     edges: int,
@@ -174,7 +170,7 @@ def connected_components(
     stats: list[ShardResult] = []
 
     def step(inputs: Sequence[str], folder: str, mode: str, blocks: bool) -> list[ShardResult]:
-        name = _block_name if mode != "labels" or label_cuts else storage.shard_name
+        name = shuffle.block_name if mode != "labels" or label_cuts else storage.shard_name
         return runner.map([ShardTask(star_round, tuple(inputs), storage.join(folder, name(p, partitions)), RoundParams(p, partitions, mode, blocks, label_cuts)) for p in range(partitions)])
 
     for rnd in range(MAX_ROUNDS):

@@ -166,7 +166,7 @@ def find_exact_duplicates(
     docs = sum(int(r.stats["docs"]) for r in mapped)
     partitions = shuffle.pow2_partitions(docs, ids_per_partition)  # the map files' blocks cut these ranges
     reduce_tasks = [
-        ShardTask(exact_reduce, map_files, storage.join(work, "reduce", storage.shard_name(p, partitions).removesuffix(".parquet") + shuffle.BLOCK_SUFFIX), ReduceParams(lo, hi))
+        ShardTask(exact_reduce, map_files, storage.join(work, "reduce", shuffle.block_name(p, partitions)), ReduceParams(lo, hi))
         for p, (lo, hi) in enumerate(shuffle.partition_bounds(partitions))
     ]
     reduced = runner.map(reduce_tasks)

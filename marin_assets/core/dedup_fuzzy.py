@@ -1233,10 +1233,6 @@ def _verify_partitions(members: int, member_chars: int, scale: FuzzyScale) -> in
     return 1 << max(0, (wanted - 1).bit_length())
 
 
-def _blocks_name(partition: int, partitions: int) -> str:
-    return storage.shard_name(partition, partitions).removesuffix(".parquet") + ".blocks"
-
-
 def step_costs(results: Sequence[ShardResult]) -> dict[str, dict[str, float]]:
     """Per step (the task output's folder): tasks, CPU seconds of the tasks run now, peak RSS."""
     out: dict[str, dict[str, float]] = {}
@@ -1508,7 +1504,7 @@ def find_fuzzy_duplicates(
         # 2. edges
         edge_results = run(
             [
-                ShardTask(fuzzy_edges, tuple(r.output for r in mapped), storage.join(work, "edges", _blocks_name(p, edge_parts)), RangeParams(lo, hi, edge_parts, scale.edges_per_task))
+                ShardTask(fuzzy_edges, tuple(r.output for r in mapped), storage.join(work, "edges", shuffle.block_name(p, edge_parts)), RangeParams(lo, hi, edge_parts, scale.edges_per_task))
                 for p, (lo, hi) in enumerate(bounds_e)
             ]
         )
@@ -1613,7 +1609,7 @@ def find_fuzzy_duplicates(
                 ShardTask(
                     fuzzy_plan,
                     member_files,
-                    storage.join(work, "plan", prefix + _blocks_name(q, plan_parts)),
+                    storage.join(work, "plan", prefix + shuffle.block_name(q, plan_parts)),
                     dataclasses.replace(
                         vp(q * spans, bounds[q * spans][0], bounds[(q + 1) * spans - 1][1]), previous=tuple(dict.fromkeys(f for p in range(q * spans, (q + 1) * spans) for f in previous[p]))
                     ),
@@ -1655,7 +1651,7 @@ def find_fuzzy_duplicates(
                 ShardTask(
                     fuzzy_verify,
                     member_files + text_files + streamed_files,
-                    storage.join(work, "verify", prefix + _blocks_name(p, verify_parts)),
+                    storage.join(work, "verify", prefix + shuffle.block_name(p, verify_parts)),
                     dataclasses.replace(vp(p, lo, hi), member_files=len(member_files), text_files=len(text_files)),
                 )
                 for p, (lo, hi) in enumerate(bounds)
@@ -1694,7 +1690,7 @@ def find_fuzzy_duplicates(
     ranks_filter = None if moved is None else tuple(sorted(moved))
     parts = run(
         [
-            ShardTask(fuzzy_removals, tuple(r.output for r in verified), storage.join(work, "removals", _blocks_name(p, removal_parts)), RemovalParams(lo, hi, ranks_filter))
+            ShardTask(fuzzy_removals, tuple(r.output for r in verified), storage.join(work, "removals", shuffle.block_name(p, removal_parts)), RemovalParams(lo, hi, ranks_filter))
             for p, (lo, hi) in enumerate(shuffle.partition_bounds(removal_parts))
         ]
     )

@@ -215,6 +215,11 @@ def equal_blocks(rows: int, readers: int) -> int:
     return 1 << (want - 1).bit_length()
 
 
+def block_name(partition: int, partitions: int) -> str:
+    """``part-00003-of-00008.blocks``: a block file's name for partition ``partition``."""
+    return storage.shard_name(partition, partitions).removesuffix(".parquet") + BLOCK_SUFFIX
+
+
 def write_keyed(table: pa.Table, uri: str, readers: int) -> int:
     """Write ``table`` as a block file (``uri`` ends in ``.blocks``) of :func:`equal_blocks`
     equal key ranges; :func:`read_range` and :func:`read_ranges` read it like a sorted file,
