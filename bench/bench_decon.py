@@ -46,7 +46,8 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
 from bench import harness  # noqa: E402
-from marin_assets.core import decon, storage  # noqa: E402
+from marin_assets.core.decon import rules as decon  # noqa: E402
+from marin_assets.core.runtime import storage
 
 N_DOCS = 8_000
 N_EVAL_ROWS = 1_000

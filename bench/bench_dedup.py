@@ -48,9 +48,15 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import harness  # noqa: E402
-from marin_assets.core import dedup, minhash, storage  # noqa: E402
-from marin_assets.core.dedup_fuzzy import FuzzyScale  # noqa: E402
-from marin_assets.core.runner import LOCAL, ShardRunner  # noqa: E402
+from marin_assets.core.dedup import decisions as dedup  # noqa: E402
+from marin_assets.core.dedup import minhash
+from marin_assets.core.dedup.exact import find_exact_duplicates
+from marin_assets.core.dedup.fuzzy import (
+    FuzzyScale,  # noqa: E402
+    find_fuzzy_duplicates,
+)
+from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.runner import LOCAL, ShardRunner  # noqa: E402
 from marin_assets.testing.dedup_corpus import clustered_sources, doc_id, write_normalized  # noqa: E402
 
 SOURCES = 16
@@ -116,8 +122,8 @@ def scale_run(root: str, scale: int, check: bool, ray: bool = False) -> dict:
         runner = ShardRunner(ray_address=LOCAL, max_in_flight=2 * PROCESSES, worker_max_tasks=RAY_WORKER_TASKS)
     try:
         with harness.timed():
-            exact = dedup.find_exact_duplicates(layout["normalized"], storage.join(root, "exact"), ids_per_partition=IDS_PER_PARTITION, runner=runner, lengths=layout["buckets"])
-            fuzzy = dedup.find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), storage.join(root, "fuzzy"), scale=SCALE, runner=runner)
+            exact = find_exact_duplicates(layout["normalized"], storage.join(root, "exact"), ids_per_partition=IDS_PER_PARTITION, runner=runner, lengths=layout["buckets"])
+            fuzzy = find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), storage.join(root, "fuzzy"), scale=SCALE, runner=runner)
     finally:
         if ray:
             ray_lib.shutdown()
@@ -161,7 +167,7 @@ def rebuild(root: str, layout: dict, mode: str) -> dict:
         kwargs = {"cache_uri": storage.join(work, "cache"), "previous_uri": storage.join(root, "first")}
     out = storage.join(work, "out")
     with harness.timed():
-        stats = dedup.find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), out, scale=SCALE, runner=ShardRunner(processes=PROCESSES), **kwargs)
+        stats = find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), out, scale=SCALE, runner=ShardRunner(processes=PROCESSES), **kwargs)
     files = {s: hashlib.sha256(storage.read_bytes(dedup.removed_uri(out, s))).hexdigest() for s in layout["buckets"]}
     shutil.rmtree(work, ignore_errors=True)
     return {
@@ -230,7 +236,7 @@ def incremental_bench(scale: int, rounds: int) -> None:
     try:
         texts = _texts(scale)
         layout = write_corpus(storage.join(root, "v1"), texts)
-        dedup.find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), storage.join(root, "first"), scale=SCALE, runner=ShardRunner(processes=PROCESSES), cache_uri=storage.join(root, "cache"))
+        find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), storage.join(root, "first"), scale=SCALE, runner=ShardRunner(processes=PROCESSES), cache_uri=storage.join(root, "cache"))
         rng = random.Random(99)
         extra = [t + " " + rng.choice(["appendix", "note", "footer"]) for t in rng.sample(texts[CHANGED], len(texts[CHANGED]) * 3 // 100)]
         changed = write_corpus(storage.join(root, "v2"), {CHANGED: texts[CHANGED] + extra})

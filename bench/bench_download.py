@@ -41,7 +41,7 @@ def snapshot_download_case(repo_id: str, revision: str, allow: list[str]) -> dic
 
 
 def marin_case(repo_id: str, revision: str, allow: list[str]) -> dict:
-    from marin_assets.core import hub
+    from marin_assets.core.ingest import hub
 
     with tempfile.TemporaryDirectory(prefix="bench-marin-") as root, harness.timed():
         manifest = hub.download_snapshot(repo_id, revision, allow=allow, exclude=None, dest_uri=os.path.join(root, "raw"), endpoint=os.environ["HF_ENDPOINT"])

@@ -41,7 +41,7 @@ def make_texts(n: int, seed: int = 0) -> list[str]:
 
 
 def _params():
-    from marin_assets.core import embed
+    from marin_assets.core.embed import embeddings as embed
 
     device = os.environ.get("MARIN_EMBED_DEVICE", "auto")
     return embed.EmbedParams(encoder=embed.offline_encoder_params(device=device, dtype="auto"))
@@ -51,7 +51,8 @@ def _params():
 
 
 def bare(shard: str) -> dict:
-    from marin_assets.core import embed, storage
+    from marin_assets.core.embed import embeddings as embed
+    from marin_assets.core.runtime import storage
 
     model = embed.load_encoder(_params().encoder)
     texts = storage.read_parquet(shard, columns=["text"]).column("text").to_pylist()
@@ -62,7 +63,8 @@ def bare(shard: str) -> dict:
 
 
 def ours(shard: str, out: str) -> dict:
-    from marin_assets.core import embed, storage
+    from marin_assets.core.embed import embeddings as embed
+    from marin_assets.core.runtime import storage
 
     params = _params()
     model = embed.load_encoder(params.encoder)
@@ -89,7 +91,7 @@ def clustered(n: int, dim: int, centers: int, seed: int = 0) -> np.ndarray:
 
 
 def kmeans(n: int) -> dict:
-    from marin_assets.core import topics
+    from marin_assets.core.embed import topics
 
     x = clustered(n, DIM, 300)
     with harness.timed():
@@ -98,7 +100,7 @@ def kmeans(n: int) -> dict:
 
 
 def coarsen(fine: int, topics_wanted: int) -> dict:
-    from marin_assets.core import topics
+    from marin_assets.core.embed import topics
 
     centroids = clustered(fine, DIM, 60, seed=1)
     weights = np.random.default_rng(2).integers(1, 500, len(centroids)).astype(np.float64)
@@ -125,7 +127,7 @@ def extended_model(directory: str, positions: int = LONG_POSITIONS) -> str:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from marin_assets.core import embed
+    from marin_assets.core.embed import embeddings as embed
 
     source, _ = embed._model_location(embed.OFFLINE_MODEL)
     model = SentenceTransformer(source, device="cpu", local_files_only=True)
@@ -147,15 +149,15 @@ def extended_model(directory: str, positions: int = LONG_POSITIONS) -> str:
 def long_texts(n: int, long_every: int = 8, seed: int = 3) -> list[str]:
     """Whole vocabulary words (one token each): every ``long_every``-th text is past 8,192 tokens,
     the rest 500-1,500 tokens (the mix a web corpus has at the top of its length range)."""
-    from bench.scale import WORDS
-
+    words = harness.model_vocabulary()
     rng = np.random.default_rng(seed)
     sizes = [9_000 if i % long_every == 0 else int(rng.integers(500, 1_500)) for i in range(n)]
-    return [" ".join(WORDS[rng.integers(0, 20_000, size=k)].tolist()) for k in sizes]
+    return [" ".join(words[rng.integers(0, 20_000, size=k)].tolist()) for k in sizes]
 
 
 def long_case(shard: str, model_dir: str, max_tokens: int, out: str) -> dict:
-    from marin_assets.core import embed, storage
+    from marin_assets.core.embed import embeddings as embed
+    from marin_assets.core.runtime import storage
 
     params = embed.EmbedParams(
         encoder=embed.offline_encoder_params(model=model_dir, revision=None, max_tokens=max_tokens, max_batch_tokens=LONG_BATCH_TOKENS)
@@ -171,7 +173,7 @@ def bench_long(n_docs: int, rounds: int) -> bool:
     """Peak memory of ``embed_shard`` at ``max_seq_length`` 8,192 against 512 on the same documents."""
     import pyarrow as pa
 
-    from marin_assets.core import storage
+    from marin_assets.core.runtime import storage
 
     texts = long_texts(n_docs)
     ids = [hashlib.md5(t.encode() + str(i).encode()).hexdigest() for i, t in enumerate(texts)]
@@ -202,7 +204,7 @@ def bench_long(n_docs: int, rounds: int) -> bool:
 def bench_encode(n_docs: int) -> None:
     import pyarrow as pa
 
-    from marin_assets.core import storage
+    from marin_assets.core.runtime import storage
 
     texts = make_texts(n_docs)
     ids = [hashlib.md5(t.encode() + str(i).encode()).hexdigest() for i, t in enumerate(texts)]

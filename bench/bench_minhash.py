@@ -39,7 +39,10 @@ import pyarrow.parquet as pq
 import xxhash
 
 from bench import harness
-from marin_assets.core import dedup, minhash, storage
+from marin_assets.core.dedup import decisions as dedup
+from marin_assets.core.dedup import minhash
+from marin_assets.core.dedup.fuzzy import find_fuzzy_duplicates
+from marin_assets.core.runtime import storage
 
 MODULES = (
     "argparse", "asyncio", "calendar", "collections", "csv", "datetime", "decimal", "email",
@@ -176,10 +179,10 @@ def build_corpus(root: str, docs_total: int, sources: int = 4, shards: int = 2) 
 def fuzzy(root: str, warm: str, out: str) -> dict:
     # A run on a small corpus first loads every library and lazy kernel.
     layout = json.loads(storage.read_bytes(storage.join(warm, "layout.json")))
-    dedup.find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), storage.join(out, "warm"))
+    find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), storage.join(out, "warm"))
     layout = json.loads(storage.read_bytes(storage.join(root, "layout.json")))
     with harness.timed():
-        stats = dedup.find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), storage.join(out, "run"))
+        stats = find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), storage.join(out, "run"))
     return {"items": stats["docs"], "edges": stats["candidate_edges"], "removed": stats["removed"]}
 
 

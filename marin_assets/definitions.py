@@ -8,7 +8,8 @@ warnings.filterwarnings("ignore", category=dg.BetaWarning)
 warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 
 from marin_assets.defs.automation import CHECKS, SENSORS, executor_from_env, with_automation
-from marin_assets.defs.curate.assets import pool, quality_bands, quality_model, quality_scores, sampling_groups
+from marin_assets.defs.pool.assets import pool, sampling_groups
+from marin_assets.defs.quality.assets import quality_bands, quality_model, quality_scores
 from marin_assets.defs.decon.assets import boilerplate_ngrams, contamination, eval_ngrams
 from marin_assets.defs.dedup.assets import exact_duplicates, fuzzy_duplicates, minhash_buckets
 from marin_assets.defs.embed.assets import embeddings, topic_model, topics

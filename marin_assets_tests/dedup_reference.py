@@ -11,8 +11,8 @@ import pyarrow.compute as pc
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from marin_assets.core import storage
-from marin_assets.core.dedup import FuzzyDedupParams, ngram_sets, verify_cluster_pairwise
+from marin_assets.core.dedup.decisions import FuzzyDedupParams, ngram_sets, verify_cluster_pairwise
+from marin_assets.core.runtime import storage
 
 
 def reference_fuzzy_removals(

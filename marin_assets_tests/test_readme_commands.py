@@ -1,4 +1,4 @@
-"""The README's fenced shell commands run as written in a fresh copy of the repository.
+"""The fenced shell commands of the README and docs/ run as written in a fresh copy of the repository.
 
 Every command of a fenced ``bash`` block is listed below as run here (fast), run by the system
 tests, or not run with the reason (network, a long-running server, installing into the
@@ -63,7 +63,7 @@ def readme_commands(text: str) -> list[str]:
     return commands
 
 
-COMMANDS = readme_commands((REPO / "README.md").read_text())
+COMMANDS = [c for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))] for c in readme_commands(page.read_text())]
 
 
 def test_every_readme_command_is_run_or_says_why_not() -> None:

@@ -18,8 +18,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from marin_assets.core.errors import ConfigurationError
-from marin_assets.core.formats import CATALOG_FORMATS
+from marin_assets.core.ingest.formats import CATALOG_FORMATS
+from marin_assets.core.runtime.errors import ConfigurationError
 
 PACKAGED_CATALOG = "sources.toml"
 
@@ -230,7 +230,7 @@ def load_catalog(path: str | Path | None = None, *, strict: bool = True,
 
 
 def _known_transforms() -> frozenset[str]:
-    from marin_assets.core.transforms import known_transforms  # noqa: PLC0415 - the transform registry
+    from marin_assets.core.ingest.transforms import known_transforms  # noqa: PLC0415 - the transform registry
 
     return frozenset(known_transforms())
 

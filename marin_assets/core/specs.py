@@ -9,19 +9,20 @@ inputs and parameters: its outputs (and everything downstream) get new fingerpri
 
 from __future__ import annotations
 
-from marin_assets.core import ingest, normalize
-from marin_assets.core.decon import CODE_VERSION as DECON_CODE_VERSION
-from marin_assets.core.decon import DeconParams
-from marin_assets.core.dedup import ExactDedupParams, FuzzyDedupParams
-from marin_assets.core.embed import EmbedParams
-from marin_assets.core.minhash import MinHashParams
-from marin_assets.core.mixture import MixtureParams
-from marin_assets.core.mixture_fit import FitParams, OptimizeParams
-from marin_assets.core.mixture_swarm import MIXTURE_CODE_VERSION, StudyParams
-from marin_assets.core.pool import PoolParams
-from marin_assets.core.quality import BandParams, QualityParams, QualityScoreParams
-from marin_assets.core.stages import StageSpec
-from marin_assets.core.topics import AssignParams, TopicParams
+from marin_assets.core.decon.rules import CODE_VERSION as DECON_CODE_VERSION
+from marin_assets.core.decon.rules import DeconParams
+from marin_assets.core.dedup.decisions import ExactDedupParams, FuzzyDedupParams
+from marin_assets.core.dedup.minhash import MinHashParams
+from marin_assets.core.embed.embeddings import EmbedParams
+from marin_assets.core.embed.quality import BandParams, QualityParams, QualityScoreParams
+from marin_assets.core.embed.topics import AssignParams, TopicParams
+from marin_assets.core.ingest import normalize
+from marin_assets.core.ingest import raw as ingest
+from marin_assets.core.mixture.fit import FitParams, OptimizeParams
+from marin_assets.core.mixture.swarm import MIXTURE_CODE_VERSION, StudyParams
+from marin_assets.core.pool.curated import PoolParams
+from marin_assets.core.pool.groups import MixtureParams
+from marin_assets.core.runtime.stages import StageSpec
 
 # ingest: observed recipes, then provider copies (addressed by content under raw/, recorded by pin)
 SOURCE_PINS = StageSpec("source_pins", group="ingest")

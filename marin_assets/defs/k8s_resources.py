@@ -7,7 +7,7 @@ and report: the default pod (1 CPU, 2 GiB) is enough. These steps hold more them
   pod over partitioned files, bounded by their configured batch sizes;
 * ``embeddings`` asks for a GPU for the case it runs without Ray (with Ray the tasks ask for it).
 
-The numbers follow the "Running at scale" table in the README (measured bytes per task).
+The numbers follow the capacity table in docs/scale.md (measured bytes per task).
 """
 
 from __future__ import annotations

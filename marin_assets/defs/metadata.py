@@ -9,7 +9,7 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from marin_assets.core import storage
+from marin_assets.core.runtime import storage
 
 
 def stage_metadata(

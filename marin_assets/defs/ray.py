@@ -19,7 +19,7 @@ from collections.abc import Callable
 import dagster as dg
 from dagster_ray import Lifecycle, LocalRay, RayResource
 
-from marin_assets.core.runner import LOCAL, ShardResult
+from marin_assets.core.runtime.runner import LOCAL, ShardResult
 
 
 class RayClusterAddress(RayResource):

@@ -17,10 +17,11 @@ from dagster_ray import RayResource
 
 from marin_assets.catalog.evals import EvalRegistry, load_evals
 from marin_assets.catalog.sources import Catalog, EntryError, load_catalog
-from marin_assets.core import hub, storage
-from marin_assets.core.providers import ProviderAccess
-from marin_assets.core.providers.http import parse_mirrors, policy_with_wait
-from marin_assets.core.runner import ShardRunner, TaskResources
+from marin_assets.core.ingest import hub
+from marin_assets.core.ingest.providers import ProviderAccess
+from marin_assets.core.ingest.providers.http import parse_mirrors, policy_with_wait
+from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.runner import ShardRunner, TaskResources
 from marin_assets.defs.ray import PROGRESS_EVERY, ray_cluster, runner_address, step_progress
 from marin_assets.defs.settings import SettingsResource, all_settings, markdown_table, setting
 
@@ -132,7 +133,7 @@ class EncoderResource(SettingsResource):
         return (self.resolved("model") or "offline") == "offline"
 
     def params(self) -> Any:
-        from marin_assets.core import embed
+        from marin_assets.core.embed import embeddings as embed
 
         device = self.resolved("device")
         overrides = {"device": device} if device else {}
@@ -153,7 +154,7 @@ class CurationResource(SettingsResource):
         return self.resolved("annotations") or ""
 
     def tokenizer_params(self, encoder: EncoderResource | None = None) -> Any:
-        from marin_assets.core import pool
+        from marin_assets.core.pool import curated as pool
 
         choice = self.resolved("tokenizer") or ""
         if not choice:
@@ -166,12 +167,12 @@ class CurationResource(SettingsResource):
         return pool.TokenizerParams()
 
     def band_params(self) -> Any:
-        from marin_assets.core import quality
+        from marin_assets.core.embed import quality
 
         return quality.BandParams(method=self.resolved("band_method") or "quantile")
 
     def mixture_params(self) -> Any:
-        from marin_assets.core import mixture
+        from marin_assets.core.pool import groups as mixture
 
         return mixture.MixtureParams(token_budget=self.resolved("token_budget") or None)
 

@@ -23,7 +23,7 @@ from dagster._core.launcher.base import CheckRunHealthResult, WorkerStatus
 from dagster._core.launcher.default_run_launcher import DefaultRunLauncher
 from dagster._core.storage.dagster_run import FINISHED_STATUSES, DagsterRunStatus, RunsFilter
 
-from marin_assets.core.trust import pid_alive
+from marin_assets.core.runtime.trust import pid_alive
 
 ACTIVE = (DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING)
 

@@ -10,8 +10,8 @@ The Dagster definitions read a few settings themselves (``DEFS_SETTINGS``, throu
 ``defs_setting``): some shape the definitions and are read when the code location loads (the
 executor, whether sensors start, the sensor and drift cadences, and the catalog the partitions come
 from), the drift sensor's pace is read on each tick. ``OTHER_SETTINGS`` are read by Dagster,
-the Makefile or the demo. ``settings_table()`` renders them all as the README's table, and a
-test holds the README to it.
+the Makefile or the demo. ``settings_table()`` renders them all as the table in docs/operations.md, and a
+test holds that page to it.
 """
 
 from __future__ import annotations

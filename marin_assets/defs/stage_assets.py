@@ -9,10 +9,9 @@ from typing import Any
 
 import dagster as dg
 
+from marin_assets.core.runtime.stages import StageSpec
 from marin_assets.core.specs import SOURCE_PINS
-from marin_assets.core.stages import StageSpec
 from marin_assets.defs.partitions import source_partitions
-
 
 # Who answers for the assets, and the tags the UI filters by: set here, once, for every stage.
 OWNERS = ["team:marin-data"]

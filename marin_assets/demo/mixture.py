@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from marin_assets.core import mixture_swarm as swarm_core
-from marin_assets.core import storage
+from marin_assets.core.mixture import swarm as swarm_core
+from marin_assets.core.runtime import storage
 
 DEMO_STUDY = swarm_core.StudyParams(
     name="demo",

@@ -138,7 +138,7 @@ def run_demo(sources: Sequence[str] | None = None) -> int:
 def _record_pins(instance: Any, sources: Sequence[str]) -> None:
     """Record the built sources' pins first (as ``catalog_changes`` does): each build then
     remembers the pin it was built for, and the UI marks its chain stale when the pin changes."""
-    from marin_assets.core import ingest
+    from marin_assets.core.ingest import raw as ingest
     from marin_assets.defs.automation.sensors import pin_observations
 
     catalog = load_catalog(os.environ.get("MARIN_CATALOG") or None)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 import xxhash
 
-from marin_assets.core import storage
+from marin_assets.core.runtime import storage
 
 
 def edit_words(base: Sequence[str], edits: int, rng: random.Random, vocab: Sequence[str]) -> str:

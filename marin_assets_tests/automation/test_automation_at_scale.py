@@ -135,7 +135,7 @@ def test_automation_on_over_the_full_catalog_of_a_demo_instance(demo_home: Path,
 def test_every_row_count_after_the_demo_matches_the_rows_on_disk(demo_home: Path, monkeypatch) -> None:
     """``dagster/row_count`` of every materialization whose output is Parquet shards equals
     the rows of those shards (read from the output's manifest)."""
-    from marin_assets.core import storage
+    from marin_assets.core.runtime import storage
 
     monkeypatch.setenv("DAGSTER_HOME", str(demo_home / "dagster_home"))
     compared, wrong = [], []

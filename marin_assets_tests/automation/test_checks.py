@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import dagster as dg
 import numpy as np
 import pyarrow as pa
 import pytest
 
-import dagster as dg
-
-from marin_assets.core import storage
+from marin_assets.core.runtime import storage
 from marin_assets_tests.automation.sources import LIBRE, PEPS, publish_source
 from marin_assets_tests.automation.sources import run_with_checks as run
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from marin_assets.catalog.sources import load_catalog
-from marin_assets.core import drift, hub
-from marin_assets.core.errors import NotServedHere, kind_of
-from marin_assets.core.providers import ProviderAccess
+from marin_assets.core.ingest import drift, hub
+from marin_assets.core.ingest.providers import ProviderAccess
+from marin_assets.core.runtime.errors import NotServedHere, kind_of
 from marin_assets.demo.sample import DEMO_SOURCES
 
 OTHER = "nemotron_cc_v2/high_actual"  # a Hub source of the catalog the demo does not serve
@@ -57,7 +57,7 @@ def test_building_another_source_fails_naming_the_demo_set(demo_endpoint: str, t
 
 
 def test_drift_on_the_demo_reports_unserved_sources_as_unknown_not_gone(demo_endpoint: str, tmp_path: Path) -> None:
-    from marin_assets.core import storage
+    from marin_assets.core.runtime import storage
 
     catalog = load_catalog()
     access = ProviderAccess(hf_endpoint=demo_endpoint)

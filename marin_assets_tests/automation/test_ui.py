@@ -219,7 +219,7 @@ def test_a_pin_edit_marks_that_sources_chain_stale(built_dev, browser) -> None:
     from selenium.webdriver.common.by import By
 
     from marin_assets.catalog.sources import load_catalog
-    from marin_assets.core import ingest
+    from marin_assets.core.ingest import raw as ingest
     from marin_assets.defs.automation.sensors import pin_observations
     from marin_assets.demo.sample import DEMO_SOURCES
     from marin_assets_tests.fixtures.pipeline import catalog_with

@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from marin_assets.catalog.evals import load_evals
-from marin_assets.core import decon, storage
-from marin_assets.core.eval_sources import read_eval_rows, registry_rows
-from marin_assets.core.decon import (
+from marin_assets.core.decon import rules as decon
+from marin_assets.core.decon.eval_sources import read_eval_rows, registry_rows
+from marin_assets.core.decon.rules import (
     DeconParams,
     EvalIndexError,
     build_eval_index,
@@ -31,6 +31,7 @@ from marin_assets.core.decon import (
     summarize_contamination,
     text_features,
 )
+from marin_assets.core.runtime import storage
 
 P = DeconParams()
 
@@ -165,7 +166,7 @@ def test_index_membership_is_exact(index):
 
 
 def test_index_bitmaps_hold_exactly_the_slots_of_its_hashes():
-    from marin_assets.core.decon_index import EvalIndex
+    from marin_assets.core.decon.index import EvalIndex
 
     hashes = np.unique(np.random.default_rng(1).integers(0, 2**64 - 1, 50_000, dtype=np.uint64))
     empty = np.zeros(0, np.uint64)

@@ -6,9 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from marin_assets.core import storage
-from marin_assets.core.decon_normalize import normalize_batch
-from marin_assets.core.decon import (
+from marin_assets.core.decon.rules import (
     DeconParams,
     build_eval_index,
     eval_ngram_frequencies,
@@ -18,6 +16,9 @@ from marin_assets.core.decon import (
     normalize_text,
     source_drop_set,
 )
+from marin_assets.core.decon.text_normalize import normalize_batch
+from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.kernels import string_buffers
 from marin_assets_tests.core.test_decon import (
     CAPITAL,
     EVAL_ROWS,
@@ -27,7 +28,6 @@ from marin_assets_tests.core.test_decon import (
     filler,
     page,
 )
-from marin_assets.core.kernels import string_buffers
 
 P = DeconParams()
 

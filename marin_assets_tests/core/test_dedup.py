@@ -13,14 +13,17 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from marin_assets.core import dedup, minhash, storage
-from marin_assets.core import dedup_shuffle
-from marin_assets.core.dedup import ExactDedupParams, FuzzyDedupParams
-from marin_assets.core import dedup_fuzzy
-from marin_assets.core.dedup_fuzzy import FuzzyScale
-from marin_assets_tests.core.test_minhash import shingle_jaccard, stdlib_documents
+from marin_assets.core.dedup import decisions as dedup
+from marin_assets.core.dedup import fuzzy as dedup_fuzzy
+from marin_assets.core.dedup import minhash
+from marin_assets.core.dedup import shuffle as dedup_shuffle
+from marin_assets.core.dedup.decisions import ExactDedupParams, FuzzyDedupParams
+from marin_assets.core.dedup.exact import find_exact_duplicates
+from marin_assets.core.dedup.fuzzy import FuzzyScale, find_fuzzy_duplicates
+from marin_assets.core.runtime import storage
 from marin_assets.testing import dedup_corpus
 from marin_assets.testing.dedup_corpus import doc_id, near_copies
+from marin_assets_tests.core.test_minhash import shingle_jaccard, stdlib_documents
 from marin_assets_tests.dedup_reference import reference_fuzzy_removals
 
 
@@ -60,7 +63,7 @@ def test_exact_keeps_the_first_source_in_name_order(tmp_path: Path) -> None:
     sources = exact_corpus(tmp_path)
     ids = {n: doc_id(f"document number {n} " + " ".join(["filler"] * n)) for n in range(1, 6)}
     out = str(tmp_path / "exact")
-    stats = dedup.find_exact_duplicates(sources, out, ExactDedupParams())
+    stats = find_exact_duplicates(sources, out, ExactDedupParams())
     assert read_removed(out, "a_src") == []
     assert read_removed(out, "d_src") == []
     assert read_removed(out, "b_src") == sorted([{"id": ids[2], "kept_source": "a_src"}, {"id": ids[3], "kept_source": "a_src"}], key=lambda r: r["id"])
@@ -73,7 +76,7 @@ def test_exact_keeps_the_first_source_in_name_order(tmp_path: Path) -> None:
 def test_exact_keeper_rule_is_configurable(tmp_path: Path) -> None:
     sources = exact_corpus(tmp_path)
     out = str(tmp_path / "exact")
-    stats = dedup.find_exact_duplicates(sources, out, ExactDedupParams(source_priority=("c_src",)))
+    stats = find_exact_duplicates(sources, out, ExactDedupParams(source_priority=("c_src",)))
     assert stats["keep_order"] == ["c_src", "a_src", "b_src", "d_src"]
     assert read_removed(out, "c_src") == []
     assert {r["kept_source"] for r in read_removed(out, "a_src")} == {"c_src"}
@@ -83,8 +86,8 @@ def test_exact_keeper_rule_is_configurable(tmp_path: Path) -> None:
 def test_exact_spilled_partitions_and_shard_counts_give_identical_files(tmp_path: Path) -> None:
     one = str(tmp_path / "one")
     many = str(tmp_path / "many")
-    dedup.find_exact_duplicates(exact_corpus(tmp_path / "s1", shards=1), one)
-    stats = dedup.find_exact_duplicates(exact_corpus(tmp_path / "s3", shards=3), many, ids_per_partition=2, work_dir=str(tmp_path))
+    find_exact_duplicates(exact_corpus(tmp_path / "s1", shards=1), one)
+    stats = find_exact_duplicates(exact_corpus(tmp_path / "s3", shards=3), many, ids_per_partition=2, work_dir=str(tmp_path))
     assert stats["partitions"] > 1
     for source in ("a_src", "b_src", "c_src", "d_src"):
         assert storage.read_bytes(dedup.removed_uri(one, source)) == storage.read_bytes(dedup.removed_uri(many, source))
@@ -94,7 +97,7 @@ def test_exact_names_the_source_and_file_when_id_is_missing(tmp_path: Path) -> N
     uri = str(tmp_path / "bad" / storage.shard_name(0, 1))
     storage.write_parquet(pa.table({"text": ["no id here"]}), uri)
     with pytest.raises(dedup.DedupError, match="source 'bad_src'.*part-00000-of-00001"):
-        dedup.find_exact_duplicates({"bad_src": [uri]}, str(tmp_path / "out"))
+        find_exact_duplicates({"bad_src": [uri]}, str(tmp_path / "out"))
 
 
 # --------------------------------------------------------------------------- fuzzy: verification rule
@@ -218,7 +221,7 @@ def run_fuzzy(root: Path, shards: dict[str, int], **knobs) -> tuple[str, dict]:
     for source, docs in texts.items():
         normalized[source], buckets[source] = write_source(root, source, docs, shards[source])
     out = str(root / "fuzzy")
-    return out, dedup.find_fuzzy_duplicates(buckets, normalized, {"gamma"}, out, FuzzyDedupParams(), **knobs)
+    return out, find_fuzzy_duplicates(buckets, normalized, {"gamma"}, out, FuzzyDedupParams(), **knobs)
 
 
 def test_fuzzy_finds_planted_near_duplicates_across_sources(tmp_path: Path) -> None:
@@ -269,7 +272,7 @@ def test_fuzzy_results_are_identical_across_reruns_shard_counts_and_spilling(tmp
 def test_fuzzy_rejects_buckets_that_are_not_co_partitioned(tmp_path: Path) -> None:
     normalized, buckets = write_source(tmp_path, "alpha", stdlib_documents(4, seed=1), 2)
     with pytest.raises(dedup.DedupError, match="source 'alpha'.*rematerialize minhash_buckets"):
-        dedup.find_fuzzy_duplicates({"alpha": buckets[:1]}, {"alpha": normalized}, set(), str(tmp_path / "out"))
+        find_fuzzy_duplicates({"alpha": buckets[:1]}, {"alpha": normalized}, set(), str(tmp_path / "out"))
 
 
 # --------------------------------------------------------------------------- sharded steps
@@ -304,14 +307,14 @@ def big_cluster_corpus(root: Path, extra: dict[str, list[str]] | None = None) ->
 def test_sharded_fuzzy_dedup_equals_the_pairwise_reference_with_a_600_copy_cluster(tmp_path: Path) -> None:
     normalized, buckets = big_cluster_corpus(tmp_path)
     out = str(tmp_path / "out")
-    stats = dedup.find_fuzzy_duplicates(buckets, normalized, {"gamma"}, out, scale=SMALL_TASKS)
+    stats = find_fuzzy_duplicates(buckets, normalized, {"gamma"}, out, scale=SMALL_TASKS)
     assert stats["largest_cluster"] >= 550 and stats["cc_method"] == "star_rounds" and stats["verify_partitions"] > 1
     assert outputs(out, buckets) == reference_fuzzy_removals(buckets, normalized, {"gamma"})
     assert stats["removed"] > 400 and stats["streamed_clusters"] == 0
     # the big cluster verified batch by batch (texts read from storage 20 KB at a time): the same files
     streamed = str(tmp_path / "streamed")
     small_batches = dataclasses.replace(SMALL_TASKS, cluster_chars_in_memory=50_000, verify_batch_chars=20_000)
-    streamed_stats = dedup.find_fuzzy_duplicates(buckets, normalized, {"gamma"}, streamed, scale=small_batches)
+    streamed_stats = find_fuzzy_duplicates(buckets, normalized, {"gamma"}, streamed, scale=small_batches)
     assert streamed_stats["streamed_clusters"] == 1
     for source in buckets:
         assert storage.read_bytes(dedup.removed_uri(streamed, source)) == storage.read_bytes(dedup.removed_uri(out, source))
@@ -328,7 +331,7 @@ def test_verify_ranges_finer_than_the_member_blocks_read_their_covering_block(tm
     normalized, buckets = big_cluster_corpus(tmp_path, extra={"beta": short})
     scale = dataclasses.replace(SMALL_TASKS, members_per_partition=10**6, member_chars_per_partition=40_000)
     out = str(tmp_path / "out")
-    stats = dedup.find_fuzzy_duplicates(buckets, normalized, {"gamma"}, out, scale=scale)
+    stats = find_fuzzy_duplicates(buckets, normalized, {"gamma"}, out, scale=scale)
     mean = sum(stats["chars_per_source"].values()) // stats["docs"]
     blocks = dedup_fuzzy._verify_partitions(stats["docs_in_clusters"], stats["docs_in_clusters"] * mean, scale)
     assert stats["verify_partitions"] >= 4 * blocks  # each verify range is a quarter (or less) of a member block
@@ -336,7 +339,7 @@ def test_verify_ranges_finer_than_the_member_blocks_read_their_covering_block(tm
 
 
 def test_a_block_file_gives_each_key_range_exactly_the_rows_a_sorted_file_gives(tmp_path: Path) -> None:
-    from marin_assets.core.dedup_components import EDGE_SCHEMA, edge_table
+    from marin_assets.core.dedup.components import EDGE_SCHEMA, edge_table
 
     rng = np.random.default_rng(3)
     table = edge_table(rng.integers(0, 10**6, 5000), rng.integers(0, 10**6, 5000))
@@ -363,7 +366,7 @@ def test_block_spans_give_any_key_ranges_exactly_the_rows_of_a_sorted_file(tmp_p
     """Readers of block files read the spans of blocks covering their key ranges (node runs of a
     shard group, or a verify range finer or coarser than the blocks) and get the rows a sorted
     file's range read gives: no other range's rows, none missing."""
-    from marin_assets.core.dedup_fuzzy import LABEL_SCHEMA
+    from marin_assets.core.dedup.fuzzy import LABEL_SCHEMA
 
     rng = np.random.default_rng(11)
     nodes = np.unique(rng.integers(0, 50_000, 6000))
@@ -416,8 +419,8 @@ def test_block_spans_give_any_key_ranges_exactly_the_rows_of_a_sorted_file(tmp_p
 
 
 def test_star_rounds_label_components_like_union_find(tmp_path: Path) -> None:
-    from marin_assets.core.dedup_components import LABEL_SCHEMA, connected_components, edge_table
-    from marin_assets.core.runner import ShardRunner
+    from marin_assets.core.dedup.components import LABEL_SCHEMA, connected_components, edge_table
+    from marin_assets.core.runtime.runner import ShardRunner
 
     rng = np.random.default_rng(7)
     u = rng.integers(0, 3000, 2500)
@@ -466,7 +469,7 @@ def test_incremental_rebuild_of_one_changed_source_equals_a_full_rebuild(tmp_pat
     normalized, buckets = big_cluster_corpus(tmp_path / "v1", extra={"delta": delta})
     cache = str(tmp_path / "cache")
     first = str(tmp_path / "first")
-    full_stats = dedup.find_fuzzy_duplicates(buckets, normalized, {"gamma"}, first, scale=SMALL_TASKS, cache_uri=cache)
+    full_stats = find_fuzzy_duplicates(buckets, normalized, {"gamma"}, first, scale=SMALL_TASKS, cache_uri=cache)
     # beta changes: new near copies of the big cluster and of a small one, one more unrelated doc
     more = near_copies(620, seed=11)[600:] + near_copies(9, seed=104, words=80)[-1:] + stdlib_documents(1, seed=77)
     normalized2, buckets2 = big_cluster_corpus(tmp_path / "v2", extra={"beta": more, "delta": delta})
@@ -476,9 +479,9 @@ def test_incremental_rebuild_of_one_changed_source_equals_a_full_rebuild(tmp_pat
     # verify ranges differ from the first run's; the added documents' buckets are found by
     # several key ranges, each scanning the map files in several tasks
     other_counts = dataclasses.replace(SMALL_TASKS, members_per_partition=60, records_per_partition=200, scan_records_per_task=3000)
-    inc_stats = dedup.find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, inc, scale=other_counts, cache_uri=cache, previous_uri=first)
+    inc_stats = find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, inc, scale=other_counts, cache_uri=cache, previous_uri=first)
     full = str(tmp_path / "full")
-    full2_stats = dedup.find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, full, scale=SMALL_TASKS)
+    full2_stats = find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, full, scale=SMALL_TASKS)
     assert inc_stats["changed_sources"] == ["beta"] and inc_stats["verify_partitions"] != full_stats["verify_partitions"]
     assert inc_stats["cc_method"] == "incremental" and inc_stats["steps"]["edges"]["tasks"] > 4
     for source in buckets2:
@@ -497,9 +500,9 @@ def test_incremental_rebuild_of_one_changed_source_equals_a_full_rebuild(tmp_pat
     for source in ("alpha", "beta", "gamma"):
         normalized3[source], buckets3[source] = normalized2[source], buckets2[source]
     again = str(tmp_path / "again")
-    again_stats = dedup.find_fuzzy_duplicates(buckets3, normalized3, {"gamma"}, again, scale=SMALL_TASKS, cache_uri=cache, previous_uri=inc)
+    again_stats = find_fuzzy_duplicates(buckets3, normalized3, {"gamma"}, again, scale=SMALL_TASKS, cache_uri=cache, previous_uri=inc)
     full3 = str(tmp_path / "full3")
-    full3_stats = dedup.find_fuzzy_duplicates(buckets3, normalized3, {"gamma"}, full3, scale=SMALL_TASKS)
+    full3_stats = find_fuzzy_duplicates(buckets3, normalized3, {"gamma"}, full3, scale=SMALL_TASKS)
     # delta lost an unclustered document: its nodes, clusters and removals stay, nothing is republished
     assert again_stats["changed_sources"] == ["delta"] and again_stats["cc_method"] == "incremental" and again_stats["sources_republished"] == 0
     # no cluster touched: one plan task covers every label range
@@ -515,7 +518,7 @@ def test_incremental_components_follow_added_and_removed_documents_like_a_full_r
     clustered one (its cluster may fall apart: the components are recomputed over every edge)."""
     normalized, buckets = big_cluster_corpus(tmp_path / "v1")
     cache, first = str(tmp_path / "cache"), str(tmp_path / "first")
-    first_stats = dedup.find_fuzzy_duplicates(buckets, normalized, {"gamma"}, first, scale=SMALL_TASKS, cache_uri=cache)
+    first_stats = find_fuzzy_duplicates(buckets, normalized, {"gamma"}, first, scale=SMALL_TASKS, cache_uri=cache)
     state = storage.read_json(str(Path(first) / "_fuzzy_state.json"))
     retained = {k.split("\x00", 1)[1] for f in state["verify_files"] for keys in storage.read_parquet(dedup_fuzzy.clusters_uri(f)).column("retained").to_pylist() for k in keys}
     in_clusters = retained | {r["id"] for s in buckets for r in read_removed(first, s)}
@@ -537,8 +540,8 @@ def test_incremental_components_follow_added_and_removed_documents_like_a_full_r
         run_cache = str(root / "cache")
         shutil.copytree(cache, run_cache)
         inc, full = str(root / "incremental"), str(root / "full")
-        inc_stats = dedup.find_fuzzy_duplicates(b2, v2, {"gamma"}, inc, scale=SMALL_TASKS, cache_uri=run_cache, previous_uri=first)
-        full_stats = dedup.find_fuzzy_duplicates(b2, v2, {"gamma"}, full, scale=SMALL_TASKS)
+        inc_stats = find_fuzzy_duplicates(b2, v2, {"gamma"}, inc, scale=SMALL_TASKS, cache_uri=run_cache, previous_uri=first)
+        full_stats = find_fuzzy_duplicates(b2, v2, {"gamma"}, full, scale=SMALL_TASKS)
         assert inc_stats["changed_sources"] == ["beta"] and inc_stats["cc_method"] == method, name
         for source in b2:
             assert storage.read_bytes(dedup.removed_uri(inc, source)) == storage.read_bytes(dedup.removed_uri(full, source)), (name, source)
@@ -561,7 +564,7 @@ def test_an_added_document_that_bridges_two_clusters_merges_them_like_a_full_reb
     normalized["alpha"], buckets["alpha"] = write_source(tmp_path / "v1", "alpha", one + two, 1)
     normalized["beta"], buckets["beta"] = write_source(tmp_path / "v1", "beta", stdlib_documents(3, seed=403), 1)
     cache, first = str(tmp_path / "cache"), str(tmp_path / "first")
-    first_stats = dedup.find_fuzzy_duplicates(buckets, normalized, set(), first, cache_uri=cache)
+    first_stats = find_fuzzy_duplicates(buckets, normalized, set(), first, cache_uri=cache)
     assert first_stats["clusters"] == 2 and first_stats["largest_cluster"] == 4
     # beta gains a copy of the first cluster's text whose buckets are half of each cluster's
     bridge = one[0] + " bridge"
@@ -576,8 +579,8 @@ def test_an_added_document_that_bridges_two_clusters_merges_them_like_a_full_reb
             r["buckets"] = a[: len(a) // 2] + b[len(b) // 2 :]
     storage.write_parquet(pa.Table.from_pylist(rows, schema=storage.read_parquet(b2["beta"][0]).schema), b2["beta"][0])
     inc, full = str(tmp_path / "incremental"), str(tmp_path / "full")
-    inc_stats = dedup.find_fuzzy_duplicates(b2, v2, set(), inc, cache_uri=cache, previous_uri=first)
-    full_stats = dedup.find_fuzzy_duplicates(b2, v2, set(), full)
+    inc_stats = find_fuzzy_duplicates(b2, v2, set(), inc, cache_uri=cache, previous_uri=first)
+    full_stats = find_fuzzy_duplicates(b2, v2, set(), full)
     assert inc_stats["cc_method"] == "incremental" and inc_stats["clusters"] == full_stats["clusters"] == 1
     assert inc_stats["largest_cluster"] == full_stats["largest_cluster"] == 9
     for source in b2:
@@ -586,8 +589,8 @@ def test_an_added_document_that_bridges_two_clusters_merges_them_like_a_full_reb
     v3, b3 = dict(v2), dict(b2)
     v3["alpha"], b3["alpha"] = write_source(tmp_path / "v3", "alpha", one + two + [two[0] + " tail"], 1)
     again, full3 = str(tmp_path / "again"), str(tmp_path / "full3")
-    again_stats = dedup.find_fuzzy_duplicates(b3, v3, set(), again, cache_uri=cache, previous_uri=inc)
-    full3_stats = dedup.find_fuzzy_duplicates(b3, v3, set(), full3)
+    again_stats = find_fuzzy_duplicates(b3, v3, set(), again, cache_uri=cache, previous_uri=inc)
+    full3_stats = find_fuzzy_duplicates(b3, v3, set(), full3)
     assert again_stats["cc_method"] == "incremental" and again_stats["largest_cluster"] == full3_stats["largest_cluster"] == 10
     # the second run's fresh labels joined the first's small file: no label file per run
     label_files = [storage.read_json(str(Path(d) / "_fuzzy_state.json"))["label_files"] for d in (first, inc, again)]
@@ -597,8 +600,8 @@ def test_an_added_document_that_bridges_two_clusters_merges_them_like_a_full_reb
     v4, b4 = dict(v3), dict(b3)
     v4["alpha"], b4["alpha"] = write_source(tmp_path / "v4", "alpha", one + two + [two[0] + " tail", one[2] + " more"], 1)
     fourth, full4 = str(tmp_path / "fourth"), str(tmp_path / "full4")
-    fourth_stats = dedup.find_fuzzy_duplicates(b4, v4, set(), fourth, cache_uri=cache, previous_uri=again)
-    full4_stats = dedup.find_fuzzy_duplicates(b4, v4, set(), full4)
+    fourth_stats = find_fuzzy_duplicates(b4, v4, set(), fourth, cache_uri=cache, previous_uri=again)
+    full4_stats = find_fuzzy_duplicates(b4, v4, set(), full4)
     assert fourth_stats["cc_method"] == "incremental" and fourth_stats["largest_cluster"] == full4_stats["largest_cluster"] == 11
     for source in b4:
         assert storage.read_bytes(dedup.removed_uri(fourth, source)) == storage.read_bytes(dedup.removed_uri(full4, source))
@@ -613,7 +616,7 @@ def test_a_big_cluster_replays_from_its_record_reading_only_the_changed_sources_
     not move are carried as the same bytes."""
     normalized, buckets = big_cluster_corpus(tmp_path / "v1")
     cache, first = str(tmp_path / "cache"), str(tmp_path / "first")
-    dedup.find_fuzzy_duplicates(buckets, normalized, set(), first, scale=SMALL_TASKS, cache_uri=cache)
+    find_fuzzy_duplicates(buckets, normalized, set(), first, scale=SMALL_TASKS, cache_uri=cache)
     state = storage.read_json(str(Path(first) / "_fuzzy_state.json"))
     records = pa.concat_tables([storage.read_parquet(dedup_fuzzy.clusters_uri(f)) for f in state["verify_files"]]).to_pylist()
     big = max(records, key=lambda r: r["size"])
@@ -629,8 +632,8 @@ def test_a_big_cluster_replays_from_its_record_reading_only_the_changed_sources_
     for source in set(sources) - {changed}:
         v2[source], b2[source] = normalized[source], buckets[source]
     inc, full = str(tmp_path / "incremental"), str(tmp_path / "full")
-    inc_stats = dedup.find_fuzzy_duplicates(b2, v2, set(), inc, scale=SMALL_TASKS, cache_uri=cache, previous_uri=first)
-    dedup.find_fuzzy_duplicates(b2, v2, set(), full, scale=SMALL_TASKS)
+    inc_stats = find_fuzzy_duplicates(b2, v2, set(), inc, scale=SMALL_TASKS, cache_uri=cache, previous_uri=first)
+    find_fuzzy_duplicates(b2, v2, set(), full, scale=SMALL_TASKS)
     for source in b2:
         assert storage.read_bytes(dedup.removed_uri(inc, source)) == storage.read_bytes(dedup.removed_uri(full, source))
     assert inc_stats["cc_method"] == "incremental" and inc_stats["replayed_clusters"] == 1 and inc_stats["verify_passes"] == 1
@@ -642,7 +645,7 @@ def test_a_big_cluster_replays_from_its_record_reading_only_the_changed_sources_
 def test_a_cluster_whose_added_member_is_retained_is_verified_in_full(tmp_path: Path) -> None:
     normalized, buckets = big_cluster_corpus(tmp_path / "v1")
     cache, first = str(tmp_path / "cache"), str(tmp_path / "first")
-    dedup.find_fuzzy_duplicates(buckets, normalized, {"gamma"}, first, scale=SMALL_TASKS, cache_uri=cache)
+    find_fuzzy_duplicates(buckets, normalized, {"gamma"}, first, scale=SMALL_TASKS, cache_uri=cache)
     survivors = {r["cluster_id"] for s in buckets for r in read_removed(first, s)}
     head = next(t for t in near_copies(600, seed=11) if doc_id(t) in survivors)  # the big cluster's first (kept) member
     shorter = next(t for t in near_copies(620, seed=11)[600:] if len(t) < len(head))
@@ -661,8 +664,8 @@ def test_a_cluster_whose_added_member_is_retained_is_verified_in_full(tmp_path: 
         shutil.copytree(cache, run_cache)
         # the big cluster's texts are read batch by batch from the gathered groups' files
         streamed = dataclasses.replace(SMALL_TASKS, cluster_chars_in_memory=20_000, verify_batch_chars=8_000)
-        inc_stats = dedup.find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, inc, scale=streamed, cache_uri=run_cache, previous_uri=first)
-        dedup.find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, full, scale=SMALL_TASKS)
+        inc_stats = find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, inc, scale=streamed, cache_uri=run_cache, previous_uri=first)
+        find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, full, scale=SMALL_TASKS)
         for source in buckets2:
             assert storage.read_bytes(dedup.removed_uri(inc, source)) == storage.read_bytes(dedup.removed_uri(full, source))
         assert inc_stats["changed_sources"] == [changed] and inc_stats["verify_passes"] == passes
@@ -679,7 +682,7 @@ def test_scratch_is_collected_after_publishing_but_the_stored_index_is_kept(tmp_
     normalized, buckets = big_cluster_corpus(tmp_path / "v1")
     cache = str(tmp_path / "cache")
     first = str(tmp_path / "first")
-    stats = dedup.find_fuzzy_duplicates(buckets, normalized, set(), first, scale=SMALL_TASKS, cache_uri=cache)
+    stats = find_fuzzy_duplicates(buckets, normalized, set(), first, scale=SMALL_TASKS, cache_uri=cache)
     assert stats["scratch_bytes"] > 0
     assert sorted(p.name for p in (Path(first) / "_work").iterdir()) == ["labels", "verify"]  # the labels and verdicts the next run reuses
     entries = {s: [p.name for p in (Path(cache) / s).iterdir()] for s in buckets}
@@ -691,7 +694,7 @@ def test_scratch_is_collected_after_publishing_but_the_stored_index_is_kept(tmp_
     other_run = Path(cache) / "beta" / "0123456789abcdef-s9-g16"  # another run's entry: not ours to remove
     other_run.mkdir()
     inc = str(tmp_path / "inc")
-    inc_stats = dedup.find_fuzzy_duplicates(buckets2, normalized2, set(), inc, scale=SMALL_TASKS, cache_uri=cache, previous_uri=first)
+    inc_stats = find_fuzzy_duplicates(buckets2, normalized2, set(), inc, scale=SMALL_TASKS, cache_uri=cache, previous_uri=first)
     assert inc_stats["reused_clusters"] > 0 and inc_stats["changed_sources"] == ["beta"]
     after = {s: [p.name for p in (Path(cache) / s).iterdir()] for s in buckets}
     assert after["alpha"] == entries["alpha"] and after["gamma"] == entries["gamma"]
@@ -699,9 +702,9 @@ def test_scratch_is_collected_after_publishing_but_the_stored_index_is_kept(tmp_
     # an earlier run's verdicts that are gone only cost the reuse, never the answer
     shutil.rmtree(Path(inc) / "_work" / "verify")
     again = str(tmp_path / "again")
-    again_stats = dedup.find_fuzzy_duplicates(buckets2, normalized2, set(), again, scale=SMALL_TASKS, cache_uri=cache, previous_uri=inc)
+    again_stats = find_fuzzy_duplicates(buckets2, normalized2, set(), again, scale=SMALL_TASKS, cache_uri=cache, previous_uri=inc)
     assert again_stats["reused_clusters"] == 0 and again_stats["removed_ids_digest"] == inc_stats["removed_ids_digest"]
-    exact = dedup.find_exact_duplicates(exact_corpus(tmp_path / "e"), str(tmp_path / "exact"))
+    exact = find_exact_duplicates(exact_corpus(tmp_path / "e"), str(tmp_path / "exact"))
     assert exact["scratch_bytes"] > 0
     assert not (tmp_path / "exact" / "_work" / "map").exists() and not (tmp_path / "exact" / "_work" / "reduce").exists()
 
@@ -709,12 +712,12 @@ def test_scratch_is_collected_after_publishing_but_the_stored_index_is_kept(tmp_
 def test_removed_characters_come_from_the_tasks_and_match_the_texts(tmp_path: Path) -> None:
     normalized, buckets = big_cluster_corpus(tmp_path)
     out = str(tmp_path / "out")
-    stats = dedup.find_fuzzy_duplicates(buckets, normalized, set(), out)
+    stats = find_fuzzy_duplicates(buckets, normalized, set(), out)
     for source in buckets:
         removed = {r["id"] for r in read_removed(out, source)}
         texts = [t for uri in normalized[source] for i, t in zip(*storage.read_parquet(uri, ["id", "text"]).to_pydict().values()) if i in removed]
         assert stats["removed_chars_per_source"][source] == sum(len(t) for t in texts)
-    exact = dedup.find_exact_duplicates(exact_corpus(tmp_path / "e"), str(tmp_path / "exact"))
+    exact = find_exact_duplicates(exact_corpus(tmp_path / "e"), str(tmp_path / "exact"))
     assert exact["removed_chars_per_source"] == {"a_src": 0, "b_src": len(doc_text(2)) + len(doc_text(3)), "c_src": len(doc_text(3)) + len(doc_text(4)), "d_src": 0}
 
 

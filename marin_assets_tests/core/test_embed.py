@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-
 import os
 import subprocess
 import sys
@@ -12,8 +11,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from marin_assets.core import embed, storage
-from marin_assets.core.runner import ShardRunner, ShardTask
+from marin_assets.core.embed import embeddings as embed
+from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.runner import ShardRunner, ShardTask
 
 TEXTS = [
     "The defendant appealed, arguing that the trial court misread the statute of limitations.",
@@ -216,7 +216,7 @@ def test_defaults_pin_the_production_model_and_import_stays_light():
     assert default.revision == "f9b9dc8d367d443f2479d27aa5d8d2850c0774ee"
     assert (default.max_chars, default.max_tokens) == (100_000, 8_192)
     code = (
-        "import sys, marin_assets.core.embed, marin_assets.core.topics; "
+        "import sys, marin_assets.core.embed.embeddings, marin_assets.core.embed.topics; "
         "print('torch' in sys.modules, 'sentence_transformers' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()

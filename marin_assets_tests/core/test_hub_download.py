@@ -8,7 +8,8 @@ import uuid
 
 import pytest
 
-from marin_assets.core import hub, stages, storage
+from marin_assets.core.ingest import hub
+from marin_assets.core.runtime import stages, storage
 
 REPO = "org/corpus"
 FILES = {

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from marin_assets.core import hub
+from marin_assets.core.ingest import hub
 
 
 def test_an_unresolvable_hub_host_is_not_retried() -> None:

@@ -13,8 +13,9 @@ import pyarrow as pa
 import pytest
 import xxhash
 
-from marin_assets.core import minhash, storage
-from marin_assets.core.minhash import MinHashParams
+from marin_assets.core.dedup import minhash
+from marin_assets.core.dedup.minhash import MinHashParams
+from marin_assets.core.runtime import storage
 
 STDLIB_MODULES = (
     "argparse", "asyncio", "calendar", "collections", "csv", "datetime", "decimal", "email",

@@ -8,9 +8,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from marin_assets.core import mixture, pool
+from marin_assets.core.pool import curated as pool
+from marin_assets.core.pool import groups as mixture
+from marin_assets.core.runtime.runner import ShardRunner
 from marin_assets.defs import report
-from marin_assets.core.runner import ShardRunner
 from marin_assets_tests.core.test_pool import N_TOPICS, build_pool_inputs, read_pool
 
 LABELS = {0: "rivers, stone, harbor", 1: "music, letters", 2: "planets, theory", 3: "gardens, winter"}

@@ -13,8 +13,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from marin_assets.core import mixture_fit as mf
-from marin_assets.core import mixture_swarm as ms
+from marin_assets.core.mixture import fit as mf
+from marin_assets.core.mixture import swarm as ms
 
 N_GROUPS, N_DOMAINS = 20, 4
 

@@ -7,7 +7,7 @@ import json
 import polars as pl
 import pytest
 
-from marin_assets.core import mixture_results as mr
+from marin_assets.core.mixture import results as mr
 
 
 def _write_jsonl(path, rows) -> None:

@@ -8,8 +8,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from marin_assets.core import mixture_swarm as ms
-from marin_assets.core.mixture import MixtureError
+from marin_assets.core.mixture import swarm as ms
+from marin_assets.core.pool.groups import MixtureError
 
 HERO = ms.StudyParams(name="hero", target_budget=18.75e12, proxy_budget=1e9)
 

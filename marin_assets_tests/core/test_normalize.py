@@ -10,8 +10,10 @@ import pytest
 import xxhash
 import zstandard
 
-from marin_assets.core import normalize, specs, stages, storage
-from marin_assets.core.runner import ShardRunner
+from marin_assets.core import specs
+from marin_assets.core.ingest import normalize
+from marin_assets.core.runtime import stages, storage
+from marin_assets.core.runtime.runner import ShardRunner
 
 TEXTS = [f"Document number {i} about topic {i % 7}.\nIt has two lines." for i in range(40)]
 

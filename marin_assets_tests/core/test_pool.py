@@ -11,8 +11,10 @@ import pyarrow as pa
 import pytest
 import xxhash
 
-from marin_assets.core import pool, quality, storage
-from marin_assets.core.runner import ShardRunner, ShardTask
+from marin_assets.core.embed import quality
+from marin_assets.core.pool import curated as pool
+from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.runner import ShardRunner, ShardTask
 
 N_TOPICS = 4
 WORDS = "river stone light paper market engine garden signal winter harbor theory column planet letter music field".split()

@@ -6,8 +6,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from marin_assets.core import proxy_trainer as pt
-from marin_assets.core.mixture_swarm import ProxyTrainerParams
+from marin_assets.core.mixture import proxy_trainer as pt
+from marin_assets.core.mixture.swarm import ProxyTrainerParams
 
 CODE = b"def add(a, b):\n    return a + b\n\nfor i in range(10):\n    print(add(i, i))\n" * 40
 PROSE = b"The river runs quietly past the old mill, where the miller keeps his grain and his stories.\n" * 40

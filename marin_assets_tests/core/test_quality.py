@@ -10,7 +10,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from marin_assets.core import embed, quality, storage
+from marin_assets.core.embed import embeddings as embed
+from marin_assets.core.embed import quality
+from marin_assets.core.runtime import storage
 
 HELDOUT = 0.3
 

@@ -15,8 +15,10 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from marin_assets.core import embed, normalize, storage  # noqa: E402
-from marin_assets.core.runner import LOCAL, ShardFailed, ShardRunner, ShardTask, TaskResources  # noqa: E402
+from marin_assets.core.embed import embeddings as embed  # noqa: E402
+from marin_assets.core.ingest import normalize
+from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.runner import LOCAL, ShardFailed, ShardRunner, ShardTask, TaskResources  # noqa: E402
 
 pytestmark = pytest.mark.system  # end to end: a real local Ray cluster with two worker processes
 

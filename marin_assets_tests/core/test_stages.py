@@ -7,8 +7,9 @@ import dataclasses
 import pyarrow as pa
 import pytest
 
-from marin_assets.core import specs, stages, storage
-from marin_assets.core.runner import ShardRunner
+from marin_assets.core import specs
+from marin_assets.core.runtime import stages, storage
+from marin_assets.core.runtime.runner import ShardRunner
 
 SOURCE = stages.StageSpec("source_rows", folder="normalized/{source}")
 DOUBLED = stages.StageSpec("doubled", (SOURCE,), data_folder="doubled_data/{source}")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from marin_assets.core import specs, storage
+from marin_assets.core import specs
+from marin_assets.core.runtime import storage
 
 
 @pytest.fixture(params=["local", "gcs"])

@@ -8,7 +8,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from marin_assets.core import embed, storage, topics
+from marin_assets.core.embed import embeddings as embed
+from marin_assets.core.embed import topics
+from marin_assets.core.runtime import storage
 
 DOMAINS: dict[str, list[str]] = {
     "code": [

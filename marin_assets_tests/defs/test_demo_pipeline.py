@@ -10,7 +10,10 @@ import polars as pl
 import pytest
 
 from marin_assets.catalog.sources import load_catalog
-from marin_assets.core import dedup, pool, specs, stages, storage
+from marin_assets.core import specs
+from marin_assets.core.dedup import decisions as dedup
+from marin_assets.core.pool import curated as pool
+from marin_assets.core.runtime import stages, storage
 from marin_assets.demo.run import run_demo
 from marin_assets.demo.sample import DEMO_SOURCES
 

@@ -14,7 +14,8 @@ import os
 import polars as pl
 import zstandard
 
-from marin_assets.core import normalize, storage
+from marin_assets.core.ingest import normalize
+from marin_assets.core.runtime import storage
 from marin_assets_tests.fixtures.pipeline import catalog_with
 
 PEPS = "cp/peps"  # Dolma-style gzipped JSON lines

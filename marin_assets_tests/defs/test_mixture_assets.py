@@ -16,8 +16,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from marin_assets.core import mixture, stages, storage
-from marin_assets.core import mixture_swarm as ms
+from marin_assets.core.mixture import swarm as ms
+from marin_assets.core.pool import groups as mixture
+from marin_assets.core.runtime import stages, storage
 from marin_assets.core.specs import MIXTURE_SWARM, SAMPLING_GROUPS
 from marin_assets.defs.mixture.partitions import RUNS, STUDIES, proxy_run_key
 from marin_assets.defs.mixture.sensors import mixture_studies

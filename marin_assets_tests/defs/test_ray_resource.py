@@ -5,7 +5,7 @@ from __future__ import annotations
 import dagster as dg
 from dagster_ray import LocalRay
 
-from marin_assets.core.runner import LOCAL, TaskResources
+from marin_assets.core.runtime.runner import LOCAL, TaskResources
 from marin_assets.defs.ray import RayClusterAddress, ray_cluster, runner_address
 from marin_assets.defs.resources import MarinResource
 
@@ -43,7 +43,7 @@ def test_a_step_with_a_lazy_ray_resource_starts_no_cluster(tmp_path) -> None:
 
 
 def _count(inputs: list[str], output: str, params: dict) -> dict:
-    from marin_assets.core import storage
+    from marin_assets.core.runtime import storage
 
     storage.write_bytes(output, b"x")
     return {"rows": params["rows"]}
@@ -51,7 +51,7 @@ def _count(inputs: list[str], output: str, params: dict) -> dict:
 
 def test_a_running_step_reports_shard_progress_as_asset_observations(tmp_path) -> None:
     """Every N finished tasks (and the last) the step logs an observation while it still runs."""
-    from marin_assets.core.runner import ShardTask
+    from marin_assets.core.runtime.runner import ShardTask
 
     partitions = dg.StaticPartitionsDefinition(["src"])
     seen_during: list[int] = []

@@ -1,5 +1,5 @@
 """One settings object: declared in the resources, read through ``dg.EnvVar`` when used, and
-the README's table is exactly what the code declares."""
+the settings table in docs/operations.md is exactly what the code declares."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import dagster as dg
 import pytest
 
 from marin_assets.catalog.sources import CatalogError
-from marin_assets.core import pool
+from marin_assets.core.pool import curated as pool
 from marin_assets.defs.resources import RESOURCES, CurationResource, EncoderResource, MarinResource, settings_table
 from marin_assets.defs.settings import DEFS_SETTINGS, all_settings, defs_setting
 from marin_assets_tests.fixtures.pipeline import catalog_with
@@ -21,13 +21,13 @@ PACKAGE = ROOT / "marin_assets"
 
 
 def readme_table() -> str:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "operations.md").read_text()
     section = text.split("## Environment variables", 1)[1].split("\n## ", 1)[0]
     return "\n".join(line for line in section.splitlines() if line.startswith("|"))
 
 
 def test_readme_table_is_exactly_what_the_code_declares() -> None:
-    assert readme_table() == settings_table(), "regenerate the README table with `marin-assets settings`"
+    assert readme_table() == settings_table(), "regenerate the table in docs/operations.md with `marin-assets settings`"
 
 
 def test_every_marin_variable_the_package_names_is_declared() -> None:

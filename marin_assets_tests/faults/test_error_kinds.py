@@ -7,7 +7,7 @@ import inspect
 import pkgutil
 
 import marin_assets
-from marin_assets.core import errors
+from marin_assets.core.runtime import errors
 
 CONTROL_FLOW = {"Retryable", "Skip"}  # caught where raised, never shown to an operator
 
@@ -19,7 +19,7 @@ def project_errors() -> list[type]:
             continue
         module = importlib.import_module(info.name)
         for _, cls in inspect.getmembers(module, inspect.isclass):
-            if issubclass(cls, BaseException) and cls.__module__.startswith("marin_assets") and cls.__module__ != "marin_assets.core.errors":
+            if issubclass(cls, BaseException) and cls.__module__.startswith("marin_assets") and cls.__module__ != "marin_assets.core.runtime.errors":
                 found.add(cls)
     return sorted(found, key=lambda c: f"{c.__module__}.{c.__name__}")
 
@@ -32,8 +32,9 @@ def test_every_error_class_has_one_of_the_four_kinds():
 
 
 def test_kinds_read_as_expected():
-    from marin_assets.core import hub, trust
-    from marin_assets.core.providers import http
+    from marin_assets.core.ingest import hub
+    from marin_assets.core.ingest.providers import http
+    from marin_assets.core.runtime import trust
 
     assert errors.kind_of(hub.IntegrityError("x")) == "integrity"
     assert errors.kind_of(trust.UnsafePathError("x")) == "integrity"

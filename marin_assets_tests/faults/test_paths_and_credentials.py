@@ -7,9 +7,10 @@ import dataclasses
 import pytest
 
 from marin_assets.catalog.sources import CatalogError, Provider, Source, parse_catalog
-from marin_assets.core import errors, hub, storage, trust
-from marin_assets.core.providers import ProviderAccess, hf_bucket, http
-from marin_assets.core.retry import RetryPolicy
+from marin_assets.core.ingest import hub
+from marin_assets.core.ingest.providers import ProviderAccess, hf_bucket, http
+from marin_assets.core.runtime import errors, storage, trust
+from marin_assets.core.runtime.retry import RetryPolicy
 from marin_assets.core.specs import NORMALIZED
 from marin_assets.defs.resources import MarinResource
 from marin_assets_tests.faults.conftest import TOKEN
@@ -57,7 +58,7 @@ def test_hub_bucket_listing_cannot_write_outside_the_destination(world, hostile)
 
 def test_raw_manifest_entries_are_checked_too(world):
     from marin_assets.catalog.sources import load_catalog
-    from marin_assets.core import ingest
+    from marin_assets.core.ingest import raw as ingest
 
     source = load_catalog().by_name("cp/peps")
     world.inject()

@@ -6,14 +6,14 @@ import gzip
 import io
 import json
 import logging
-
 from pathlib import Path
 
 import polars as pl
 import pytest
 import zstandard
 
-from marin_assets.core import errors, formats, normalize
+from marin_assets.core.ingest import formats, normalize
+from marin_assets.core.runtime import errors
 from marin_assets.defs.checks.normalized import bad_row_share
 
 

@@ -18,7 +18,7 @@ from dagster._core.storage.dagster_run import DagsterRunStatus
 from dagster._daemon.monitoring.run_monitoring import monitor_started_run
 
 from marin_assets.catalog.sources import CatalogError, load_catalog
-from marin_assets.core import errors
+from marin_assets.core.runtime import errors
 from marin_assets.defs import runs
 from marin_assets_tests.fixtures.pipeline import catalog_with
 

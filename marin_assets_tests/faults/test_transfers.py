@@ -8,9 +8,10 @@ import sys
 
 import pytest
 
-from marin_assets.core import errors, hub, normalize, stages, storage, trust
-from marin_assets.core.providers import http
-from marin_assets.core.retry import RetryPolicy
+from marin_assets.core.ingest import hub, normalize
+from marin_assets.core.ingest.providers import http
+from marin_assets.core.runtime import errors, stages, storage, trust
+from marin_assets.core.runtime.retry import RetryPolicy
 from marin_assets.core.specs import NORMALIZED
 from marin_assets_tests.faults.hostile import SHA
 
@@ -164,7 +165,7 @@ def test_kill_9_mid_download_resumes_without_refetching_finished_files(world, re
     dest = storage.Layout(str(world.root)).raw("org__corpus", "060fca9")
     script = (  # the copy is killed before the runner records it complete
         "import os, signal, sys\n"
-        "from marin_assets.core import hub\n"
+        "from marin_assets.core.ingest import hub\n"
         "def progress(line):\n"
         "    if '2/3 files' in line: os.kill(os.getpid(), signal.SIGKILL)\n"
         f"hub.download_snapshot({REPO!r}, '060fca9', None, None, {dest!r}, on_progress=progress, workers=1, staging_dir={str(world.staging)!r})\n"
@@ -211,7 +212,7 @@ def test_kill_9_mid_normalize_resumes_to_identical_output(world):
     params = "normalize.NormalizeParams(target_shard_bytes=8000)"
     script = (
         "import os, signal\n"
-        "from marin_assets.core import normalize\n"
+        "from marin_assets.core.ingest import normalize\n"
         "def progress(line):\n"
         "    if ' read ' in line: os.kill(os.getpid(), signal.SIGKILL)\n"
         f"normalize.normalize_source('many', {uris!r}, {resumed!r}, {params}, progress=progress)\n"

@@ -7,7 +7,7 @@ known rows, bad-row counters by reason). Register builders with ``@register_fixt
 in any module of this package whose name ends in ``_fixtures``; ``fixture_builders()``
 imports them all, so new providers add modules without touching this file.
 
-``marin_assets.core.recipes`` reads ``covered_sources()`` to report fixture coverage.
+``marin_assets.core.ingest.recipes`` reads ``covered_sources()`` to report fixture coverage.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from marin_assets.core.recipes import format_status
+from marin_assets.core.ingest.recipes import format_status
 from marin_assets_tests.recipes import covered_sources
 
 

@@ -14,9 +14,9 @@ import posixpath
 from typing import Any
 
 from marin_assets.catalog.sources import load_catalog
-from marin_assets.core import ingest
-from marin_assets.core.hub import select_paths
-from marin_assets.core.normalize import NormalizeParams, input_format_of
+from marin_assets.core.ingest import raw as ingest
+from marin_assets.core.ingest.hub import select_paths
+from marin_assets.core.ingest.normalize import NormalizeParams, input_format_of
 from marin_assets_tests.recipes import FixtureCase, register_fixture
 from marin_assets_tests.recipes.formats import encode, is_json
 

@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
-from marin_assets.core.normalize import NormalizeParams
-from marin_assets.core.transforms import sec_edgar
+from marin_assets.core.ingest.normalize import NormalizeParams
+from marin_assets.core.ingest.transforms import sec_edgar
 from marin_assets_tests.recipes import FixtureCase, register_fixture
 from marin_assets_tests.recipes.formats import encode, json_lines, parquet
 

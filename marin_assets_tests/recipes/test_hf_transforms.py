@@ -12,12 +12,13 @@ import pyarrow.parquet as pq
 import pytest
 import xxhash
 
-from marin_assets.core import normalize, storage
-from marin_assets.core.transforms import get_transform, sec_edgar
-from marin_assets.core.transforms.documents import english_first
-from marin_assets.core.transforms.rendering import whole_file
-from marin_assets.core.transforms.repositories import directory_dfs_key
-from marin_assets.core.transforms.trajectories import agenttrove_outcome, proprietary_teacher
+from marin_assets.core.ingest import normalize
+from marin_assets.core.ingest.transforms import get_transform, sec_edgar
+from marin_assets.core.ingest.transforms.documents import english_first
+from marin_assets.core.ingest.transforms.rendering import whole_file
+from marin_assets.core.ingest.transforms.repositories import directory_dfs_key
+from marin_assets.core.ingest.transforms.trajectories import agenttrove_outcome, proprietary_teacher
+from marin_assets.core.runtime import storage
 from marin_assets_tests.recipes.hf_transform_fixtures import oversized_page_header_parquet
 
 HF_TRANSFORMS = [

@@ -1,4 +1,4 @@
-"""``marin_assets.core.recipes``: implemented recipes and fixture coverage per catalog entry."""
+"""``marin_assets.core.ingest.recipes``: implemented recipes and fixture coverage per catalog entry."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from marin_assets.catalog.sources import CatalogError, load_catalog
-from marin_assets.core.recipes import UNKNOWN, format_status, recipe_status, summarize
+from marin_assets.core.ingest.recipes import UNKNOWN, format_status, recipe_status, summarize
 from marin_assets_tests.fixtures.pipeline import catalog_with
 from marin_assets_tests.recipes import covered_sources
 

@@ -17,10 +17,11 @@ import polars as pl
 import pytest
 
 from marin_assets.catalog.sources import load_catalog
-from marin_assets.core import normalize, storage
-from marin_assets.core.providers import http, prestaged
-from marin_assets.core.transforms.ghalogs import sanitize_log
-from marin_assets.core.transforms.web_sources import parse_annotation
+from marin_assets.core.ingest import normalize
+from marin_assets.core.ingest.providers import http, prestaged
+from marin_assets.core.ingest.transforms.ghalogs import sanitize_log
+from marin_assets.core.ingest.transforms.web_sources import parse_annotation
+from marin_assets.core.runtime import storage
 from marin_assets_tests.fixtures.pipeline import catalog_with
 from marin_assets_tests.recipes import FixtureCase, fixture_builders
 from marin_assets_tests.recipes import web_fixtures as fx
@@ -311,7 +312,7 @@ def test_gone_file_fails_at_once_and_retries_run_out(web_server) -> None:
 
 def test_drift_checks_of_web_and_bucket_pins(web, web_server, tmp_path) -> None:
     from marin_assets.catalog.sources import load_catalog as load
-    from marin_assets.core.providers import pins
+    from marin_assets.core.ingest.providers import pins
 
     layout = storage.Layout(web.prefix)
     access = dataclasses.replace(web.resource.provider_access(), policy=pins.QUICK)  # the settings, as the drift sensor builds them
@@ -335,7 +336,7 @@ def test_drift_checks_of_web_and_bucket_pins(web, web_server, tmp_path) -> None:
 def test_log_chunks_are_contiguous_and_bounded() -> None:
     import zipfile
 
-    from marin_assets.core.providers.ghalogs import plan_chunks
+    from marin_assets.core.ingest.providers.ghalogs import plan_chunks
 
     members = []
     for i, size in enumerate([40, 70, 10, 200, 5, 5, 90]):

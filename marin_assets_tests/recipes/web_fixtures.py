@@ -619,7 +619,7 @@ def hplt_case(source: Any) -> FixtureCase:
 
 
 def check_massive(frame: Any) -> None:
-    from marin_assets.core.transforms.web_sources import tool_selection
+    from marin_assets.core.ingest.transforms.web_sources import tool_selection
 
     rows = {r["source_id"]: r for r in frame.iter_rows(named=True)}
     assert set(rows) == {"en-US/1/train", "en-US/2/validation", "en-US/3/test", "de-DE/1/train", "de-DE/2/test"}

@@ -14,7 +14,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import parse_ratelimit_headers
 
-from marin_assets.core.hub import httpx
+from marin_assets.core.ingest.hub import httpx
 from marin_assets.testing.hub_server import HubStoreError, git_blob_sha1
 
 REPO = "org/corpus"

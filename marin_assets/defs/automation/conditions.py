@@ -32,7 +32,7 @@ import dagster as dg
 from dagster import AutomationCondition as AC
 
 from marin_assets.catalog.sources import default_catalog_path, load_catalog
-from marin_assets.core import ingest
+from marin_assets.core.ingest import raw as ingest
 from marin_assets.core.specs import ALL as ALL_SPECS
 from marin_assets.core.specs import QUALITY_MODEL, SOURCE_PINS, TOPIC_MODEL
 from marin_assets.defs.settings import configured_catalog_path

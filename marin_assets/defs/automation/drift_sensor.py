@@ -24,7 +24,7 @@ from typing import Any
 
 import dagster as dg
 
-from marin_assets.core import drift
+from marin_assets.core.ingest import drift
 from marin_assets.defs.automation.sensors import SOURCE_PINS, default_status
 from marin_assets.defs.metadata import markdown_table
 from marin_assets.defs.partitions import source_partitions

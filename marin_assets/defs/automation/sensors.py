@@ -11,7 +11,8 @@ from typing import Any
 import dagster as dg
 from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
-from marin_assets.core import ingest, specs
+from marin_assets.core import specs
+from marin_assets.core.ingest import raw as ingest
 from marin_assets.defs.automation.conditions import catalog_names
 from marin_assets.defs.ingest.assets import INVALID, REMOVED
 from marin_assets.defs.partitions import source_partitions

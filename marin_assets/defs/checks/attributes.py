@@ -1,11 +1,11 @@
 """Checks on per-source attribute outputs: co-partitioning for every attribute stage, and the
 vectors of ``embeddings`` (dimension of the model, unit length)."""
 
+import dagster as dg
 import numpy as np
 
-import dagster as dg
-
-from marin_assets.core import embed, storage
+from marin_assets.core.embed import embeddings as embed
+from marin_assets.core.runtime import storage
 from marin_assets.core.specs import CONTAMINATION, EMBEDDINGS, MINHASH_BUCKETS, QUALITY_SCORES, TOPICS
 from marin_assets.defs.checks.output import NoOutput, missing_output, output_uri, parquet_schema
 from marin_assets.defs.partitions import source_partitions

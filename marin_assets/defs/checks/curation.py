@@ -3,7 +3,8 @@ quality bands split the documents."""
 
 import dagster as dg
 
-from marin_assets.core import decon, storage
+from marin_assets.core.decon import rules as decon
+from marin_assets.core.runtime import storage
 from marin_assets.core.specs import CONTAMINATION, QUALITY_BANDS
 from marin_assets.defs.checks.output import NoOutput, missing_output, output_uri
 from marin_assets.defs.metadata import markdown_table

@@ -5,7 +5,8 @@ import re
 import dagster as dg
 import pyarrow as pa
 
-from marin_assets.core import formats, storage
+from marin_assets.core.ingest import formats
+from marin_assets.core.runtime import storage
 from marin_assets.core.specs import NORMALIZED
 from marin_assets.defs.checks.output import NoOutput, missing_output, output_uri, parquet_schema
 from marin_assets.defs.partitions import source_partitions

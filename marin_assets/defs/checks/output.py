@@ -6,8 +6,8 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from marin_assets.core.errors import BadInput
-from marin_assets.core import storage
+from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.errors import BadInput
 
 
 class NoOutput(BadInput):

@@ -4,7 +4,9 @@ import hashlib
 
 import dagster as dg
 
-from marin_assets.core import decon, eval_sources, stages, storage
+from marin_assets.core.decon import eval_sources
+from marin_assets.core.decon import rules as decon
+from marin_assets.core.runtime import stages, storage
 from marin_assets.core.specs import BOILERPLATE_NGRAMS, CONTAMINATION, EVAL_NGRAMS, NORMALIZED
 from marin_assets.defs.metadata import markdown_table, materialized
 from marin_assets.defs.resources import MarinResource, source_or_fail

@@ -2,7 +2,11 @@
 
 import dagster as dg
 
-from marin_assets.core import dedup, minhash, stages, storage
+from marin_assets.core.dedup import decisions as dedup
+from marin_assets.core.dedup import minhash
+from marin_assets.core.dedup.exact import find_exact_duplicates
+from marin_assets.core.dedup.fuzzy import find_fuzzy_duplicates
+from marin_assets.core.runtime import stages, storage
 from marin_assets.core.specs import EXACT_DUPLICATES, FUZZY_DUPLICATES, MINHASH_BUCKETS, NORMALIZED
 from marin_assets.defs.metadata import markdown_table, materialized
 from marin_assets.defs.resources import MarinResource, source_or_fail
@@ -91,7 +95,7 @@ def exact_duplicates(context: dg.AssetExecutionContext, marin: MarinResource) ->
         layout,
         inputs=inputs,
         params=params,
-        build=lambda out: dedup.find_exact_duplicates(shards, out, params, runner=marin.runner()),
+        build=lambda out: find_exact_duplicates(shards, out, params, runner=marin.runner()),
     )
     stats = manifest["stats"]
     docs = {s: sum(storage.parquet_num_rows(u) for u in us) for s, us in shards.items()}
@@ -135,7 +139,7 @@ def fuzzy_duplicates(context: dg.AssetExecutionContext, marin: MarinResource) ->
         inputs=buckets,
         params=params,
         extra_fingerprint={"exempt": exempt},
-        build=lambda out: dedup.find_fuzzy_duplicates(
+        build=lambda out: find_fuzzy_duplicates(
             {s: storage.list_shards(i.uri) for s, i in buckets.items()},
             {s: storage.list_shards(i.uri) for s, i in norm.items()},
             exempt,

@@ -2,8 +2,9 @@
 
 import dagster as dg
 
-from marin_assets.core import embed, stages, storage
-from marin_assets.core import topics as topic_core
+from marin_assets.core.embed import embeddings as embed
+from marin_assets.core.embed import topics as topic_core
+from marin_assets.core.runtime import stages, storage
 from marin_assets.core.specs import EMBEDDINGS, NORMALIZED, TOPIC_MODEL, TOPICS
 from marin_assets.defs.metadata import markdown_table, materialized
 from marin_assets.defs.resources import EncoderResource, MarinResource, source_or_fail

@@ -2,7 +2,9 @@
 
 import dagster as dg
 
-from marin_assets.core import hub, ingest, stages
+from marin_assets.core.ingest import hub
+from marin_assets.core.ingest import raw as ingest
+from marin_assets.core.runtime import stages
 from marin_assets.core.specs import RAW_FILES, SOURCE_PINS
 from marin_assets.defs.metadata import materialized
 from marin_assets.defs.partitions import source_partitions

@@ -11,15 +11,14 @@ import dagster as dg
 import numpy as np
 import polars as pl
 
-from marin_assets.core import mixture, stages, storage
-from marin_assets.core import mixture_fit as fit
-from marin_assets.core import mixture_results as results
-from marin_assets.core import mixture_swarm as swarm_core
-from marin_assets.core import pool as pool_core
-from marin_assets.core import proxy_trainer
+from marin_assets.core.mixture import fit, proxy_trainer, results
+from marin_assets.core.mixture import swarm as swarm_core
+from marin_assets.core.pool import curated as pool_core
+from marin_assets.core.pool import groups as mixture
+from marin_assets.core.runtime import stages, storage
+from marin_assets.core.runtime.stages import StageSpec
 from marin_assets.core.specs import MIXTURE_MODEL, MIXTURE_SWARM, MIXTURE_WEIGHTS, PROXY_RESULTS
 from marin_assets.core.specs import SAMPLING_GROUPS as SAMPLING_GROUPS_SPEC
-from marin_assets.core.stages import StageSpec
 from marin_assets.defs import mixture_report, report
 from marin_assets.defs.metadata import markdown_table, materialized
 from marin_assets.defs.mixture.partitions import RUNS, proxy_run_partitions, study_partitions

@@ -17,8 +17,8 @@ import json
 
 import dagster as dg
 
-from marin_assets.core import mixture_results as results
-from marin_assets.core import mixture_swarm as swarm_core
+from marin_assets.core.mixture import results
+from marin_assets.core.mixture import swarm as swarm_core
 from marin_assets.defs.automation.sensors import default_status
 from marin_assets.defs.mixture.jobs import MIXTURE_JOBS
 from marin_assets.defs.mixture.partitions import RUNS, STUDIES, proxy_run_key, study_partitions

@@ -2,9 +2,11 @@
 
 import dagster as dg
 
-from marin_assets.core import ingest, normalize, stages
+from marin_assets.core.ingest import normalize
+from marin_assets.core.ingest import raw as ingest
+from marin_assets.core.ingest.transforms import get_transform, known_transforms
+from marin_assets.core.runtime import stages
 from marin_assets.core.specs import NORMALIZED, RAW_FILES
-from marin_assets.core.transforms import get_transform, known_transforms
 from marin_assets.defs.metadata import markdown_table, materialized
 from marin_assets.defs.resources import MarinResource, source_or_fail
 from marin_assets.defs.stage_assets import stage_asset

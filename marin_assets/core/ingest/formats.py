@@ -1,0 +1,371 @@
+"""The one table of provider file formats: names, suffixes, magic bytes and readers.
+
+``FORMATS`` maps each format the catalog may name to how its files are recognised by name
+(``suffixes``), what their bytes start with (``container``: Parquet's ``PAR1``, gzip, zstd or
+plain JSON text) and how they are read. ``format_of_name`` picks a file's format by its name,
+``sniff`` says what its bytes are, and ``check_bytes`` refuses a file whose bytes are not what
+its format says (a Parquet file read as JSON lines would otherwise lose rows as "bad JSON").
+
+Readers yield provider rows in bounded batches and count rows they cannot read (bad JSON, rows
+nested too deeply, values that are not objects) by reason, logging the file and line of the
+first few. ``reading`` wraps any reader so that every error names the source, the file, where
+in it (line or row group) and what to do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.errors import BadInput
+
+log = logging.getLogger(__name__)
+
+# Reasons a reader drops a row because it cannot read it (as opposed to a recipe's filters).
+UNREADABLE = ("bad_json", "too_deep")
+# A source whose unreadable rows exceed this share of its rows fails its blocking check.
+MAX_BAD_ROW_SHARE = 0.01
+_LOGGED_PER_FILE = 5
+
+# ``reader(uri, fmt, batch_rows, counters, batch_bytes=...)``: rows cap Parquet batches, bytes cap text chunks
+Reader = Callable[..., Iterator[pl.DataFrame]]
+BATCH_BYTES = 32 << 20  # text read per chunk when the caller gives no size
+
+
+class FormatError(BadInput, RuntimeError):
+    """A file that cannot be read as its format says; the message names source, file and fix."""
+
+
+# --------------------------------------------------------------------------- magic bytes
+
+_MAGIC = (
+    (b"PAR1", "parquet"),
+    (b"\x1f\x8b", "gzip"),
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+    (b"PK\x03\x04", "zip"),
+)
+
+
+def sniff_bytes(head: bytes) -> str | None:
+    """``parquet``, ``gzip``, ``zstd``, ``zip``, ``json`` (text starting with ``{`` or ``[``) or None."""
+    for magic, kind in _MAGIC:
+        if head.startswith(magic):
+            return kind
+    text = head.removeprefix(b"\xef\xbb\xbf").lstrip()
+    if text[:1] in (b"{", b"["):
+        return "json"
+    return None
+
+
+def sniff(uri: str, size: int = 64) -> str | None:
+    fs, path = storage.filesystem(uri)
+    with fs.open(path, "rb") as handle:
+        return sniff_bytes(handle.read(size))
+
+
+# --------------------------------------------------------------------------- readers
+
+
+def _zstd_blocks(raw: Any, piece_bytes: int = 1 << 20) -> Iterator[bytes]:
+    """Decompressed blocks of a (multi-frame) zstd stream; a stream cut inside a frame raises ``EOFError``.
+
+    (The library's stream reader ends quietly at a cut, which would lose the rest of the file unseen.)
+    """
+    import zstandard  # noqa: PLC0415
+
+    decompressor = zstandard.ZstdDecompressor()
+    frame = decompressor.decompressobj()
+    inside = False
+    while data := raw.read(piece_bytes):
+        while data:
+            inside = True
+            out = frame.decompress(data)
+            if out:
+                yield out
+            if frame.eof:
+                data, frame, inside = frame.unused_data, decompressor.decompressobj(), False
+            else:
+                data = b""
+    if inside:
+        raise EOFError("zstd stream ended inside a frame (the file is truncated)")
+
+
+def _blocks(raw: Any, compression: str | None, chunk_bytes: int) -> Iterator[bytes]:
+    if compression == "zstd":
+        yield from _zstd_blocks(raw, max(4096, min(1 << 20, chunk_bytes // 8)))  # text expands ~5x, often more
+        return
+    stream: Any = gzip.GzipFile(fileobj=raw) if compression == "gzip" else raw
+    while block := stream.read(chunk_bytes):
+        yield block
+
+
+def _iter_json_lines(uri: str, compression: str | None, chunk_bytes: int = BATCH_BYTES) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(first line number, chunk of whole JSON lines)`` of about ``chunk_bytes``, decompressing on the fly."""
+    fs, path = storage.filesystem(uri)
+    raw = fs.open(path, "rb")
+    try:
+        parts: list[bytes] = []
+        held = 0
+        line = 1
+        for block in _blocks(raw, compression, chunk_bytes):
+            parts.append(block)
+            held += len(block)
+            if held < chunk_bytes:
+                continue
+            pending = b"".join(parts)
+            start = 0
+            while len(pending) - start >= chunk_bytes:  # a block may hold many chunks (zstd pieces expand)
+                cut = pending.rfind(b"\n", start, start + chunk_bytes)
+                if cut < 0:  # one line longer than a chunk: up to its end
+                    cut = pending.find(b"\n", start + chunk_bytes)
+                    if cut < 0:
+                        break
+                chunk = pending[start : cut + 1]
+                start = cut + 1
+                yield line, chunk
+                line += chunk.count(b"\n")
+            rest = pending[start:]
+            parts, held = [rest], len(rest)
+        pending = b"".join(parts)
+        if pending.strip():
+            yield line, pending
+    finally:
+        raw.close()
+
+
+def _bad(counters: dict[str, int], reason: str, uri: str, line: int, why: str) -> None:
+    counters[reason] = counters.get(reason, 0) + 1
+    seen = counters.get("_logged", 0)
+    if seen < _LOGGED_PER_FILE:
+        counters["_logged"] = seen + 1
+        log.warning("file '%s' line %d: %s; the row is dropped and counted as %s", uri, line, why, reason)
+
+
+def parse_json_chunk(chunk: bytes, counters: dict[str, int], uri: str = "", first_line: int = 1) -> pl.DataFrame:
+    """Parse JSON lines; repair invalid UTF-8 and count (not crash on) unreadable lines.
+
+    Valid chunks (nearly all) are parsed from the bytes as they are: a decoded copy and a
+    re-encoded one would each hold another chunk's worth of memory.
+    """
+    try:
+        return pl.read_ndjson(chunk, infer_schema_length=None)
+    except Exception:  # noqa: BLE001 - invalid UTF-8 or a bad line: repaired or isolated below
+        pass
+    try:
+        text = chunk.decode("utf-8")
+    except UnicodeDecodeError:
+        text = chunk.decode("utf-8", errors="replace")
+        counters["invalid_utf8_repaired"] = counters.get("invalid_utf8_repaired", 0) + sum(
+            1 for line in chunk.split(b"\n") if line and _not_utf8(line)
+        )
+        try:
+            return pl.read_ndjson(text.encode("utf-8"), infer_schema_length=None)
+        except Exception:  # noqa: BLE001 - a bad line as well
+            pass
+    # line by line, to isolate the bad rows
+    records = []
+    for offset, line in enumerate(text.split("\n")):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as err:
+            _bad(counters, "bad_json", uri, first_line + offset, f"not JSON ({err.msg})")
+            continue
+        except RecursionError:
+            _bad(counters, "too_deep", uri, first_line + offset, "JSON nested too deeply to read")
+            continue
+        if isinstance(value, dict):
+            records.append(value)
+        else:
+            _bad(counters, "bad_json", uri, first_line + offset, f"a JSON {type(value).__name__}, not an object")
+    try:
+        return pl.from_dicts(records, infer_schema_length=None) if records else pl.DataFrame()
+    except RecursionError:
+        raise FormatError(f"file '{uri}' lines {first_line}+: rows nested too deeply to hold in a table") from None
+
+
+def _not_utf8(line: bytes) -> bool:
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def read_parquet(uri: str, fmt: str, batch_rows: int, counters: dict[str, int], batch_bytes: int = BATCH_BYTES) -> Iterator[pl.DataFrame]:
+    local = storage.local_path(uri)
+    if local is not None:  # native streaming reader: parallel decoding, bounded batches
+        yield from pl.scan_parquet(local).collect_batches(chunk_size=batch_rows)
+        return
+    fs, path = storage.filesystem(uri)
+    with fs.open(path, "rb") as handle:
+        for batch in pq.ParquetFile(handle).iter_batches(batch_size=batch_rows):
+            yield pl.from_arrow(batch)  # type: ignore[misc]
+
+
+def read_json_document(uri: str, fmt: str, batch_rows: int, counters: dict[str, int], batch_bytes: int = BATCH_BYTES) -> Iterator[pl.DataFrame]:
+    try:
+        value = json.loads(storage.read_bytes(uri))
+    except RecursionError:
+        raise FormatError(f"file '{uri}': a JSON document nested too deeply to read") from None
+    rows = value if isinstance(value, list) else [value]
+    yield pl.from_dicts(rows, infer_schema_length=None)
+
+
+def _json_lines_reader(compression: str | None) -> Reader:
+    def read(uri: str, fmt: str, batch_rows: int, counters: dict[str, int], batch_bytes: int = BATCH_BYTES) -> Iterator[pl.DataFrame]:
+        for first_line, chunk in _iter_json_lines(uri, compression, batch_bytes):
+            frame = parse_json_chunk(chunk, counters, uri, first_line)
+            if frame.height:
+                yield frame
+
+    return read
+
+
+@dataclasses.dataclass(frozen=True)
+class Format:
+    """One file format: how a file is recognised (name, bytes) and read."""
+
+    name: str
+    suffixes: tuple[str, ...]
+    container: str  # what the bytes start with: parquet | gzip | zstd | json
+    read: Reader
+    what: str
+
+
+FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in (
+        Format("parquet", (".parquet",), "parquet", read_parquet, "Parquet"),
+        Format("jsonl", (".jsonl",), "json", _json_lines_reader(None), "JSON lines"),
+        Format("jsonl.zst", (".jsonl.zst", ".json.zst"), "zstd", _json_lines_reader("zstd"), "zstd-compressed JSON lines"),
+        Format("jsonl.gz", (".jsonl.gz",), "gzip", _json_lines_reader("gzip"), "gzip-compressed JSON lines"),
+        Format("json.gz", (".json.gz",), "gzip", _json_lines_reader("gzip"), "gzip-compressed JSON lines"),
+        Format("json", (".json",), "json", read_json_document, "a JSON document"),
+    )
+}
+SUPPORTED_FORMATS = tuple(FORMATS)
+# Formats a catalog entry may name that its provider unpacks before normalize reads them.
+PROVIDER_FORMATS = ("tar.gz", "zip", "txt")
+CATALOG_FORMATS = SUPPORTED_FORMATS + PROVIDER_FORMATS
+_BY_SUFFIX = sorted(((s, f.name) for f in FORMATS.values() for s in f.suffixes), key=lambda p: -len(p[0]))
+_CONTAINER_WHAT = {"parquet": "Parquet", "gzip": "gzip-compressed", "zstd": "zstd-compressed", "zip": "a zip archive",
+                   "json": "JSON text"}  # fmt: skip
+
+
+def format_of_name(uri: str) -> str | None:
+    """The format of a provider file from its name (None for files normalize ignores)."""
+    name = storage.basename(uri).lower()
+    for suffix, fmt in _BY_SUFFIX:
+        if name.endswith(suffix):
+            return fmt
+    return None
+
+
+def formats_of_container(container: str) -> list[str]:
+    return [f.name for f in FORMATS.values() if f.container == container]
+
+
+def check_bytes(uri: str, fmt: str, source: str) -> None:
+    """Refuse a file whose bytes are not what ``fmt`` says (an empty file passes)."""
+    spec = FORMATS[fmt]
+    if storage.size(uri) == 0:
+        return
+    found = sniff(uri)
+    if found == spec.container or (found is None and spec.container == "json"):
+        return  # text that is not JSON at all is read, and its lines counted as bad JSON
+    shown = _CONTAINER_WHAT.get(found or "", "neither Parquet, gzip, zstd nor JSON")
+    fits = formats_of_container(found) if found else []
+    fix = (f"set the catalog entry's input_format to {' or '.join(repr(f) for f in fits)}, or exclude the file "
+           f"with the entry's allow/exclude globs" if fits else
+           "the file is corrupt or not a data file: fetch it again (delete the raw copy) or exclude it with the "
+           "entry's allow/exclude globs")  # fmt: skip
+    raise FormatError(f"source '{source}': file '{uri}' is read as '{fmt}' ({spec.what}) but its bytes are {shown}; {fix}")
+
+
+def read_batches(uri: str, fmt: str, batch_rows: int, counters: dict[str, int], batch_bytes: int = BATCH_BYTES) -> Iterator[pl.DataFrame]:
+    """Provider rows of one file, in bounded batches (errors as the libraries raise them)."""
+    try:
+        spec = FORMATS[fmt]
+    except KeyError:
+        raise FormatError(f"file '{uri}': unknown format {fmt!r} (known: {', '.join(FORMATS)})") from None
+    try:
+        yield from spec.read(uri, fmt, batch_rows, counters, batch_bytes)
+    finally:
+        counters.pop("_logged", None)
+
+
+def _where(uri: str, fmt: str, rows_before: int) -> str:
+    if fmt != "parquet":
+        return f"after row {rows_before}" if fmt == "json" else f"near line {rows_before + 1}"
+    try:
+        fs, path = storage.filesystem(uri)
+        with fs.open(path, "rb") as handle:
+            meta = pq.ParquetFile(handle).metadata
+        seen = 0
+        for group in range(meta.num_row_groups):
+            seen += meta.row_group(group).num_rows
+            if rows_before < seen:
+                return f"row group {group} of {meta.num_row_groups}"
+    except Exception:  # noqa: BLE001 - the footer itself is unreadable
+        return "footer (not a readable Parquet file)"
+    return f"after row {rows_before}"
+
+
+def _fix(fmt: str, error: BaseException) -> str:
+    if isinstance(error, (EOFError,)) or "truncat" in str(error).lower() or "end-of-stream" in str(error).lower():
+        return "the file is truncated: delete the source's raw copy so that it is fetched again, or exclude the file"
+    if fmt == "parquet":
+        return "the file is corrupt or not Parquet: fetch it again (delete the raw copy) or exclude it with the entry's globs"
+    return "fetch the file again (delete the raw copy), fix input_format in the catalog entry, or exclude the file"
+
+
+def reading(batches: Iterator[pl.DataFrame], uri: str, fmt: str, source: str) -> Iterator[pl.DataFrame]:
+    """``batches`` with every reader error turned into a ``FormatError`` naming source, file, place and fix."""
+    rows = 0
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except (FormatError, BadInput) as err:
+            if f"source '{source}'" in str(err):
+                raise
+            raise FormatError(f"source '{source}': {err}") from err
+        except Exception as err:  # noqa: BLE001 - library errors of every kind name no file
+            raise FormatError(
+                f"source '{source}': file '{uri}' ({fmt}), {_where(uri, fmt, rows)}: cannot be read "
+                f"({type(err).__name__}: {str(err)[:300]}); {_fix(fmt, err)}"
+            ) from err
+        rows += batch.height
+        yield batch
+
+
+def concat_rows(frames: list[pl.DataFrame], names: list[str], source: str, **kwargs: Any) -> pl.DataFrame:
+    """``pl.concat`` of rows read from ``names`` (one per frame); a type conflict names the files and column."""
+    try:
+        return pl.concat(frames, how="diagonal_relaxed", **kwargs)
+    except (pl.exceptions.SchemaError, pl.exceptions.ComputeError, pl.exceptions.InvalidOperationError) as err:
+        types: dict[str, dict[str, str]] = {}
+        for frame, name in zip(frames, names, strict=False):
+            for column, dtype in frame.schema.items():
+                types.setdefault(column, {}).setdefault(str(dtype), name)
+        conflicts = {c: seen for c, seen in types.items() if len(seen) > 1}
+        shown = "; ".join(
+            f"column '{c}' is " + " in ".join(f"{t} in '{n}'" for t, n in list(seen.items())[:1])
+            + "".join(f", {t} in '{n}'" for t, n in list(seen.items())[1:3])
+            for c, seen in list(conflicts.items())[:3]
+        ) or str(err)[:300]
+        raise FormatError(
+            f"source '{source}': files disagree on column types ({shown}); make the recipe's transform cast the "
+            f"column, exclude the odd files with the entry's globs, or set bare = true to drop provider columns"
+        ) from err

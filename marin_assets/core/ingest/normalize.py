@@ -1,0 +1,601 @@
+"""Normalize a source's provider files into canonical Parquet shards.
+
+Canonical rows: ``id`` (xxh3-128 of the UTF-8 text, 32 hex chars), ``text``, ``source_id``
+(the provider's id, as a string) and the provider's other columns unless the recipe is bare.
+
+Two phases keep memory bounded by the shard size, not the source size nor the largest input
+file, and let a killed run resume without redoing finished work:
+
+1. *scatter*: each input file is read in batches of bounded bytes, passed through the source's
+   transform (if any), cleaned, hashed, and its rows are routed by ``id`` to one of N shards.
+   Routed rows are buffered up to ``scatter_buffer_bytes`` and then written out as one Arrow
+   IPC file (uncompressed: it is read back once) with a run of record batches per shard, so a
+   1 GB file never sits in memory and the number of files does not grow with the number of
+   shards. The task's counters say where each shard's runs are.
+2. *gather*: each shard reads only its own record batches, sorts by ``id`` (stable, so the first copy
+   in input order wins), keeps the first row of every ``id`` and sets later copies aside under
+   ``dups/``.
+
+N = ceil(uncompressed input bytes / target shard bytes), estimated before reading from file
+metadata (Parquet row groups, gzip and zstd headers), so a shard holds about the target in
+*uncompressed* bytes whatever the compression, and the same inputs always give the same N.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import xxhash
+
+from marin_assets.core.ingest import formats
+from marin_assets.core.runtime import kernels, storage
+from marin_assets.core.runtime.errors import BadInput
+from marin_assets.core.runtime.runner import ShardRunner, ShardTask
+
+log = logging.getLogger(__name__)
+
+CODE_VERSION = "2"  # 2: shards planned from uncompressed bytes, pieces streamed
+SCATTER_DIR = "_scatter"
+SCATTER_LAYOUT = "batches"  # scatter files with one record-batch run per shard (older layouts are not reused)
+DUPS_DIR = "dups"
+SUPPORTED_FORMATS = formats.SUPPORTED_FORMATS
+
+
+class NormalizeError(BadInput, RuntimeError):
+    """Input that cannot be normalized; the message names the source, the file and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NormalizeParams:
+    """How one source is normalized (the defaults are the reference values)."""
+
+    text_field: str = "text"
+    id_field: str | None = "id"
+    target_shard_bytes: int = 256 * 1024 * 1024
+    max_whitespace_run: int = 128
+    exact_dedup: bool = True
+    bare: bool = False
+    batch_rows: int = 50_000
+    batch_bytes: int = 64 * 1024 * 1024
+    scatter_buffer_bytes: int = 128 * 1024 * 1024
+
+    def fingerprint_params(self) -> dict[str, Any]:
+        """Parameters that change the output (batch and buffer sizes only change memory)."""
+        memory_only = ("batch_rows", "batch_bytes", "scatter_buffer_bytes")
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in memory_only}
+
+
+# A batch transform turns provider rows into rows with ``text`` and ``source_id`` columns and
+# returns counters of rows it filtered or could not render (reason -> count).
+BatchTransform = Callable[[pl.DataFrame], tuple[pl.DataFrame, Mapping[str, int]]]
+
+
+# --------------------------------------------------------------------------- reading
+
+
+input_format_of = formats.format_of_name
+read_batches = formats.read_batches
+
+
+ZSTD_RATIO_GUESS = 5  # zstd frames without a content size: assume text compressed ~5x
+GZIP_RATIO_GUESS = 4
+
+
+def uncompressed_bytes(uri: str, fmt: str | None) -> int:
+    """The bytes a file holds once decompressed (what a shard's memory follows), from metadata.
+
+    Parquet: the row groups' uncompressed sizes. gzip: the trailer's size (mod 2^32, so never
+    less than the file). zstd: the frame's content size when recorded, else a ratio guess. Plain
+    JSON: the file size. Guesses err on the large side: more, smaller shards, never bigger ones.
+    """
+    size = storage.size(uri)
+    fmt = fmt or input_format_of(uri)
+    try:
+        if fmt == "parquet":
+            fs, path = storage.filesystem(uri)
+            with fs.open(path, "rb") as handle:
+                meta = pq.ParquetFile(handle).metadata
+                return max(size, sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)))
+        if fmt is not None and fmt.endswith(".gz"):
+            fs, path = storage.filesystem(uri)
+            with fs.open(path, "rb") as handle:
+                handle.seek(max(size - 4, 0))
+                trailer = int.from_bytes(handle.read(4), "little")
+            return max(trailer, size * GZIP_RATIO_GUESS)
+        if fmt is not None and fmt.endswith(".zst"):
+            import zstandard  # noqa: PLC0415
+
+            fs, path = storage.filesystem(uri)
+            with fs.open(path, "rb") as handle:
+                header = handle.read(18)
+            content = zstandard.get_frame_parameters(header).content_size
+            known = content if content not in (0, zstandard.CONTENTSIZE_UNKNOWN, zstandard.CONTENTSIZE_ERROR) else 0
+            return max(known, size * ZSTD_RATIO_GUESS)
+    except Exception:  # noqa: BLE001 - an unreadable header is reported when the file is read
+        return size
+    return size
+
+
+def batch_rows_for(uri: str, fmt: str | None, params: NormalizeParams) -> int:
+    """Rows per read batch so that one batch holds about ``batch_bytes`` (Parquet rows vary a lot)."""
+    if fmt != "parquet":
+        return params.batch_rows
+    try:
+        fs, path = storage.filesystem(uri)
+        with fs.open(path, "rb") as handle:
+            meta = pq.ParquetFile(handle).metadata
+            rows = meta.num_rows
+            raw = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    except Exception:  # noqa: BLE001 - the reader reports a broken file
+        return params.batch_rows
+    if rows <= 0 or raw <= 0:
+        return params.batch_rows
+    return int(max(1, min(params.batch_rows, params.batch_bytes * rows // raw)))
+
+
+# --------------------------------------------------------------------------- row cleaning
+
+
+def text_ids(texts: Sequence[str] | pa.Array | pa.ChunkedArray) -> list[str]:
+    """xxh3-128 of each UTF-8 text as 32 lowercase hex characters (hashed from Arrow's bytes:
+    no Python string per row)."""
+    if not isinstance(texts, (pa.Array, pa.ChunkedArray)):
+        texts = pa.array(list(texts), pa.large_string())
+    data, offsets, _ = kernels.string_buffers(texts)
+    view, bounds, digest = memoryview(data), offsets.tolist(), xxhash.xxh3_128_hexdigest
+    return [digest(view[a:b]) for a, b in zip(bounds, bounds[1:])]
+
+
+# Every byte a whitespace character (``\s``: Unicode White_Space) can hold: ASCII 9-13 and 32,
+# and the bytes of U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000.
+_WHITESPACE_BYTE = np.zeros(256, np.uint8)
+_WHITESPACE_BYTE[[9, 10, 11, 12, 13, 32, 0x85, 0x9A, 0x9F, 0xA0, 0xA8, 0xA9, 0xAF, 0xC2, 0xE1, 0xE2, 0xE3]] = 1
+_WHITESPACE_BYTE[0x80:0x8B] = 1
+
+
+@kernels.jit
+def _whitespace_length(data: np.ndarray, i: int, end: int) -> int:
+    """Bytes of the whitespace character at ``data[i]``, 0 if it is not one."""
+    b = data[i]
+    if b == 32 or 9 <= b <= 13:
+        return 1
+    if b == 0xC2:
+        return 2 if i + 1 < end and (data[i + 1] == 0x85 or data[i + 1] == 0xA0) else 0
+    if i + 2 >= end or b < 0xE1 or b > 0xE3:
+        return 0
+    c1, c2 = data[i + 1], data[i + 2]
+    if b == 0xE1:
+        return 3 if c1 == 0x9A and c2 == 0x80 else 0
+    if b == 0xE3:
+        return 3 if c1 == 0x80 and c2 == 0x80 else 0
+    if c1 == 0x80 and (c2 <= 0x8A or c2 == 0xA8 or c2 == 0xA9 or c2 == 0xAF):  # U+2000-200A, 2028, 2029, 202F
+        return 3
+    return 3 if c1 == 0x81 and c2 == 0x9F else 0
+
+
+@kernels.jit
+def _has_whitespace_run(data: np.ndarray, offsets: np.ndarray, need: int, maybe_space: np.ndarray) -> np.ndarray:
+    """Per text: does it hold ``need`` whitespace characters in a row?
+
+    A run of ``need`` characters spans at least ``need`` bytes, so one probe byte per ``need``
+    bytes rules a stretch out unless the probe can be part of a whitespace character; only then
+    are the characters around it counted. Continuation bytes never start a whitespace
+    character, so a count may start in the middle of a character.
+    """
+    out = np.zeros(offsets.size - 1, np.bool_)
+    for row in range(offsets.size - 1):
+        pos, end = offsets[row], offsets[row + 1]
+        while pos + need <= end and not out[row]:
+            probe = pos + need - 1
+            if maybe_space[data[probe]] == 0:
+                pos = probe + 1
+                continue
+            i = probe  # a run holding the probe starts inside the stretch of such bytes around it
+            while i > pos and maybe_space[data[i - 1]]:
+                i -= 1
+            count = 0
+            while i < end:
+                length = _whitespace_length(data, i, end)
+                if length:
+                    count += 1
+                    i += length
+                    if count >= need:
+                        out[row] = True
+                        break
+                elif i > probe:
+                    break
+                else:
+                    count = 0
+                    i += 1
+            pos = i + 1
+    return out
+
+
+def whitespace_runs(texts: pa.Array | pa.ChunkedArray, longer_than: int) -> np.ndarray:
+    """Per text: does it hold more than ``longer_than`` whitespace characters in a row (as the
+    regex ``\\s{longer_than+1}`` would say, in one compiled pass over the bytes)?"""
+    data, offsets, _ = kernels.string_buffers(texts)
+    return _has_whitespace_run(kernels.readonly(data, np.uint8), kernels.readonly(offsets, np.int64), longer_than + 1,
+                               _WHITESPACE_BYTE)
+
+
+def canonical_rows(frame: pl.DataFrame, params: NormalizeParams, *, source: str, file: str) -> tuple[pl.DataFrame, dict[str, int]]:
+    """Rename fields, compact whitespace, drop empty texts and add ``id``."""
+    counters: dict[str, int] = {}
+    if params.text_field not in frame.columns:
+        raise NormalizeError(
+            f"source '{source}': file '{file}' has no text field '{params.text_field}' "
+            f"(columns: {', '.join(frame.columns) or 'none'}); fix the catalog entry's text_field "
+            f"or its transform"
+        )
+    renames: dict[str, str] = {}
+    if "id" in frame.columns and params.id_field != "id":
+        renames["id"] = "provider_id"
+    if "source_id" in frame.columns and params.id_field != "source_id":
+        renames["source_id"] = "provider_source_id"
+    frame = frame.rename(renames)
+    text = pl.col(params.text_field).cast(pl.Utf8)
+    if params.id_field and params.id_field in frame.columns:
+        source_id = pl.col(params.id_field).cast(pl.Utf8)
+    else:
+        source_id = pl.lit(None, dtype=pl.Utf8)
+    keep = [] if params.bare else [c for c in frame.columns if c not in (params.text_field, params.id_field)]
+    frame = frame.select(text.alias("text"), source_id.alias("source_id"), *keep)
+
+    rows_in = frame.height
+    frame = frame.filter(pl.col("text").str.contains(r"\S").fill_null(False))
+    counters["empty_dropped"] = rows_in - frame.height
+
+    run = params.max_whitespace_run
+    texts = frame["text"].to_arrow()
+    long_ws = whitespace_runs(texts, run)
+    compacted = int(long_ws.sum())
+    if compacted:
+        frame = frame.with_columns(
+            pl.when(pl.Series(long_ws)).then(pl.col("text").str.replace_all(rf"(\s{{{run}}})\s+", "${1}")).otherwise(pl.col("text")).alias("text")
+        )
+        texts = frame["text"].to_arrow()
+    counters["whitespace_compacted"] = compacted
+    frame = frame.with_columns(pl.Series("id", text_ids(texts), dtype=pl.Utf8))
+    ordered = ["id", "text", "source_id"] + [c for c in frame.columns if c not in ("id", "text", "source_id")]
+    return frame.select(ordered), counters
+
+
+def shard_of(ids: pl.Series, shards: int) -> pl.Series:
+    """Route ids to shards by range: shard k holds the k-th of N equal slices of the id space.
+
+    Ids are uniform hashes, so shards come out even; and because a shard is one contiguous id
+    range, a sorted id list (a removal list) can be read for that range only.
+    """
+    prefix = ids.str.slice(0, 8).str.to_integer(base=16).cast(pl.UInt64)
+    return ((prefix * shards) // (1 << 32)).cast(pl.Int32)
+
+
+# --------------------------------------------------------------------------- phases
+
+
+def plan_shards(input_sizes: Sequence[int], target_shard_bytes: int) -> int:
+    """Shards for inputs of these uncompressed sizes: each holds at most about the target."""
+    return max(1, -(-sum(input_sizes) // target_shard_bytes))
+
+
+@dataclasses.dataclass(frozen=True)
+class ScatterParams:
+    normalize: NormalizeParams
+    shards: int
+    source: str
+    fmt: str | None
+    transform: BatchTransform | None = None
+
+
+def _file_rows(uri: str, params: ScatterParams, counters: dict[str, int]) -> Iterator[pl.DataFrame]:
+    """Canonical rows of one input file, batch by batch; counts go into ``counters``."""
+    fmt = params.fmt or input_format_of(uri)
+    if fmt not in SUPPORTED_FORMATS:
+        raise NormalizeError(
+            f"source '{params.source}': file '{uri}' has unsupported format '{fmt}'; "
+            f"supported: {', '.join(SUPPORTED_FORMATS)} (set input_format in the catalog entry)"
+        )
+    counters["bytes_in"] = counters.get("bytes_in", 0) + storage.size(uri)
+    bad_rows: dict[str, int] = {}
+    # A transform may bring its own reader (whole files, repaired encodings, smaller batches).
+    formats.check_bytes(uri, fmt, params.source)
+    reader = getattr(params.transform, "read_file", None) or read_batches
+    for batch in formats.reading(reader(uri, fmt, batch_rows_for(uri, fmt, params.normalize), bad_rows, batch_bytes=params.normalize.batch_bytes), uri, fmt, params.source):
+        counters["rows_in"] = counters.get("rows_in", 0) + batch.height
+        if params.transform is not None:
+            batch, transform_counts = params.transform(batch)
+            for reason, n in transform_counts.items():
+                bad_rows[reason] = bad_rows.get(reason, 0) + int(n)
+        rows, row_counts = canonical_rows(batch, params.normalize, source=params.source, file=uri)
+        for key, n in row_counts.items():
+            counters[key] = counters.get(key, 0) + n
+        counters["rows_out"] = counters.get("rows_out", 0) + rows.height
+        if rows.height:
+            yield rows
+    for reason, n in bad_rows.items():
+        counters[f"bad_rows.{reason}"] = counters.get(f"bad_rows.{reason}", 0) + n
+
+
+def _shard_order_columns(frames: list[pl.DataFrame]) -> list[str]:
+    """The columns (no ``_shard``) in first-appearance order over the rows taken shard by shard,
+    batch by batch: the order a flush has always written when batches differ in their columns."""
+    columns = [c for c in frames[0].columns if c != "_shard"]
+    if all(f.columns == frames[0].columns for f in frames[1:]):
+        return columns
+    shards_of = [set(f["_shard"].unique().to_list()) for f in frames]
+    seen: dict[str, None] = {}
+    for shard in sorted(set().union(*shards_of)):
+        for frame, shards in zip(frames, shards_of, strict=True):
+            if shard in shards:
+                seen.update((c, None) for c in frame.columns if c != "_shard")
+    return list(seen)
+
+
+def flush_name(sequence: int) -> str:
+    return f"flush-{sequence:05d}.arrow"
+
+
+def _write_flush(frames: list[pl.DataFrame], uri: str, source: str, flush_uri: str) -> list[tuple[int, int, int]]:
+    """One flush: the buffered batches as one Arrow IPC file, record batches grouped by shard (in
+    shard order, input order within a shard); returns ``(shard, first_batch, batches)`` runs."""
+    # One concat and one stable sort by shard per flush (not one frame per batch and shard:
+    # with many shards that per-piece overhead grew the CPU per row with the corpus).
+    names = _shard_order_columns(frames)
+    frame = formats.concat_rows(frames, [uri] * len(frames), source, rechunk=False).sort("_shard", maintain_order=True)
+    frames.clear()
+    order, heights = np.unique(frame["_shard"].to_numpy(), return_counts=True)
+    table = frame.select(names).to_arrow()
+    del frame
+    runs = []
+    with storage.open_atomic(flush_uri) as handle:
+        with pa.ipc.new_file(handle, table.schema) as writer:
+            offset = 0
+            for shard, height in zip(order.tolist(), heights.tolist()):
+                first = writer.stats.num_record_batches
+                writer.write_table(table.slice(offset, height))
+                runs.append((shard, first, writer.stats.num_record_batches - first))
+                offset += height
+    return runs
+
+
+def scatter_file(input_uris: list[str], output_uri: str, params: ScatterParams) -> dict[str, Any]:
+    """Phase 1 for one input file: write its rows routed to shards under ``output_uri``.
+
+    Rows are buffered until ``scatter_buffer_bytes`` (at most the shard target), then written as
+    one Arrow IPC file whose record batches are grouped by shard. One file per flush, not one
+    per shard: the number of files stays linear in the input whatever the number of shards, and
+    a shard reads its own record batches only (a memory map locally, range reads on object
+    stores). ``pieces`` in the counters maps each shard to its ``[flush, first_batch, batches]``
+    runs. A flush is written by a second thread while the next rows are read and hashed (the
+    writer releases the interpreter lock), at most one at a time: one more buffer of memory.
+    """
+    from concurrent.futures import Future, ThreadPoolExecutor  # noqa: PLC0415
+
+    (uri,) = input_uris
+    counters: dict[str, Any] = {"rows_in": 0, "rows_out": 0}
+    buffered: list[pl.DataFrame] = []  # read batches with their ``_shard`` column, in input order
+    pieces: dict[int, list[list[int]]] = {}
+    flushes = 0
+    held = 0
+    writing: tuple[int, Future] | None = None  # the flush being written: its number and its runs
+
+    def wait_for_write() -> None:
+        nonlocal writing
+        if writing is not None:
+            number, runs = writing
+            writing = None
+            for shard, first, count in runs.result():
+                pieces.setdefault(shard, []).append([number, first, count])
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="scatter-flush") as writer:  # exit waits for a write
+
+        def flush() -> None:
+            nonlocal flushes, writing
+            if not buffered:
+                return
+            wait_for_write()
+            frames = list(buffered)
+            buffered.clear()
+            writing = flushes, writer.submit(_write_flush, frames, uri, params.source, storage.join(output_uri, flush_name(flushes)))
+            flushes += 1
+
+        for rows in _file_rows(uri, params, counters):
+            rows = rows.with_columns(shard_of(rows["id"], params.shards).alias("_shard"))
+            buffered.append(rows)
+            held += int(rows.estimated_size())
+            del rows
+            if held >= min(params.normalize.scatter_buffer_bytes, params.normalize.target_shard_bytes):
+                flush()
+                held = 0
+        flush()
+        wait_for_write()
+    counters["pieces"] = {str(k): v for k, v in sorted(pieces.items())}
+    storage.write_json(storage.join(output_uri, "_done.json"), counters)
+    return counters
+
+
+def single_shard(input_uris: list[str], output_uri: str, params: ScatterParams) -> dict[str, Any]:
+    """A source that makes one shard: read every file and write the shard, no scatter round trip.
+
+    The shard is held in memory either way, so skipping the pieces costs no memory.
+    """
+    counters: dict[str, int] = {"rows_in": 0, "rows_out": 0}
+    frames, names = [], []
+    for uri in input_uris:
+        for rows in _file_rows(uri, params, counters):
+            frames.append(rows)
+            names.append(uri)
+    _require_rows(params.source, len(input_uris), counters)
+    return counters | _write_shard(frames, output_uri, params.normalize.exact_dedup, names, params.source)
+
+
+def _sum_ints(stats: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for shard in stats:
+        for key, value in shard.items():
+            if isinstance(value, int) and not isinstance(value, bool):
+                totals[key] = totals.get(key, 0) + value
+    return totals
+
+
+def _require_rows(source: str, files: int, counters: Mapping[str, int]) -> None:
+    if counters.get("rows_out", 0) == 0:
+        raise NormalizeError(
+            f"source '{source}': every row was empty or filtered ({counters.get('rows_in', 0)} rows read from "
+            f"{files} files); check the text field and the transform in the catalog entry"
+        )
+
+
+def _read_batches(uri: str, first: int, count: int) -> Any:
+    """Record batches ``first .. first + count`` of a scatter file as an Arrow table (only those bytes are read)."""
+
+    path = storage.local_path(uri)
+    if path is not None:
+        reader = pa.ipc.open_file(pa.memory_map(path))
+        return pa.Table.from_batches([reader.get_batch(i) for i in range(first, first + count)], reader.schema)
+    fs, remote = storage.filesystem(uri)
+    with fs.open(remote, "rb") as handle:
+        reader = pa.ipc.open_file(handle)
+        return pa.Table.from_batches([reader.get_batch(i) for i in range(first, first + count)], reader.schema)
+
+
+@dataclasses.dataclass(frozen=True)
+class GatherParams:
+    shard: int
+    exact_dedup: bool
+    batches: tuple[tuple[int, int], ...] = ()  # per input file: (first record batch, batches)
+
+
+def gather_shard(input_uris: list[str], output_uri: str, params: GatherParams) -> dict[str, Any]:
+    """Phase 2 for one shard: read its record batches (in input order), sort by id, split off duplicates."""
+
+    # Pieces with one schema (usually all of them) become one frame: a frame per piece costs a
+    # fixed overhead per piece, and pieces grow as inputs x shards.
+    frames: list[pl.DataFrame] = []
+    names: list[str] = []
+    run: list[Any] = []
+    for uri, (first, count) in zip(input_uris, params.batches, strict=True):
+        table = _read_batches(uri, first, count)
+        if run and not table.schema.equals(run[0].schema):
+            frames.append(pl.from_arrow(pa.concat_tables(run)))  # type: ignore[arg-type]
+            run = []
+        if not run:
+            names.append(f"pieces of input {uri.rsplit('/', 2)[-2]}")
+        run.append(table)
+    if run:
+        frames.append(pl.from_arrow(pa.concat_tables(run)))  # type: ignore[arg-type]
+    return _write_shard(frames, output_uri, params.exact_dedup, names)
+
+
+def _write_shard(frames: list[pl.DataFrame], output_uri: str, exact_dedup: bool, names: list[str] | None = None,
+                 source: str = "") -> dict[str, Any]:  # fmt: skip
+    """Sort a shard's rows by id (stable: the first copy in input order wins) and write it."""
+    frame = formats.concat_rows(frames, names or [""] * len(frames), source or output_uri, rechunk=False) if frames else pl.DataFrame(schema={"id": pl.Utf8, "text": pl.Utf8, "source_id": pl.Utf8})
+    frames.clear()  # keep one copy of the shard alive while sorting, not two
+    frame = frame.sort("id", maintain_order=True)
+    duplicates = 0
+    if exact_dedup and frame.height:
+        first = frame["id"].is_first_distinct()
+        duplicates = frame.height - int(first.sum())
+        if duplicates:  # no copy of the shard when every id is distinct (the usual case)
+            dups = frame.filter(~first)
+            frame = frame.filter(first)
+            parent, base = output_uri.rsplit("/", 1)
+            storage.write_parquet(dups, storage.join(parent, DUPS_DIR, base))
+    storage.write_parquet(frame, output_uri)
+    return {"rows": frame.height, "duplicates": duplicates, "bytes_out": storage.size(output_uri)}
+
+
+# --------------------------------------------------------------------------- one source
+
+
+def normalize_source(
+    source: str,
+    input_uris: Sequence[str],
+    out_dir: str,
+    params: NormalizeParams,
+    *,
+    fmt: str | None = None,
+    transform: BatchTransform | None = None,
+    runner: ShardRunner | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Normalize ``input_uris`` into ``out_dir``; returns the body of its manifest (counters, shards).
+
+    Resumes an interrupted run shard by shard; the stage runner (``stages.run_stage``) reuses a
+    complete output and writes the manifest.
+    """
+    if not input_uris:
+        raise NormalizeError(f"source '{source}': no input files to normalize; check the catalog entry's file selection")
+    runner = runner or ShardRunner()
+    say = progress or log.info
+    sizes = [uncompressed_bytes(u, fmt) for u in input_uris]
+    shards = plan_shards(sizes, params.target_shard_bytes)
+    scatter_root = storage.join(out_dir, SCATTER_DIR)
+    scatter_params = ScatterParams(params, shards, source, fmt, transform)
+    wrote = lambda r: say(f"{source}: wrote {storage.basename(r.output)} rows={r.stats['rows']}")  # noqa: E731
+    if shards == 1:
+        single = ShardTask(single_shard, tuple(input_uris), storage.join(out_dir, storage.shard_name(0, 1)), scatter_params)
+        scattered = gathered = runner.map([single], on_done=wrote)
+    else:
+        scatter_tasks = [
+            ShardTask(scatter_file, (uri,), storage.join(scatter_root, SCATTER_LAYOUT, f"file-{i:05d}"), scatter_params)
+            for i, uri in enumerate(input_uris)
+        ]
+        scattered = runner.map(scatter_tasks, on_done=lambda r: say(f"{source}: read {storage.basename(r.output)} rows={r.stats.get('rows_in')}"))
+        _require_rows(source, len(input_uris), _sum_ints(r.stats for r in scattered))
+        runs: list[list[tuple[str, int, int]]] = [[] for _ in range(shards)]  # per shard, in input order
+        for task, done in zip(scatter_tasks, scattered):
+            for shard, shard_runs in done.stats.get("pieces", {}).items():
+                for flush, first, count in shard_runs:
+                    runs[int(shard)].append((storage.join(task.output, flush_name(flush)), first, count))
+        gather_tasks = [
+            ShardTask(
+                gather_shard,
+                tuple(uri for uri, _, _ in sorted_runs),
+                storage.join(out_dir, storage.shard_name(s, shards)),
+                GatherParams(s, params.exact_dedup, tuple((first, count) for _, first, count in sorted_runs)),
+            )
+            for s, sorted_runs in enumerate(runs)
+        ]
+        gathered = runner.map(gather_tasks, on_done=wrote)
+    totals = _sum_ints(r.stats for r in scattered)
+    rows = sum(r.stats["rows"] for r in gathered)
+    duplicates = sum(r.stats["duplicates"] for r in gathered)
+    manifest = {
+        "source": source,
+        "code_version": CODE_VERSION,
+        "params": params.fingerprint_params(),
+        "inputs": list(input_uris),
+        "shards": [storage.basename(r.output) for r in gathered],
+        "rows": rows,
+        "counters": {
+            "files": len(input_uris),
+            "rows_in": totals.get("rows_in", 0),
+            "empty_dropped": totals.get("empty_dropped", 0),
+            "whitespace_compacted": totals.get("whitespace_compacted", 0),
+            "duplicates": duplicates,
+            "rows_out": rows,
+            "bytes_in": totals.get("bytes_in", 0),
+            "bytes_out": sum(r.stats["bytes_out"] for r in gathered),
+        },
+        "bad_rows": {k.removeprefix("bad_rows."): v for k, v in totals.items() if k.startswith("bad_rows.")},
+        "resumed_tasks": sum(r.reused for r in scattered) + (0 if gathered is scattered else sum(r.reused for r in gathered)),
+    }
+    storage.remove(scatter_root, recursive=True)  # every shard is stored: the pieces are not needed again
+    return manifest
+
+
+def read_normalized(out_dir: str, columns: Sequence[str] | None = None) -> pl.DataFrame:
+    """All rows of a normalized source (small sources and tests only)."""
+    shards = storage.list_shards(out_dir)
+    return pl.concat([pl.from_arrow(storage.read_parquet(u, columns)) for u in shards], how="diagonal_relaxed")  # type: ignore[misc]

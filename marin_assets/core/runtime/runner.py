@@ -1,0 +1,321 @@
+"""Map a per-shard stage function over shards: in-process, a local process pool, or Ray.
+
+The per-shard contract: a stage function takes its input shard URIs, the
+output shard URI and its parameters, writes the output atomically and returns a dict of
+counters. The runner adds resumability: after a shard succeeds its counters are stored next
+to it (``_shards/<basename>.json``), and a rerun returns those counters instead of redoing
+the shard.
+
+On Ray each shard is one task that carries its resources (CPUs, memory, GPUs), at most
+``max_in_flight`` tasks are submitted at once (a corpus of 10^5 shards never floods the
+scheduler), a failed task is retried ``retries`` times (a lost worker as well as an error),
+and ``on_done`` sees every task as soon as it finishes, not when the whole map ends.
+
+The runner never starts or owns a cluster by itself unless asked to (``ray_address="local"``):
+the orchestrator connects to one (a local Ray, an address, KubeRay) and hands over its address.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import resource
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.errors import ConfigurationError
+
+ShardFn = Callable[..., Mapping[str, Any]]
+
+LOCAL = "local"  # ray_address that starts (or reuses) a Ray instance on this machine
+
+
+class ShardFailed(ConfigurationError, RuntimeError):
+    """A shard task's worker was lost for good (after its retries): most often the task outgrew the
+    memory its worker had, so the fix is in the task sizes; the message names shard, inputs and error."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskResources:
+    """What one shard task reserves on a Ray cluster (logical resources used for scheduling).
+
+    ``memory_bytes`` is the task's budget: the stage parameters bound the task's peak memory
+    (shard size, batch sizes), so this is what lets Ray pack tasks on a node without running
+    it out of memory. 0 reserves nothing.
+    """
+
+    cpus: float = 1.0
+    memory_bytes: int = 0
+    gpus: float = 0.0
+
+    def ray_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"num_cpus": self.cpus}
+        if self.memory_bytes:
+            options["memory"] = int(self.memory_bytes)
+        if self.gpus:
+            options["num_gpus"] = self.gpus
+        return options
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardTask:
+    """One unit of work: ``fn(inputs, output, params)`` producing ``output``.
+
+    ``resources`` overrides what the runner reserves for this task; when it is ``None`` the
+    parameters may say what they need (``params.task_resources(default) -> TaskResources``,
+    e.g. an embedding on a GPU), else the runner's default applies.
+    """
+
+    fn: ShardFn
+    inputs: tuple[str, ...]
+    output: str
+    params: Any = None
+    resources: TaskResources | None = None
+
+
+@dataclasses.dataclass
+class ShardResult:
+    output: str
+    stats: dict[str, Any]
+    reused: bool
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    peak_rss_bytes: int = 0  # the task's peak resident size (VmHWM since it started; 0: reused or unknown)
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set (VmHWM), in bytes; 0 where /proc is not available."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def reset_peak_rss() -> bool:
+    """Restart this process's VmHWM from its current size, so a reused worker reports each task's own peak."""
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _reused(task: ShardTask) -> ShardResult | None:
+    marker = storage.shard_stats_uri(task.output)
+    if storage.exists(marker):
+        return ShardResult(task.output, storage.read_json(marker), reused=True)
+    return None
+
+
+def _run_one(task: ShardTask) -> ShardResult:
+    done = _reused(task)
+    if done is not None:
+        return done
+    started, cpu = time.perf_counter(), _cpu_seconds()
+    stats = dict(task.fn(list(task.inputs), task.output, task.params))
+    storage.write_json(storage.shard_stats_uri(task.output), stats)
+    return ShardResult(
+        task.output,
+        stats,
+        reused=False,
+        seconds=time.perf_counter() - started,
+        cpu_seconds=_cpu_seconds() - cpu,
+        peak_rss_bytes=peak_rss_bytes(),
+    )
+
+
+def _run_in_worker(task: ShardTask) -> ShardResult:
+    """A task in a worker process of its own (Ray, process pool): its peak counts from its start.
+
+    Never used in-process: resetting the driver's peak would hide it from whoever measures it.
+    """
+    reset_peak_rss()
+    return _run_one(task)
+
+
+def describe_task(task: ShardTask, limit: int = 5) -> str:
+    """``shard <output> (inputs: a, b, ... and N more)`` for error messages."""
+    shown = ", ".join(task.inputs[:limit])
+    more = f" and {len(task.inputs) - limit} more" if len(task.inputs) > limit else ""
+    return f"shard {task.output} (inputs: {shown or 'none'}{more})"
+
+
+def _with_shard_note(exc: BaseException, task: ShardTask, attempts: int) -> BaseException:
+    exc.add_note(f"while running {describe_task(task)} [{getattr(task.fn, '__name__', task.fn)}, {attempts} attempt(s)]")
+    return exc
+
+
+def _counting(
+    on_done: Callable[[ShardResult], None] | None, progress: Callable[[int, int, ShardResult], None], total: int
+) -> Callable[[ShardResult], None]:
+    finished = 0
+
+    def done(result: ShardResult) -> None:
+        nonlocal finished
+        finished += 1
+        if on_done is not None:
+            on_done(result)
+        progress(finished, total, result)
+
+    return done
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardRunner:
+    """Runs shard tasks. ``processes=1`` runs in-process (deterministic, easy to debug).
+
+    ``ray_address`` sends each shard to Ray as a task: ``"local"`` starts (or reuses) a Ray
+    instance on this machine, any other value is passed to ``ray.init`` (``"auto"``,
+    ``"ray://head:10001"``); a process already connected to Ray keeps its connection.
+    ``max_in_flight`` bounds submitted-but-unfinished tasks (0: twice the cluster's CPUs);
+    ``retries`` is how often one failed task is run again; ``task_resources`` is the default
+    reservation of a task; ``local_cpus`` sizes a Ray started with ``"local"`` (0: all);
+    ``worker_max_tasks`` recycles worker processes (1: a fresh process per task, so memory a
+    library keeps after a task never adds up; also what the scale benchmark measures).
+    """
+
+    processes: int = 1
+    ray_address: str | None = None
+    max_in_flight: int = 0
+    retries: int = 2
+    task_resources: TaskResources = TaskResources()
+    local_cpus: int = 0
+    worker_max_tasks: int = 0  # Ray: recycle a worker process after this many tasks (0: never)
+    # Ray runtime environment of the tasks (e.g. {"env_vars": {...}}); Ray shares a worker process only
+    # between tasks with the same one, so a distinct value keeps one stage's workers to itself.
+    runtime_env: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False)
+    # Called after every finished task of a map with (finished, total, result): how the
+    # orchestrator shows progress while a step runs (core never knows who listens).
+    progress: Callable[[int, int, ShardResult], None] | None = dataclasses.field(default=None, compare=False)
+
+    def resources_for(self, task: ShardTask) -> TaskResources:
+        if task.resources is not None:
+            return task.resources
+        wanted = getattr(task.params, "task_resources", None)
+        return wanted(self.task_resources) if callable(wanted) else self.task_resources
+
+    def map(self, tasks: Sequence[ShardTask], on_done: Callable[[ShardResult], None] | None = None) -> list[ShardResult]:
+        """Run every task (finished shards are reused); results in task order.
+
+        ``on_done`` is called once per task as soon as it finishes (in completion order), then
+        ``progress`` with the count finished so far.
+        """
+        if self.progress is not None:
+            on_done = _counting(on_done, self.progress, len(tasks))
+        if self.ray_address:
+            return self._map_ray(tasks, on_done)
+        results: list[ShardResult] = []
+        if self.processes <= 1 or not tasks:  # with a pool, even a lone task runs in a worker: its peak is its own
+            for task in tasks:
+                try:
+                    result = _run_one(task)
+                except Exception as exc:
+                    raise _with_shard_note(exc, task, 1) from None
+                if on_done:
+                    on_done(result)
+                results.append(result)
+            return results
+        with ProcessPoolExecutor(max_workers=self.processes) as pool:
+            futures = [pool.submit(_run_in_worker, task) for task in tasks]
+            for task, future in zip(tasks, futures):
+                try:
+                    result = future.result()
+                except Exception as exc:
+                    raise _with_shard_note(exc, task, 1) from None
+                if on_done:
+                    on_done(result)
+                results.append(result)
+        return results
+
+    # ------------------------------------------------------------------ Ray
+
+    def _connect(self) -> Any:
+        try:
+            import ray  # noqa: PLC0415  (optional; only imported when configured)
+        except ImportError as exc:  # pragma: no cover - depends on the deployment
+            raise RuntimeError(
+                f"shards are configured to run on Ray ({self.ray_address!r}) but the 'ray' package is not "
+                "installed; install it (pip install 'ray[default]') or leave the Ray address empty"
+            ) from exc
+        if not ray.is_initialized():
+            if self.ray_address == LOCAL:
+                options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+                if self.local_cpus:
+                    options["num_cpus"] = self.local_cpus
+                ray.init(**options)
+            else:
+                ray.init(address=self.ray_address, log_to_driver=False)
+        return ray
+
+    def in_flight_limit(self, ray: Any) -> int:
+        if self.max_in_flight > 0:
+            return self.max_in_flight
+        cpus = float(ray.cluster_resources().get("CPU", 1.0))
+        return max(1, int(2 * cpus))
+
+    def _map_ray(self, tasks: Sequence[ShardTask], on_done: Callable[[ShardResult], None] | None) -> list[ShardResult]:
+        ray = self._connect()
+        from ray.exceptions import RayTaskError  # noqa: PLC0415
+
+        results: list[ShardResult | None] = [None] * len(tasks)
+        todo: list[int] = []
+        for i, task in enumerate(tasks):  # finished shards are not even submitted
+            done = _reused(task)
+            if done is None:
+                todo.append(i)
+                continue
+            results[i] = done
+            if on_done:
+                on_done(done)
+        remote = ray.remote(max_calls=self.worker_max_tasks)(_run_in_worker) if self.worker_max_tasks else ray.remote(_run_in_worker)
+        limit = self.in_flight_limit(ray)
+        pending: dict[Any, int] = {}
+        queue = iter(todo)
+        exhausted = False
+        try:
+            while True:
+                while not exhausted and len(pending) < limit:
+                    i = next(queue, None)
+                    if i is None:
+                        exhausted = True
+                        break
+                    options = self.resources_for(tasks[i]).ray_options()
+                    if self.runtime_env:
+                        options["runtime_env"] = dict(self.runtime_env)
+                    ref = remote.options(max_retries=self.retries, retry_exceptions=True, **options).remote(tasks[i])
+                    pending[ref] = i
+                if not pending:
+                    break
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                for ref in ready:
+                    i = pending.pop(ref)
+                    try:
+                        result = ray.get(ref)
+                    except RayTaskError as exc:
+                        cause = exc.cause if isinstance(exc.cause, BaseException) else exc
+                        raise _with_shard_note(cause, tasks[i], self.retries + 1) from None
+                    except Exception as exc:  # a lost worker or node, after its retries
+                        raise ShardFailed(
+                            f"{describe_task(tasks[i])} failed after {self.retries + 1} attempt(s): "
+                            f"{type(exc).__name__}: {exc}; if workers were killed for memory, raise "
+                            "MARIN_TASK_MEMORY_BYTES or lower the shard target, then rerun (finished shards are kept)"
+                        ) from exc
+                    results[i] = result
+                    if on_done:
+                        on_done(result)
+        finally:
+            for ref in pending:  # a failed map stops the rest; finished shards stay for the rerun
+                ray.cancel(ref)
+        return [r for r in results if r is not None]

@@ -1,0 +1,108 @@
+"""The import structure: each core package imports only what its docstring allows, and no
+module of the product or the benches imports itself back through others."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pathlib
+import re
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+CORE = REPO / "marin_assets" / "core"
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: pathlib.Path, known: set[str]) -> set[str]:
+    """Project modules a file imports, at module level or inside functions (``from a import b``
+    counts ``a.b`` when that is a module, else ``a``)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module for a in node.names}
+    return {m for m in found if m in known}
+
+
+def import_graph(*folders: str) -> dict[str, set[str]]:
+    files = {module_name(p): p for folder in folders for p in (REPO / folder).rglob("*.py")}
+    return {name: imported_modules(path, set(files)) - {name} for name, path in files.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_cycle_finder_sees_a_circle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle_in_the_product_or_the_benches() -> None:
+    assert cycles(import_graph("marin_assets", "bench")) == []
+
+
+def allowed_imports(package: str) -> set[str]:
+    doc = importlib.import_module(f"marin_assets.core.{package}").__doc__ or ""
+    match = re.search(r"May import: (.*?)\.?\s*$", doc, re.S)
+    assert match, f"marin_assets/core/{package}/__init__.py: its docstring needs a 'May import:' line"
+    if match.group(1).startswith("nothing"):
+        return set()
+    return {re.sub(r"\s*\(.*", "", part).strip() for part in match.group(1).split(",")}
+
+
+def test_every_core_package_documents_its_purpose_and_imports_only_what_it_allows() -> None:
+    graph = import_graph("marin_assets")
+    packages = sorted(p.name for p in CORE.iterdir() if (p / "__init__.py").exists())
+    assert {"runtime", "ingest", "dedup", "decon", "embed", "pool", "mixture"} <= set(packages)
+    offenders = []
+    for package in packages:
+        allowed = allowed_imports(package) | {package}
+        doc = importlib.import_module(f"marin_assets.core.{package}").__doc__ or ""
+        assert len(doc.split()) >= 15, f"core/{package}: say what the package owns"
+        for module, targets in graph.items():
+            if not module.startswith(f"marin_assets.core.{package}"):
+                continue
+            for target in targets:
+                if target.startswith("marin_assets.catalog"):
+                    used = "catalog"
+                elif target.startswith("marin_assets.core.") and target != "marin_assets.core.specs":
+                    used = target.split(".")[2]
+                else:
+                    used = target  # anything else of the product (defs, testing, specs) is never allowed
+                if used not in allowed:
+                    offenders.append(f"{module} imports {target}")
+    assert offenders == []
