@@ -1,7 +1,2 @@
-"""Mixture search: studies, proxy runs, surrogates and optimized weights (assets, jobs, sensor)."""
-
-from marin_assets.defs.mixture.assets import MIXTURE_ASSETS
-from marin_assets.defs.mixture.jobs import MIXTURE_JOBS
-from marin_assets.defs.mixture.sensors import MIXTURE_SENSORS
-
-__all__ = ["MIXTURE_ASSETS", "MIXTURE_JOBS", "MIXTURE_SENSORS"]
+"""Mixture search: studies, proxy runs, surrogates and optimized weights (assets, partitions,
+the ``mixture_studies`` sensor); their jobs are the study phases of ``core.specs.PHASES``."""

@@ -91,7 +91,7 @@ def mixture_swarm(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
         return {**swarm.summary, **written}
 
     manifest = stages.run_study(
-        MIXTURE_SWARM, marin.layout(), study=study, decided_by=params, inputs={"sampling_groups": groups_in.fingerprint}, build=build
+        MIXTURE_SWARM, marin.layout(), study=study, decided_by=params, inputs={SAMPLING_GROUPS_SPEC.name: groups_in.fingerprint}, build=build
     )
     known = set(context.instance.get_dynamic_partitions(RUNS))
     new_runs = [r for r in params.run_ids() if r not in known]
@@ -374,5 +374,3 @@ def mixture_weights(context: dg.AssetExecutionContext, marin: MarinResource) -> 
         summary=summary,
     )
 
-
-MIXTURE_ASSETS = [mixture_swarm, proxy_results, mixture_model, mixture_weights]
