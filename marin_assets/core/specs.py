@@ -135,8 +135,8 @@ MIXTURE_WEIGHTS = StageSpec(
     phase="mixture_fit", bench=Bench("stages", "no peer (no library searches mixtures under these constraints): CPU seconds per study and peak memory", row="mixture"),
 )  # fmt: skip
 
-# Every stage above, in the order written (a new spec is found here without listing it again).
 ALL: tuple[StageSpec, ...] = tuple(v for v in dict(globals()).values() if isinstance(v, StageSpec))
+"""Every stage above, in the order written: a new spec is found without listing it again."""
 BY_NAME = {s.name: s for s in ALL}
 
 

@@ -19,14 +19,23 @@ SNAPSHOT = pathlib.Path(__file__).with_name("asset_graph.json")
 
 
 def _checks(defs: dg.Definitions) -> dict[str, list[str]]:
-    """The asset checks of each asset that has any (the rest of the graph follows from the specs:
-    ``test_stage_assets`` holds it)."""
+    """The written asset checks of each asset that has any. The rest follows from the specs: the
+    graph (``test_stage_assets``) and the co-partition check of every co-partitioned stage (below)."""
     graph = defs.resolve_asset_graph()
     found = {}
     for key in sorted(graph.get_all_asset_keys(), key=lambda k: k.to_user_string()):
-        if checks := sorted(c.name for c in graph.get(key).check_keys):
+        if checks := sorted(c.name for c in graph.get(key).check_keys if c.name != "co_partitioned"):
             found[key.to_user_string()] = checks
     return found
+
+
+def test_every_co_partitioned_stage_and_only_those_has_the_co_partition_check() -> None:
+    from marin_assets.core import specs
+    from marin_assets.definitions import defs
+
+    graph = defs.resolve_asset_graph()
+    checked = {k.to_user_string() for k in graph.get_all_asset_keys() if any(c.name == "co_partitioned" for c in graph.get(k).check_keys)}
+    assert checked == {s.name for s in specs.ALL if s.co_partitioned}
 
 
 def test_definitions_load_and_validate() -> None:
