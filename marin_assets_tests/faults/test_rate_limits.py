@@ -42,7 +42,8 @@ def capped(waits: list[float]) -> RetryPolicy:
 def _tokenizer(hub_server, waits):
     sha = hub_server.store.publish("org/tok", {"tokenizer.json": b'{"version": "1.0"}'}, commit="0a1b2c3", repo_type="model")
     path = hub.hub_file("org/tok", "tokenizer.json", sha, policy=capped(waits))
-    assert open(path, "rb").read() == b'{"version": "1.0"}'
+    with open(path, "rb") as handle:
+        assert handle.read() == b'{"version": "1.0"}'
 
 
 def _dataset(call):

@@ -114,7 +114,7 @@ def _library_retries_off() -> None:
     sends (a year, from a hostile mirror) outside any cap; with no retries of its own it raises the
     status instead, and the caller's ``retrying`` decides the wait under the ``RetryPolicy`` caps.
     """
-    from huggingface_hub.utils import _http  # noqa: PLC0415 - the library's retry defaults live there
+    from huggingface_hub.utils import _http  # the library's retry defaults live there
 
     for backoff in (_http.http_backoff, _http.http_stream_backoff.__wrapped__):  # the latter is a context manager
         backoff.__kwdefaults__["max_retries"] = 0
