@@ -196,7 +196,8 @@ def _iter_json_lines(uri: str, compression: str | None, chunk_bytes: int = BATCH
                 if cut < 0:  # the first held line is longer than a chunk: up to its end, if within the limit
                     cut = held.find(b"\n", 0, max_row_bytes + 1)
                 if cut >= 0:
-                    chunk = bytes(held[: cut + 1])
+                    with memoryview(held) as view:  # one copy, not a bytearray slice and then its bytes
+                        chunk = bytes(view[: cut + 1])
                     del held[: cut + 1]
                     yield line, chunk
                     line, offset = line + chunk.count(b"\n"), offset + len(chunk)
