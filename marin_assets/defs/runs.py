@@ -124,7 +124,10 @@ def free_dead_holders(instance: dg.DagsterInstance, pool: str, waiting_run_id: s
     storage = instance.event_log_storage
     if not isinstance(instance.run_launcher, DefaultRunLauncher) or not storage.supports_global_concurrency_limits:
         return []
-    holders = {slot.run_id for slot in storage.get_concurrency_info(pool).claimed_slots} - {waiting_run_id}
+    holders: dict[str, int] = {}
+    for slot in storage.get_concurrency_info(pool).claimed_slots:
+        if slot.run_id != waiting_run_id:
+            holders[slot.run_id] = holders.get(slot.run_id, 0) + 1
     freed = []
     for record in instance.get_run_records(RunsFilter(run_ids=list(holders))) if holders else []:
         run = record.dagster_run
@@ -139,7 +142,7 @@ def free_dead_holders(instance: dg.DagsterInstance, pool: str, waiting_run_id: s
         else:
             continue
         storage.free_concurrency_slots_for_run(run.run_id)
-        freed.append(StuckRun(run.run_id, run.job_name, run.status.value, reason, 1))
+        freed.append(StuckRun(run.run_id, run.job_name, run.status.value, reason, holders[run.run_id]))
     return freed
 
 
