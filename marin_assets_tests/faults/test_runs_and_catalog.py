@@ -184,8 +184,9 @@ def test_a_rerun_frees_the_slot_a_dead_run_holds_without_the_daemon(world):
         world.inject()
         with dg.execute_job(dg.reconstructable(fetch_job), instance=instance) as result:
             assert result.success
-        failed = instance.get_run_by_id(dead.run_id)
-        assert failed.status == DagsterRunStatus.FAILURE
+        assert instance.get_run_by_id(dead.run_id).status == DagsterRunStatus.FAILURE
+        messages = [e.message for e in instance.all_logs(dead.run_id)]
+        assert any("waits for pool 'hf_download'" in m and "is gone" in m for m in messages), messages
         assert other_run_can_claim(instance), "the rerun released the slot it took over"
 
 
