@@ -15,10 +15,12 @@ import sys
 import zipfile
 from pathlib import Path
 
+import polars as pl
 import pytest
 import zstandard
 
 from marin_assets.core.ingest import formats
+from marin_assets.core.ingest.providers import ghalogs
 from marin_assets_tests.faults.test_reading import ROWS, account, jsonl, run
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +34,8 @@ READ = """
 import json, sys
 from marin_assets.core.runtime.runner import peak_rss_bytes, reset_peak_rss
 from marin_assets.core.ingest import formats
-from marin_assets.core.ingest.providers import nsf_awards
+from marin_assets.core.ingest.providers import ghalogs
+from marin_assets.core.ingest.providers import ghalogs, nsf_awards
 fmt, path, chunk, limit = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 reset_peak_rss()
 before = peak_rss_bytes()
@@ -42,6 +45,12 @@ if fmt == "zip":
     with open(path + ".out", "wb") as out:
         counters = nsf_awards.store_awards(path, 2020, out, limit)
     rows = counters["awards"]
+elif fmt == "ghalogs":
+    import zipfile
+    with zipfile.ZipFile(path) as archive:
+        read = [ghalogs.read_member(archive, m, limit)[0] for m in archive.infolist()]
+    rows = sum(r["text"] is not None for r in read)
+    counters = {"too_large": sum(r["too_large"] is not None for r in read)}
 else:
     rows = sum(f.height for f in formats.FORMATS[fmt].read(path, fmt, 1000, counters, batch_bytes=chunk, max_row_bytes=limit))
 print(json.dumps({"rows": rows, "counters": {k: v for k, v in counters.items() if not k.startswith("_")},
@@ -85,9 +94,10 @@ def test_a_huge_line_in_a_compressed_file_is_counted_in_bounded_memory(world, na
     world.rows(6, seen["rows"], seen["counters"]["too_long"])
 
 
-@pytest.mark.system  # half a GiB deflated, then read in a subprocess
-def test_a_zip_with_a_huge_member_is_counted_in_bounded_memory(world):
-    path = world.root / "2020.zip"
+@pytest.fixture(scope="module")
+def zip_bomb(tmp_path_factory) -> Path:
+    """Two award files and one member inflating to 512 MiB, in a zip of about half a MiB."""
+    path = tmp_path_factory.mktemp("bombs") / "2020.zip"
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
         for i in range(2):
             archive.writestr(f"2020/{i}.json", json.dumps({"awd_id": str(i), "awd_titl_txt": "an award"}))
@@ -96,16 +106,37 @@ def test_a_zip_with_a_huge_member_is_counted_in_bounded_memory(world):
             for _ in range(512):
                 member.write(piece)
     assert path.stat().st_size < 8 * MIB
+    return path
+
+
+@pytest.mark.system  # half a GiB deflated, then read in a subprocess
+def test_an_award_zip_with_a_huge_member_is_counted_in_bounded_memory(world, zip_bomb):
+    path = zip_bomb
     world.inject()
     seen = read_in_subprocess("zip", path)
     assert seen["counters"] == {"awards": 2, "parse_errors": 1, "utf8_repaired": 0, "too_large": 1}
-    world.peak("2020.zip", seen["grown"], BOUND)
+    world.peak("nsf_awards zip", seen["grown"], BOUND)
     with open(f"{path}.out", "rb") as out:
         rows = [json.loads(line) for line in zstandard.ZstdDecompressor().stream_reader(out).read().splitlines()]
     assert [r["awd_id"] for r in rows] == ["0", "1", None]
     assert "over the" in rows[2]["parse_error"] and str(512 * MIB) in rows[2]["parse_error"]
     os.remove(f"{path}.out")
     world.rows(3, seen["counters"]["awards"], seen["counters"]["too_large"])
+
+
+@pytest.mark.system  # half a GiB deflated, then read in a subprocess
+def test_a_log_archive_with_a_huge_member_is_counted_in_bounded_memory(world, zip_bomb):
+    from marin_assets.core.ingest.transforms.ghalogs import ghalogs_sanitize
+
+    world.inject()
+    seen = read_in_subprocess("ghalogs", zip_bomb)
+    assert seen["rows"] == 2 and seen["counters"] == {"too_large": 1}
+    world.peak("ghalogs zip", seen["grown"], BOUND)
+    with zipfile.ZipFile(zip_bomb) as archive:  # the row the bomb leaves is dropped by the transform, counted
+        bomb = ghalogs.read_member(archive, archive.getinfo("2020/bomb.json"), LIMIT)[0]
+    _, dropped = ghalogs_sanitize(pl.DataFrame([bomb]))
+    assert dropped == {"too_large_member": 1} and str(512 * MIB) in bomb["too_large"]
+    world.rows(3, seen["rows"], dropped["too_large_member"])
 
 
 def test_normalize_counts_a_line_over_the_limit_with_its_file_line_and_offset(world, monkeypatch, caplog):
