@@ -331,12 +331,18 @@ def docstrings(limit: int = 14_000) -> list[str]:
     return list(seen)
 
 
-def corpus(seed: int = 0) -> tuple[list[tuple[str, str, str]], list[str]]:
+def _as_fields(text: str) -> tuple[tuple[str, str], ...]:
+    """A docstring as a question (its first paragraph) and an answer (the rest), when it has both."""
+    head, _, rest = text.partition("\n\n")
+    return (("question", head), ("answer", rest)) if rest.strip() else ()
+
+
+def corpus(seed: int = 0) -> tuple[list[decon.EvalRow], list[str]]:
     pool = docstrings()
     rng = random.Random(seed)
     rng.shuffle(pool)
     eval_texts, page_texts = pool[:N_EVAL_ROWS], pool[N_EVAL_ROWS:]
-    eval_rows = [("bench_eval", str(i), t) for i, t in enumerate(eval_texts)]
+    eval_rows = [decon.EvalRow("bench_eval", str(i), t, _as_fields(t)) for i, t in enumerate(eval_texts)]
     # Docstrings repeat each other (shared boilerplate, twin implementations); pages only use
     # those sharing no feature with the eval rows, so that matches come from planted copies.
     grams, _ = reference_index(eval_rows)
@@ -378,8 +384,8 @@ def reference_units(text: str, short_paragraphs: bool) -> list[list[str]]:
 def reference_index(eval_rows) -> tuple[set[str], set[str]]:
     grams: set[str] = set()
     records: set[str] = set()
-    for _, _, text in eval_rows:
-        features = {f for unit in reference_units(text, False) for f in unit}
+    for row in eval_rows:
+        features = {f for unit in reference_units(row[2], False) for f in unit}
         grams |= features
         if len(features) == 1:
             records |= features
@@ -408,14 +414,15 @@ def _pad(index: "decon.EvalIndex", size: int) -> "decon.EvalIndex":
     padding = rng.integers(0, 2**63, max(size - index.size, 0), dtype=np.int64).astype(np.uint64) << 1
     return decon.EvalIndex(np.unique(np.concatenate([index.hashes, padding])), index.record_hashes,
                            index.attribution_hashes, index.attribution_rows, index.row_sets, index.row_ids,
-                           index.row_excerpts, index.meta, index.row_features, index.short_prefix)
+                           index.row_excerpts, index.meta, index.row_features, index.short_prefix, index.row_fields)
 
 
 def speed_case(which: str, corpus_file: str) -> dict:
     """One measured run (in a harness child): build, pad to production size, mark the speed corpus."""
     with open(corpus_file, encoding="utf-8") as handle:
         data = json.load(handle)
-    eval_rows, pages = [tuple(r) for r in data["eval_rows"]], data["pages"]
+    eval_rows = [decon.EvalRow(s, r, t, tuple(tuple(f) for f in fields)) for s, r, t, fields in data["eval_rows"]]
+    pages = data["pages"]
     texts = pa.array(pages, pa.large_string())
     if which == "reference":
         grams, records = reference_index(eval_rows)
