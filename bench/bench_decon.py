@@ -3,15 +3,22 @@ and marking speed against a plain Python reference at the production index size.
 
 Run: ``python bench/bench_decon.py`` (``--quick``: planted benchmark only, no speed rounds).
 
-Planted benchmark: an eval set written here (synthetic sentences over a made-up vocabulary, 60
-rows of 40-110 tokens, 8 short rows of 6-11 tokens; rows 0-9 open with a shared 60-token licence
-paragraph), and one source of generated documents holding copies of eval rows placed as: its own
-paragraph, inline inside a paragraph, reflowed, upper case, full-width letters, zero-width
-characters inside words, ``> `` quoted, with line numbers, 1 token in 26 changed, inside a 5 MB
-page, and repeated 20 times each (10 rows) in the source; plus clean near-misses (the row's words
-shuffled and a sentence that shares 8 tokens) and documents holding only the licence paragraph.
-Each rule runs with its own drop sets computed on that source, as in production. Goal: coverage
-flags >= 95% of every kind and no near-miss or licence-only document.
+Planted benchmark: two eval sets. A question/answer set written here (synthetic sentences over a
+made-up vocabulary: 60 rows with a question of 40-110 tokens and an answer of 22-60, every fifth
+answer 8-18; 8 short rows of 6-11 tokens; rows 0-9 open with a shared 60-token licence
+paragraph), and a code set shaped like a public code benchmark (80 standard-library functions
+with a docstring of 20+ words and a 3-15 line body: prompt = signature and docstring, canonical
+solution = body, from every third module). One source of documents holds copies of the
+question/answer rows placed as: its own paragraph, inline inside a paragraph, reflowed, upper
+case, full-width letters, zero-width characters inside words, ``> `` quoted, with line numbers,
+1 token in 26 changed, inside a 5 MB page, repeated 20 times each (10 rows), the answer only (inline) and
+the question only (reflowed); copies of the code rows whole, the solution only and the prompt
+only (reflowed); clean near-misses (the row's words shuffled and a sentence that shares 8
+tokens), documents holding only the licence paragraph, generated clean text, and real code
+(windows of the other modules' source) and real prose (their docstrings). Each rule runs with
+its own drop sets computed on that source, as in production. Goal: the default flag (either
+rule) flags >= 95% of every kind and no negative document; answers and solutions under 20
+tokens are printed without a goal.
 
 Speed (on the shared harness, ``bench/harness.py``): documents per CPU second of
 ``mark_documents`` (each rule) against the reference (Marin's rule written plainly:
@@ -136,7 +143,7 @@ def planted(seed: int = 7) -> tuple[list[decon.EvalRow], list[tuple[str, int, st
             question, answer = (t for _, t in eval_rows[r].fields)
             short = len(answer.split()) < 20
             docs.append(("short_answer_only" if short else "answer_only", r,
-                         f"{filler(40)}\n\nAnswer: {answer}\n\n{filler(30)}"))
+                         f"{filler(40)} so the answer: {answer} {filler(30)}"))  # inline
             docs.append(("question_only", r, filler(20) + "\n" + "\n".join(lines(question, 6)) + "\n" + filler(20)))
     for r in long_ids[:4]:  # a 5 MB page with one copy in the middle
         body = []
@@ -219,7 +226,7 @@ def real_text(seed: int = 11) -> tuple[list[tuple[str, str, str]], list[str], li
         prose.extend(ast.get_docstring(n) or "" for n in ast.walk(ast.parse(src))
                      if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef)))
     prose = [p for p in prose if len(p.split()) >= 20]
-    return rng.sample(functions, CODE_ROWS), rng.sample(code, min(1500, len(code))), rng.sample(prose, min(1000, len(prose)))
+    return rng.sample(functions, CODE_ROWS), rng.sample(code, min(1500, len(code))), rng.sample(prose, 1000)
 
 
 def planted_code(rng: random.Random, first_row: int) -> tuple[list[decon.EvalRow], list[tuple[str, int, str]]]:

@@ -4,9 +4,9 @@ False positives come only from 64-bit collisions (about N / 2**64 per lookup); t
 disjoint hash bits reject almost every query with one or two memory accesses; an attribution
 table maps each hash to the eval units it came from. A unit is a whole eval row or, in the
 ``coverage`` index, one distinctive field of a row (its 13-grams found in no other row), so that
-a copy of only a row's answer or only its question is measured against that field. Building refuses to run when a mandatory
-eval set, its exact row count or any matchable feature is missing: a "clean" pool must never
-come from a partial eval corpus.
+a copy of only a row's answer or only its question is measured against that field. Building
+refuses to run when a mandatory eval set, its exact row count or any matchable feature is
+missing: a "clean" pool must never come from a partial eval corpus.
 """
 
 from __future__ import annotations
