@@ -151,3 +151,14 @@ def test_the_default_flag_is_either_rule(tmp_path):
         assert stats["contaminated"] == sum(expected)
     assert DeconParams().rule_name == "either"
     assert table.column("matched_rows").to_pylist()[0] == ["physics_qa:p-1"]
+
+
+def test_a_question_two_sets_share_is_a_unit_of_each(tmp_path):
+    answers = [filler(30, 55), filler(30, 56)]  # the question is under half of each row and under the run
+    rows = [EvalRow(name, "0", f"{ENZYME}\n\n{a}", (("question", ENZYME), ("answer", a)))
+            for name, a in zip(("bio_qa", "bio_variant"), answers)]
+    index, _ = _index(tmp_path, rows)
+    labels = {index.row_label(r) for r in range(len(index.row_ids))}
+    assert {"bio_qa:0#question", "bio_variant:0#question"} <= labels
+    question_only = page(filler(40, 3), ENZYME.upper(), filler(40, 4))
+    assert mark_documents([question_only], index, None, P, "coverage").contaminated.tolist() == [True]

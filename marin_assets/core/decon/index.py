@@ -3,7 +3,7 @@
 False positives come only from 64-bit collisions (about N / 2**64 per lookup); the bitmaps over
 disjoint hash bits reject almost every query with one or two memory accesses; an attribution
 table maps each hash to the eval units it came from. A unit is a whole eval row or, in the
-``coverage`` index, one distinctive field of a row (its 13-grams found in no other row), so that
+``coverage`` index, one distinctive field of a row (13-grams in no other row of its set), so that
 a copy of only a row's answer or only its question is measured against that field. Building
 refuses to run when a mandatory eval set, its exact row count or any matchable feature is
 missing: a "clean" pool must never come from a partial eval corpus.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import io
 import mmap
 import os
@@ -309,9 +310,10 @@ def _with_field_units(built: tuple, units: Units, fields: list[tuple[int, str, s
                       params: DeconParams) -> tuple[tuple, Units]:
     """The coverage features with each distinctive field of a row added as a unit after the rows.
 
-    A field's features are its 13-grams found in no other eval row (rows with the same features,
-    a set published twice, count as one): an instruction shared by many rows, or a field under
-    ``field_min_features`` such n-grams, is no unit; the whole row still is. These n-grams are
+    A field's features are its 13-grams found in no other row of its eval set (identical rows
+    count as one): an instruction shared by the rows of a set, or a field under
+    ``field_min_features`` such n-grams, is no unit; the whole row still is. A question that
+    two sets share (one benchmark in two task variants) stays a unit of each. These n-grams are
     already the row's, so the membership index is unchanged; only the attribution grows.
     """
     rows, hashes, per_row, prefix = built
@@ -321,12 +323,15 @@ def _with_field_units(built: tuple, units: Units, fields: list[tuple[int, str, s
     row_key = np.zeros(n_rows, dtype=np.uint64)  # order-free key of a row's feature set
     np.add.at(row_key, rows, hashes)
     row_key ^= per_row.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    pairs = np.unique(np.stack([hashes, row_key[rows]]), axis=1)
+    set_salt = _set_salts(units.sets)
+    in_set = hashes ^ set_salt[rows]  # an n-gram within one eval set
+    pairs = np.unique(np.stack([in_set, row_key[rows]]), axis=1)
     ngrams, spread = np.unique(pairs[0], return_counts=True)
     own = ngrams[spread == 1]
     data, offsets, _ = string_buffers(pa.array([t for _, _, t in fields], pa.large_string()))
     f_units, f_hashes, f_count, _ = _row_features(data, offsets, params, normalized=True)
-    keep = _sorted_member(own, f_hashes)
+    owners = np.array([r for r, _, _ in fields], dtype=np.int64)
+    keep = _sorted_member(own, f_hashes ^ set_salt[owners[f_units]])
     f_units, f_hashes = f_units[keep], f_hashes[keep]
     f_count = np.bincount(f_units, minlength=len(fields))
     chosen = np.flatnonzero(f_count >= params.field_min_features)
@@ -340,6 +345,13 @@ def _with_field_units(built: tuple, units: Units, fields: list[tuple[int, str, s
     built = (np.concatenate([rows, number[f_units[take]]]), np.concatenate([hashes, f_hashes[take]]),
              np.concatenate([per_row, f_count[chosen]]), prefix)
     return built, units
+
+
+def _set_salts(sets: list[str]) -> np.ndarray:
+    """Per row: a 64-bit value of its eval set (xor-ed into a hash, it keys the n-gram within the set)."""
+    names = sorted(set(sets))
+    salt = {name: int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little") for name in names}
+    return np.array([salt[s] for s in sets], dtype=np.uint64)
 
 
 def _write_index(out_dir_uri: str, built: tuple, units: Units, expected: Mapping[str, int], params: DeconParams,

@@ -40,7 +40,7 @@ class DeconParams:
     run_gap_windows: int = 13  # missing 13-grams that do not end a run (one changed token removes 13)
     short_min_tokens: int = 6  # short rows (< 13 tokens) of at least this many match anywhere, whole
     # each field of a row is also a unit of the share, when distinctive: at least this many of its
-    # 13-grams found in no other eval row (a short answer or a shared instruction never flags alone)
+    # 13-grams found in no other row of its set (a short answer or a shared instruction never flags alone)
     field_min_features: int = 8
     # drop sets
     source_sample_docs: int = 5_000
