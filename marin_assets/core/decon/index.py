@@ -325,8 +325,11 @@ def _with_field_units(built: tuple, units: Units, fields: list[tuple[int, str, s
     row_key ^= per_row.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
     set_salt = _set_salts(units.sets)
     in_set = hashes ^ set_salt[rows]  # an n-gram within one eval set
-    pairs = np.unique(np.stack([in_set, row_key[rows]]), axis=1)
-    ngrams, spread = np.unique(pairs[0], return_counts=True)
+    keys = row_key[rows]
+    order = np.lexsort((keys, in_set))
+    in_set, keys = in_set[order], keys[order]
+    fresh = np.r_[True, (in_set[1:] != in_set[:-1]) | (keys[1:] != keys[:-1])]  # distinct (n-gram, row content)
+    ngrams, spread = np.unique(in_set[fresh], return_counts=True)
     own = ngrams[spread == 1]
     data, offsets, _ = string_buffers(pa.array([t for _, _, t in fields], pa.large_string()))
     f_units, f_hashes, f_count, _ = _row_features(data, offsets, params, normalized=True)
