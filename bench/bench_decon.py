@@ -11,8 +11,8 @@ with a docstring of 20+ words and a 3-15 line body: prompt = signature and docst
 solution = body, from every third module). One source of documents holds copies of the
 question/answer rows placed as: its own paragraph, inline inside a paragraph, reflowed, upper
 case, full-width letters, zero-width characters inside words, ``> `` quoted, with line numbers,
-1 token in 26 changed, inside a 5 MB page, repeated 20 times each (10 rows), the answer only (inline) and
-the question only (reflowed); copies of the code rows whole, the solution only and the prompt
+1 token in 26 changed, inside a 5 MB page, repeated 20 times each (10 rows), the answer only
+(inline) and the question only (reflowed); copies of the code rows whole, the solution only and the prompt
 only (reflowed); clean near-misses (the row's words shuffled and a sentence that shares 8
 tokens), documents holding only the licence paragraph, generated clean text, and real code
 (windows of the other modules' source) and real prose (their docstrings). Each rule runs with
@@ -71,6 +71,7 @@ SHOWN = ("short_answer_only", "code_short_solution_only")  # copies under the fi
 NEGATIVES = ("near_miss", "licence_only", "clean", "real_code", "real_prose")
 RULE_COLUMNS = ("either", "coverage", "marin")
 CODE_ROWS = 80
+FIELD_FLOOR_TOKENS = PARAMS.field_min_features + PARAMS.ngram_tokens - 1  # a field this long can flag alone
 
 
 # ----------------------------------------------------------------------------- the planted benchmark
@@ -141,7 +142,7 @@ def planted(seed: int = 7) -> tuple[list[decon.EvalRow], list[tuple[str, int, st
             near = " ".join(shuffled) + " " + " ".join(row.split()[:8]) + " " + filler(20)
             docs.append(("near_miss", -1, near))
             question, answer = (t for _, t in eval_rows[r].fields)
-            short = len(answer.split()) < 20
+            short = len(answer.split()) < FIELD_FLOOR_TOKENS
             docs.append(("short_answer_only" if short else "answer_only", r,
                          f"{filler(40)} so the answer: {answer} {filler(30)}"))  # inline
             docs.append(("question_only", r, filler(20) + "\n" + "\n".join(lines(question, 6)) + "\n" + filler(20)))
@@ -240,7 +241,7 @@ def planted_code(rng: random.Random, first_row: int) -> tuple[list[decon.EvalRow
                                   (("prompt", prompt), ("canonical_solution", body))))
         around = rng.sample(code, 2)
         docs.append(("code_whole_row", r, f"{around[0]}\n\n{prompt}{body}\n\n{around[1]}"))
-        short = len(decon.normalize_text(body).split()) < 20
+        short = len(decon.normalize_text(body).split()) < FIELD_FLOOR_TOKENS
         docs.append(("code_short_solution_only" if short else "code_solution_only", r,
                      f"Here is a solution that passes the tests:\n\n{body}\n\n{around[1]}"))
         reflowed = "\n".join(" ".join(prompt.split()[i:i + 6]) for i in range(0, len(prompt.split()), 6))
@@ -297,7 +298,7 @@ def print_planted(result: dict[str, dict[str, tuple[int, int]]]) -> bool:
         line(kind, True)
         flagged, total = result[decon.EITHER].get(kind, (0, 0))
         ok &= total > 0 and flagged >= RECALL_GOAL * total
-    print(f"under the field floor (< {PARAMS.field_min_features + PARAMS.ngram_tokens - 1} tokens; not a goal):")
+    print(f"under the field floor (< {FIELD_FLOOR_TOKENS} tokens; not a goal):")
     for kind in SHOWN:
         line(kind, True)
     print("false positives (documents flagged):")
