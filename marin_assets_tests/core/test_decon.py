@@ -200,7 +200,8 @@ def test_build_refuses_a_mandatory_set_without_matchable_features(tmp_path):
 
 def test_build_stats_and_record_features(index_dir, index):
     meta = json.loads(open(f"{index_dir}/index.json").read())
-    assert meta["eval_sets"]["geo_demo"] == {"rows": 2, "features": 2, "featureless_rows": 0, "mandatory": True}
+    assert meta["eval_sets"]["geo_demo"] == {"rows": 2, "features": 2, "featureless_rows": 0, "field_units": 0,
+                                            "mandatory": True}
     assert meta["eval_sets"]["bio_demo"]["mandatory"] is False
     # the short record and the 13-token record are complete records on their own
     assert set(index.record_hashes.tolist()) == {feature_hash(CAPITAL.split()), feature_hash(THIRTEEN.split())}
@@ -415,9 +416,10 @@ provider = { kind = "huggingface", repo = "org/steps", split = "test", revision 
         "answer": [1],
         "passage": ["A long shared passage that must not be indexed."],
     }), mc)
-    [(name, row_id, text)] = list(read_eval_rows(registry.get("mc"), [mc, str(tmp_path / "README.md")]))
+    [(name, row_id, text, fields)] = list(read_eval_rows(registry.get("mc"), [mc, str(tmp_path / "README.md")]))
     assert (name, row_id) == ("mc", "0")
     assert text.split("\n\n") == ["Which gas do plants take in?", "Oxygen", "Carbon dioxide"]
+    assert fields == (("question", "Which gas do plants take in?"), ("choices.text", "Oxygen\n\nCarbon dioxide"))
 
     steps = str(tmp_path / "steps.jsonl")
     with open(steps, "w") as handle:
@@ -426,7 +428,9 @@ provider = { kind = "huggingface", repo = "org/steps", split = "test", revision 
                                                {"step_description_prompt": "Integrate it."}]}) + "\n")
     rows = list(read_eval_rows(registry.get("steps"), [steps]))
     assert [r[1] for r in rows] == ["7.0", "7.1"]
-    assert rows[1][2] == "Integrate it.\n\nSimulate a pendulum."
+    assert rows[1].text == "Integrate it.\n\nSimulate a pendulum."
+    assert dict(rows[1].fields) == {"step_description_prompt": "Integrate it.",
+                                    "problem_description_main": "Simulate a pendulum."}
 
 
 def test_missing_field_error_names_set_field_file_and_columns(tmp_path):
@@ -514,6 +518,7 @@ fields = ["*"]
 passage_fields = ["passage", "context"]
 provider = {{ kind = "local", path = "{path}" }}
 """)
-    [(name, row_id, text)] = list(read_eval_rows(registry.get("lmh_task"), [str(path)]))
+    [(name, row_id, text, fields)] = list(read_eval_rows(registry.get("lmh_task"), [str(path)]))
     assert text.split("\n\n") == ["the first answer", "the second", "r0", "Who?"]
+    assert [f for f, _ in fields] == ["answers", "id", "question"]
     assert "passage" not in text

@@ -7,7 +7,9 @@ max(5, 0.5%) of its first 5,000 documents; globally, eval n-grams in at least 50
 The ``coverage`` rule uses the same thresholds but counts an n-gram in a document only when the
 document is not a copy of the n-gram's eval row (it holds less than ``coverage_share`` of the
 row's distinct n-grams): licence headers and common phrases are dropped, while an eval row
-copied into many documents of one source stays matchable, so every copy is flagged.
+copied into many documents of one source stays matchable, so every copy is flagged. Only whole
+rows count as copies here: a single field (an answer, a question) repeated in many documents of
+a source is treated as boilerplate, as Marin treats any partial copy.
 """
 
 from __future__ import annotations
@@ -105,9 +107,12 @@ def _not_copies(index: EvalIndex, doc: np.ndarray, hashes: np.ndarray, params: D
     """Per distinct (doc, hash) match: True when some eval row of the hash is not copied in the doc.
 
     A document copies a row when it holds at least ``coverage_share`` of the row's distinct
-    n-grams; such matches are evidence, not boilerplate, and are not counted.
+    n-grams; such matches are evidence, not boilerplate, and are not counted. Field units are
+    left out (each field n-gram is also its row's).
     """
     pair, rows = index.expand(hashes)
+    whole = index.unit_is_row[rows]
+    pair, rows = pair[whole], rows[whole]
     pair_doc = doc[pair]
     n_rows = max(len(index.row_ids), 1)
     key = pair_doc * n_rows + rows

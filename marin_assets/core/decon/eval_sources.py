@@ -1,5 +1,5 @@
 """Eval sets of the registry: fetching (Hub repos at their locked commits, web files by hash,
-local files) and reading their files into ``(eval_set, row_id, text)`` rows.
+local files) and reading their files into ``EvalRow`` rows (whole text and each field's text).
 
 Kept apart from ``decon`` so that the n-gram rules stay pure functions of rows; this module
 decides where each set's files come from, puts them under ``raw/evals/`` and reads them.
@@ -32,7 +32,7 @@ from marin_assets.catalog.evals import (
     WebArchiveProvider,
     resolve_pins,
 )
-from marin_assets.core.decon.params import EvalIndexError
+from marin_assets.core.decon.params import EvalIndexError, EvalRow
 from marin_assets.core.ingest import hub
 from marin_assets.core.ingest.providers import ProviderAccess
 from marin_assets.core.runtime import stages, storage
@@ -197,23 +197,35 @@ def _strings(value: Any) -> list[str]:
     return []  # numbers, booleans, bytes (images), None carry no eval text
 
 
-def record_text(record: Mapping[str, Any], fields: Sequence[str], parent: Mapping[str, Any] | None = None,
-                passage_fields: Sequence[str] = ()) -> str:
-    """The indexed text of a record: every string under ``fields``, each its own paragraph.
+def record_fields(record: Mapping[str, Any], fields: Sequence[str], parent: Mapping[str, Any] | None = None,
+                  passage_fields: Sequence[str] = ()) -> list[tuple[str, str]]:
+    """``(field, text)`` of every field under ``fields`` holding text; a field's strings are its paragraphs.
 
     ``fields = ["*"]`` reads every field in key order but the ``passage_fields`` (when a row has
     a passage, only its question and answers are indexed, as in Marin's best-effort corpus).
     """
-    parts: list[str] = []
+    out: list[tuple[str, str]] = []
     if list(fields) == [ALL_STRING_FIELDS]:
         fields = [k for k in sorted(record) if k not in set(passage_fields)]
     for field in fields:
         present, values = _field_values(record, field)
         if not present and parent is not None:
             present, values = _field_values(parent, field)
-        for value in values:
-            parts.extend(_strings(value))
-    return "\n\n".join(parts)
+        parts = [s for value in values for s in _strings(value)]
+        if parts:
+            out.append((field, "\n\n".join(parts)))
+    return out
+
+
+def record_text(record: Mapping[str, Any], fields: Sequence[str], parent: Mapping[str, Any] | None = None,
+                passage_fields: Sequence[str] = ()) -> str:
+    """The indexed text of a record: every string under ``fields``, each its own paragraph."""
+    return "\n\n".join(text for _, text in record_fields(record, fields, parent, passage_fields))
+
+
+def eval_row(eval_set: str, row_id: str, fields: Sequence[tuple[str, str]]) -> EvalRow:
+    """The row of its fields' texts: the whole text, and each field as well when there are several."""
+    return EvalRow(eval_set, row_id, "\n\n".join(t for _, t in fields), tuple(fields) if len(fields) > 1 else ())
 
 
 def _read_records(uri: str, fmt: str, columns: set[str] | None) -> list[dict[str, Any]]:
@@ -255,8 +267,8 @@ def _sha256_of(uri: str) -> str:
     return digest.hexdigest()
 
 
-def read_eval_rows(eval_set: EvalSet, file_uris: Sequence[str], sha256: str = "") -> Iterator[tuple[str, str, str]]:
-    """``(eval_set, row_id, text)`` rows from the downloaded (or local) files of one eval set.
+def read_eval_rows(eval_set: EvalSet, file_uris: Sequence[str], sha256: str = "") -> Iterator[EvalRow]:
+    """``EvalRow`` rows (whole text, and each field's text) from the downloaded (or local) files of one eval set.
 
     Hub sets: the Parquet/JSONL/JSON/CSV files the hub client fetched, in the given order. Web
     archives: the single fetched file, checked against ``sha256`` (from the registry or its
@@ -300,7 +312,7 @@ def _format_of(uri: str) -> str:
 
 
 def _rows_of_records(eval_set: EvalSet, records: list[dict[str, Any]], uri: str, label: str,
-                     position: int) -> Iterator[tuple[str, str, str]]:
+                     position: int) -> Iterator[EvalRow]:
     if records:
         _check_fields(eval_set, records, uri, label)
     for offset, record in enumerate(records):
@@ -308,10 +320,11 @@ def _rows_of_records(eval_set: EvalSet, records: list[dict[str, Any]], uri: str,
         if eval_set.explode:
             for step, element in enumerate(record.get(eval_set.explode) or []):
                 element = element if isinstance(element, dict) else {"value": element}
-                yield eval_set.name, f"{row_id}.{step}", record_text(element, eval_set.fields, parent=record,
-                                                                     passage_fields=eval_set.passage_fields)
+                yield eval_row(eval_set.name, f"{row_id}.{step}", record_fields(
+                    element, eval_set.fields, parent=record, passage_fields=eval_set.passage_fields))
         else:
-            yield eval_set.name, row_id, record_text(record, eval_set.fields, passage_fields=eval_set.passage_fields)
+            yield eval_row(eval_set.name, row_id, record_fields(record, eval_set.fields,
+                                                                passage_fields=eval_set.passage_fields))
 
 
 def _check_fields(eval_set: EvalSet, records: list[dict[str, Any]], uri: str, label: str) -> None:
@@ -328,7 +341,7 @@ def _check_fields(eval_set: EvalSet, records: list[dict[str, Any]], uri: str, la
                                  f"fix 'fields'/'id_field'/'explode' of {eval_set.name!r} in the eval registry")
 
 
-def _web_rows(eval_set: EvalSet, provider: WebArchiveProvider, uri: str, label: str) -> Iterator[tuple[str, str, str]]:
+def _web_rows(eval_set: EvalSet, provider: WebArchiveProvider, uri: str, label: str) -> Iterator[EvalRow]:
     if provider.format != "zip":
         if provider.format == "json":
             records = _records_at(json.loads(storage.read_bytes(uri)), provider.records, label)
@@ -363,8 +376,12 @@ def _web_rows(eval_set: EvalSet, provider: WebArchiveProvider, uri: str, label: 
             if not files:
                 continue
             seen_fields.update(field for field, _ in files)
-            parts = [archive.read(n).decode("utf-8", errors="replace") for _, n in files]
-            yield eval_set.name, d.rsplit("/", 1)[-1], "\n\n".join(p for p in parts if p.strip())
+            texts: dict[str, list[str]] = {}
+            for field, n in files:
+                text = archive.read(n).decode("utf-8", errors="replace")
+                if text.strip():
+                    texts.setdefault(field, []).append(text)
+            yield eval_row(eval_set.name, d.rsplit("/", 1)[-1], [(f, "\n\n".join(t)) for f, t in texts.items()])
         missing = [f for f in eval_set.fields if f not in seen_fields]
         if missing:
             raise EvalIndexError(f"{label}: file(s) {missing} exist in no row directory of {uri}; fix 'fields'")
@@ -386,7 +403,7 @@ def registry_rows(
     registry: EvalRegistry,
     fetch: Callable[[EvalSet], Sequence[str]],
     on_skip: Callable[[EvalSet, Exception], None] | None = None,
-) -> Iterator[tuple[str, str, str]]:
+) -> Iterator[EvalRow]:
     """Rows of every registry set; ``fetch(eval_set) -> local file URIs`` does the download.
 
     A best-effort set that cannot be fetched or read is reported through ``on_skip`` and left

@@ -2,15 +2,18 @@
 
 False positives come only from 64-bit collisions (about N / 2**64 per lookup); the bitmaps over
 disjoint hash bits reject almost every query with one or two memory accesses; an attribution
-table maps each hash to the eval rows it came from. Building refuses to run when a mandatory
-eval set, its exact row count or any matchable feature is missing: a "clean" pool must never
-come from a partial eval corpus.
+table maps each hash to the eval units it came from. A unit is a whole eval row or, in the
+``coverage`` index, one distinctive field of a row (13-grams in no other row of its set), so that
+a copy of only a row's answer or only its question is measured against that field. Building
+refuses to run when a mandatory eval set, its exact row count or any matchable feature is
+missing: a "clean" pool must never come from a partial eval corpus.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import io
 import mmap
 import os
@@ -25,7 +28,7 @@ import pyarrow as pa
 
 from marin_assets.core.decon import kernels
 from marin_assets.core.decon.features import HASH_SCHEME, Features, _batches, extract_features
-from marin_assets.core.decon.params import DeconParams, EvalIndexError
+from marin_assets.core.decon.params import DeconParams, EvalIndexError, EvalRow
 from marin_assets.core.decon.text_normalize import normalize_batch
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.kernels import string_buffers
@@ -66,8 +69,9 @@ class EvalIndex:
     row_ids: list[str]
     row_excerpts: list[str]
     meta: dict[str, Any]
-    row_features: np.ndarray | None = None  # int32 [R]: distinct features of each row (coverage share)
+    row_features: np.ndarray | None = None  # int32 [R]: distinct features of each unit (coverage share)
     short_prefix: np.ndarray | None = None  # sorted uint64: hash of the first tokens of each short row
+    row_fields: list[str] | None = None  # per unit: "" for a whole row, else the field it holds
     bitmaps: tuple[np.ndarray, np.ndarray] = dataclasses.field(init=False, repr=False)
     shift: int = dataclasses.field(init=False, repr=False)
 
@@ -88,6 +92,13 @@ class EvalIndex:
         if len(hashes):
             kernels.set_bits(bitmap, kernels.readonly(hashes, np.uint64), shift, (1 << bits) - 1)
         return bitmap
+
+    @functools.cached_property
+    def unit_is_row(self) -> np.ndarray:
+        """bool [R]: the unit is a whole eval row (not one of its fields)."""
+        if self.row_fields is None:
+            return np.ones(len(self.row_ids), dtype=bool)
+        return np.array([not f for f in self.row_fields], dtype=bool)
 
     @functools.cached_property
     def short_prefix_set(self) -> "EvalIndex":
@@ -127,14 +138,15 @@ class EvalIndex:
 
     @functools.cached_property
     def _row_tables(self) -> tuple[np.ndarray, np.ndarray, list[str], list[str]]:
-        """Per row: rank in (set, row id) order, set code; set names; "set:row" labels."""
+        """Per unit: rank in (set, row id, field) order, set code; set names; "set:row[#field]" labels."""
         set_names = sorted(set(self.row_sets))
         code = {name: c for c, name in enumerate(set_names)}
         set_code = np.array([code[s] for s in self.row_sets], dtype=np.int64)
         rank = np.empty(len(self.row_ids), dtype=np.int64)
-        rank[sorted(range(len(self.row_ids)), key=lambda r: (self.row_sets[r], self.row_ids[r]))] = np.arange(
-            len(self.row_ids))
-        labels = [f"{s}:{r}" for s, r in zip(self.row_sets, self.row_ids)]
+        fields = self.row_fields or [""] * len(self.row_ids)
+        rank[sorted(range(len(self.row_ids)), key=lambda r: (self.row_sets[r], self.row_ids[r], fields[r]))] = \
+            np.arange(len(self.row_ids))
+        labels = [f"{s}:{r}#{f}" if f else f"{s}:{r}" for s, r, f in zip(self.row_sets, self.row_ids, fields)]
         return rank, set_code, set_names, labels
 
     def attribute(self, docs: np.ndarray, hashes: np.ndarray,
@@ -183,28 +195,32 @@ def _load_npy(uri: str) -> np.ndarray:
 
 
 def build_eval_index(
-    eval_rows: Iterable[tuple[str, str, str]],
+    eval_rows: Iterable[EvalRow | tuple[str, str, str]],
     out_dir_uri: str,
     params: DeconParams = DeconParams(),
     expected: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
-    """Build both rules' eval n-gram indexes from ``(eval_set, row_id, text)`` rows into ``out_dir_uri``.
+    """Build both rules' eval n-gram indexes from ``EvalRow`` (or ``(eval_set, row_id, text)``) rows.
 
     ``expected`` maps every mandatory set to its exact row count; the build refuses to run, and
     writes nothing, when one is missing, has another row count or yields no matchable feature.
     The ``marin`` index is written at the top (``hashes.npy``, ``record_hashes.npy``,
     ``attribution_*.npy``, ``rows.parquet``, ``index.json``), the ``coverage`` index (features
-    of the normalized rows, plus ``short_prefix.npy``) under ``coverage/``. The caller writes
-    the manifest. Returns the build's counters.
+    of the normalized rows, plus ``short_prefix.npy``; its units are the rows and their
+    distinctive fields) under ``coverage/``. The caller writes the manifest. Returns the build's
+    counters.
     """
     expected = dict(expected or {})
     sets: list[str] = []
     ids: list[str] = []
     texts: list[str | None] = []
-    for eval_set, row_id, text in eval_rows:
+    fields: list[tuple[int, str, str]] = []  # (row, field, text) of rows with several fields
+    for row in eval_rows:
+        eval_set, row_id, text, *rest = row
         sets.append(str(eval_set))
         ids.append(str(row_id))
         texts.append(text if isinstance(text, str) else None)
+        fields.extend((len(sets) - 1, str(f), t) for f, t in (rest[0] if rest else ()) if isinstance(t, str))
     rows_per_set = Counter(sets)
     problems = []
     for name in sorted(expected):
@@ -231,9 +247,11 @@ def build_eval_index(
         raise EvalIndexError("eval_ngrams: refusing to build the index: " + "; ".join(problems)
                              + ". Check the 'fields' of these sets in the eval registry and rebuild.")
 
-    stats = _write_index(out_dir_uri, marin, sets, ids, texts, expected, params, "marin")
-    stats["coverage"] = _write_index(storage.join(out_dir_uri, COVERAGE_DIR), coverage, sets, ids, texts, expected,
-                                     params, "coverage")
+    units = Units(sets, ids, [""] * len(sets), texts)
+    stats = _write_index(out_dir_uri, marin, units, expected, params, "marin")
+    coverage, units = _with_field_units(coverage, units, fields, params)
+    stats["coverage"] = _write_index(storage.join(out_dir_uri, COVERAGE_DIR), coverage, units, expected, params,
+                                     "coverage")
     stats["null_text_rows"] = int(nulls.sum())
     storage.write_json(storage.join(out_dir_uri, COVERAGE_DIR, _INDEX_META), stats["coverage"])
     storage.write_json(storage.join(out_dir_uri, _INDEX_META), stats)
@@ -278,36 +296,102 @@ def _short_row_prefixes(feats: Features, params: DeconParams) -> np.ndarray:
     return prefix
 
 
-def _write_index(out_dir_uri: str, built: tuple, sets: list[str], ids: list[str], texts: list[str | None],
-                 expected: Mapping[str, int], params: DeconParams, rule: str) -> dict[str, Any]:
+@dataclasses.dataclass
+class Units:
+    """The units of one index, whole rows first: eval set, row id, field ("" for a row), text."""
+
+    sets: list[str]
+    ids: list[str]
+    fields: list[str]
+    texts: list[str | None]
+
+
+def _with_field_units(built: tuple, units: Units, fields: list[tuple[int, str, str]],
+                      params: DeconParams) -> tuple[tuple, Units]:
+    """The coverage features with each distinctive field of a row added as a unit after the rows.
+
+    A field's features are its 13-grams found in no other row of its eval set (identical rows
+    count as one): an instruction shared by the rows of a set, or a field under
+    ``field_min_features`` such n-grams, is no unit; the whole row still is. A question that
+    two sets share (one benchmark in two task variants) stays a unit of each. These n-grams are
+    already the row's, so the membership index is unchanged; only the attribution grows.
+    """
+    rows, hashes, per_row, prefix = built
+    n_rows = len(units.ids)
+    if not fields or not len(rows):
+        return built, units
+    row_key = np.zeros(n_rows, dtype=np.uint64)  # order-free key of a row's feature set
+    np.add.at(row_key, rows, hashes)
+    row_key ^= per_row.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    set_salt = _set_salts(units.sets)
+    in_set = hashes ^ set_salt[rows]  # an n-gram within one eval set
+    keys = row_key[rows]
+    order = np.lexsort((keys, in_set))
+    in_set, keys = in_set[order], keys[order]
+    fresh = np.r_[True, (in_set[1:] != in_set[:-1]) | (keys[1:] != keys[:-1])]  # distinct (n-gram, row content)
+    ngrams, spread = np.unique(in_set[fresh], return_counts=True)
+    own = ngrams[spread == 1]
+    data, offsets, _ = string_buffers(pa.array([t for _, _, t in fields], pa.large_string()))
+    f_units, f_hashes, f_count, _ = _row_features(data, offsets, params, normalized=True)
+    owners = np.array([r for r, _, _ in fields], dtype=np.int64)
+    keep = _sorted_member(own, f_hashes ^ set_salt[owners[f_units]])
+    f_units, f_hashes = f_units[keep], f_hashes[keep]
+    f_count = np.bincount(f_units, minlength=len(fields))
+    chosen = np.flatnonzero(f_count >= params.field_min_features)
+    number = np.full(len(fields), -1, dtype=np.int64)
+    number[chosen] = n_rows + np.arange(len(chosen))
+    take = number[f_units] >= 0
+    owner = [fields[k][0] for k in chosen.tolist()]
+    units = Units(units.sets + [units.sets[r] for r in owner], units.ids + [units.ids[r] for r in owner],
+                  units.fields + [fields[k][1] for k in chosen.tolist()],
+                  units.texts + [fields[k][2] for k in chosen.tolist()])
+    built = (np.concatenate([rows, number[f_units[take]]]), np.concatenate([hashes, f_hashes[take]]),
+             np.concatenate([per_row, f_count[chosen]]), prefix)
+    return built, units
+
+
+def _set_salts(sets: list[str]) -> np.ndarray:
+    """Per row: a 64-bit value of its eval set (xor-ed into a hash, it keys the n-gram within the set)."""
+    names = sorted(set(sets))
+    salt = {name: int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little") for name in names}
+    return np.array([salt[s] for s in sets], dtype=np.uint64)
+
+
+def _write_index(out_dir_uri: str, built: tuple, units: Units, expected: Mapping[str, int], params: DeconParams,
+                 rule: str) -> dict[str, Any]:
     rows, hashes, features_per_row, prefix = built
-    record_hashes = np.unique(hashes[features_per_row[rows] == 1])
+    is_row = np.array([not f for f in units.fields], dtype=bool)
+    record_hashes = np.unique(hashes[(features_per_row[rows] == 1) & is_row[rows]])
     by_hash = np.argsort(hashes, kind="stable")
     attribution_hashes = hashes[by_hash]
     attribution_rows = rows[by_hash].astype(np.int32)
     unique_hashes = np.unique(attribution_hashes)
-    excerpts = [(t or "")[:300] for t in texts]
+    excerpts = [(t or "")[:300] for t in units.texts]
     _save_npy(unique_hashes, storage.join(out_dir_uri, "hashes.npy"))
     _save_npy(record_hashes, storage.join(out_dir_uri, "record_hashes.npy"))
     _save_npy(attribution_hashes, storage.join(out_dir_uri, "attribution_hashes.npy"))
     _save_npy(attribution_rows, storage.join(out_dir_uri, "attribution_rows.npy"))
     _save_npy(prefix, storage.join(out_dir_uri, "short_prefix.npy"))
     storage.write_parquet(pa.table({
-        "row": pa.array(np.arange(len(sets), dtype=np.int32)),
-        "eval_set": pa.array(sets, pa.string()),
-        "row_id": pa.array(ids, pa.string()),
+        "row": pa.array(np.arange(len(units.sets), dtype=np.int32)),
+        "eval_set": pa.array(units.sets, pa.string()),
+        "row_id": pa.array(units.ids, pa.string()),
+        "field": pa.array(units.fields, pa.string()),
         "features": pa.array(features_per_row.astype(np.int32)),
         "excerpt": pa.array(excerpts, pa.string()),
     }), storage.join(out_dir_uri, "rows.parquet"))
-    rows_per_set = Counter(sets)
+    rows_per_set = Counter(s for s, row in zip(units.sets, is_row) if row)
     features_per_set: Counter = Counter()
     featureless: Counter = Counter()
-    for s, c in zip(sets, features_per_row.tolist()):
-        features_per_set[s] += c
-        featureless[s] += c == 0
+    field_units: Counter = Counter()
+    for s, c, row in zip(units.sets, features_per_row.tolist(), is_row.tolist()):
+        features_per_set[s] += c if row else 0
+        featureless[s] += row and c == 0
+        field_units[s] += not row
     per_set = {
         name: {"rows": rows_per_set[name], "features": int(features_per_set[name]),
-               "featureless_rows": int(featureless.get(name, 0)), "mandatory": name in expected}
+               "featureless_rows": int(featureless.get(name, 0)), "field_units": int(field_units.get(name, 0)),
+               "mandatory": name in expected}
         for name in sorted(rows_per_set)
     }
     return {
@@ -318,7 +402,8 @@ def _write_index(out_dir_uri: str, built: tuple, sets: list[str], ids: list[str]
         "record_features": int(len(record_hashes)),
         "short_rows": int(len(prefix)),
         "attribution_entries": int(len(attribution_hashes)),
-        "rows": len(sets),
+        "rows": int(is_row.sum()),
+        "field_units": int((~is_row).sum()),
         "eval_sets": per_set,
         "params": params.rule(),
     }
@@ -340,7 +425,7 @@ def load_eval_index(index_uri: str, rule: str = "marin", cache_dir: str = "") ->
 def _load_index_cached(index_uri: str, build_id: str, cache_dir: str = "") -> EvalIndex:
     local = _local_copy(index_uri, build_id, cache_dir)
     rows = storage.read_parquet(storage.join(local, "rows.parquet"),
-                                columns=["eval_set", "row_id", "excerpt", "features"])
+                                columns=["eval_set", "row_id", "field", "excerpt", "features"])
     rows_features = rows.column("features").to_numpy().astype(np.int64)
     return EvalIndex(
         hashes=np.ascontiguousarray(_load_npy(storage.join(local, "hashes.npy"))),
@@ -353,6 +438,7 @@ def _load_index_cached(index_uri: str, build_id: str, cache_dir: str = "") -> Ev
         meta=storage.read_json(storage.join(local, _INDEX_META)),
         row_features=rows_features,
         short_prefix=np.asarray(_load_npy(storage.join(local, "short_prefix.npy"))),
+        row_fields=rows.column("field").to_pylist(),
     )
 
 

@@ -5,13 +5,18 @@ tokens, no normalization), overlap = matched / kept features; a document is cont
 some paragraph has overlap >= 0.5 with at least 2 distinct matched features, or with a matched
 feature that is a complete eval record on its own (a 3-12 token paragraph).
 
-``coverage`` (the default): the same 13-gram features over normalized tokens
-(``decon_normalize``) and across the whole document; contaminated when the document holds at
-least ``coverage_share`` of some eval row's distinct (kept) 13-grams, or a run of consecutive
+``coverage``: the same 13-gram features over normalized tokens (``decon_normalize``) and
+across the whole document; contaminated when the document holds at least ``coverage_share`` of
+the distinct (kept) 13-grams of some eval row, or of one distinctive field of a row (at least
+``field_min_features`` kept 13-grams of its own: a copy of only the answer, the solution or the
+question), or a run of consecutive
 matched 13-grams covering at least ``run_tokens`` tokens (a gap of up to ``run_gap_windows``
 13-grams, what one changed token removes, does not end a run), or a whole short eval row (6-12
 normalized tokens) anywhere. Paragraph boundaries, case, width, zero-width characters,
 punctuation, quote markers and line numbers do not matter.
+
+The default flag (``either``) is a document either rule flags: each catches copies the other
+misses (``marin`` a short paragraph of a long row, ``coverage`` every reformatted copy).
 
 Both keep Marin's evidence columns: ``matched_evals`` / ``matched_rows`` hold, for a
 contaminated document, the rows behind the decision (most matched features first), otherwise
@@ -32,7 +37,7 @@ import xxhash
 
 from marin_assets.core.decon.features import TokenWindows, _batches, extract_features
 from marin_assets.core.decon.index import EvalIndex, _sorted_member, load_eval_index
-from marin_assets.core.decon.params import DeconParams
+from marin_assets.core.decon.params import EITHER, RULES, DeconParams
 from marin_assets.core.decon.text_normalize import normalize_batch
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.kernels import string_buffers
@@ -153,7 +158,7 @@ def mark_marin(
 
 
 def _kept_row_features(index: EvalIndex, drop: np.ndarray) -> np.ndarray:
-    """Distinct features of each eval row, less those in the drop set (the share's denominator)."""
+    """Distinct features of each eval unit, less those in the drop set (the share's denominator)."""
     total = np.asarray(index.row_features if index.row_features is not None else np.zeros(len(index.row_ids)),
                        dtype=np.int64).copy()
     if drop.size:
@@ -212,6 +217,8 @@ def mark_coverage(
     data, offsets, nulls, drop = _batch_inputs(texts, drop)
     n_docs = len(offsets) - 1
     kept_total = _kept_row_features(index, drop)
+    # a field scores on its own only while distinctive: enough of its own n-grams are not boilerplate
+    scored = index.unit_is_row | (kept_total >= params.field_min_features)
     contaminated = np.zeros(n_docs, dtype=bool)
     max_overlap = np.zeros(n_docs, dtype=np.float32)
     matched_evals: list[list[str]] = [[] for _ in range(n_docs)]
@@ -244,7 +251,7 @@ def mark_coverage(
             pos = tokens.gram_pos[gram_kept]
             run_doc, run_span = _runs(pos, feats.unit_doc[feats.unit[gram_kept]], params.run_gap_windows)
             flag[run_doc[run_span + params.ngram_tokens >= params.run_tokens]] = True
-        # rule 1: share of an eval row's distinct kept features (short rows: the whole row, 1 of 1)
+        # rule 1: share of an eval unit's distinct kept features (short rows: the whole row, 1 of 1)
         order = np.lexsort((hit_hash, hit_doc))
         hd, hh = hit_doc[order], hit_hash[order]
         fresh = np.r_[True, (hd[1:] != hd[:-1]) | (hh[1:] != hh[:-1])] if len(hd) else np.zeros(0, bool)
@@ -252,7 +259,7 @@ def mark_coverage(
         if not hd.size:
             continue
         pair_doc, pair_row, pair_count = index.attribute(hd, hh, with_counts=True)
-        share = pair_count / np.maximum(kept_total[pair_row], 1)
+        share = np.where(scored[pair_row], pair_count / np.maximum(kept_total[pair_row], 1), 0.0)
         qualifies = share >= params.coverage_share
         flag[pair_doc[qualifies]] = True
         best = np.zeros(j - i, dtype=np.float64)
@@ -300,8 +307,26 @@ def mark_documents(
     if rule == "coverage":
         return mark_coverage(texts, index, drop, params)
     if rule != "marin":
-        raise ValueError(f"unknown decontamination rule {rule!r}; use 'coverage' or 'marin'")
+        raise ValueError(f"unknown decontamination rule {rule!r}; use 'coverage' or 'marin' (the default flag "
+                         f"{EITHER!r} combines both: either_marks)")
     return mark_marin(texts, index, drop, params)
+
+
+def either_marks(coverage: DocumentMarks, marin: DocumentMarks) -> DocumentMarks:
+    """The default flag: documents either rule flags, with the evidence of ``coverage`` where it
+    flags and of ``marin`` where only it does (whole rows are numbered alike in both indexes)."""
+    only_marin = marin.contaminated & ~coverage.contaminated
+    pick = only_marin.tolist()
+    counters = Counter(coverage.counters)
+    counters["contaminated"] = int((coverage.contaminated | marin.contaminated).sum())
+    return DocumentMarks(
+        contaminated=coverage.contaminated | marin.contaminated,
+        max_overlap=np.where(only_marin, marin.max_overlap, coverage.max_overlap).astype(np.float32),
+        matched_evals=[m if p else c for p, c, m in zip(pick, coverage.matched_evals, marin.matched_evals)],
+        matched_rows=[m if p else c for p, c, m in zip(pick, coverage.matched_rows, marin.matched_rows)],
+        evidence={**{d: e for d, e in marin.evidence.items() if pick[d]}, **coverage.evidence},
+        counters=counters,
+    )
 
 
 # ----------------------------------------------------------------------------- per shard
@@ -319,7 +344,8 @@ def _sample_key(doc_id: str) -> int:
 
 def contamination_shard(input_uris: list[str], output_uri: str, params: DeconParams) -> dict[str, Any]:
     """Mark one normalized shard with both rules; write ``id, contaminated, max_overlap, matched_evals,
-    matched_rows`` (of ``params.rule_name``) and ``contaminated_marin``, ``contaminated_coverage``.
+    matched_rows`` (of ``params.rule_name``: ``either`` by default) and ``contaminated_marin``,
+    ``contaminated_coverage``.
 
     Output rows are in input order (co-partitioned). ``params.index_uri`` names the eval index,
     ``params.drop_set_uris`` / ``coverage_drop_set_uris`` each rule's drop sets. The counters
@@ -327,13 +353,16 @@ def contamination_shard(input_uris: list[str], output_uri: str, params: DeconPar
     with their eval rows, and samples of documents only one rule flags.
     """
     _required_index(params, "contamination_shard")
+    if params.rule_name not in (EITHER, *RULES):
+        raise ValueError(f"unknown decontamination rule {params.rule_name!r}; use {EITHER!r}, 'coverage' or 'marin'")
     indexes = {rule: load_eval_index(params.index_uri, rule, params.index_cache_dir) for rule in ("marin", "coverage")}
     drops = {"marin": load_drop_set(params.drop_set_uris), "coverage": load_drop_set(params.coverage_drop_set_uris)}
     tables = [storage.read_parquet(u, columns=["id", params.text_column]) for u in input_uris]
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     texts = table.column(params.text_column)
     marks = {rule: mark_documents(texts, indexes[rule], drops[rule], params, rule) for rule in ("marin", "coverage")}
-    chosen = marks[params.rule_name]
+    chosen = either_marks(marks["coverage"], marks["marin"]) if params.rule_name == EITHER else marks[params.rule_name]
+    chosen_index = indexes["marin" if params.rule_name == "marin" else "coverage"]
     out = pa.table({
         "id": table.column("id"),
         "contaminated": pa.array(chosen.contaminated, pa.bool_()),
@@ -349,7 +378,7 @@ def contamination_shard(input_uris: list[str], output_uri: str, params: DeconPar
     flagged_by_eval: Counter = Counter()
     for d in np.flatnonzero(chosen.contaminated).tolist():
         flagged_by_eval.update(chosen.matched_evals[d])
-    sample = _sample(chosen, ids, texts, indexes[params.rule_name], params, None)
+    sample = _sample(chosen, ids, texts, chosen_index, params, None)
     only = {
         rule: _sample(marks[rule], ids, texts, indexes[rule], params,
                       marks[rule].contaminated & ~marks[other].contaminated)

@@ -1,20 +1,34 @@
-"""Parameters and errors shared by the decontamination modules (reference values of Marin's rule)."""
+"""Parameters, errors and the eval row shared by the decontamination modules (reference values of Marin's rule)."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, NamedTuple
 
 from marin_assets.core.runtime.errors import BadInput
 
-RULES = ("coverage", "marin")
+RULES = ("coverage", "marin")  # the rules computed for every document
+EITHER = "either"  # the default flag: a document either rule flags
+
+
+class EvalRow(NamedTuple):
+    """One eval row: its whole indexed text and, when it has several, each field's own text.
+
+    The coverage rule scores every field (question, answer, solution, passage...) as its own
+    unit beside the whole row, so a copy of one field of a long row is still found.
+    """
+
+    eval_set: str
+    row_id: str
+    text: str | None
+    fields: tuple[tuple[str, str], ...] = ()  # (field name, text) in registry order; () for one field
 
 
 @dataclasses.dataclass(frozen=True)
 class DeconParams:
     """Reference values of the decontamination rule; URIs say where the index and drop sets are."""
 
-    rule_name: str = "coverage"  # the rule whose decision fills ``contaminated``; both are always reported
+    rule_name: str = EITHER  # what fills ``contaminated``: ``either`` rule, or one of RULES; both are reported
     ngram_tokens: int = 13
     record_min_tokens: int = 3
     record_max_tokens: int = 12
@@ -25,6 +39,9 @@ class DeconParams:
     run_tokens: int = 50  # or consecutive matched 13-grams covering this many tokens
     run_gap_windows: int = 13  # missing 13-grams that do not end a run (one changed token removes 13)
     short_min_tokens: int = 6  # short rows (< 13 tokens) of at least this many match anywhere, whole
+    # each field of a row is also a unit of the share, when distinctive: at least this many of its
+    # 13-grams found in no other row of its set (a short answer or a shared instruction never flags alone)
+    field_min_features: int = 8
     # drop sets
     source_sample_docs: int = 5_000
     source_min_docs: int = 5

@@ -65,6 +65,7 @@ def eval_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.M
         rows=stats.get("rows") if isinstance(stats.get("rows"), int) else None,
         counters={k: v for k, v in stats.items() if isinstance(v, (int, float))},
         coverage_ngrams=stats.get("coverage", {}).get("ngrams"),
+        coverage_field_units=stats.get("coverage", {}).get("field_units"),
         eval_sets=len(registry.sets),
         skipped_sets=markdown_table(skipped) if skipped else None,
     )
