@@ -113,7 +113,7 @@ SAMPLING_GROUPS = StageSpec(
 )
 
 # mixture studies: partitioned by study (``{source}`` is the study), proxy results by study and
-# run; ``core.stages.run_study`` records them under mixture/<study>/<study_stage>[/<run>]
+# run; ``core.runtime.stages.run_study`` records them under mixture/<study>/<study_stage>[/<run>]
 MIXTURE_SWARM = StageSpec(
     "mixture_swarm", (SAMPLING_GROUPS,), params=StudyParams, code_version=MIXTURE_CODE_VERSION, group="mixture",
     folder="mixture/{source}/swarm", study_stage="swarm",

@@ -3,7 +3,7 @@
 For a Hugging Face dataset pin the questions are: is the pinned revision still served, has the
 moving branch advanced past it, is the repository now gated (when the catalog does not say
 so), or is it gone. Other pins (buckets, web, API, pre-staged) are asked by
-``core.providers.pins.check_pin``. The answer never changes a pin; it is reported, and a
+``core.ingest.providers.pins.check_pin``. The answer never changes a pin; it is reported, and a
 person decides.
 
 Endpoint, token, mirrors and staging come in as one ``ProviderAccess`` (the settings); a

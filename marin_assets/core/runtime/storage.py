@@ -374,7 +374,7 @@ def fingerprint(stage: str, params: Any = None, code_version: str = "1", inputs:
 @dataclasses.dataclass(frozen=True)
 class Layout:
     """Where each kind of output lives under the root; a stage's own folders
-    come from its spec (``core.stages.StageSpec``)."""
+    come from its spec (``core.runtime.stages.StageSpec``)."""
 
     root: str
 

@@ -1,7 +1,7 @@
 """Asset checks that tell users whether a stage's output is usable (``STAGE_CHECKS``).
 
 Checks read the output the asset's latest materialization names (its ``uri`` metadata)
-through ``core.storage``; they are partitioned like their asset, so each source has its own
+through ``core.runtime.storage``; they are partitioned like their asset, so each source has its own
 verdict. Checks on outputs that later stages join on are blocking: a failure stops the rest
 of that run's chain for the source.
 """
