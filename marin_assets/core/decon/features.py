@@ -2,7 +2,7 @@
 
 Two feature families share the hashing: the ``marin`` features (paragraphs split on blank
 lines, whitespace tokens, no normalization; exactly Marin's rule) and the ``coverage`` features
-(normalized tokens, 13-grams across the whole document, see ``decon_normalize``).
+(normalized tokens, 13-grams across the whole document, see ``text_normalize``).
 
 * a feature is the 64-bit hash of its tokens joined by single spaces (``feature_hash``);
 * n-grams without an alphabetic character (``str.isalpha``) are dropped because numbers and
@@ -191,7 +191,7 @@ def extract_features(data: np.ndarray, offsets: np.ndarray, params: DeconParams,
     otherwise each paragraph is one. Features: every ``ngram_tokens`` window inside a unit that
     holds a letter, and every ``record_min_tokens``..``record_max_tokens`` unit holding a letter
     (``short_paragraphs``, the document side; the eval side only makes a complete short record
-    one). Two compiled passes (``decon_kernels``): one over the bytes, one over the tokens.
+    one). Two compiled passes (``kernels``): one over the bytes, one over the tokens.
     """
     n_docs = len(offsets) - 1
     n = len(data)

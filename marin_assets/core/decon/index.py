@@ -87,7 +87,7 @@ class EvalIndex:
 
     @staticmethod
     def _bitmap(hashes: np.ndarray, shift: int, bits: int) -> np.ndarray:
-        """Bit ``(h >> shift) & (2**bits - 1)`` set for every hash (``decon_kernels.set_bits``)."""
+        """Bit ``(h >> shift) & (2**bits - 1)`` set for every hash (``kernels.set_bits``)."""
         bitmap = _zeros_on_huge_pages(1 << (bits - 3))
         if len(hashes):
             kernels.set_bits(bitmap, kernels.readonly(hashes, np.uint64), shift, (1 << bits) - 1)
@@ -129,7 +129,7 @@ class EvalIndex:
         return hashes, directory, 64 - bits
 
     def contains(self, queries: np.ndarray) -> np.ndarray:
-        """Exact membership of each ``uint64`` query (one compiled pass, ``decon_kernels.contains``)."""
+        """Exact membership of each ``uint64`` query (one compiled pass, ``kernels.contains``)."""
         if not len(self.hashes) or not len(queries):
             return np.zeros(len(queries), dtype=bool)
         hashes, directory, dir_shift = self._lookup

@@ -4,7 +4,7 @@ and index membership.
 Marking a document is a few passes over its bytes; written as numpy array passes each pass
 allocates and re-reads whole-batch arrays (about 20 per batch), written as loops it is one read
 of the bytes and one of the tokens, with no temporaries. The loops compute exactly what the
-array formulation in ``decon_features`` documents (the tests check both against plain Python),
+array formulation in ``features`` documents (the tests check both against plain Python),
 so the features, and every mark, are unchanged.
 
 All 64-bit arithmetic is on ``uint64`` values (wrapping, as in the plain rule); constants are
@@ -18,7 +18,7 @@ import numpy as np
 from marin_assets.core.runtime.kernels import jit as _jit
 from marin_assets.core.runtime.kernels import readonly  # noqa: F401 - the kernels' callers take it from here
 
-# the hash constants of ``decon_features.feature_hash`` (kept equal there)
+# the hash constants of ``features.feature_hash`` (kept equal there)
 _BYTE_BASE = np.uint64(0x9E3779B97F4A7C15)
 _TOKEN_LEN_SALT = np.uint64(0xA0761D6478BD642F)
 _FEATURE_LEN_SALT = np.uint64(0xE7037ED1A0B428DB)

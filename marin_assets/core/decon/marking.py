@@ -5,7 +5,7 @@ tokens, no normalization), overlap = matched / kept features; a document is cont
 some paragraph has overlap >= 0.5 with at least 2 distinct matched features, or with a matched
 feature that is a complete eval record on its own (a 3-12 token paragraph).
 
-``coverage``: the same 13-gram features over normalized tokens (``decon_normalize``) and
+``coverage``: the same 13-gram features over normalized tokens (``text_normalize``) and
 across the whole document; contaminated when the document holds at least ``coverage_share`` of
 the distinct (kept) 13-grams of some eval row, or of one distinctive field of a row (at least
 ``field_min_features`` kept 13-grams of its own: a copy of only the answer, the solution or the

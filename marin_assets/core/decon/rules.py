@@ -1,11 +1,11 @@
-"""13-gram eval decontamination: the public face of the ``decon_*`` modules.
+"""13-gram eval decontamination: the public face of the package's modules.
 
-* ``decon_params``: the frozen parameters (reference values) and the index error;
-* ``decon_normalize``: the coverage rule's text normalization;
-* ``decon_features``: tokens, 13-gram hashes and paragraph units, vectorized per batch;
-* ``decon_index``: the eval n-gram index (both rules) with attribution, build and load;
-* ``decon_marking``: the ``marin`` and ``coverage`` rules, the default flag (either) and the per-shard output;
-* ``decon_boilerplate``: the drop sets;
+* ``params``: the frozen parameters (reference values) and the index error;
+* ``text_normalize``: the coverage rule's text normalization;
+* ``features``: tokens, 13-gram hashes and paragraph units, vectorized per batch;
+* ``index``: the eval n-gram index (both rules) with attribution, build and load;
+* ``marking``: the ``marin`` and ``coverage`` rules, the default flag (either) and the per-shard output;
+* ``boilerplate``: the drop sets;
 * reading eval files lives in ``eval_sources``.
 """
 
