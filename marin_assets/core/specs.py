@@ -83,6 +83,10 @@ MIXTURE_WEIGHTS = StageSpec(
     "mixture_weights", (MIXTURE_MODEL, SAMPLING_GROUPS), params=OptimizeParams, code_version=MIXTURE_CODE_VERSION, group="mixture",
     folder="mixture/{source}/weights", study_stage="weights",
 )  # fmt: skip
+MIXTURE_VALIDATION = StageSpec(
+    "mixture_validation", (MIXTURE_WEIGHTS, MIXTURE_SWARM), params=StudyParams, code_version=MIXTURE_CODE_VERSION, group="mixture",
+    folder="mixture/{source}/validation", study_stage="validation",
+)  # fmt: skip
 
 ALL: tuple[StageSpec, ...] = (
     SOURCE_PINS,
@@ -106,5 +110,6 @@ ALL: tuple[StageSpec, ...] = (
     PROXY_RESULTS,
     MIXTURE_MODEL,
     MIXTURE_WEIGHTS,
+    MIXTURE_VALIDATION,
 )
 BY_NAME = {s.name: s for s in ALL}

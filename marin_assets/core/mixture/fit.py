@@ -473,6 +473,24 @@ def optimize_mixture(
     )
 
 
+def proportional_optimized(tokens: np.ndarray, study: StudyParams, predict: Callable[[np.ndarray], np.ndarray] | None = None) -> Optimized:
+    """Token-proportional sampling (feasible, rounded to the block) in the optimizer's result
+    shape: what a study publishes when its gates refuse the optimized mixture."""
+    tokens = np.asarray(tokens, dtype=np.float64)
+    prior = tokens / tokens.sum()
+    proportional = project_batch(np.tile(prior, (1, len(study.phases), 1)), tokens, study, prior)[0]
+    blocks = round_to_block(proportional, tokens, study)
+    rounded = blocks / study.block_size
+    shares = np.array([p.share for p in study.phases])
+    predicted = float(predict(rounded[None])[0]) if predict is not None else float("nan")
+    return Optimized(
+        weights=rounded, block_sequences=blocks, unrounded=proportional, predicted=predicted, objective=predicted,
+        kl=float((kl_divergence(rounded, prior) * shares).sum()), proportional=proportional,
+        proportional_predicted=float(predict(proportional[None])[0]) if predict is not None else float("nan"),
+        vanished=[int(g) for g in np.flatnonzero((proportional > 0).any(axis=0) & (blocks == 0).all(axis=0) & (tokens > 0))],
+    )
+
+
 def _typical_spacing(observed: np.ndarray, shares: np.ndarray) -> float:
     """Median distance from an observed mixture to its nearest other one (the trust radius)."""
     if len(observed) < 2:
@@ -525,16 +543,19 @@ def constraint_report(weights: np.ndarray, tokens: np.ndarray, study: StudyParam
 # --------------------------------------------------------------------------- tables
 
 
-def weights_table(groups: pl.DataFrame, opt: Optimized, study: StudyParams, active: Sequence[int]) -> pl.DataFrame:
-    """One row per (phase, group) over all groups: optimized and proportional weights, change, epochs."""
+def weights_table(groups: pl.DataFrame, opt: Optimized, study: StudyParams, active: Sequence[int], candidate: Optimized | None = None) -> pl.DataFrame:
+    """One row per (phase, group) over all groups: published and proportional weights, change,
+    epochs, and the optimizer's candidate (the published mixture unless the gates refused it)."""
     n_groups = groups.height
     full = np.zeros((len(study.phases), n_groups))
     prop = np.zeros((len(study.phases), n_groups))
     blocks = np.zeros((len(study.phases), n_groups), dtype=np.int64)
+    cand = np.zeros((len(study.phases), n_groups), dtype=np.int64)
     idx = np.asarray(active, dtype=np.int64)
     full[:, idx] = opt.weights
     prop[:, idx] = opt.proportional
     blocks[:, idx] = opt.block_sequences
+    cand[:, idx] = (candidate or opt).block_sequences
     tokens = groups["tokens"].to_numpy().astype(np.float64)
     budgets = study.phase_budgets(study.target_budget)
     e_opt = epochs(full, tokens, budgets)
@@ -547,6 +568,7 @@ def weights_table(groups: pl.DataFrame, opt: Optimized, study: StudyParams, acti
                 pl.lit(phase.share).alias("phase_share"),
                 pl.Series("weight", full[p]),
                 pl.Series("block_sequences", blocks[p]),
+                pl.Series("candidate_block_sequences", cand[p]),
                 pl.Series("proportional_weight", prop[p]),
                 pl.Series("change", full[p] - prop[p]),
                 pl.Series("epochs", e_opt),

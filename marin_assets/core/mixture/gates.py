@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from marin_assets.core.mixture.swarm import GateParams
+from marin_assets.core.mixture import fit
+from marin_assets.core.mixture.swarm import GateParams, StudyParams, kl_divergence
 
 
 @dataclasses.dataclass
@@ -105,3 +106,43 @@ def fit_gates(data: Verdict, cv: Mapping[str, float], baseline: Mapping[str, flo
                                "more runs far from the proportional mix; the KL penalty already captures what the fit found"))
     facts = {**data.facts, "cv_spearman": rho, "cv_r2": r2, "baseline_spearman": base}
     return Verdict(not reasons, reasons, facts)
+
+
+@dataclasses.dataclass
+class Assessment:
+    """A study's fit (None when the data gates leave nothing to fit) and the verdict on it."""
+
+    model: Any
+    verdict: Verdict
+    baseline: dict[str, float]
+
+
+def assess(
+    weights: np.ndarray, targets: np.ndarray, run_ids: Sequence[str], mixture_ids: Sequence[str], study: StudyParams,
+    tokens: np.ndarray, fit_params: fit.FitParams, components: Sequence[str], component_weights: Sequence[float],
+) -> Assessment:
+    """Data gates, then (with finite targets for 3 or more runs) the surrogates and the KL-only
+    baseline on the same folds, then the fit gates."""
+    targets = np.asarray(targets, dtype=np.float64).reshape(len(run_ids), -1)
+    cw = np.asarray(component_weights, dtype=np.float64)
+    target = targets @ cw
+    data = data_gates(target, run_ids, mixture_ids, weights.shape[1] * weights.shape[2], study.gate)
+    if len(run_ids) < 3 or not np.isfinite(target).all():
+        return Assessment(None, data, {})
+    model = fit.fit_surrogates(weights, targets, fit_params, components, cw, fit.epoch_scale(tokens, study))
+    shares = np.array([p.share for p in study.phases])
+    prior = np.asarray(tokens, dtype=np.float64) / float(np.sum(tokens))
+    kl = (kl_divergence(weights.reshape(-1, weights.shape[-1]), prior).reshape(weights.shape[:2]) * shares).sum(axis=1)
+    baseline, _ = fit.cross_validate_baseline(kl, target, fit_params)
+    return Assessment(model, fit_gates(data, model.cv[model.chosen], baseline, study.gate), baseline)
+
+
+def gain_gate(verdict: Verdict, gain: Mapping[str, float] | None) -> Verdict:
+    """``verdict`` with the optimized mixture's predicted gain: its bootstrap interval must lie above 0."""
+    if gain is None:
+        return verdict
+    reasons = list(verdict.reasons)
+    if not gain["low"] > 0:
+        reasons.append(_reason("gain", f"the predicted gain {gain['mean']:.4g} has a {gain['level']:.0%} interval [{gain['low']:.4g}, {gain['high']:.4g}] that reaches 0",
+                               "more runs near the optimized mixture, or replicates"))
+    return Verdict(not reasons, reasons, {**verdict.facts, "predicted_gain": gain["mean"], "gain_low": gain["low"], "gain_high": gain["high"]})

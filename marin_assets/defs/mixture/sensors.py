@@ -17,6 +17,7 @@ import json
 
 import dagster as dg
 
+from marin_assets.core import specs
 from marin_assets.core.mixture import results
 from marin_assets.core.mixture import swarm as swarm_core
 from marin_assets.defs.automation.sensors import default_status
@@ -25,8 +26,8 @@ from marin_assets.defs.mixture.partitions import RUNS, STUDIES, proxy_run_key, s
 from marin_assets.defs.resources import MarinResource
 
 STUDY_TAG = "marin/study"
-PROXY_RESULTS = dg.AssetKey("proxy_results")
-MIXTURE_MODEL = dg.AssetKey("mixture_model")
+PROXY_RESULTS = dg.AssetKey(specs.PROXY_RESULTS.name)
+MIXTURE_MODEL = dg.AssetKey(specs.MIXTURE_MODEL.name)
 
 
 _IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
