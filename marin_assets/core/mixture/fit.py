@@ -155,15 +155,13 @@ class LogLinearSurrogate:
         offsets = [low - span * d for d in (1e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0)]
         if low > 0:
             offsets += [low * f for f in (0.0, 0.5, 0.8, 0.9, 0.95, 0.98, 0.99) if low * f < low - 1e-12]
-        best: tuple[float, float, Any] | None = None
-        for c in offsets:
-            model = RidgeCV(alphas=self.params.ridge_alphas).fit(x, np.log(y - c))
-            err = float(((c + np.exp(model.predict(x)) - y) ** 2).mean())
-            if best is None or err < best[0]:
-                best = (err, c, model)
-        assert best is not None
-        _, self.offset, model = best
-        self.coef, self.intercept = np.asarray(model.coef_, dtype=np.float64), float(model.intercept_)
+        offsets_arr = np.array(offsets)
+        # every offset is one target column of one ridge fit: the features' decomposition is shared
+        model = RidgeCV(alphas=self.params.ridge_alphas, alpha_per_target=True).fit(x, np.log(y[:, None] - offsets_arr[None, :]))
+        err = ((offsets_arr[None, :] + np.exp(model.predict(x)) - y[:, None]) ** 2).mean(axis=0)
+        best = int(np.argmin(err))
+        self.offset = float(offsets_arr[best])
+        self.coef, self.intercept = np.asarray(model.coef_[best], dtype=np.float64), float(np.atleast_1d(model.intercept_)[best])
         return self
 
     def predict(self, x: np.ndarray) -> np.ndarray:

@@ -146,3 +146,18 @@ def gain_gate(verdict: Verdict, gain: Mapping[str, float] | None) -> Verdict:
         reasons.append(_reason("gain", f"the predicted gain {gain['mean']:.4g} has a {gain['level']:.0%} interval [{gain['low']:.4g}, {gain['high']:.4g}] that reaches 0",
                                "more runs near the optimized mixture, or replicates"))
     return Verdict(not reasons, reasons, {**verdict.facts, "predicted_gain": gain["mean"], "gain_low": gain["low"], "gain_high": gain["high"]})
+
+
+def publish(
+    model: fit.FittedModel | None, verdict: Verdict, tokens: np.ndarray, study: StudyParams, seeds: np.ndarray | None = None
+) -> tuple[fit.Optimized, fit.Optimized, Verdict, dict[str, float] | None]:
+    """(published, candidate, verdict with the predicted gain, gain): the optimizer's candidate
+    is published only when every gate passed, token-proportional sampling otherwise."""
+    proportional = fit.proportional_optimized(tokens, study, model.predict if model is not None else None)
+    if model is None:
+        return proportional, proportional, verdict, None
+    params = fit.OptimizeParams(candidates=study.search_candidates, rounds=study.search_rounds, seed=study.seed, method=study.optimizer, top_k=study.top_k)
+    candidate = fit.optimize_mixture(model.predict, tokens, study, params, seeds=seeds, penalty=fit.limit_penalty(model, dict(study.target_limits)))
+    gain = fit.gain_interval(model, candidate.weights, candidate.proportional)
+    verdict = gain_gate(verdict, gain)
+    return (candidate if verdict.passed else proportional), candidate, verdict, gain

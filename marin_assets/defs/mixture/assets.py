@@ -360,19 +360,6 @@ def mixture_model(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
 GATE_CHECK = "mixture_gate"
 
 
-def _optimize(model: fit.FittedModel | None, verdict: gates.Verdict, tokens: np.ndarray, params: swarm_core.StudyParams, seeds: np.ndarray | None):
-    """(published, candidate, verdict with the predicted gain): the optimizer's candidate is
-    published only when every gate passed; token-proportional otherwise."""
-    proportional = fit.proportional_optimized(tokens, params, model.predict if model is not None else None)
-    if model is None:
-        return proportional, proportional, verdict, None
-    opt_params = fit.OptimizeParams(candidates=params.search_candidates, rounds=params.search_rounds, seed=params.seed, method=params.optimizer, top_k=params.top_k)
-    candidate = fit.optimize_mixture(model.predict, tokens, params, opt_params, seeds=seeds, penalty=fit.limit_penalty(model, dict(params.target_limits)))
-    gain = fit.gain_interval(model, candidate.weights, candidate.proportional)
-    verdict = gates.gain_gate(verdict, gain)
-    return (candidate if verdict.passed else proportional), candidate, verdict, gain
-
-
 def _measured_proportional(marin: MarinResource, study: str, params: swarm_core.StudyParams, runs: pl.DataFrame) -> list[float]:
     """The target of every run of the proportional mix (r0000 and its replicates)."""
     values = []
@@ -415,7 +402,7 @@ def mixture_weights(context: dg.AssetExecutionContext, marin: MarinResource) -> 
 
     def build(out: str) -> dict:
         try:
-            published, candidate, verdict, gain = _optimize(model, gates.Verdict.from_json(model_manifest["stats"]["gate"]), tokens, params, seeds)
+            published, candidate, verdict, gain = gates.publish(model, gates.Verdict.from_json(model_manifest["stats"]["gate"]), tokens, params, seeds)
         except mixture.MixtureError as exc:
             raise dg.Failure(f"study '{study}': {exc}") from exc
         table = fit.weights_table(group_table, published, params, active, candidate)
