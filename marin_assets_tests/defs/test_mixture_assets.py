@@ -116,8 +116,8 @@ def test_sensor_picks_up_external_results_and_refits(env) -> None:
     assert instance.get_dynamic_partitions(STUDIES) == ["ext"]
     assert [(r.job_name, r.partition_key) for r in requests] == [("mixture_proposal", "ext")]
     meta = _execute(defs, instance, requests[0])["mixture_swarm"]
-    assert meta["runs"] == 8 and "data:image/png;base64" in meta["proposals"]
-    assert instance.get_dynamic_partitions(RUNS) == [f"r{i:04d}" for i in range(8)]
+    assert meta["runs"] == 12 and "data:image/png;base64" in meta["proposals"]  # 8 mixtures + 2 x 2 replicates
+    assert instance.get_dynamic_partitions(RUNS) == [f"r{i:04d}" for i in range(12)]
 
     requests, cursor = _tick(instance, cursor)
     assert requests == []  # no results yet, nothing to refit
@@ -135,17 +135,28 @@ def test_sensor_picks_up_external_results_and_refits(env) -> None:
     assert first["mixture_model"]["dagster/row_count"] == 6
     assert "data:image/png;base64" in first["mixture_model"]["predicted_vs_actual"]
     assert first["mixture_weights"]["constraints_met"] is True
+    # 6 runs without replicates: the study publishes token-proportional, and the check says why
+    assert first["mixture_weights"]["published"] == "token-proportional"
+    check = _check(instance, "mixture_weights", "mixture_gate")
+    assert not check.passed and "runs: 6 runs" in check.description and "no replicate runs" in check.description
 
     requests, cursor = _tick(instance, cursor)
     assert requests == []  # the model is newer than every result
 
-    # more results arrive, plus a file without the schema's columns (logged, never fatal)
+    # more results arrive, a file without the schema's columns (logged, never fatal), and a
+    # Parquet file missing columns that names r0005: it fails r0005 only
     storage.write_bytes(storage.join(folder, "batch2.jsonl"), ("\n".join(_results_rows(root, "ext", ["r0006", "r0007"])) + "\n").encode())
     storage.write_bytes(storage.join(folder, "notes.jsonl"), b'{"run": "r0001", "loss": 2.0}\n')
+    storage.write_parquet(pl.DataFrame({"run_id": ["r0005"], "value": [1.0]}), storage.join(folder, "partial.parquet"))
     requests, cursor = _tick(instance, cursor)
-    assert sorted(r.partition_key.keys_by_dimension["run"] for r in requests) == ["r0006", "r0007"]
+    assert sorted(r.partition_key.keys_by_dimension["run"] for r in requests) == ["r0005", "r0006", "r0007"]
     for request in requests:
-        _execute(defs, instance, request)
+        run = request.partition_key.keys_by_dimension["run"]
+        result = defs.resolve_job_def(request.job_name).execute_in_process(partition_key=request.partition_key, instance=instance, tags=request.tags, raise_on_error=False)
+        assert result.success == (run != "r0005")
+        if run == "r0005":
+            assert "partial.parquet: missing columns" in result.failure_data_for_node("proxy_results").error.message
+    storage.remove(storage.join(folder, "partial.parquet"))
     requests, cursor = _tick(instance, cursor)
     assert [(r.job_name, r.partition_key) for r in requests] == [("mixture_fit", "ext")]
     second = _execute(defs, instance, requests[0])
@@ -175,6 +186,14 @@ def test_builtin_trainer_runs_a_study_with_metadata_and_pictures(env) -> None:
     assert -1 <= model["cv_spearman"].value <= 1
     assert "data:image/png;base64" in weights["weights_grid"].value
     assert "c0" in _table_text(weights["largest_changes"]) and "measured" in _table_text(weights["side_by_side"])
+    assert weights["published"].value == "token-proportional"  # 8 runs over 15 groups: the gates refuse
+    assert not _check(instance, "mixture_weights", "mixture_gate").passed
+    validation = defs.resolve_job_def("mixture_validate").execute_in_process(partition_key="builtin", instance=instance)
+    verdict = validation.asset_materializations_for_node("mixture_validation")[0].metadata
+    assert verdict["validated"].value is False and verdict["verdict"].value.startswith("not validated: the gate published token-proportional")
+    table = _table_text(verdict["measured_vs_predicted"])
+    assert "token-proportional" in table and "optimized (candidate, not published)" in table
+    assert not _check(instance, "mixture_validation", "validated").passed
     out = storage.read_current(storage.join(ms.study_dir(root, "builtin"), "weights"))["uri"]
     trainer = storage.read_json(storage.join(out, "mixture.json"))
     assert sum(trainer["phases"][0]["weights"].values()) == pytest.approx(1.0)
@@ -187,12 +206,18 @@ def test_builtin_trainer_runs_a_study_with_metadata_and_pictures(env) -> None:
     ms.write_study(root, dataclasses.replace(study, seed=1))
     assert defs.resolve_job_def("mixture_proposal").execute_in_process(partition_key="builtin", instance=instance).success
     stale = defs.resolve_job_def("mixture_fit").execute_in_process(partition_key="builtin", instance=instance, raise_on_error=False)
-    assert "0 runs have 'macro_bpb' results for the current swarm (0 have none, 4 only for an earlier swarm)" in stale.failure_data_for_node("mixture_model").error.message
+    assert "0 runs have 'macro_bpb' results for the current swarm (0 have none, 8 only for an earlier swarm)" in stale.failure_data_for_node("mixture_model").error.message
     # a run outside the study fails with a clear message
-    instance.add_dynamic_partitions(RUNS, ["r0009"])
-    bad = proxies.execute_in_process(partition_key=proxy_run_key("builtin", "r0009"), instance=instance, raise_on_error=False)
+    instance.add_dynamic_partitions(RUNS, ["r0019"])
+    bad = proxies.execute_in_process(partition_key=proxy_run_key("builtin", "r0019"), instance=instance, raise_on_error=False)
     assert not bad.success
-    assert "has 4 runs" in bad.failure_data_for_node("proxy_results").error.message
+    assert "has 8 runs" in bad.failure_data_for_node("proxy_results").error.message
+
+
+def _check(instance, asset: str, name: str):
+    """The latest evaluation of an asset check."""
+    records = instance.event_log_storage.get_asset_check_execution_history(dg.AssetCheckKey(dg.AssetKey(asset), name), limit=1)
+    return records[0].event.dagster_event.event_specific_data
 
 
 def _table_text(value) -> str:

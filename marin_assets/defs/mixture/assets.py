@@ -138,13 +138,14 @@ def mixture_swarm(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
     group_table, mixtures, runs = swarm_core.read_swarm(manifest["uri"])
     zero = group_table.filter(pl.col("zero_sequences")).select("group", "topic_label", "tokens", "sequences", "proxy_tokens", "proxy_sequences")
     summary = (
-        f"  study {study}: {params.n_runs} proxy runs over {stats['groups_with_tokens']} groups, {len(params.phases)} phase(s), "
+        f"  study {study}: {params.n_runs} proxy mixtures + {stats['replicate_runs']} replicate runs (other seeds) over {stats['groups_with_tokens']} groups, {len(params.phases)} phase(s), "
         f"proxy/target {stats['proxy_to_target']:.3g}; {stats['groups_zero_sequences_in_proxy']} groups shrink to 0 sequences in a proxy"
     )
     return materialized(
         manifest,
         rows=mixtures.height,
-        runs=params.n_runs,
+        runs=len(params.run_ids()),
+        replicate_runs=stats["replicate_runs"],
         trainer=params.trainer,
         phases=", ".join(f"{p.name} {p.share:g}" for p in params.phases),
         target_budget=params.target_budget,
