@@ -506,7 +506,7 @@ def gain_interval(model: FittedModel, optimized: np.ndarray, proportional: np.nd
     pred = model.predict_bootstrap(np.stack([np.asarray(proportional), np.asarray(optimized)]))
     gains = pred[:, 0] - pred[:, 1]
     tail = (1 - level) / 2 * 100
-    return {"mean": float(gains.mean()), "low": float(np.percentile(gains, tail)), "high": float(np.percentile(gains, 100 - tail)), "level": level, "refits": len(gains)}
+    return {"mean": float(gains.mean()), "median": float(np.median(gains)), "low": float(np.percentile(gains, tail)), "high": float(np.percentile(gains, 100 - tail)), "level": level, "refits": len(gains)}
 
 
 def limit_penalty(model: FittedModel, limits: dict[str, float], scale: float = 1e3) -> Callable[[np.ndarray], np.ndarray] | None:

@@ -137,15 +137,17 @@ def assess(
     return Assessment(model, fit_gates(data, model.cv[model.chosen], baseline, study.gate), baseline)
 
 
-def gain_gate(verdict: Verdict, gain: Mapping[str, float] | None) -> Verdict:
-    """``verdict`` with the optimized mixture's predicted gain: its bootstrap interval must lie above 0."""
+def gain_gate(verdict: Verdict, gain: Mapping[str, float] | None, predicted_gain: float) -> Verdict:
+    """``verdict`` with the optimized mixture's predicted gain over proportional: the fitted
+    model's and the median of its bootstrap refits must both be positive (a candidate that
+    half the refits call worse is not an improvement the evidence supports)."""
     if gain is None:
         return verdict
     reasons = list(verdict.reasons)
-    if not gain["low"] > 0:
-        reasons.append(_reason("gain", f"the predicted gain {gain['mean']:.4g} has a {gain['level']:.0%} interval [{gain['low']:.4g}, {gain['high']:.4g}] that reaches 0",
-                               "more runs near the optimized mixture, or replicates"))
-    return Verdict(not reasons, reasons, {**verdict.facts, "predicted_gain": gain["mean"], "gain_low": gain["low"], "gain_high": gain["high"]})
+    if not (predicted_gain > 0 and gain["median"] > 0):
+        reasons.append(_reason("gain", f"the predicted gain is {predicted_gain:.4g} (bootstrap median {gain['median']:.4g}, {gain['level']:.0%} interval "
+                                       f"[{gain['low']:.4g}, {gain['high']:.4g}])", "more runs near the optimized mixture, or replicates"))
+    return Verdict(not reasons, reasons, {**verdict.facts, "predicted_gain": predicted_gain, "gain_low": gain["low"], "gain_high": gain["high"]})
 
 
 def publish(
@@ -159,5 +161,5 @@ def publish(
     params = fit.OptimizeParams(candidates=study.search_candidates, rounds=study.search_rounds, seed=study.seed, method=study.optimizer, top_k=study.top_k)
     candidate = fit.optimize_mixture(model.predict, tokens, study, params, seeds=seeds, penalty=fit.limit_penalty(model, dict(study.target_limits)))
     gain = fit.gain_interval(model, candidate.weights, candidate.proportional)
-    verdict = gain_gate(verdict, gain)
+    verdict = gain_gate(verdict, gain, candidate.proportional_predicted - candidate.predicted)
     return (candidate if verdict.passed else proportional), candidate, verdict, gain
