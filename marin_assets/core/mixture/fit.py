@@ -17,11 +17,14 @@ knows only each run's KL divergence to the proportional mix (the gates compare t
 
 The optimizer minimizes ``predicted metric + kl_weight x sum_p share_p KL(w_p || proportional)``
 over the simplex of every phase, subject to the epoch cap summed over phases (feasibility is
-restored by :func:`project_batch` after every proposal). ``topk`` (RegMix): the mean of the
-``top_k`` best of the simulated Dirichlet candidates, which averages out the surrogate's error
-where a single argmin exploits it; ``trust_region``: a cross-entropy search kept within the
-typical distance between observed mixtures of one of them; ``argmin``: the cross-entropy
-search's best. The result is rounded to the mixture block; groups rounded to zero are reported.
+restored by :func:`project_batch` after every proposal). Simulated Dirichlet candidates around
+the prior start a cross-entropy search (rounds of proposals around the best so far). ``topk``
+(the default): the mean of the ``top_k`` best candidates of the search's last round, which
+averages out the surrogate's error where a single argmin exploits it; ``regmix``: the mean of
+the ``top_k`` best simulated candidates, no search (RegMix as published); ``trust_region``: the
+search's best within the typical distance between observed mixtures of one of them;
+``argmin``: the search's best. ``bench/bench_mixture.py`` scores them against a known truth.
+The result is rounded to the mixture block; groups rounded to zero are reported.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from marin_assets.core.mixture.swarm import StudyParams, epochs, kl_divergence, round_to_block
+from marin_assets.core.mixture.swarm import OPTIMIZERS, StudyParams, epochs, kl_divergence, round_to_block
 from marin_assets.core.pool.groups import MixtureError
 from marin_assets.core.runtime import storage
 
@@ -58,7 +61,7 @@ class FitParams:
 
 @dataclasses.dataclass(frozen=True)
 class OptimizeParams:
-    """``candidates`` simulated proposals; ``method`` (``topk``, ``trust_region``, ``argmin``);
+    """``candidates`` simulated proposals; ``method`` (one of ``OPTIMIZERS``);
     the cross-entropy search's ``rounds`` and ``elite``; ``trust_radius`` in total variation
     (0: the median distance from an observed mixture to its nearest neighbour)."""
 
@@ -403,8 +406,8 @@ def _simulated(rng: np.random.Generator, prior: np.ndarray, study: StudyParams, 
 
 
 def _cross_entropy(rng: np.random.Generator, cand: np.ndarray, values: np.ndarray, objective: Callable[[np.ndarray], np.ndarray],
-                   project: Callable[[np.ndarray], np.ndarray], params: OptimizeParams) -> np.ndarray:
-    """Rounds of proposals around the elites; the best candidate seen (non-finite values never win)."""
+                   project: Callable[[np.ndarray], np.ndarray], params: OptimizeParams) -> tuple[np.ndarray, np.ndarray]:
+    """Rounds of proposals around the elites; the last round's candidates and their values."""
     n = max(params.candidates // 4, 1)
     for _ in range(params.rounds):
         order = np.argsort(values)[: params.elite]
@@ -414,7 +417,7 @@ def _cross_entropy(rng: np.random.Generator, cand: np.ndarray, values: np.ndarra
         mean = project(elites.mean(axis=0, keepdims=True))
         cand = np.concatenate([elites, fresh, mean])
         values = np.concatenate([elite_values, objective(fresh), objective(mean)])
-    return cand[int(np.argmin(values))]
+    return cand, values
 
 
 def optimize_mixture(
@@ -448,14 +451,16 @@ def optimize_mixture(
 
         def objective(w: np.ndarray) -> np.ndarray:
             return np.where(distance_to_nearest(w, observed, shares) <= radius, base_objective(w), np.inf)
-    elif params.method not in ("topk", "argmin"):
-        raise MixtureError(f"unknown optimizer {params.method!r}: use topk, trust_region or argmin")
+    elif params.method not in OPTIMIZERS:
+        raise MixtureError(f"unknown optimizer {params.method!r}: use one of {OPTIMIZERS}")
     cand = np.concatenate(pool)
     values = objective(cand)
-    if params.method == "topk":
+    if params.method != "regmix":
+        cand, values = _cross_entropy(rng, cand, values, objective, project, params)
+    if params.method in ("regmix", "topk"):
         best = project(cand[np.argsort(values)[: params.top_k]].mean(axis=0, keepdims=True))[0]
     else:
-        best = _cross_entropy(rng, cand, values, objective, project, params)
+        best = cand[int(np.argmin(values))]
     blocks = round_to_block(best, tokens, study)
     rounded = blocks / study.block_size
     return Optimized(

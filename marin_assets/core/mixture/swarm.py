@@ -40,7 +40,7 @@ STUDY_FILE = "study.yaml"
 RESULTS_DIR = "results"
 STUDY_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 TRAINERS = ("builtin", "external")
-OPTIMIZERS = ("topk", "trust_region", "argmin")
+OPTIMIZERS = ("topk", "regmix", "trust_region", "argmin")
 
 
 class StudyError(ConfigurationError, ValueError):
@@ -106,8 +106,9 @@ class StudyParams:
     cooldown 3.75T tokens, so 0.8 / 0.2), an 8-epoch cap summed over phases, KL weight 0.05 to
     the token-proportional mix, mixture blocks of 49,152 sequences of 4,096 tokens.
     ``search_candidates`` / ``search_rounds``: the optimizer's proposals per round and rounds;
-    ``optimizer``: ``topk`` (the mean of the best ``top_k`` simulated candidates, as RegMix),
-    ``trust_region`` (the best candidate near an observed mixture) or ``argmin``.
+    ``optimizer``: ``topk`` (the mean of the best ``top_k`` candidates of the search), ``regmix``
+    (the mean of the best ``top_k`` simulated candidates), ``trust_region`` (the best candidate
+    near an observed mixture) or ``argmin`` (see ``mixture.fit``).
     ``replicate_mixtures`` x ``replicate_seeds``: the first mixtures (run ``r0000``, the
     proportional mix, first) are trained again with other seeds, which measures run-to-run
     noise; ``validation_seeds``: seeds per mixture in ``mixture_validation``.
