@@ -223,3 +223,23 @@ def _check(instance, asset: str, name: str):
 def _table_text(value) -> str:
     """A table's column names and cells as one string (tables are Dagster tables in the UI)."""
     return " ".join([c.name for c in value.schema.columns] + [str(x) for r in value.records for x in r.data.values()])
+
+
+@pytest.mark.system  # three job runs: a launcher submits a run once and its state is in the run's metadata
+def test_launcher_submits_each_run_once_with_its_state_in_metadata(env, tmp_path) -> None:
+    import sys
+
+    root, defs, instance = env
+    log = tmp_path / "submitted.log"
+    script = f"import sys; open({str(log)!r}, 'a').write(sys.argv[1] + ' ' + sys.argv[2] + '\\n'); print('queued')"
+    study = ms.StudyParams(name="cluster", target_budget=20_000.0, proxy_budget=2_000.0, n_runs=4, seq_len=16, trainer="external",
+                           phases=(ms.Phase("main", 1.0),), launcher=f"{sys.executable} -c \"{script}\" {{run_id}} {{config}}")
+    ms.write_study(root, study)
+    instance.add_dynamic_partitions(STUDIES, ["cluster"])
+    assert defs.resolve_job_def("mixture_proposal").execute_in_process(partition_key="cluster", instance=instance).success
+    proxies = defs.resolve_job_def("mixture_proxies")
+    for _ in range(2):  # the second materialization reuses the launch: nothing is submitted twice
+        meta = proxies.execute_in_process(partition_key=proxy_run_key("cluster", "r0002"), instance=instance).asset_materializations_for_node("proxy_results")[0].metadata
+        assert meta["launch_state"].value == "submitted" and "queued" in meta["launch_output"].value and meta["source"].value == "launched"
+    lines = log.read_text().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("r0002 ") and lines[0].endswith("configs/r0002.json")

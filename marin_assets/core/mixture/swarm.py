@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from marin_assets.core.mixture.launcher import LauncherError, check_template
 from marin_assets.core.pool.groups import MixtureError
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.errors import ConfigurationError
@@ -114,6 +115,8 @@ class StudyParams:
     noise; ``validation_seeds``: seeds per mixture in ``mixture_validation``.
     ``target_weights``: the target as a weighted sum of metrics (empty: ``target_metric``);
     ``target_limits``: per-metric ceilings the optimized mixture's prediction must respect.
+    ``launcher``: a command template run once per run without results (external trainer), see
+    ``mixture.launcher``.
     """
 
     name: str
@@ -139,6 +142,7 @@ class StudyParams:
     validation_seeds: int = 3
     target_weights: tuple[tuple[str, float], ...] = ()
     target_limits: tuple[tuple[str, float], ...] = ()
+    launcher: str = ""
     proxy: ProxyTrainerParams = ProxyTrainerParams()
     gate: GateParams = GateParams()
 
@@ -208,6 +212,13 @@ def validate_study(params: StudyParams, where: str = "study") -> StudyParams:
         fail("replicate_mixtures must be >= 0, replicate_seeds >= 1 and validation_seeds >= 2 (noise needs two runs)")
     if any(not w > 0 for _, w in params.target_weights):
         fail(f"target_weights {dict(params.target_weights)} must be positive")
+    if params.launcher:
+        if params.trainer != "external":
+            fail("a launcher submits runs to an external trainer; set trainer: external or remove launcher")
+        try:
+            check_template(params.launcher)
+        except LauncherError as exc:
+            fail(str(exc))
     unknown_limits = sorted(set(dict(params.target_limits)) - set(params.target()))
     if unknown_limits:
         fail(f"target_limits name metrics {unknown_limits} that are not in the target {sorted(params.target())}; add them to target_weights")

@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 
 from marin_assets.core.decon import eval_sources
-from marin_assets.core.mixture import fit, gates, proxy_trainer, results
+from marin_assets.core.mixture import fit, gates, launcher, proxy_trainer, results
 from marin_assets.core.mixture import swarm as swarm_core
 from marin_assets.core.pool import curated as pool_core
 from marin_assets.core.pool import groups as mixture
@@ -190,6 +190,8 @@ def proxy_results(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
         digest = hashlib.sha256(mine.rows.drop("file").write_csv().encode()).hexdigest()[:16]
     elif params.trainer == "builtin":
         kind, digest = "builtin", ""
+    elif params.launcher:
+        kind, digest = "launched", ""
     else:
         raise dg.Failure(
             f"no results for run {run} (mixture {config['mixture_id']}) of study '{study}' in {folder}; the external trainer "
@@ -197,9 +199,15 @@ def proxy_results(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
         )
 
     def build(out: str) -> dict:
-        if kind == "external":
+        if kind == "launched":  # submitted once: the output records the launch; results arrive later
+            state = launcher.launch(params.launcher, config=storage.join(swarm_uri, "configs", f"{run}.json"), run_id=run, study=study, results=folder)
+            if state["state"] != "submitted":
+                raise dg.Failure(f"run {run} of study '{study}': the launcher exited with {state['returncode']}: {state['output'][-500:]}")
+            storage.write_json(storage.join(out, "launch.json"), state)
+            rows, extra = pl.DataFrame(schema={**results.RESULT_SCHEMA, "file": pl.Utf8}), {"launch": state}
+        elif kind == "external":
             rows = mine.rows
-            extra: dict = {}
+            extra = {}
         else:
             eval_texts = proxy_trainer.read_evaluation_texts(swarm_uri)
             if eval_texts is None:
@@ -210,7 +218,7 @@ def proxy_results(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
         storage.write_parquet(rows, storage.join(out, "results.parquet"))
         return {"source": kind, "rows": rows.height, "metrics": results.final_metrics(rows), **extra}
 
-    proxy_params = {"trainer": kind, "proxy": params.proxy if kind == "builtin" else None}
+    proxy_params = {"trainer": kind, "proxy": params.proxy if kind == "builtin" else None, "launcher": params.launcher if kind == "launched" else None}
     manifest = stages.run_study(
         PROXY_RESULTS, marin.layout(), study=study, run=run, decided_by=proxy_params, inputs={"swarm": swarm_fp, "results": digest}, build=build
     )
@@ -232,6 +240,9 @@ def proxy_results(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
         seed=config.get("seed", 0),
         unreadable_results_files=len(found.unreadable),
         train_bytes=stats.get("train_bytes"),
+        launch_state=stats["launch"]["state"] if "launch" in stats else None,
+        launch_command=" ".join(stats["launch"]["command"]) if "launch" in stats else None,
+        launch_output=stats["launch"]["output"] or None if "launch" in stats else None,
         groups_without_proxy_tokens=", ".join(stats.get("groups_without_proxy_tokens") or []) or None,
     )
 

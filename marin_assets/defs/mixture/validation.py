@@ -8,7 +8,7 @@ import dagster as dg
 import numpy as np
 import polars as pl
 
-from marin_assets.core.mixture import gates, proxy_trainer, results
+from marin_assets.core.mixture import gates, launcher, proxy_trainer, results
 from marin_assets.core.mixture import swarm as swarm_core
 from marin_assets.core.mixture import validation as validation_core
 from marin_assets.core.runtime import stages, storage
@@ -77,8 +77,10 @@ def mixture_validation(context: dg.AssetExecutionContext, marin: MarinResource) 
         storage.write_parquet(pl.DataFrame(rows, schema={"run_id": pl.Utf8, "mixture": pl.Utf8, "seed": pl.Int64, "target": pl.Float64}, orient="row"),
                               storage.join(out, "measured.parquet"))
         missing = [rid for rid, _, _, v in rows if not np.isfinite(v)]
-        if missing:
-            return {"waiting": missing, "configs": storage.join(out, "configs")}
+        if missing:  # submitted once per validation output: a rerun with the same inputs reuses it
+            launched = [launcher.launch(params.launcher, config=storage.join(out, "configs", f"{rid}.json"), run_id=rid, study=study, results=folder)
+                        for rid in missing] if params.launcher else []
+            return {"waiting": missing, "configs": storage.join(out, "configs"), "launched": launched}
         measured = {which: [v for _, w, _, v in rows if w == which] for which in validation_core.MIXTURES}
         predicted = {"optimized": weights_stats["predicted"]["optimized"], "proportional": weights_stats["predicted"]["proportional"]}
         return {"configs": storage.join(out, "configs"), **validation_core.verdict(measured, predicted, gate.passed, gate.facts.get("noise_sd"))}
@@ -93,9 +95,13 @@ def mixture_validation(context: dg.AssetExecutionContext, marin: MarinResource) 
 def _validation_result(manifest: dict, study: str, params: swarm_core.StudyParams, gate: gates.Verdict) -> dg.MaterializeResult:
     stats = manifest["stats"]
     if "waiting" in stats:
-        text = f"waiting: {len(stats['waiting'])} validation runs have no results yet; train the configs under {stats['configs']} and write their results to the study's results/"
+        launched = stats.get("launched") or []
+        how = f"{sum(s['state'] == 'submitted' for s in launched)} of {len(launched)} submitted by the launcher" if launched else "train the configs"
+        text = f"waiting: {len(stats['waiting'])} validation runs have no results yet ({how}); configs under {stats['configs']}, results to the study's results/"
         check = dg.AssetCheckResult(check_name=VALIDATED_CHECK, passed=False, severity=dg.AssetCheckSeverity.WARN, description=text)
-        return materialized(manifest, check_results=[check], verdict=text, validated=False, configs=dg.MetadataValue.path(stats["configs"]), summary=f"  study {study}: {text}")
+        states = markdown_table([{"run": rid, "state": s["state"], "returncode": s["returncode"]} for rid, s in zip(stats["waiting"], launched)]) if launched else None
+        return materialized(manifest, check_results=[check], verdict=text, validated=False, configs=dg.MetadataValue.path(stats["configs"]),
+                            launch_states=states, summary=f"  study {study}: {text}")
     name = _target_name(params)
     rows = []
     for which in validation_core.MIXTURES:
