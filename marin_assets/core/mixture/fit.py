@@ -36,7 +36,13 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from marin_assets.core.mixture.swarm import OPTIMIZERS, StudyParams, epochs, kl_divergence, round_to_block
+from marin_assets.core.mixture.swarm import (
+    OPTIMIZERS,
+    StudyParams,
+    epochs,
+    kl_divergence,
+    round_to_block,
+)
 from marin_assets.core.pool.groups import MixtureError
 from marin_assets.core.runtime import storage
 

@@ -616,8 +616,8 @@ def build_swarm(groups: pl.DataFrame, pool_files: Mapping[str, Sequence[str]], p
 
 
 def write_swarm(swarm: Swarm, out_dir: str, pool_files: Mapping[str, Sequence[str]]) -> dict[str, str]:
-    """Parquet tables, the pool files of every group (the built-in trainer's evaluation text
-    comes from all of them), and one JSON and one YAML trainer config per run under ``configs/``."""
+    """Parquet tables, the pool files of every group, and one JSON and one YAML trainer config
+    per run under ``configs/``."""
     import yaml  # noqa: PLC0415
 
     written = {"pool_files": storage.join(out_dir, "pool_files.json")}

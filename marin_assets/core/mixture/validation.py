@@ -18,7 +18,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from marin_assets.core.mixture.swarm import StudyParams, mixture_id, round_to_block, trainer_config
+from marin_assets.core.mixture.swarm import (
+    StudyParams,
+    mixture_id,
+    round_to_block,
+    trainer_config,
+)
 
 MIXTURES = ("optimized", "proportional")
 LEVEL = 0.9

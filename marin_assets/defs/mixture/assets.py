@@ -21,11 +21,20 @@ from marin_assets.core.pool import curated as pool_core
 from marin_assets.core.pool import groups as mixture
 from marin_assets.core.runtime import stages, storage
 from marin_assets.core.runtime.stages import StageSpec
-from marin_assets.core.specs import MIXTURE_MODEL, MIXTURE_SWARM, MIXTURE_WEIGHTS, PROXY_RESULTS
+from marin_assets.core.specs import (
+    MIXTURE_MODEL,
+    MIXTURE_SWARM,
+    MIXTURE_WEIGHTS,
+    PROXY_RESULTS,
+)
 from marin_assets.core.specs import SAMPLING_GROUPS as SAMPLING_GROUPS_SPEC
 from marin_assets.defs import mixture_report, report
 from marin_assets.defs.metadata import markdown_table, materialized
-from marin_assets.defs.mixture.partitions import RUNS, proxy_run_partitions, study_partitions
+from marin_assets.defs.mixture.partitions import (
+    RUNS,
+    proxy_run_partitions,
+    study_partitions,
+)
 from marin_assets.defs.resources import MarinResource
 
 BY_STUDY = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="study")
@@ -57,6 +66,12 @@ def _study(marin: MarinResource, study: str) -> tuple[str, swarm_core.StudyParam
         return root, swarm_core.load_study(root, study)
     except swarm_core.StudyError as exc:
         raise dg.Failure(str(exc)) from exc
+
+
+def _target_name(params: swarm_core.StudyParams) -> str:
+    """The target as shown: the metric, or the weighted sum of metrics."""
+    target = params.target()
+    return params.target_metric if list(target) == [params.target_metric] else " + ".join(f"{w:g} x {m}" for m, w in target.items())
 
 
 def eval_set_uri(root: str, study: str, params: swarm_core.StudyParams) -> str:
@@ -224,7 +239,7 @@ def proxy_results(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
     )
     stats = manifest["stats"]
     metrics = stats["metrics"]
-    target = metrics.get(params.target_metric)
+    target = sum(w * metrics[m] for m, w in params.target().items()) if all(m in metrics for m in params.target()) else None
     return materialized(
         manifest,
         rows=stats["rows"],
@@ -232,7 +247,7 @@ def proxy_results(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
         run=run,
         mixture_id=config["mixture_id"],
         source=stats["source"],
-        target_metric=params.target_metric,
+        target_metric=_target_name(params),
         target_value=float(target) if target is not None else None,
         metrics=markdown_table([{"metric": m, "value": f"{v:.4f}"} for m, v in sorted(metrics.items())]),
         bad_result_rows=found.bad_rows + mine.bad_rows,
@@ -280,11 +295,6 @@ def _training_set(layout: storage.Layout, study: str, params: swarm_core.StudyPa
             "active": active, "tokens": group_table["tokens"].to_numpy().astype(np.float64)[active], "mixture_ids": [mixture_of[r] for r in usable],
             "groups": [names[i] for i in active], "missing": [r for r in params.run_ids() if r not in finals and r not in stale], "stale": stale,
             "without_target": sorted(set(finals) - set(usable))}
-
-
-def _target_name(params: swarm_core.StudyParams) -> str:
-    target = params.target()
-    return params.target_metric if list(target) == [params.target_metric] else " + ".join(f"{w:g} x {m}" for m, w in target.items())
 
 
 @study_asset(

@@ -8,7 +8,13 @@ mixture and token-proportional sampling.
 
 import dagster as dg
 
-from marin_assets.core.specs import MIXTURE_MODEL, MIXTURE_SWARM, MIXTURE_VALIDATION, MIXTURE_WEIGHTS, PROXY_RESULTS
+from marin_assets.core.specs import (
+    MIXTURE_MODEL,
+    MIXTURE_SWARM,
+    MIXTURE_VALIDATION,
+    MIXTURE_WEIGHTS,
+    PROXY_RESULTS,
+)
 from marin_assets.defs.mixture.partitions import proxy_run_partitions, study_partitions
 
 mixture_proposal = dg.define_asset_job(

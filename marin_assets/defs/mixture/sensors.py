@@ -22,7 +22,12 @@ from marin_assets.core.mixture import results
 from marin_assets.core.mixture import swarm as swarm_core
 from marin_assets.defs.automation.sensors import default_status
 from marin_assets.defs.mixture.jobs import MIXTURE_JOBS
-from marin_assets.defs.mixture.partitions import RUNS, STUDIES, proxy_run_key, study_partitions
+from marin_assets.defs.mixture.partitions import (
+    RUNS,
+    STUDIES,
+    proxy_run_key,
+    study_partitions,
+)
 from marin_assets.defs.resources import MarinResource
 
 STUDY_TAG = "marin/study"
