@@ -16,9 +16,9 @@ import pytest
 from marin_assets.core.mixture import fit as mf
 from marin_assets.core.mixture import gates
 from marin_assets.core.mixture import swarm as ms
-from marin_assets_tests.core.test_mixture_fit import N_DOMAINS, STUDY, TOKENS, TRUTH
+from marin_assets_tests.core.test_mixture_fit import STUDY, TOKENS, TRUTH
 
-FIT = mf.FitParams(seed=0, bootstrap=8)
+FIT = mf.FitParams(seed=0, bootstrap=4, lgbm_estimators=200)
 STUDY_GATED = dataclasses.replace(STUDY, replicate_mixtures=2, replicate_seeds=3, search_candidates=2_000, search_rounds=2)
 
 
@@ -46,11 +46,11 @@ def _refused_publishes_proportional(found: gates.Assessment, gate: str, study=ST
 
 def test_real_signal_with_replicates_is_published() -> None:
     weights, runs, mixes = _runs()
-    measured = TRUTH(weights) + np.random.default_rng(7).normal(0, 0.003, (len(runs), N_DOMAINS))
+    measured = TRUTH(weights).mean(axis=1) + np.random.default_rng(7).normal(0, 0.003, len(runs))
     found = _assess(weights, measured, runs, mixes)
     assert found.verdict.passed, found.verdict.describe()
     assert found.verdict.facts["cv_spearman"] > found.baseline["spearman"]
-    assert found.verdict.facts["noise_sd"] == pytest.approx(0.003 / 2, rel=0.6)  # the macro mean of 4 domains
+    assert 0 < found.verdict.facts["noise_sd"] < found.verdict.facts["spread_sd"] / 5  # 4 degrees of freedom: a rough estimate of 0.003
     published, candidate, verdict, gain = gates.publish(found.model, found.verdict, TOKENS, STUDY_GATED)
     assert verdict.passed and published is candidate and gain["low"] > 0
     truth = TRUTH(np.stack([published.weights, published.proportional])).mean(axis=1)
@@ -81,7 +81,7 @@ def test_nan_targets_publish_proportional_without_a_fit() -> None:
 def test_too_few_runs_publish_proportional() -> None:
     study = dataclasses.replace(STUDY_GATED, n_runs=5, replicate_mixtures=1, replicate_seeds=2)
     weights, runs, mixes = _runs(study)
-    targets = TRUTH(weights) + np.random.default_rng(2).normal(0, 0.003, (len(runs), N_DOMAINS))
+    targets = TRUTH(weights).mean(axis=1) + np.random.default_rng(2).normal(0, 0.003, len(runs))
     found = _assess(weights, targets, runs, mixes, study)
     assert "6 runs for 20 weight features; at least 8 needed" in _refused_publishes_proportional(found, "runs", study)
 
