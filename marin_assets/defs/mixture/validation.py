@@ -95,10 +95,10 @@ def mixture_validation(context: dg.AssetExecutionContext, marin: MarinResource) 
         MIXTURE_VALIDATION, marin.layout(), study=study, decided_by={"study": params},
         inputs={"swarm": swarm_fp, "weights": weights_fp, "results": digest}, build=build,
     )
-    return _validation_result(manifest, study, params, gate)
+    return _validation_result(manifest, study, params, gate, storage.join(weights_uri, "mixture.json"))
 
 
-def _validation_result(manifest: dict, study: str, params: swarm_core.StudyParams, gate: gates.Verdict) -> dg.MaterializeResult:
+def _validation_result(manifest: dict, study: str, params: swarm_core.StudyParams, gate: gates.Verdict, weights_json: str) -> dg.MaterializeResult:
     stats = manifest["stats"]
     if "waiting" in stats:
         launched = stats.get("launched") or []
@@ -133,6 +133,7 @@ def _validation_result(manifest: dict, study: str, params: swarm_core.StudyParam
         measured_gain_interval=f"{gain['low']:.4f} .. {gain['high']:.4f}",
         predicted_gain=float(stats["predicted_gain"]) if stats["predicted_gain"] is not None and np.isfinite(stats["predicted_gain"]) else None,
         replicate_noise_sd=stats["noise_sd"],
+        published_weights=dg.MetadataValue.path(weights_json),
         configs=dg.MetadataValue.path(stats["configs"]),
         summary="\n".join(lines),
     )
