@@ -9,6 +9,7 @@ its truncated, seed-ordered share of real Parquet pool files.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import numpy as np
@@ -87,3 +88,17 @@ def test_a_gain_inside_the_noise_is_not_claimed() -> None:
     assert not worse["validated"] and worse["measured_gain"]["mean"] < 0
     refused = mv.verdict({"optimized": [2.90, 2.91, 2.89], "proportional": [2.96, 2.97, 2.95]}, predicted, False, 0.01)
     assert not refused["validated"] and refused["verdict"].startswith("not validated: the gate published token-proportional")
+
+
+def test_validation_configs_seed_both_mixtures_and_climb_the_ladder() -> None:
+    groups = pl.DataFrame({"group": ["c00q0", "c01q0", "c02q0"], "tokens": [40_000, 80_000, 0]})
+    study = ms.StudyParams(name="l", target_budget=1e5, proxy_budget=1e4, phases=(ms.Phase("main", 1.0),), block_size=100, seq_len=10,
+                           validation_seeds=2, validation_budget_scale=4.0)
+    configs = mv.validation_configs(study, np.array([[70, 30, 0]]), np.array([[1 / 3, 2 / 3, 0.0]]), groups, {"c00q0": ["a.parquet"]}, "/results")
+    assert sorted(configs) == ["v-optimized-s0", "v-optimized-s1", "v-proportional-s0", "v-proportional-s1"]
+    opt, prop = configs["v-optimized-s1"], configs["v-proportional-s0"]
+    assert opt["seed"] == 1 and opt["phases"][0]["block_sequences"] == {"c00q0": 70, "c01q0": 30}
+    assert prop["phases"][0]["block_sequences"] == {"c00q0": 33, "c01q0": 67} and opt["mixture_id"] != prop["mixture_id"]
+    assert opt["experiment_budget"] == 4e4 and opt["components"]["c00q0"]["proxy_tokens"] == 16_000  # 40,000 x 4e4 / 1e5
+    with pytest.raises(ms.StudyError, match="validation_budget_scale"):
+        ms.validate_study(dataclasses.replace(study, validation_budget_scale=0.5))

@@ -112,7 +112,9 @@ class StudyParams:
     near an observed mixture) or ``argmin`` (see ``mixture.fit``).
     ``replicate_mixtures`` x ``replicate_seeds``: the first mixtures (run ``r0000``, the
     proportional mix, first) are trained again with other seeds, which measures run-to-run
-    noise; ``validation_seeds``: seeds per mixture in ``mixture_validation``.
+    noise; ``validation_seeds``: seeds per mixture in ``mixture_validation``, trained at
+    ``validation_budget_scale`` x ``proxy_budget`` (above 1: a ladder step that checks the gain
+    transfers to a larger run).
     ``target_weights``: the target as a weighted sum of metrics (empty: ``target_metric``);
     ``target_limits``: per-metric ceilings the optimized mixture's prediction must respect.
     ``launcher``: a command template run once per run without results (external trainer), see
@@ -140,6 +142,7 @@ class StudyParams:
     replicate_mixtures: int = 2
     replicate_seeds: int = 3
     validation_seeds: int = 3
+    validation_budget_scale: float = 1.0
     target_weights: tuple[tuple[str, float], ...] = ()
     target_limits: tuple[tuple[str, float], ...] = ()
     launcher: str = ""
@@ -208,6 +211,8 @@ def validate_study(params: StudyParams, where: str = "study") -> StudyParams:
         fail("proxy.order must be >= 1, proxy.holdout_mod >= 2 and proxy.repeat_scale > 0")
     if params.optimizer not in OPTIMIZERS or params.top_k < 1:
         fail(f"optimizer {params.optimizer!r} must be one of {OPTIMIZERS} and top_k >= 1")
+    if not 1.0 <= params.validation_budget_scale <= params.target_budget / params.proxy_budget:
+        fail(f"validation_budget_scale {params.validation_budget_scale:g} must be between 1 and target_budget / proxy_budget")
     if params.replicate_mixtures < 0 or params.replicate_seeds < 1 or params.validation_seeds < 2:
         fail("replicate_mixtures must be >= 0, replicate_seeds >= 1 and validation_seeds >= 2 (noise needs two runs)")
     if any(not w > 0 for _, w in params.target_weights):
@@ -244,7 +249,7 @@ def study_from_mapping(raw: Mapping[str, Any], where: str = "study") -> StudyPar
         for key in ("target_weights", "target_limits"):
             if key in values:
                 values[key] = tuple((str(m), float(v)) for m, v in dict(values[key]).items())
-        for key in ("target_budget", "proxy_budget", "max_epochs", "kl_weight", "sparse_share"):
+        for key in ("target_budget", "proxy_budget", "max_epochs", "kl_weight", "sparse_share", "validation_budget_scale"):
             if key in values:
                 values[key] = float(values[key])
         for key in ("n_runs", "seed", "block_size", "seq_len", "search_candidates", "search_rounds", "top_k", "replicate_mixtures", "replicate_seeds", "validation_seeds"):

@@ -11,6 +11,7 @@ the gain's interval is above zero: a gain inside the run-to-run noise is not cla
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -18,12 +19,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from marin_assets.core.mixture.swarm import (
-    StudyParams,
-    mixture_id,
-    round_to_block,
-    trainer_config,
-)
+from marin_assets.core.mixture.swarm import StudyParams, group_truncation, mixture_id, round_to_block, trainer_config
 
 MIXTURES = ("optimized", "proportional")
 LEVEL = 0.9
@@ -37,20 +33,22 @@ def validation_configs(
     study: StudyParams, candidate_blocks: np.ndarray, proportional: np.ndarray, groups: pl.DataFrame,
     pool_files: Mapping[str, Sequence[str]], results_uri: str,
 ) -> dict[str, dict[str, Any]]:
-    """Trainer configs of both mixtures x ``validation_seeds`` seeds. ``candidate_blocks``: the
-    optimized mixture's block sequences (phases x groups, every group of ``groups``);
-    ``proportional``: the token-proportional weights, rounded to the block here."""
+    """Trainer configs of both mixtures x ``validation_seeds`` seeds, at ``validation_budget_scale``
+    x the proxy budget (simulated epoching recomputed for it). ``candidate_blocks``: the optimized
+    mixture's block sequences (phases x groups, every group of ``groups``); ``proportional``: the
+    token-proportional weights, rounded to the block here."""
     groups = groups.sort("group")
     names = groups["group"].to_list()
     tokens = groups["tokens"].to_numpy().astype(np.float64)
-    trunc = groups.select("tokens", "sequences", "proxy_tokens", "proxy_sequences", "zero_sequences")
+    ladder = dataclasses.replace(study, proxy_budget=study.proxy_budget * study.validation_budget_scale)
+    trunc = group_truncation(groups["tokens"].to_list(), ladder)
     blocks = {"optimized": np.asarray(candidate_blocks, dtype=np.int64), "proportional": round_to_block(proportional, tokens, study)}
     out = {}
     for which in MIXTURES:
         mid = mixture_id(blocks[which])
         for seed in range(study.validation_seeds):
             rid = validation_run_id(which, seed)
-            out[rid] = trainer_config(study, rid, mid, seed, blocks[which], names, tokens, trunc, pool_files, results_uri)
+            out[rid] = trainer_config(ladder, rid, mid, seed, blocks[which], names, tokens, trunc, pool_files, results_uri)
     return out
 
 

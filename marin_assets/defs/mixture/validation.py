@@ -115,7 +115,8 @@ def _validation_result(manifest: dict, study: str, params: swarm_core.StudyParam
         label = "optimized (published)" if which == "optimized" and gate.passed else ("optimized (candidate, not published)" if which == "optimized" else "token-proportional")
         rows.append({"mixture": label, f"predicted {name}": f"{pred:.4f}" if pred is not None and np.isfinite(pred) else "n/a",
                      f"measured {name} (mean)": f"{m['mean']:.4f}", "90% interval": f"{m['low']:.4f} .. {m['high']:.4f}", "seeds": m["seeds"]})
-    lines = [f"  study {study}: validation, {params.validation_seeds} seeds per mixture ({name}; 90% intervals)"]
+    ladder = f", at {params.validation_budget_scale:g}x the proxy budget (predictions are for 1x)" if params.validation_budget_scale != 1 else ""
+    lines = [f"  study {study}: validation, {params.validation_seeds} seeds per mixture ({name}; 90% intervals){ladder}"]
     lines += [f"    {r['mixture']}: predicted {r[f'predicted {name}']}, measured {r[f'measured {name} (mean)']} [{r['90% interval']}] over {r['seeds']} seeds" for r in rows]
     lines.append(f"    {stats['verdict']}")
     check = dg.AssetCheckResult(check_name=VALIDATED_CHECK, passed=bool(stats["validated"]), severity=dg.AssetCheckSeverity.WARN, description=stats["verdict"])
