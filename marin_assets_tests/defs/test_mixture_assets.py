@@ -163,6 +163,22 @@ def test_sensor_picks_up_external_results_and_refits(env) -> None:
     assert second["mixture_model"]["dagster/row_count"] == 8
     assert second["mixture_model"]["fingerprint"] != first["mixture_model"]["fingerprint"]
 
+    # validation with an external trainer: its configs first, then their results via the sensor
+    waiting = _execute(defs, instance, dg.RunRequest(job_name="mixture_validate", partition_key="ext"))["mixture_validation"]
+    assert waiting["verdict"].startswith("waiting: 6 validation runs have no results yet")
+    configs = storage.read_current(storage.join(ms.study_dir(root, "ext"), "validation"))["uri"] + "/configs"
+    lines = []
+    for uri in sorted(storage.listdir(configs)):
+        config = storage.read_json(uri)
+        value = 2.0 + 0.01 * config["seed"] - (0.1 if "optimized" in config["run_id"] else 0.0)
+        lines.append(json.dumps({"run_id": config["run_id"], "mixture_id": config["mixture_id"], "step": 1, "tokens": 1.0, "metric": "macro_bpb", "value": value}))
+    storage.write_bytes(storage.join(folder, "validation.jsonl"), ("\n".join(lines) + "\n").encode())
+    requests, cursor = _tick(instance, cursor)
+    assert [(r.job_name, r.partition_key) for r in requests] == [("mixture_validate", "ext")]
+    measured = _execute(defs, instance, requests[0])["mixture_validation"]
+    assert measured["validated"] is False  # the gates refused this study: a measured gain is reported, never claimed
+    assert "the optimizer's candidate measured a gain of 0.1000" in measured["verdict"]
+
 
 @pytest.mark.system  # a whole study (ten job runs) end to end: `make test` runs it, `make test-fast` does not
 def test_builtin_trainer_runs_a_study_with_metadata_and_pictures(env) -> None:

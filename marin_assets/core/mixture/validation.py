@@ -23,10 +23,11 @@ from marin_assets.core.mixture.swarm import StudyParams, group_truncation, mixtu
 
 MIXTURES = ("optimized", "proportional")
 LEVEL = 0.9
+RUN_PREFIX = "v-"  # validation run ids, apart from the swarm's rNNNN
 
 
 def validation_run_id(which: str, seed: int) -> str:
-    return f"v-{which}-s{seed}"
+    return f"{RUN_PREFIX}{which}-s{seed}"
 
 
 def validation_configs(
