@@ -56,7 +56,7 @@ FAST_TMPDIR ?= $(shell test -w /dev/shm && test "$$(df -Pk /dev/shm | awk 'NR==2
 test-fast: install
 	$(if $(FAST_TMPDIR),TMPDIR=$(FAST_TMPDIR) )PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -m "not system" -n auto --maxprocesses 4 --dist loadfile
 
-## The fault and security suite; its last line sums faults injected, rows lost, files outside the prefix, credentials sent off-host.
+## The fault and security suite; its last line sums faults injected, rows lost, files outside the prefix, credentials sent off-host, task peaks over their size.
 faults: install
 	$(BIN)/python -m pytest -q marin_assets_tests/faults
 

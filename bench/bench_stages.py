@@ -54,38 +54,13 @@ import tempfile
 import numpy as np
 
 from bench import harness
+from marin_assets.core import specs
 
-# Every stage of core/specs.py -> the bench (module name) whose rows hold it to a goal, and how.
-STAGES: dict[str, tuple[str, str]] = {
-    "source_pins": ("rerun", "no peer: one provider listing per source; inside the rerun bench's no-change rerun time goal"),
-    "raw_files": ("download", "the fetch (verified, resumable) vs huggingface_hub.snapshot_download from the local Hub, MiB/s"),
-    "normalized": ("normalize", "vs plain polars read+hash+write, small files and one large file, memory growth"),
-    "minhash_buckets": ("minhash", "vs datasketch update_batch, MinHash.bulk and rensa, per CPU second"),
-    "exact_duplicates": ("dedup", "scale rows: time and memory per document at 1x..64x"),
-    "fuzzy_duplicates": ("minhash", "peak memory growth 4k -> 16k documents (and the dedup bench's scale rows)"),
-    "eval_ngrams": ("decon", "index build inside the marking rows (production index size)"),
-    "boilerplate_ngrams": ("decon", "drop sets computed on the planted source"),
-    "contamination": ("stages", "contamination_shard vs a Python set of 13-gram strings, per CPU second and memory"),
-    "embeddings": ("embed", "embed_shard vs a bare SentenceTransformer.encode"),
-    "topic_model": ("embed", "k-means CPU per point at 4x the sample"),
-    "topics": ("stages", "assign_topics_shard vs one plain faiss IndexFlatL2 search of the shard, per CPU second and memory"),
-    "quality_model": ("stages", "train_quality_model on the labels' vectors vs scikit-learn RidgeCV on the same split, per CPU second and memory (encoding: the embed bench)"),
-    "quality_scores": ("stages", "quality_scores_shard vs the same weights as a plain numpy product and np.interp, per CPU second and memory"),
-    "quality_bands": ("stages", "streamed score histograms and band edges vs polars: join on id, quantiles per topic, per CPU second and memory"),
-    "pool": ("stages", "pool_shard vs polars anti-join on the removal lists, per CPU second and memory"),
-    "sampling_groups": ("stages", "group counts and file list vs one polars group_by over every shard index"),
-    "mixture_swarm": ("stages", "no peer (no library proposes mixtures under epoch caps and blocks): CPU seconds per study and peak memory"),
-    "proxy_results": ("stages", "no peer: the built-in proxy's CPU seconds per run and peak memory (an external trainer's time is its own)"),
-    "mixture_model": ("stages", "fit_surrogates vs LightGBM used plainly (5-fold out-of-fold predictions, a final fit per metric), per CPU second and memory"),
-    "mixture_weights": ("stages", "no peer (no library searches mixtures under these constraints): CPU seconds per study and peak memory"),
-}
+# Every stage -> the bench (module name) whose rows hold it to a goal, and how: from its spec.
+STAGES: dict[str, tuple[str, str]] = {s.name: (s.bench.module, s.bench.how) if s.bench else ("", "NO ROW") for s in specs.ALL}
 
 # Stages held by this module -> the row (``BENCH_STAGES=name``) that measures them.
-ROWS: dict[str, str] = {
-    "contamination": "contamination", "pool": "pool", "sampling_groups": "sampling_groups", "topics": "topics",
-    "quality_model": "quality_model", "quality_scores": "quality_scores", "quality_bands": "quality_bands",
-    "mixture_swarm": "mixture", "proxy_results": "proxy_results", "mixture_model": "mixture", "mixture_weights": "mixture",
-}
+ROWS: dict[str, str] = {s.name: s.bench.row or s.name for s in specs.ALL if s.bench and s.bench.module == "stages"}
 
 DOCS = harness.pick(20_000, 2_000)
 # The source has LIST_SHARDS shards; the measured one is shard LIST_SHARD, a contiguous slice of

@@ -2,8 +2,8 @@
 
 Files are matched by relative path with fingerprint folder names (16 hex chars) replaced by
 ``<fp>`` and renamed stage folders mapped (``--rename attributes/minhash=attributes/minhash_buckets``).
-Data files are compared byte for byte; JSON and text files after replacing each root by
-``<root>`` (some record absolute paths). JSON keys that differ between any two runs (timings
+Data files are compared byte for byte; JSON, YAML and text files, and the string columns of a
+Parquet file that names its root, after replacing each root by ``<root>`` (some record absolute paths). JSON keys that differ between any two runs (timings
 ``*_seconds``, ``docs_per_second``, a shard's ``cpu_s``, ``warmup_cpu_s`` and ``rss_kb``, the eval index ``build_id``) are compared as present, not by
 value. Records of the runner (``_manifest.json``, ``_current.json``, pin records) hold
 fingerprints and are listed apart, not compared. Use one demo Hub (``MARIN_DEMO_HUB``) for both
@@ -24,7 +24,7 @@ import sys
 
 FP = re.compile(r"^[0-9a-f]{16}$")
 RECORDS = ("_manifest.json", "_current.json")
-TEXT = (".json", ".csv", ".txt", ".md", ".jsonl")
+TEXT = (".json", ".csv", ".txt", ".md", ".jsonl", ".yaml")
 VOLATILE = re.compile(r"(_seconds|^docs_per_second|^build_id|^cpu_s|^warmup_cpu_s|^rss_kb)$")
 
 
@@ -60,12 +60,26 @@ def _steady(value: object) -> object:
 
 def content(path: pathlib.Path, root: pathlib.Path) -> bytes:
     data = path.read_bytes()
+    if path.suffix == ".parquet" and str(root).encode() in data:
+        return _parquet_without_root(path, root)
     if path.suffix not in TEXT:
         return data
     data = data.replace(str(root).encode(), b"<root>")
     if path.suffix == ".json":
         return json.dumps(_steady(json.loads(data)), sort_keys=True).encode()
     return data
+
+
+def _parquet_without_root(path: pathlib.Path, root: pathlib.Path) -> bytes:
+    """A Parquet file that records paths under its root (``pool_files.parquet``): its rows, with the
+    root replaced in every string column, so two roots holding the same data compare equal."""
+    import pyarrow as pa  # noqa: PLC0415
+    import pyarrow.compute as pc  # noqa: PLC0415
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    table = pq.read_table(path)
+    columns = [pc.replace_substring(c, str(root), "<root>") if pa.types.is_string(c.type) else c for c in table.columns]
+    return repr(pa.table(columns, names=table.column_names).to_pylist()).encode()
 
 
 def main() -> int:

@@ -1,38 +1,35 @@
-"""Jobs over the asset graph, in the order a full build runs them.
+"""Jobs over the asset graph: one per phase of ``core.specs.PHASES``, each selecting the stages
+whose spec names that phase, in the order a full build runs them.
 
 Per-source jobs are partitioned by source (backfill them with ``--partitions a,b``); global
-jobs are unpartitioned and read every source that has the needed input. A full build is the
-phases in ``BUILD_ORDER``; an asset backfill from the UI over the whole graph does the same.
+jobs are unpartitioned and read every source that has the needed input; study jobs are
+partitioned by study (or by study and run). A full build is the build phases in order
+(``BUILD_ORDER``); an asset backfill from the UI over the whole graph does the same.
 """
+
+from __future__ import annotations
 
 import dagster as dg
 
 from marin_assets.core import specs as S
-from marin_assets.defs.partitions import source_partitions
-
-# (job name, stages) in the order a full build runs them; a phase is all per-source or all global.
-PHASES: list[tuple[str, tuple[S.StageSpec, ...]]] = [
-    ("eval_index", (S.EVAL_NGRAMS, S.QUALITY_MODEL)),
-    ("source_chain", (S.RAW_FILES, S.NORMALIZED, S.MINHASH_BUCKETS, S.EMBEDDINGS)),
-    ("global_decisions", (S.EXACT_DUPLICATES, S.FUZZY_DUPLICATES, S.BOILERPLATE_NGRAMS, S.TOPIC_MODEL)),
-    ("source_attributes", (S.CONTAMINATION, S.TOPICS, S.QUALITY_SCORES)),
-    ("bands", (S.QUALITY_BANDS,)),
-    ("source_pool", (S.POOL,)),
-    ("groups", (S.SAMPLING_GROUPS,)),
-]
-# (job name, asset keys, partitioned?)
-BUILD_ORDER: list[tuple[str, list[str], bool]] = [
-    (name, [s.name for s in stages], stages[0].partitioned) for name, stages in PHASES
-]
+from marin_assets.defs.stage_assets import partitions_for
 
 
-def _job(name: str, keys: list[str], partitioned: bool):
+def _job(phase: S.Phase):
+    partitions = {partitions_for(s) for s in phase.stages}
+    if len(partitions) != 1:
+        raise TypeError(f"phase {phase.name}: its stages are partitioned differently ({[s.name for s in phase.stages]})")
     return dg.define_asset_job(
-        name,
-        selection=dg.AssetSelection.assets(*keys),
-        partitions_def=source_partitions if partitioned else None,
-        description=f"{'Per source' if partitioned else 'Global'}: {', '.join(keys)}.",
+        phase.name,
+        selection=dg.AssetSelection.assets(*(s.name for s in phase.stages)),
+        partitions_def=partitions.pop(),
+        description=f"{phase.description} ({', '.join(s.name for s in phase.stages)})",
     )
 
 
-JOBS = [_job(*phase) for phase in BUILD_ORDER]
+JOBS = [_job(phase) for phase in S.PHASES]
+STUDY_JOBS = [job for job, phase in zip(JOBS, S.PHASES) if not phase.build]
+# (job name, asset keys, partitioned?) of a full build, in order
+BUILD_ORDER: list[tuple[str, list[str], bool]] = [
+    (phase.name, [s.name for s in phase.stages], phase.stages[0].partitioned) for phase in S.PHASES if phase.build
+]

@@ -10,7 +10,9 @@ run within ``run_monitoring.poll_interval_seconds`` and frees its slots
 ``free_slots_after_run_end_seconds`` later.
 
 ``stuck_runs`` / ``free_stuck_runs`` do the same on demand (``marin-assets runs [--free]``),
-also for runs that ended but still hold slots.
+also for runs that ended but still hold slots. Without the daemon a step blocked on a pool does
+it itself: ``free_dead_holders`` frees the slots of a pool held by runs whose process is gone
+(the executor calls it while a step waits, see ``defs.automation.execution``).
 """
 
 from __future__ import annotations
@@ -111,6 +113,37 @@ def free_stuck_runs(instance: dg.DagsterInstance) -> list[StuckRun]:
         if instance.event_log_storage.supports_global_concurrency_limits:
             instance.event_log_storage.free_concurrency_slots_for_run(item.run_id)
     return stuck
+
+
+def free_dead_holders(instance: dg.DagsterInstance, pool: str, waiting_run_id: str) -> list[StuckRun]:
+    """Free the slots of ``pool`` held by runs whose worker process is gone (failing them) or that ended.
+
+    Only where run workers are processes of this machine (the default launcher): a process id
+    recorded elsewhere says nothing here, and there the launcher's own health check applies.
+    """
+    storage = instance.event_log_storage
+    if not isinstance(instance.run_launcher, DefaultRunLauncher) or not storage.supports_global_concurrency_limits:
+        return []
+    holders: dict[str, int] = {}
+    for slot in storage.get_concurrency_info(pool).claimed_slots:
+        if slot.run_id != waiting_run_id:
+            holders[slot.run_id] = holders.get(slot.run_id, 0) + 1
+    freed = []
+    for record in instance.get_run_records(RunsFilter(run_ids=list(holders))) if holders else []:
+        run = record.dagster_run
+        if run.status in ACTIVE:
+            health = worker_status(instance, run)
+            if health.status != WorkerStatus.FAILED:
+                continue
+            reason = health.msg or "worker process gone"
+            instance.report_run_failed(run, f"run {waiting_run_id} waits for pool '{pool}': {reason}; marked failed, its pool slots freed")
+        elif run.status in FINISHED_STATUSES:
+            reason = "ended but still held pool slots"
+        else:
+            continue
+        storage.free_concurrency_slots_for_run(run.run_id)
+        freed.append(StuckRun(run.run_id, run.job_name, run.status.value, reason, holders[run.run_id]))
+    return freed
 
 
 def format_stuck(stuck: list[StuckRun], freed: bool) -> str:

@@ -4,13 +4,16 @@ the spec (``marin_assets.core.specs``), so an asset's ``deps`` are its declared 
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
 import dagster as dg
 
+from marin_assets.core import specs
 from marin_assets.core.runtime.stages import StageSpec
 from marin_assets.core.specs import SOURCE_PINS
+from marin_assets.defs.mixture.partitions import proxy_run_partitions, study_partitions
 from marin_assets.defs.partitions import source_partitions
 
 # Who answers for the assets, and the tags the UI filters by: set here, once, for every stage.
@@ -23,6 +26,13 @@ def tags_for(spec: StageSpec) -> dict[str, str]:
 
 def key(spec: StageSpec) -> dg.AssetKey:
     return dg.AssetKey(spec.name)
+
+
+def partitions_for(spec: StageSpec) -> dg.PartitionsDefinition | None:
+    """Per source, per study (or study and proxy run), or none for a global stage."""
+    if spec.study_stage:
+        return proxy_run_partitions if spec.by_run else study_partitions
+    return source_partitions if spec.partitioned else None
 
 
 def deps_for(spec: StageSpec) -> list[dg.AssetKey]:
@@ -44,10 +54,25 @@ def stage_asset(spec: StageSpec, **kwargs: Any) -> Callable[[Callable[..., Any]]
     return dg.asset(
         name=spec.name,
         deps=deps_for(spec),
-        partitions_def=source_partitions if spec.partitioned else None,
+        partitions_def=partitions_for(spec),
         group_name=spec.group or None,
         code_version=spec.code_version,
         owners=kwargs.pop("owners", OWNERS),
         tags={**tags_for(spec), **kwargs.pop("tags", {})},
         **kwargs,
     )
+
+
+def stage_assets() -> list[dg.AssetsDefinition | dg.SourceAsset]:
+    """The asset of every spec, found in the ``assets`` module of its group's folder
+    (``marin_assets/defs/<group>/assets.py``): a new stage needs no list of its own."""
+    found: dict[str, dg.AssetsDefinition | dg.SourceAsset] = {}
+    for group in dict.fromkeys(s.group for s in specs.ALL):
+        module = importlib.import_module(f"marin_assets.defs.{group}.assets")
+        for value in vars(module).values():
+            if isinstance(value, (dg.AssetsDefinition, dg.SourceAsset)) and value.key.to_user_string() in specs.BY_NAME:
+                found[value.key.to_user_string()] = value
+    missing = [s.name for s in specs.ALL if s.name not in found]
+    if missing:
+        raise TypeError(f"no asset for the stages {missing}: write one with @stage_asset in marin_assets/defs/<group>/assets.py")
+    return [found[s.name] for s in specs.ALL]

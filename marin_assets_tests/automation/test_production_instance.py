@@ -93,8 +93,10 @@ def test_embedded_default_is_valid_too(tmp_path) -> None:
 
 def test_kubernetes_executor_runs_the_embedding_step_on_a_gpu() -> None:
     from marin_assets.definitions import defs
+    from marin_assets.defs.automation.execution import in_process_executor
 
-    assert executor_from_env("") is dg.in_process_executor, "the embedded default runs a partition's steps in one process"
+    assert executor_from_env("") is in_process_executor, "the embedded default runs a partition's steps in one process"
+    assert in_process_executor.name == "in_process"
     assert executor_from_env("multiprocess") is dg.multiprocess_executor
     executor = executor_from_env("k8s")
     assert executor is not None and executor.name == "k8s_job_executor"

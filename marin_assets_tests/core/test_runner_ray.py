@@ -203,3 +203,28 @@ def test_demo_pipeline_on_ray_is_byte_identical_to_in_process(ray_cluster, tmp_p
     assert sorted(set(local) ^ set(remote)) == []
     assert [p for p in local if local[p] != remote[p]] == []
     assert any(p.startswith("pool/") for p in local)
+
+
+def _failing(inputs: list[str], output: str, params: type[BaseException]) -> dict:
+    """Records each attempt beside the output; raises ``params`` on the first one only."""
+    attempts = Path(output).with_suffix(".attempts")
+    with open(attempts, "a") as handle:
+        handle.write("x")
+    if attempts.stat().st_size == 1:
+        raise params("first attempt fails")
+    storage.write_bytes(output, b"x")
+    return {}
+
+
+@pytest.mark.parametrize(("error", "attempts"), [(ValueError, 1), (normalize.NormalizeError, 1), (ConnectionError, 2), (TimeoutError, 2)])
+def test_only_transient_errors_are_retried(ray_cluster, tmp_path: Path, error, attempts) -> None:
+    output = tmp_path / "out.bin"
+    runner = ShardRunner(ray_address=LOCAL, retries=2)
+    if attempts == 1:
+        with pytest.raises(error) as failed:
+            runner.map([ShardTask(_failing, (), str(output), error)])
+        assert "1 attempt(s)" in "\n".join(failed.value.__notes__)
+    else:
+        runner.map([ShardTask(_failing, (), str(output), error)])
+        assert output.read_bytes() == b"x"
+    assert output.with_suffix(".attempts").read_text() == "x" * attempts

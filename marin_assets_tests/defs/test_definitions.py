@@ -18,18 +18,24 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "marin_assets"
 SNAPSHOT = pathlib.Path(__file__).with_name("asset_graph.json")
 
 
-def _graph(defs: dg.Definitions) -> dict[str, dict]:
-    graph = {}
-    asset_graph = defs.resolve_asset_graph()
-    for key in sorted(asset_graph.get_all_asset_keys(), key=lambda k: k.to_user_string()):
-        node = asset_graph.get(key)
-        graph[key.to_user_string()] = {
-            "deps": sorted(p.to_user_string() for p in node.parent_keys),
-            "group": node.group_name,
-            "partitioned": node.partitions_def is not None,
-            "checks": sorted(c.name for c in node.check_keys),
-        }
-    return graph
+def _checks(defs: dg.Definitions) -> dict[str, list[str]]:
+    """The written asset checks of each asset that has any. The rest follows from the specs: the
+    graph (``test_stage_assets``) and the co-partition check of every co-partitioned stage (below)."""
+    graph = defs.resolve_asset_graph()
+    found = {}
+    for key in sorted(graph.get_all_asset_keys(), key=lambda k: k.to_user_string()):
+        if checks := sorted(c.name for c in graph.get(key).check_keys if c.name != "co_partitioned"):
+            found[key.to_user_string()] = checks
+    return found
+
+
+def test_every_co_partitioned_stage_and_only_those_has_the_co_partition_check() -> None:
+    from marin_assets.core import specs
+    from marin_assets.definitions import defs
+
+    graph = defs.resolve_asset_graph()
+    checked = {k.to_user_string() for k in graph.get_all_asset_keys() if any(c.name == "co_partitioned" for c in graph.get(k).check_keys)}
+    assert checked == {s.name for s in specs.ALL if s.co_partitioned}
 
 
 def test_definitions_load_and_validate() -> None:
@@ -42,14 +48,46 @@ def test_definitions_load_and_validate() -> None:
     assert len(normalized.partitions_def.get_partition_keys()) == 146
 
 
-def test_asset_graph_matches_snapshot() -> None:
-    """A reviewed picture of the graph: regenerate with MARIN_UPDATE_SNAPSHOT=1 when it changes on purpose."""
+def test_asset_checks_match_snapshot() -> None:
+    """A reviewed list of every asset's checks: regenerate with MARIN_UPDATE_SNAPSHOT=1 when it changes on purpose."""
     from marin_assets.definitions import defs
 
-    graph = _graph(defs)
+    checks = _checks(defs)
     if os.environ.get("MARIN_UPDATE_SNAPSHOT") or not SNAPSHOT.exists():
-        SNAPSHOT.write_text(json.dumps(graph, indent=2) + "\n")
-    assert graph == json.loads(SNAPSHOT.read_text())
+        SNAPSHOT.write_text(json.dumps(checks, indent=2) + "\n")
+    assert checks == json.loads(SNAPSHOT.read_text())
+
+
+def test_every_phase_job_selects_the_stages_its_specs_name() -> None:
+    from marin_assets.core import specs
+    from marin_assets.definitions import defs
+
+    for phase in specs.PHASES:
+        job = defs.resolve_job_def(phase.name)
+        assert {k.to_user_string() for k in job.asset_layer.selected_asset_keys} == {s.name for s in phase.stages}
+    assert all(s.phase for s in specs.ALL if s is not specs.SOURCE_PINS), "give each stage a phase (the job that builds it)"
+
+
+def stage_name_literals(source: str) -> list[str]:
+    """String constants equal to a stage's name: the spec (``specs.X.name``) says it instead."""
+    from marin_assets.core import specs
+
+    return [f"line {n.lineno}: {n.value!r}" for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Constant) and n.value in specs.BY_NAME]
+
+
+def test_no_stage_name_string_in_the_wiring() -> None:
+    assert stage_name_literals("x = 'pool'\ny = f'{a}'\nz = 'pools'\n") == ["line 1: 'pool'"]
+    offenders = {str(p.relative_to(PACKAGE)): found for p in sorted((PACKAGE / "defs").rglob("*.py")) if (found := stage_name_literals(p.read_text()))}
+    assert offenders == {}
+
+
+def test_no_asset_function_shadows_a_name_its_module_imports() -> None:
+    shadowed = []
+    for path in sorted((PACKAGE / "defs").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        imported = {a.asname or a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+        shadowed += [f"{path.relative_to(PACKAGE)}: {n.name}" for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name in imported]
+    assert shadowed == []
 
 
 def test_core_and_catalog_never_import_dagster() -> None:

@@ -4,7 +4,8 @@ Every test runs in a ``world``: a folder holding the data root (several levels d
 path climbing out with ``..`` still lands inside the world where the walk sees it), the
 staging folder, and whatever servers the test starts. After the test the world is walked:
 no file may lie outside the data root (staging must be empty), no credential may have reached
-a host other than its own, and the rows the test counted must add up.
+a host other than its own, the rows the test counted must add up, and every peak resident size
+it measured must lie within its bound.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class World:
     rows_in: int = 0
     rows_out: int = 0
     drops: int = 0
+    peaks: list[tuple[str, int, int]] = dataclasses.field(default_factory=list)  # (what, grown bytes, bound)
 
     def inject(self, n: int = 1) -> None:
         self.faults += n
@@ -42,6 +44,10 @@ class World:
         self.rows_in += rows_in
         self.rows_out += rows_out
         self.drops += drops
+
+    def peak(self, what: str, grown: int, bound: int) -> None:
+        """A reading process's peak resident size grew by ``grown`` bytes; ``bound`` is what it may grow."""
+        self.peaks.append((what, grown, bound))
 
     def outside(self) -> list[str]:
         return files_outside(self.path, [self.root, *self.allowed])
@@ -85,6 +91,9 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     outside = w.outside() + w.leftovers()
     sent = [s for host in w.off_hosts for s in host.credentials_seen()]
     lost = w.rows_in - w.rows_out - w.drops
+    over = [f"{what}: {grown >> 20} MiB > {bound >> 20} MiB" for what, grown, bound in w.peaks if grown > bound]
+    LEDGER.peaks += len(w.peaks)
+    LEDGER.peaks_over += len(over)
     LEDGER.faults += w.faults
     LEDGER.outside += len(outside)
     LEDGER.credentials_off_host += len(sent)
@@ -92,6 +101,7 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     assert not outside, f"files written outside the data root or left in staging: {outside}"
     assert not sent, f"a credential reached another host: {sent}"
     assert lost == 0, f"rows in {w.rows_in} != rows out {w.rows_out} + counted drops {w.drops}"
+    assert not over, f"reading grew a process's peak beyond its configured size: {over}"
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """A Hub-compatible server under an attacker's control, and a host that records what reaches it.
 
 ``HostileHub`` answers the requests the download code makes (repo info, tree listings, file
-bodies, bucket listings and bucket files) with whatever the test chooses: tree or bucket
+bodies, bucket listings and bucket files) with whatever the test chooses (a 429 with a one-year
+``Retry-After`` included): tree or bucket
 entries such as ``../../../../outside/X``, redirects and pagination ``Link`` headers that point
 at another host, bodies longer than listed, bytes of another format. ``RecordingHost`` is that
 other host (on 127.0.0.2, another loopback address): it records every request it gets and
@@ -21,6 +22,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
+ONE_YEAR_S = 365 * 24 * 3600 + 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,6 +150,7 @@ class HostileHub(_Server):
         self.redirect: dict[str, str] = {}
         self.bucket_next: str | None = None
         self.tree_next: str | None = None
+        self.throttled: dict[str, int] = {}  # path prefix -> how many more requests get a 429 with a one-year reset
 
     def _entry(self, path: str, data: bytes) -> dict[str, Any]:
         size = self.listed_size.get(path, len(data))
@@ -173,6 +176,10 @@ class HostileHub(_Server):
         return None
 
     def route(self, path: str, headers: dict[str, str]) -> Reply | None:
+        for prefix, left in self.throttled.items():
+            if path.startswith(prefix) and left:
+                self.throttled[prefix] = left - 1
+                return Reply(429, b'{"error": "rate limited"}', {"Retry-After": str(ONE_YEAR_S), "Content-Type": "application/json"})
         dataset = f"/api/datasets/{self.repo}"
         if path.startswith(f"{dataset}/revision/"):
             return _json({"_id": "0" * 24, "id": self.repo, "sha": SHA, "private": False, "gated": False,

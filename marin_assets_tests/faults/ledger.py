@@ -14,11 +14,14 @@ class Ledger:
     rows_lost: int = 0
     outside: int = 0
     credentials_off_host: int = 0
+    peaks: int = 0  # reading processes whose peak resident size (VmHWM) was measured
+    peaks_over: int = 0  # ... and found above the size configured for them
 
     def line(self) -> str:
         return (
             f"fault suite: {self.faults} faults injected, {self.rows_lost} rows lost, "
-            f"{self.outside} files outside the prefix, {self.credentials_off_host} credentials sent off-host"
+            f"{self.outside} files outside the prefix, {self.credentials_off_host} credentials sent off-host, "
+            f"{self.peaks_over} of {self.peaks} measured task peaks over their configured size"
         )
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from marin_assets.catalog.sources import CatalogError, Provider, Source, parse_catalog
 from marin_assets.core.ingest import hub
-from marin_assets.core.ingest.providers import ProviderAccess, hf_bucket, http
+from marin_assets.core.ingest.providers import ProviderAccess, hf_bucket, http, prestaged
 from marin_assets.core.runtime import errors, storage, trust
 from marin_assets.core.runtime.retry import RetryPolicy
 from marin_assets.core.specs import NORMALIZED
@@ -156,3 +156,51 @@ def test_hub_tree_pagination_link_to_another_host_gets_no_token(world, hostile, 
     files = hub.list_files("evil/corpus", SHA, policy=FAST)
     assert [f.path for f in files] == ["data/a.jsonl"]
     assert elsewhere.credentials_seen() == []
+
+
+# --------------------------------------------------------------------------- links out of a local folder
+
+
+def staged_source(staged_path: str, shards: int) -> Source:
+    provider = Provider(kind="prestaged", staged_path=staged_path, expected_shards=shards, allow=("**/*.parquet",))
+    return dataclasses.replace(bucket_source(), name="evilstaged", input_format="parquet", provider=provider)
+
+
+def parquet_file(path) -> None:
+    import polars as pl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pl.DataFrame({"id": ["x"], "text": ["from outside the prefix"]}).write_parquet(path)
+
+
+@pytest.mark.parametrize("linked", ["file", "folder"])
+def test_a_staged_shard_linked_from_outside_the_folder_is_refused(world, linked):
+    layout = storage.Layout(str(world.root))
+    staged = world.root / "staged" / "evil"
+    parquet_file(staged / "part-00000.parquet")
+    outside = world.scratch / "elsewhere"
+    parquet_file(outside / "part-00001.parquet")
+    link = staged / "part-00001.parquet" if linked == "file" else staged / "more"
+    link.symlink_to(outside / "part-00001.parquet" if linked == "file" else outside)
+    world.inject()
+    with pytest.raises(trust.UnsafePathError) as caught:
+        prestaged.verify(staged_source("staged/evil", 2), layout)
+    message = str(caught.value)
+    assert f"'{link}' is a link to '{outside}" in message and "outside" in message and "evilstaged" in message
+    assert isinstance(caught.value, errors.IntegrityFailure)
+
+
+def test_a_raw_file_linked_from_outside_its_copy_is_not_read(world):
+    from marin_assets.core.ingest import raw as ingest
+
+    copy = world.root / "raw" / "evil"
+    parquet_file(copy / "data" / "a.parquet")
+    parquet_file(world.scratch / "secret.parquet")
+    (copy / "data" / "b.parquet").symlink_to(world.scratch / "secret.parquet")
+    manifest = {"uri": str(copy), "files": [{"path": "data/a.parquet"}, {"path": "data/b.parquet"}]}
+    world.inject()
+    with pytest.raises(trust.UnsafePathError, match=r"b\.parquet' is a link to '.*secret\.parquet'"):
+        ingest.source_inputs(staged_source("raw/evil", 2), manifest)
+    (copy / "data" / "b.parquet").unlink()
+    (copy / "data" / "b.parquet").symlink_to(copy / "data" / "a.parquet")  # a link that stays inside is read
+    assert ingest.source_inputs(staged_source("raw/evil", 2), manifest) == [str(copy / "data" / n) for n in ("a.parquet", "b.parquet")]

@@ -161,3 +161,19 @@ def test_conflicting_column_types_name_the_files(world):
         run(world, files)
     assert "a.jsonl" in str(caught.value) and "b.jsonl" in str(caught.value) and "meta" in str(caught.value)
     world.rows(2, 0, 2)
+
+
+def test_invalid_utf8_in_a_parquet_binary_text_column_names_source_file_column_and_fix(world):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    texts = [f"row {i}".encode() for i in range(10)] + [b"broken \xff\xfe bytes"]
+    pq.write_table(pa.table({"id": [str(i) for i in range(11)], "text": pa.array(texts, pa.binary())}), buf)
+    world.inject()
+    with pytest.raises(errors.BadInput) as caught:
+        run(world, {"part-0.parquet": parquet(ROWS[:5]), "part-1.parquet": buf.getvalue()})
+    message = str(caught.value)
+    assert "source 'src'" in message and "part-1.parquet" in message and "column 'text' (Binary)" in message
+    assert "not valid UTF-8 (1 of 11 rows" in message and "transform" in message and "exclude the file" in message
+    world.rows(16, 0, 16)  # the source fails: nothing is published, no row is lost unseen

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
 import dagster as dg
 import pytest
 import yaml
-from dagster._core.events import EngineEventData
+from dagster._core.events import DagsterEventType, EngineEventData
 from dagster._core.launcher.default_run_launcher import DefaultRunLauncher
 from dagster._core.storage.dagster_run import DagsterRunStatus
 from dagster._daemon.monitoring.run_monitoring import monitor_started_run
@@ -158,3 +160,78 @@ def test_the_code_location_loads_with_a_bad_entry(world, tmp_path):
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[:2] == ["147", "True"] and "invalid-entry-147" in done.stdout
+
+
+# --------------------------------------------------------------------------- a rerun without the daemon
+
+
+@dg.asset(pool=POOL)
+def fetched_files() -> int:
+    return 1
+
+
+def fetch_job() -> dg.JobDefinition:
+    """One step in the ``hf_download`` pool, with the project's executor (reconstructable by name)."""
+    from marin_assets.defs.automation.execution import executor_from_env
+
+    job = dg.define_asset_job("fetch_job", selection=[fetched_files], executor_def=executor_from_env("in_process"))
+    return dg.Definitions(assets=[fetched_files], jobs=[job]).resolve_job_def("fetch_job")
+
+
+def test_a_rerun_frees_the_slot_a_dead_run_holds_without_the_daemon(world):
+    with instance_from_dagster_yaml(world.scratch) as instance:
+        dead = started_run_holding_the_slot(instance, dead_pid())
+        world.inject()
+        with dg.execute_job(dg.reconstructable(fetch_job), instance=instance) as result:
+            assert result.success
+        assert instance.get_run_by_id(dead.run_id).status == DagsterRunStatus.FAILURE
+        messages = [e.message for e in instance.all_logs(dead.run_id)]
+        assert any("waits for pool 'hf_download'" in m and "is gone" in m for m in messages), messages
+        assert other_run_can_claim(instance), "the rerun released the slot it took over"
+
+
+RUN_BLOCKED = """
+import sys, dagster as dg, yaml
+from marin_assets_tests.faults.test_runs_and_catalog import REPO_ROOT, fetch_job
+config = yaml.safe_load((REPO_ROOT / "dagster.yaml").read_text())
+with dg.instance_for_test(temp_dir=sys.argv[1], overrides=config) as instance:
+    dg.execute_job(dg.reconstructable(fetch_job), instance=instance)
+"""
+
+
+def blocked_run(instance, child: subprocess.Popen, holder: str, limit_s: float = 180.0) -> str:
+    """The id of the child's run once its step reports waiting for the pool slot (polled, not slept for)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        for run in instance.get_runs():
+            records = instance.get_records_for_run(run.run_id, of_type=DagsterEventType.ENGINE_EVENT).records
+            if run.run_id != holder and any("blocked by limit for pool" in (r.event_log_entry.message or "") for r in records):
+                return run.run_id
+        try:
+            child.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            continue
+        raise AssertionError(f"the run ended before it waited for the slot: {child.stderr.read().decode()[-3000:]}")
+    raise AssertionError("the run never reported waiting for the slot")
+
+
+@pytest.mark.system  # a run in a subprocess, blocked on a pool slot a live run holds, then SIGTERM
+def test_a_step_blocked_on_a_pool_slot_exits_on_sigterm(world):
+    home = world.scratch / "home"
+    with instance_from_dagster_yaml(world.scratch) as instance:
+        holder = started_run_holding_the_slot(instance, os.getpid())  # alive: this test's process
+        world.inject()
+        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+        child = subprocess.Popen([sys.executable, "-c", RUN_BLOCKED, str(home)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            run_id = blocked_run(instance, child, holder.run_id)
+            child.send_signal(signal.SIGTERM)
+            child.wait(timeout=120)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        status = instance.get_run_by_id(run_id).status
+        assert status in (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED), status
+        assert instance.get_run_by_id(holder.run_id).status == DagsterRunStatus.STARTED  # a live holder is left alone
+        assert [s.run_id for s in instance.event_log_storage.get_concurrency_info(POOL).claimed_slots] == [holder.run_id]

@@ -30,7 +30,7 @@ from marin_assets.core.runtime.errors import BadInput
 log = logging.getLogger(__name__)
 
 # Reasons a reader drops a row because it cannot read it (as opposed to a recipe's filters).
-UNREADABLE = ("bad_json", "too_deep")
+UNREADABLE = ("bad_json", "too_deep", "too_long")
 # A source whose unreadable rows exceed this share of its rows fails its blocking check.
 MAX_BAD_ROW_SHARE = 0.01
 _LOGGED_PER_FILE = 5
@@ -38,6 +38,9 @@ _LOGGED_PER_FILE = 5
 # ``reader(uri, fmt, batch_rows, counters, batch_bytes=...)``: rows cap Parquet batches, bytes cap text chunks
 Reader = Callable[..., Iterator[pl.DataFrame]]
 BATCH_BYTES = 32 << 20  # text read per chunk when the caller gives no size
+# The longest line (row) or JSON document a reader holds: a longer line is counted as ``too_long``
+# and skipped unread, a longer document fails its file. Well under a task's memory, far over any real row.
+MAX_ROW_BYTES = 64 << 20
 
 
 class FormatError(BadInput, RuntimeError):
@@ -75,68 +78,140 @@ def sniff(uri: str, size: int = 64) -> str | None:
 
 
 def _zstd_blocks(raw: Any, piece_bytes: int = 1 << 20) -> Iterator[bytes]:
-    """Decompressed blocks of a (multi-frame) zstd stream; a stream cut inside a frame raises ``EOFError``.
+    """Decompressed blocks of at most ``piece_bytes`` of a (multi-frame) zstd stream, for any compression ratio.
 
-    (The library's stream reader ends quietly at a cut, which would lose the rest of the file unseen.)
+    The library's stream reader bounds each block but ends quietly where a file is cut inside a frame,
+    which would lose the rest of the file unseen: ``_ZstdFrames`` follows the frame and block headers of
+    the bytes it reads and raises ``EOFError`` when the stream does not end at a frame's end.
     """
     import zstandard  # noqa: PLC0415
 
-    decompressor = zstandard.ZstdDecompressor()
-    frame = decompressor.decompressobj()
-    inside = False
-    while data := raw.read(piece_bytes):
-        while data:
-            inside = True
-            out = frame.decompress(data)
-            if out:
-                yield out
-            if frame.eof:
-                data, frame, inside = frame.unused_data, decompressor.decompressobj(), False
-            else:
-                data = b""
-    if inside:
-        raise EOFError("zstd stream ended inside a frame (the file is truncated)")
+    frames = _ZstdFrames(raw)
+    reader = zstandard.ZstdDecompressor().stream_reader(frames, read_size=piece_bytes, read_across_frames=True, closefd=False)
+    while block := reader.read(piece_bytes):
+        yield block
+    frames.check_complete()
+
+
+class _ZstdFrames:
+    """A file object that walks the zstd frame format (RFC 8878) over the bytes read through it, without decoding."""
+
+    def __init__(self, raw: Any):
+        self.raw, self.held, self.skip, self.step = raw, bytearray(), 0, self._magic
+        self.need, self.checksum = 4, False
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.raw.read(size)
+        view = memoryview(data)
+        while view:
+            if self.skip:
+                n = min(self.skip, len(view))
+                self.skip -= n
+                view = view[n:]
+                continue
+            n = min(self.need - len(self.held), len(view))
+            self.held += view[:n]
+            view = view[n:]
+            if len(self.held) == self.need:
+                header, self.held = bytes(self.held), bytearray()
+                self.step(header)
+        return data
+
+    def _magic(self, head: bytes) -> None:
+        magic = int.from_bytes(head, "little")
+        if magic & 0xFFFFFFF0 == 0x184D2A50:  # a skippable frame: its size, then that many bytes
+            self.step, self.need = self._skippable, 4
+        elif magic == 0xFD2FB528:
+            self.step, self.need = self._descriptor, 1
+        else:
+            raise OSError(f"not a zstd frame (magic {head.hex()})")
+
+    def _skippable(self, head: bytes) -> None:
+        self.skip, self.step, self.need = int.from_bytes(head, "little"), self._magic, 4
+
+    def _descriptor(self, head: bytes) -> None:
+        fhd = head[0]
+        single = bool(fhd & 0x20)
+        fcs = (1 if single else 0, 2, 4, 8)[fhd >> 6]
+        self.checksum = bool(fhd & 0x04)
+        rest = (0 if single else 1) + (0, 1, 2, 4)[fhd & 0x03] + fcs
+        self.step, self.need = self._block, 3
+        if rest:
+            self.skip = rest
+
+    def _block(self, head: bytes) -> None:
+        value = int.from_bytes(head, "little")
+        last, kind, size = value & 1, (value >> 1) & 3, value >> 3
+        self.skip = 1 if kind == 1 else size  # an RLE block stores one byte
+        if last:
+            self.skip += 4 if self.checksum else 0
+            self.step, self.need = self._magic, 4
+
+    def check_complete(self) -> None:
+        if self.skip or self.held or self.step != self._magic:
+            raise EOFError("zstd stream ended inside a frame (the file is truncated)")
+
+    def close(self) -> None:
+        pass
 
 
 def _blocks(raw: Any, compression: str | None, chunk_bytes: int) -> Iterator[bytes]:
+    """Decompressed blocks of at most ``chunk_bytes``, whatever the compression ratio."""
     if compression == "zstd":
-        yield from _zstd_blocks(raw, max(4096, min(1 << 20, chunk_bytes // 8)))  # text expands ~5x, often more
+        yield from _zstd_blocks(raw, max(4096, min(1 << 20, chunk_bytes)))
         return
     stream: Any = gzip.GzipFile(fileobj=raw) if compression == "gzip" else raw
     while block := stream.read(chunk_bytes):
         yield block
 
 
-def _iter_json_lines(uri: str, compression: str | None, chunk_bytes: int = BATCH_BYTES) -> Iterator[tuple[int, bytes]]:
-    """Yield ``(first line number, chunk of whole JSON lines)`` of about ``chunk_bytes``, decompressing on the fly."""
+def _iter_json_lines(uri: str, compression: str | None, chunk_bytes: int = BATCH_BYTES, max_row_bytes: int | None = None,
+                     counters: dict[str, int] | None = None) -> Iterator[tuple[int, bytes]]:  # fmt: skip
+    """Yield ``(first line number, chunk of whole JSON lines)`` of about ``chunk_bytes``, decompressing on the fly.
+
+    A line longer than ``max_row_bytes`` is never held: it is skipped to its end and counted as
+    ``too_long`` with its line and byte offset, so memory stays within ``chunk_bytes + max_row_bytes``
+    plus one block for any compression ratio.
+    """
+    counters = {} if counters is None else counters
+    max_row_bytes = max_row_bytes or MAX_ROW_BYTES
     fs, path = storage.filesystem(uri)
     raw = fs.open(path, "rb")
+    held = bytearray()  # whole lines not yet yielded, then the start of the next line
+    line, offset = 1, 0  # of held[0]: its line number and its offset in the decompressed stream
+    skipping: tuple[int, int] | None = None  # (line, offset) of an over-long line being skipped
     try:
-        parts: list[bytes] = []
-        held = 0
-        line = 1
-        for block in _blocks(raw, compression, chunk_bytes):
-            parts.append(block)
-            held += len(block)
-            if held < chunk_bytes:
-                continue
-            pending = b"".join(parts)
-            start = 0
-            while len(pending) - start >= chunk_bytes:  # a block may hold many chunks (zstd pieces expand)
-                cut = pending.rfind(b"\n", start, start + chunk_bytes)
-                if cut < 0:  # one line longer than a chunk: up to its end
-                    cut = pending.find(b"\n", start + chunk_bytes)
-                    if cut < 0:
-                        break
-                chunk = pending[start : cut + 1]
-                start = cut + 1
-                yield line, chunk
-                line += chunk.count(b"\n")
-            rest = pending[start:]
-            parts, held = [rest], len(rest)
-        pending = b"".join(parts)
-        if pending.strip():
-            yield line, pending
+        for block in _blocks(raw, compression, min(chunk_bytes, max_row_bytes)):
+            if skipping is not None:
+                end = block.find(b"\n")
+                if end < 0:
+                    offset += len(block)
+                    continue
+                _bad(counters, "too_long", uri, skipping[0], f"a line of {offset + end - skipping[1]} bytes at byte {skipping[1]}, "
+                     f"over the {max_row_bytes}-byte limit a row may have")  # fmt: skip
+                offset, line, block, skipping = offset + end + 1, line + 1, block[end + 1 :], None
+            held += block
+            while len(held) >= chunk_bytes or len(held) > max_row_bytes:
+                cut = held.rfind(b"\n", 0, chunk_bytes)
+                if cut < 0:  # the first held line is longer than a chunk: up to its end, if within the limit
+                    cut = held.find(b"\n", 0, max_row_bytes + 1)
+                if cut >= 0:
+                    with memoryview(held) as view:  # one copy, not a bytearray slice and then its bytes
+                        chunk = bytes(view[: cut + 1])
+                    del held[: cut + 1]
+                    yield line, chunk
+                    line, offset = line + chunk.count(b"\n"), offset + len(chunk)
+                    continue
+                if len(held) > max_row_bytes:
+                    skipping = (line, offset)
+                    offset += len(held)
+                    held.clear()
+                break
+        if skipping is not None:
+            _bad(counters, "too_long", uri, skipping[0], f"a last line of {offset - skipping[1]} bytes at byte {skipping[1]}, "
+                 f"over the {max_row_bytes}-byte limit a row may have")  # fmt: skip
+        elif held.strip():
+            yield line, bytes(held)
     finally:
         raw.close()
 
@@ -212,7 +287,13 @@ def read_parquet(uri: str, fmt: str, batch_rows: int, counters: dict[str, int], 
             yield pl.from_arrow(batch)  # type: ignore[misc]
 
 
-def read_json_document(uri: str, fmt: str, batch_rows: int, counters: dict[str, int], batch_bytes: int = BATCH_BYTES) -> Iterator[pl.DataFrame]:
+def read_json_document(uri: str, fmt: str, batch_rows: int, counters: dict[str, int], batch_bytes: int = BATCH_BYTES,
+                       max_row_bytes: int | None = None) -> Iterator[pl.DataFrame]:  # fmt: skip
+    """A whole JSON document (an object or an array of them); one larger than ``max_row_bytes`` fails the file unread."""
+    max_row_bytes = max_row_bytes or MAX_ROW_BYTES
+    if (size := storage.size(uri)) > max_row_bytes:
+        raise FormatError(f"file '{uri}': a JSON document of {size} bytes, over the {max_row_bytes}-byte limit one document "
+                          f"may have (it is read whole); convert it to JSON lines, or exclude the file with the entry's globs")
     try:
         value = json.loads(storage.read_bytes(uri))
     except RecursionError:
@@ -222,8 +303,9 @@ def read_json_document(uri: str, fmt: str, batch_rows: int, counters: dict[str, 
 
 
 def _json_lines_reader(compression: str | None) -> Reader:
-    def read(uri: str, fmt: str, batch_rows: int, counters: dict[str, int], batch_bytes: int = BATCH_BYTES) -> Iterator[pl.DataFrame]:
-        for first_line, chunk in _iter_json_lines(uri, compression, batch_bytes):
+    def read(uri: str, fmt: str, batch_rows: int, counters: dict[str, int], batch_bytes: int = BATCH_BYTES,
+             max_row_bytes: int | None = None) -> Iterator[pl.DataFrame]:  # fmt: skip
+        for first_line, chunk in _iter_json_lines(uri, compression, batch_bytes, max_row_bytes, counters):
             frame = parse_json_chunk(chunk, counters, uri, first_line)
             if frame.height:
                 yield frame

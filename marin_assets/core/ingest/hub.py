@@ -6,7 +6,8 @@ server (``HF_ENDPOINT``). What this module adds on top:
 
 * the project's one retry loop (``marin_assets.core.runtime.retry``) for every request: exponential
   backoff with jitter on 408/425/429/5xx, dropped connections and short reads, waiting at least
-  the server's rate-limit reset (at most 15 minutes);
+  the server's rate-limit reset (at most 15 minutes). ``huggingface_hub``'s own retries, which
+  wait whatever ``Retry-After`` says, are turned off: each of its calls is one request;
 * nothing the Hub lists is trusted: a path that would leave the destination fails the
   download naming the entry, and a body longer than listed is cut off at once;
 * no retries where retrying cannot help: gated repos (401/403) and revisions the provider no
@@ -39,11 +40,12 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from fsspec.utils import glob_translate
-from huggingface_hub import HfApi, hf_hub_url
+from huggingface_hub import HfApi, hf_hub_download, hf_hub_url
 from huggingface_hub import constants as hf_constants
 from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
+    LocalEntryNotFoundError,
     RemoteEntryNotFoundError,
     RepositoryNotFoundError,
     RevisionNotFoundError,
@@ -103,6 +105,22 @@ _Counters = Counters
 
 
 # --------------------------------------------------------------------------- endpoint, token, errors
+
+
+def _library_retries_off() -> None:
+    """Make every ``huggingface_hub`` request path (metadata, tree pages, file heads and bodies) one request.
+
+    Its ``http_backoff`` retries 429s and 5xx itself, sleeping for whatever ``Retry-After`` a server
+    sends (a year, from a hostile mirror) outside any cap; with no retries of its own it raises the
+    status instead, and the caller's ``retrying`` decides the wait under the ``RetryPolicy`` caps.
+    """
+    from huggingface_hub.utils import _http  # the library's retry defaults live there
+
+    for backoff in (_http.http_backoff, _http.http_stream_backoff.__wrapped__):  # the latter is a context manager
+        backoff.__kwdefaults__["max_retries"] = 0
+
+
+_library_retries_off()
 
 
 def hub_endpoint(endpoint: str | None = None) -> str:
@@ -183,7 +201,8 @@ def _credential_guard(request: Any) -> None:
 
 
 def _guarded_session() -> Any:
-    """``huggingface_hub``'s shared HTTP client, with the credential guard installed."""
+    """``huggingface_hub``'s shared HTTP client, with the credential guard installed (and its retries off)."""
+    _library_retries_off()
     session = get_session()
     hooks = list(session.event_hooks.get("request", []))
     if _credential_guard not in hooks:
@@ -310,6 +329,34 @@ def select_paths(paths: Iterable[str], allow: str | Sequence[str] | None = None,
         p for p in paths
         if (allowed is None or any(r.match(p) for r in allowed)) and not any(r.match(p) for r in excluded)
     ]  # fmt: skip
+
+
+def hub_file(
+    repo_id: str,
+    filename: str,
+    revision: str | None,
+    *,
+    repo_type: str = "model",
+    policy: RetryPolicy = DEFAULT_POLICY,
+    endpoint: str | None = None,
+    token: str | None = None,
+) -> str:
+    """The local path of one file of a repo at a full commit or the main branch (the Hub client's cache), under the retry caps."""
+    what = f"fetching {filename} of {repo_type} {repo_id}@{(revision or 'main')[:12]}"
+
+    def fetch() -> str:
+        try:
+            return hf_hub_download(repo_id, filename, revision=revision, repo_type=repo_type,
+                                   endpoint=hub_endpoint(endpoint), token=_token(token))  # fmt: skip
+        except LocalEntryNotFoundError as err:  # the client's wrapper of a failed request: its cause says which
+            if isinstance(err.__cause__, (HfHubHTTPError, httpx.TransportError)):
+                raise err.__cause__ from None
+            raise
+
+    def attempt() -> str:
+        return _call_api(what, fetch, repo_id=repo_id, repo_type=repo_type, revision=revision or "main", endpoint=endpoint, token=token)
+
+    return retrying(policy, what, attempt)
 
 
 def list_files(

@@ -227,6 +227,35 @@ def whitespace_runs(texts: pa.Array | pa.ChunkedArray, longer_than: int) -> np.n
                                _WHITESPACE_BYTE)
 
 
+def _cast_error(frame: pl.DataFrame, columns: list[str | None], source: str, file: str, err: Exception) -> NormalizeError:
+    """What a failed cast to text means: which column, how many rows, and what to do about it."""
+    for column in (c for c in columns if c and c in frame.columns):
+        try:
+            frame.select(pl.col(column).cast(pl.Utf8))
+            continue
+        except (pl.exceptions.ComputeError, pl.exceptions.InvalidOperationError):
+            pass
+        what = "values that cannot be read as text"
+        if frame.schema[column] == pl.Binary:
+            bad = sum(1 for value in frame[column] if value is not None and not _is_utf8(value))
+            what = f"bytes that are not valid UTF-8 ({bad} of {frame.height} rows of a batch)"
+        return NormalizeError(
+            f"source '{source}': file '{file}', column '{column}' ({frame.schema[column]}): {what}; "
+            f"make the recipe's transform decode the column (invalid bytes replaced), exclude the file with "
+            f"the entry's globs, or fetch it again if it is corrupt"
+        )
+    return NormalizeError(f"source '{source}': file '{file}': its rows cannot be read as text ({type(err).__name__}: "
+                          f"{str(err)[:300]}); check the catalog entry's text_field and id_field against the file's columns")  # fmt: skip
+
+
+def _is_utf8(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def canonical_rows(frame: pl.DataFrame, params: NormalizeParams, *, source: str, file: str) -> tuple[pl.DataFrame, dict[str, int]]:
     """Rename fields, compact whitespace, drop empty texts and add ``id``."""
     counters: dict[str, int] = {}
@@ -248,7 +277,10 @@ def canonical_rows(frame: pl.DataFrame, params: NormalizeParams, *, source: str,
     else:
         source_id = pl.lit(None, dtype=pl.Utf8)
     keep = [] if params.bare else [c for c in frame.columns if c not in (params.text_field, params.id_field)]
-    frame = frame.select(text.alias("text"), source_id.alias("source_id"), *keep)
+    try:
+        frame = frame.select(text.alias("text"), source_id.alias("source_id"), *keep)
+    except (pl.exceptions.ComputeError, pl.exceptions.InvalidOperationError) as err:
+        raise _cast_error(frame, [params.text_field, params.id_field], source, file, err) from err
 
     rows_in = frame.height
     frame = frame.filter(pl.col("text").str.contains(r"\S").fill_null(False))

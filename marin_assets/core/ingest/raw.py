@@ -13,6 +13,7 @@ are checked to stay inside the copy.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -132,6 +133,7 @@ def source_inputs(source: Any, raw: dict[str, Any]) -> list[str]:
     normalize does not read.
     """
     provider = source.provider
+    local = storage.local_path(raw["uri"])
     chosen = []
     for path in _manifest_paths(raw):
         trust.safe_relpath(path, f"source '{source.name}': raw manifest of {raw['uri']}")
@@ -143,6 +145,8 @@ def source_inputs(source: Any, raw: dict[str, Any]) -> list[str]:
             continue
         if format_of_name(path) is None:
             continue
+        if local is not None:
+            trust.real_path_inside(local, os.path.join(local, path), f"source '{source.name}'")
         chosen.append(storage.join(raw["uri"], path))
     return chosen
 

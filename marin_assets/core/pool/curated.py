@@ -87,14 +87,12 @@ def load_tokenizer(name: str, revision: str | None, file: str = "tokenizer.json"
     elif os.path.isdir(name):
         path = os.path.join(name, file)
     else:
-        from huggingface_hub import hf_hub_download  # noqa: PLC0415
-
         from marin_assets.core.ingest import hub  # noqa: PLC0415
 
         try:
             # A short pin is resolved to its full commit (and checked to extend it) first.
             full = hub.resolve_revision(name, revision, repo_type="model") if revision else None
-            path = hf_hub_download(name, file, revision=full)
+            path = hub.hub_file(name, file, full)
         except Exception as exc:  # the hub client raises many kinds; all mean "not available"
             raise PoolError(
                 f"cannot fetch tokenizer {name!r} at revision {revision!r}: {type(exc).__name__}: {exc}. "

@@ -8,7 +8,9 @@ the shard.
 
 On Ray each shard is one task that carries its resources (CPUs, memory, GPUs), at most
 ``max_in_flight`` tasks are submitted at once (a corpus of 10^5 shards never floods the
-scheduler), a failed task is retried ``retries`` times (a lost worker as well as an error),
+scheduler), a failed task is retried ``retries`` times when a retry can help (a lost worker, a
+worker killed for memory, a dropped connection or timed-out I/O: ``TRANSIENT_ERRORS``), never for
+a deterministic error (bad input, a bug), which would only fail again,
 and ``on_done`` sees every task as soon as it finishes, not when the whole map ends.
 
 The runner never starts or owns a cluster by itself unless asked to (``ray_address="local"``):
@@ -30,6 +32,9 @@ from marin_assets.core.runtime.errors import ConfigurationError
 ShardFn = Callable[..., Mapping[str, Any]]
 
 LOCAL = "local"  # ray_address that starts (or reuses) a Ray instance on this machine
+# Errors raised inside a task that may pass on a retry; lost workers and out-of-memory kills are
+# retried by Ray whatever the error list says (they raise nothing inside the task).
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
 
 
 class ShardFailed(ConfigurationError, RuntimeError):
@@ -294,7 +299,7 @@ class ShardRunner:
                     options = self.resources_for(tasks[i]).ray_options()
                     if self.runtime_env:
                         options["runtime_env"] = dict(self.runtime_env)
-                    ref = remote.options(max_retries=self.retries, retry_exceptions=True, **options).remote(tasks[i])
+                    ref = remote.options(max_retries=self.retries, retry_exceptions=list(TRANSIENT_ERRORS), **options).remote(tasks[i])
                     pending[ref] = i
                 if not pending:
                     break
@@ -305,7 +310,8 @@ class ShardRunner:
                         result = ray.get(ref)
                     except RayTaskError as exc:
                         cause = exc.cause if isinstance(exc.cause, BaseException) else exc
-                        raise _with_shard_note(cause, tasks[i], self.retries + 1) from None
+                        attempts = self.retries + 1 if isinstance(cause, TRANSIENT_ERRORS) else 1
+                        raise _with_shard_note(cause, tasks[i], attempts) from None
                     except Exception as exc:  # a lost worker or node, after its retries
                         raise ShardFailed(
                             f"{describe_task(tasks[i])} failed after {self.retries + 1} attempt(s): "

@@ -31,6 +31,27 @@ class UndeclaredInput(ConfigurationError, RuntimeError):
 
 
 @dataclasses.dataclass(frozen=True)
+class StepSize:
+    """What one step of the stage needs beyond the default pod (1 CPU, 2 GiB) when steps run as
+    pods: most per-shard work runs as Ray tasks and the step only plans and reports."""
+
+    cpu: str
+    memory: str
+    gpu: int = 0
+    scratch: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Bench:
+    """Which bench (``bench/bench_<module>.py``) holds the stage to a goal, and how; ``row`` names
+    its row in ``bench_stages`` (``BENCH_STAGES=row``) when that bench is ``stages``."""
+
+    module: str
+    how: str
+    row: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class StageSpec:
     """What the runner and the asset wiring need to know about a stage.
 
@@ -38,7 +59,10 @@ class StageSpec:
     in; default: ``attributes/{stage}/{source}`` per source, ``global/{stage}`` otherwise);
     ``data_folder`` names a second tree the stage writes its data to, next to its index.
     ``study_stage`` marks a stage of a mixture study (partitioned by study, ``{source}`` is the
-    study): its name inside the study folder, which its fingerprints and manifests carry too.
+    study): its name inside the study folder, which its fingerprints and manifests carry too;
+    ``by_run`` marks a study stage with one partition per proxy run.
+    ``phase`` names the job that builds it (``specs.PHASES``), ``step`` its step's size beyond the
+    default pod, ``bench`` the bench that holds it to a goal.
     """
 
     name: str
@@ -50,6 +74,15 @@ class StageSpec:
     folder: str = ""
     data_folder: str = ""
     study_stage: str = ""
+    by_run: bool = False
+    phase: str = ""
+    step: StepSize | None = None
+    bench: Bench | None = None
+
+    @property
+    def co_partitioned(self) -> bool:
+        """Written per source under ``attributes/``: same shard basenames and row order as its input."""
+        return self.partitioned and bool(self.inputs) and not (self.folder or self.data_folder or self.study_stage)
 
     def group_uri(self, layout: storage.Layout, source: str | None = None) -> str:
         """The folder holding every fingerprinted output of the stage (for one source) and ``_current.json``."""

@@ -66,6 +66,42 @@ def child_uri(dest: str, rel: str, what: str) -> str:
     return dest.rstrip("/") + "/" + rel
 
 
+def _first_link(folder: str, path: str) -> str:
+    """The first link on the way from ``folder`` down to ``path`` (``path`` itself when none is found)."""
+    here = folder
+    for part in os.path.relpath(path, folder).split(os.sep):
+        here = os.path.join(here, part)
+        if os.path.islink(here):
+            return here
+    return path
+
+
+def real_path_inside(folder: str, path: str, what: str) -> str:
+    """``path`` (a local file under ``folder``) when its real path, links resolved, stays inside ``folder``.
+
+    A link that leads out of the folder (a file or folder linked from elsewhere) is refused with
+    ``UnsafePathError`` naming the link and its target: what lies outside was never checked.
+    """
+    root, real = os.path.realpath(folder), os.path.realpath(path)
+    if real == root or real.startswith(root + os.sep):
+        return path
+    link = _first_link(folder, path)
+    target = os.readlink(link) if os.path.islink(link) else real
+    raise UnsafePathError(
+        f"{what}: '{link}' is a link to '{target}', so '{path}' is really '{real}', outside '{folder}'; refusing to "
+        f"read it. Copy the file into the folder in place of the link, or remove the link"
+    )
+
+
+def links_inside(folder: str, what: str) -> None:
+    """Refuse (``real_path_inside``) any link under the local ``folder`` that leads out of it, file or folder."""
+    for here, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            path = os.path.join(here, name)
+            if os.path.islink(path):
+                real_path_inside(folder, path, what)
+
+
 def _normal(uri: str) -> str:
     if "://" in uri:
         scheme, rest = uri.split("://", 1)

@@ -6,12 +6,13 @@ import numpy as np
 
 from marin_assets.core.embed import embeddings as embed
 from marin_assets.core.runtime import storage
-from marin_assets.core.specs import CONTAMINATION, EMBEDDINGS, MINHASH_BUCKETS, QUALITY_SCORES, TOPICS
+from marin_assets.core import specs
+from marin_assets.core.specs import EMBEDDINGS
 from marin_assets.defs.checks.output import NoOutput, missing_output, output_uri, parquet_schema
 from marin_assets.defs.partitions import source_partitions
 
 # Attribute stages joined shard by shard with their input (same basenames, same row counts).
-CO_PARTITIONED = tuple(s.name for s in (MINHASH_BUCKETS, CONTAMINATION, EMBEDDINGS, TOPICS, QUALITY_SCORES))
+CO_PARTITIONED = tuple(s.name for s in specs.ALL if s.co_partitioned)
 
 # Output dimension of the encoders we know; another model is checked for consistency only.
 KNOWN_DIMENSIONS = {"microsoft/harrier-oss-v1-0.6b": 1024, embed.OFFLINE_MODEL: 384}

@@ -65,7 +65,7 @@ def band_sizes(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
                      "band shares " + ", ".join(f"q{b} {s:.1%}" for b, s in enumerate(shares))),  # fmt: skip
         metadata={
             "documents": documents,
-            "topics": len(per_topic),
+            "topic_count": len(per_topic),
             "band_shares": markdown_table([{"band": f"q{b}", "documents": totals[b], "share": f"{shares[b]:.2%}"} for b in range(bands)]),
         },
     )

@@ -21,7 +21,7 @@ GLOBAL_COVERAGE_DROP = "global_coverage_drop.parquet"
     kinds={"numpy"},
     description="Exact sorted index of the pinned eval sets' 13-gram features (both rules), with attribution to eval "
     "set and row. Refuses to build when a mandatory set is missing or not pinned by the lock.",
-    check_specs=[dg.AssetCheckSpec("eval_sets_available", asset="eval_ngrams",
+    check_specs=[dg.AssetCheckSpec("eval_sets_available", asset=EVAL_NGRAMS.name,
                                    description="every best-effort eval set was fetched and read (non-blocking)")],
 )
 def eval_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:

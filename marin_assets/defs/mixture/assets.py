@@ -14,13 +14,11 @@ import dagster as dg
 import numpy as np
 import polars as pl
 
-from marin_assets.core.decon import eval_sources
 from marin_assets.core.mixture import fit, gates, launcher, proxy_trainer, results
 from marin_assets.core.mixture import swarm as swarm_core
 from marin_assets.core.pool import curated as pool_core
 from marin_assets.core.pool import groups as mixture
 from marin_assets.core.runtime import stages, storage
-from marin_assets.core.runtime.stages import StageSpec
 from marin_assets.core.specs import (
     MIXTURE_MODEL,
     MIXTURE_SWARM,
@@ -35,83 +33,16 @@ from marin_assets.defs.mixture.partitions import (
     proxy_run_partitions,
     study_partitions,
 )
+from marin_assets.defs.mixture.study import (
+    current_output,
+    eval_set_input,
+    evaluation_texts,
+    study_asset,
+    study_params,
+    target_name,
+)
+from marin_assets.defs.mixture.validation import mixture_validation  # noqa: F401 -- found here by stage_assets, like every stage of the group
 from marin_assets.defs.resources import MarinResource
-
-BY_STUDY = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="study")
-
-
-def study_asset(spec: StageSpec, partitions_def: dg.PartitionsDefinition, **kwargs):
-    """``@dg.asset`` for a mixture stage: name, group, code version and dependencies from its spec;
-    a dependency on a per-run stage from a per-study one (or back) maps by the study dimension."""
-    by_run = partitions_def is proxy_run_partitions
-    ins = {
-        i.name: dg.AssetIn(partition_mapping=BY_STUDY, dagster_type=dg.Nothing)
-        for i in spec.inputs
-        if i.name in (MIXTURE_SWARM.name, PROXY_RESULTS.name) and (by_run or i.name == PROXY_RESULTS.name)
-    }
-    return dg.asset(
-        name=spec.name,
-        ins=ins,
-        deps=[dg.AssetKey(i.name) for i in spec.inputs if i.name not in ins],
-        partitions_def=partitions_def,
-        group_name=spec.group,
-        code_version=spec.code_version,
-        **kwargs,
-    )
-
-
-def _study(marin: MarinResource, study: str) -> tuple[str, swarm_core.StudyParams]:
-    root = marin.layout().root
-    try:
-        return root, swarm_core.load_study(root, study)
-    except swarm_core.StudyError as exc:
-        raise dg.Failure(str(exc)) from exc
-
-
-def _target_name(params: swarm_core.StudyParams) -> str:
-    """The target as shown: the metric, or the weighted sum of metrics."""
-    target = params.target()
-    return params.target_metric if list(target) == [params.target_metric] else " + ".join(f"{w:g} x {m}" for m, w in target.items())
-
-
-def eval_set_uri(root: str, study: str, params: swarm_core.StudyParams) -> str:
-    """A configured eval set's URI: as given when it names a scheme or an absolute path, else inside the study folder."""
-    name = params.proxy.eval_set
-    return name if "://" in name or name.startswith("/") else storage.join(swarm_core.study_dir(root, study), name)
-
-
-def eval_set_input(marin: MarinResource, root: str, study: str, params: swarm_core.StudyParams) -> dict[str, str]:
-    """Fingerprint input of the built-in proxy's evaluation text: the locked registry or the file's bytes."""
-    name = params.proxy.eval_set
-    if params.trainer != "builtin" or not name:
-        return {}
-    if name == "locked":
-        return {"eval_set": eval_sources.registry_digest(marin.evals())}
-    uri = eval_set_uri(root, study, params)
-    return {"eval_set": hashlib.sha256(storage.read_bytes(uri)).hexdigest()[:16] if storage.exists(uri) else "absent"}
-
-
-def evaluation_texts(marin: MarinResource, root: str, study: str, params: swarm_core.StudyParams, pool_files: dict) -> dict[str, bytes]:
-    """The built-in proxy's evaluation text: the locked eval sets (one domain per set), a
-    configured file, or the held-out pool documents."""
-    name = params.proxy.eval_set
-    try:
-        if name == "locked":
-            registry = marin.evals()
-            rows = eval_sources.registry_rows(registry, lambda s: eval_sources.fetch_eval_set(s, registry, marin.layout(), marin.provider_access()))
-            return proxy_trainer.capped_texts(((eval_set, text) for eval_set, _, text in rows), params.proxy.max_eval_bytes_per_domain)
-        if name:
-            return proxy_trainer.read_eval_set(eval_set_uri(root, study, params), params.proxy)
-    except (ValueError, eval_sources.EvalIndexError) as exc:
-        raise dg.Failure(f"study '{study}': {exc}") from exc
-    return proxy_trainer.evaluation_texts(pool_files, params.proxy)
-
-
-def _current(marin: MarinResource, spec: StageSpec, study: str, run: str | None = None) -> tuple[str, str]:
-    found = stages.current_study_output(marin.layout(), spec, study, run)
-    if found is None:
-        raise dg.Failure(f"study '{study}' has no {spec.study_stage} output{f' for run {run}' if run else ''} yet; materialize {spec.name} for it first")
-    return found.uri, found.fingerprint
 
 
 @study_asset(
@@ -123,7 +54,7 @@ def _current(marin: MarinResource, spec: StageSpec, study: str, run: str | None 
 )
 def mixture_swarm(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
     study = context.partition_key
-    root, params = _study(marin, study)
+    root, params = study_params(marin, study)
     try:
         groups_in = stages.current_input(marin.layout(), SAMPLING_GROUPS_SPEC)
     except stages.MissingInput as exc:
@@ -143,7 +74,8 @@ def mixture_swarm(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
         return {**swarm.summary, **written}
 
     manifest = stages.run_study(
-        MIXTURE_SWARM, marin.layout(), study=study, decided_by=params, inputs={"sampling_groups": groups_in.fingerprint, **eval_set_input(marin, root, study, params)}, build=build
+        MIXTURE_SWARM, marin.layout(), study=study, decided_by=params,
+        inputs={SAMPLING_GROUPS_SPEC.name: groups_in.fingerprint, **eval_set_input(marin, root, study, params)}, build=build
     )
     known = set(context.instance.get_dynamic_partitions(RUNS))
     new_runs = [r for r in params.run_ids() if r not in known]
@@ -189,10 +121,10 @@ def mixture_swarm(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
 def proxy_results(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
     key = context.partition_key.keys_by_dimension  # type: ignore[attr-defined]
     study, run = key["study"], key["run"]
-    root, params = _study(marin, study)
+    root, params = study_params(marin, study)
     if run not in params.run_ids():
         raise dg.Failure(f"study '{study}' has {len(params.run_ids())} runs (r0000..{params.run_ids()[-1]}); {run} is not one of them")
-    swarm_uri, swarm_fp = _current(marin, MIXTURE_SWARM, study)
+    swarm_uri, swarm_fp = current_output(marin, MIXTURE_SWARM, study)
     config = swarm_core.read_config(swarm_uri, run)
     folder = swarm_core.results_dir(root, study)
     found = results.read_results(folder)
@@ -247,7 +179,7 @@ def proxy_results(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
         run=run,
         mixture_id=config["mixture_id"],
         source=stats["source"],
-        target_metric=_target_name(params),
+        target_metric=target_name(params),
         target_value=float(target) if target is not None else None,
         metrics=markdown_table([{"metric": m, "value": f"{v:.4f}"} for m, v in sorted(metrics.items())]),
         bad_result_rows=found.bad_rows + mine.bad_rows,
@@ -307,12 +239,12 @@ def _training_set(layout: storage.Layout, study: str, params: swarm_core.StudyPa
 )
 def mixture_model(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
     study = context.partition_key
-    _, params = _study(marin, study)
-    swarm_uri, swarm_fp = _current(marin, MIXTURE_SWARM, study)
+    _, params = study_params(marin, study)
+    swarm_uri, swarm_fp = current_output(marin, MIXTURE_SWARM, study)
     data = _training_set(marin.layout(), study, params, swarm_uri, swarm_fp)
     if not data["runs"]:
         raise dg.Failure(
-            f"study '{study}': {len(data['runs'])} runs have '{_target_name(params)}' results for the current swarm "
+            f"study '{study}': {len(data['runs'])} runs have '{target_name(params)}' results for the current swarm "
             f"({len(data['missing'])} have none, {len(data['stale'])} only for an earlier swarm); "
             "nothing to fit: materialize proxy_results partitions"
         )
@@ -350,7 +282,7 @@ def mixture_model(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
         cv, chosen = stats["cv"], stats["chosen"]
         preds = pl.from_arrow(storage.read_parquet(storage.join(manifest["uri"], "predictions.parquet")))
         picture = mixture_report.predicted_vs_actual_png(
-            preds["actual"].to_numpy(), {n: preds[f"cv_{n}"].to_numpy() for n in fit.SURROGATES}, chosen, _target_name(params)  # type: ignore[index]
+            preds["actual"].to_numpy(), {n: preds[f"cv_{n}"].to_numpy() for n in fit.SURROGATES}, chosen, target_name(params)  # type: ignore[index]
         )
         base = stats["baseline"].get("spearman", float("nan"))
         summary += f", surrogate {chosen}, cross-validated Spearman {cv[chosen]['spearman']:.3f} (KL-only baseline {base:.3f}), R^2 {cv[chosen]['r2']:.3f}, MAE {cv[chosen]['mae']:.4f}"
@@ -366,7 +298,7 @@ def mixture_model(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
     return materialized(
         manifest,
         rows=stats["runs"],
-        target_metric=_target_name(params),
+        target_metric=target_name(params),
         target_components=len(stats["components"]),
         gate_passed=verdict.passed,
         gate=verdict.describe(),
@@ -407,9 +339,9 @@ def mixture_weights(context: dg.AssetExecutionContext, marin: MarinResource) -> 
     import yaml
 
     study = context.partition_key
-    _, params = _study(marin, study)
-    swarm_uri, swarm_fp = _current(marin, MIXTURE_SWARM, study)
-    model_uri, model_fp = _current(marin, MIXTURE_MODEL, study)
+    _, params = study_params(marin, study)
+    swarm_uri, swarm_fp = current_output(marin, MIXTURE_SWARM, study)
+    model_uri, model_fp = current_output(marin, MIXTURE_MODEL, study)
     model_manifest = storage.read_manifest(model_uri)
     if model_manifest["inputs"].get("swarm") != swarm_fp:
         raise dg.Failure(f"study '{study}': mixture_model was fitted on an earlier swarm; materialize proxy_results and mixture_model again")
@@ -431,7 +363,7 @@ def mixture_weights(context: dg.AssetExecutionContext, marin: MarinResource) -> 
         storage.write_parquet(table, storage.join(out, "weights.parquet"))
         pool_files = storage.read_json(storage.join(swarm_uri, "pool_files.json"))
         checks = fit.constraint_report(published.weights, tokens, params)
-        predicted = {"metric": _target_name(params), "optimized": candidate.predicted, "proportional": candidate.proportional_predicted,
+        predicted = {"metric": target_name(params), "optimized": candidate.predicted, "proportional": candidate.proportional_predicted,
                      "surrogate": model.chosen if model is not None else None, "gain": gain}
         trainer = fit.trainer_mixture(table, pool_files, params, {"published": "optimized" if verdict.passed else "proportional", "predicted": predicted, "gate": verdict.describe()})
         storage.write_json(storage.join(out, "mixture.json"), trainer)
@@ -504,5 +436,3 @@ def _weights_result(manifest: dict, study: str, params: swarm_core.StudyParams, 
         summary=summary,
     )
 
-
-MIXTURE_ASSETS = [mixture_swarm, proxy_results, mixture_model, mixture_weights]

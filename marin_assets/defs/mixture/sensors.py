@@ -23,7 +23,7 @@ from marin_assets.core.mixture import results
 from marin_assets.core.mixture import swarm as swarm_core
 from marin_assets.core.mixture import validation as validation_core
 from marin_assets.defs.automation.sensors import default_status
-from marin_assets.defs.mixture.jobs import MIXTURE_JOBS
+from marin_assets.defs.jobs import STUDY_JOBS
 from marin_assets.defs.mixture.partitions import (
     RUNS,
     STUDIES,
@@ -49,7 +49,7 @@ def _latest_storage_id(instance: dg.DagsterInstance, key: dg.AssetKey, partition
 
 @dg.sensor(
     name="mixture_studies",
-    jobs=MIXTURE_JOBS,
+    jobs=STUDY_JOBS,
     minimum_interval_seconds=60,
     default_status=default_status(),
     description="Registers new mixture studies, picks up external proxy results dropped into a study's results/ "
@@ -61,7 +61,7 @@ def mixture_studies(context: dg.SensorEvaluationContext, marin: MarinResource) -
     registered = set(context.instance.get_dynamic_partitions(STUDIES))
     new_studies = [s for s in swarm_core.list_studies(root) if s not in registered]
     requests: list[dg.RunRequest] = [
-        dg.RunRequest(job_name="mixture_proposal", partition_key=s, run_key=f"propose/{s}", tags={STUDY_TAG: s}) for s in new_studies
+        dg.RunRequest(job_name=specs.MIXTURE_SWARM.phase, partition_key=s, run_key=f"propose/{s}", tags={STUDY_TAG: s}) for s in new_studies
     ]
     run_keys = set(context.instance.get_dynamic_partitions(RUNS))
     for study in sorted(registered):
@@ -86,10 +86,10 @@ def mixture_studies(context: dg.SensorEvaluationContext, marin: MarinResource) -
             stamp = "-".join(sorted(now[c.rsplit('/', 1)[-1]] for c in changed))
             for run in sorted(ids & valid & run_keys):
                 requests.append(
-                    dg.RunRequest(job_name="mixture_proxies", partition_key=proxy_run_key(study, run), run_key=f"results/{study}/{run}/{stamp}", tags={STUDY_TAG: study})
+                    dg.RunRequest(job_name=specs.PROXY_RESULTS.phase, partition_key=proxy_run_key(study, run), run_key=f"results/{study}/{run}/{stamp}", tags={STUDY_TAG: study})
                 )
             if validation_runs:  # results of mixture_validation's runs: measure again
-                requests.append(dg.RunRequest(job_name="mixture_validate", partition_key=study, run_key=f"validation/{study}/{stamp}", tags={STUDY_TAG: study}))
+                requests.append(dg.RunRequest(job_name=specs.MIXTURE_VALIDATION.phase, partition_key=study, run_key=f"validation/{study}/{stamp}", tags={STUDY_TAG: study}))
             continue  # refit once the requested runs are done (a later tick)
         in_flight = context.instance.get_run_ids(dg.RunsFilter(statuses=_IN_FLIGHT, tags={STUDY_TAG: study}), limit=1)
         if in_flight:
@@ -97,7 +97,7 @@ def mixture_studies(context: dg.SensorEvaluationContext, marin: MarinResource) -
         run_partitions = [str(proxy_run_key(study, r)) for r in sorted(run_keys)]
         latest_results = _latest_storage_id(context.instance, PROXY_RESULTS, run_partitions)
         if latest_results and latest_results > _latest_storage_id(context.instance, MIXTURE_MODEL, [study]):
-            requests.append(dg.RunRequest(job_name="mixture_fit", partition_key=study, run_key=f"refit/{study}/{latest_results}", tags={STUDY_TAG: study}))
+            requests.append(dg.RunRequest(job_name=specs.MIXTURE_MODEL.phase, partition_key=study, run_key=f"refit/{study}/{latest_results}", tags={STUDY_TAG: study}))
     return dg.SensorResult(
         run_requests=requests,
         cursor=json.dumps(cursor, sort_keys=True),

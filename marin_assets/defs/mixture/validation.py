@@ -14,14 +14,14 @@ from marin_assets.core.mixture import validation as validation_core
 from marin_assets.core.runtime import stages, storage
 from marin_assets.core.specs import MIXTURE_SWARM, MIXTURE_VALIDATION, MIXTURE_WEIGHTS
 from marin_assets.defs.metadata import markdown_table, materialized
-from marin_assets.defs.mixture.assets import (
-    _current,
-    _study,
-    _target_name,
+from marin_assets.defs.mixture.partitions import study_partitions
+from marin_assets.defs.mixture.study import (
+    current_output,
     evaluation_texts,
     study_asset,
+    study_params,
+    target_name,
 )
-from marin_assets.defs.mixture.partitions import study_partitions
 from marin_assets.defs.resources import MarinResource
 
 VALIDATED_CHECK = "validated"
@@ -48,9 +48,9 @@ def _target(metrics: dict, params: swarm_core.StudyParams) -> float:
 )
 def mixture_validation(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
     study = context.partition_key
-    root, params = _study(marin, study)
-    swarm_uri, swarm_fp = _current(marin, MIXTURE_SWARM, study)
-    weights_uri, weights_fp = _current(marin, MIXTURE_WEIGHTS, study)
+    root, params = study_params(marin, study)
+    swarm_uri, swarm_fp = current_output(marin, MIXTURE_SWARM, study)
+    weights_uri, weights_fp = current_output(marin, MIXTURE_WEIGHTS, study)
     if storage.read_manifest(weights_uri)["inputs"].get("swarm") != swarm_fp:
         raise dg.Failure(f"study '{study}': mixture_weights was made for an earlier swarm; materialize mixture_model and mixture_weights again")
     weights_stats = storage.read_manifest(weights_uri)["stats"]
@@ -108,7 +108,7 @@ def _validation_result(manifest: dict, study: str, params: swarm_core.StudyParam
         states = markdown_table([{"run": rid, "state": s["state"], "returncode": s["returncode"]} for rid, s in zip(stats["waiting"], launched)]) if launched else None
         return materialized(manifest, check_results=[check], verdict=text, validated=False, configs=dg.MetadataValue.path(stats["configs"]),
                             launch_states=states, summary=f"  study {study}: {text}")
-    name = _target_name(params)
+    name = target_name(params)
     rows = []
     for which in validation_core.MIXTURES:
         m, pred = stats["measured"][which], stats["predicted"][which]

@@ -10,7 +10,8 @@ is staged by hand at ``$MARIN_PREFIX/<staged_path>/<subdir>/<archive name>``, fo
 
 This provider reads the archive's members in order and stores them, unsanitized as the
 archive itself, as zstd JSON-lines chunks of about ``CHUNK_BYTES`` of log text each
-(``archive_path``, ``text``, ``utf8_repaired``, ``binary``), chunk boundaries fixed by the
+(``archive_path``, ``text``, ``utf8_repaired``, ``binary``, ``too_large``: a member over
+``formats.MAX_ROW_BYTES`` is not read), chunk boundaries fixed by the
 central directory so a rerun resumes chunk by chunk. Sanitizing, partitioning and the train
 selection happen in the transform, where every dropped row is counted.
 """
@@ -24,6 +25,7 @@ from typing import Any
 
 import zstandard
 
+from marin_assets.core.ingest import formats
 from marin_assets.core.ingest.providers import ProviderAccess, http, rawcopy
 from marin_assets.core.ingest.providers.rawcopy import Progress, ProviderError
 from marin_assets.core.runtime import storage
@@ -65,12 +67,27 @@ def plan_chunks(members: list[zipfile.ZipInfo], chunk_bytes: int) -> list[tuple[
 def member_row(name: str, content: bytes) -> dict[str, Any]:
     """One log file as a row: text decoded (bad bytes replaced and flagged), binaries flagged."""
     if content.startswith(_ZIP_MAGIC) or b"\x00" in content[:8192]:
-        return {"archive_path": name, "text": None, "utf8_repaired": False, "binary": True}
+        return {"archive_path": name, "text": None, "utf8_repaired": False, "binary": True, "too_large": None}
     try:
         text, repaired = content.decode("utf-8"), False
     except UnicodeDecodeError:
         text, repaired = content.decode("utf-8", errors="replace"), True
-    return {"archive_path": name, "text": text, "utf8_repaired": repaired, "binary": False}
+    return {"archive_path": name, "text": text, "utf8_repaired": repaired, "binary": False, "too_large": None}
+
+
+def read_member(archive: zipfile.ZipFile, member: zipfile.ZipInfo, max_bytes: int | None = None) -> tuple[dict[str, Any], int]:
+    """One member as a row, and the bytes read; at most ``max_bytes`` are inflated (a zip bomb costs no memory).
+
+    A larger member is not kept: its row has no text and ``too_large`` names its size and offset in
+    the archive, and the transform counts it as dropped.
+    """
+    limit = max_bytes or formats.MAX_ROW_BYTES
+    with archive.open(member) as stream:  # zipfile serializes reads of the shared handle
+        content = stream.read(limit + 1)  # CRC-checked by zipfile at the end of a member read whole
+    if len(content) <= limit:
+        return member_row(member.filename, content), len(content)
+    note = f"{member.file_size} bytes at offset {member.header_offset} of the archive, over the {limit}-byte limit"
+    return {"archive_path": member.filename, "text": None, "utf8_repaired": False, "binary": False, "too_large": note}, 0
 
 
 def _open_zip(source: Any, uri: str) -> tuple[Any, zipfile.ZipFile]:
@@ -112,17 +129,16 @@ def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, acc
 
     def task(index: int) -> dict[str, Any]:
         start, end = chunks[index]
-        counts = {"members": 0, "binary": 0, "utf8_repaired": 0, "bytes": 0}
+        counts = {"members": 0, "binary": 0, "utf8_repaired": 0, "too_large": 0, "bytes": 0}
         with storage.open_atomic(storage.join(uri, paths[index])) as out:
             writer = zstandard.ZstdCompressor(level=3, write_checksum=True).stream_writer(out, closefd=False)
             for member in members[start:end]:
-                with archive_zip.open(member) as stream:  # zipfile serializes reads of the shared handle
-                    content = stream.read()  # CRC-checked by zipfile at the end of the member
-                row = member_row(member.filename, content)
+                row, size = read_member(archive_zip, member)
                 counts["members"] += 1
                 counts["binary"] += row["binary"]
                 counts["utf8_repaired"] += row["utf8_repaired"]
-                counts["bytes"] += len(content)
+                counts["too_large"] += row["too_large"] is not None
+                counts["bytes"] += size
                 writer.write(json.dumps(row, ensure_ascii=False).encode("utf-8") + b"\n")
             writer.flush(zstandard.FLUSH_FRAME)
         record = {"path": paths[index], "size": storage.size(storage.join(uri, paths[index])), "first_member": start, **counts}
@@ -148,6 +164,7 @@ def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, acc
             "files": len(files),
             "log_files": sum(f["members"] for f in files),
             "binary_members": sum(f["binary"] for f in files),
+            "too_large_members": sum(f.get("too_large", 0) for f in files),
             "utf8_repaired": sum(f["utf8_repaired"] for f in files),
             "bytes": sum(f["bytes"] for f in files),
             "fetched": len(records),

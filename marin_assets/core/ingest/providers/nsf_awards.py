@@ -16,6 +16,7 @@ import json
 import os
 import re
 import zipfile
+import zlib
 from typing import Any
 
 import zstandard
@@ -30,6 +31,7 @@ AWARD_FIELDS = (
 )  # fmt: skip
 LIST_HEADERS = {"Accept": "application/json", "Origin": "https://www.nsf.gov", "Referer": "https://www.nsf.gov/"}
 WORKERS = 4
+MAX_AWARD_BYTES = 16 << 20  # one award's JSON is a few KB; a larger member is counted, not read
 _YEARS = re.compile(r"^(\d{4})-(\d{4})$")
 
 
@@ -80,14 +82,61 @@ def award_row(name: str, content: bytes, year: int) -> dict[str, Any]:
     return row | {field: _as_text(award.get(field)) for field in AWARD_FIELDS}
 
 
-def _check_zip(body: Any) -> None:
+def _check_zip(body: Any, max_member_bytes: int | None = None) -> None:
+    """Every member this provider reads passes its CRC check, read in pieces (a member over the limit is not read)."""
+    limit = max_member_bytes or MAX_AWARD_BYTES
     try:
         with zipfile.ZipFile(body) as archive:
-            bad = archive.testzip()
-    except (zipfile.BadZipFile, OSError, EOFError) as err:
+            for member in archive.infolist():
+                if member.is_dir() or member.file_size > limit:
+                    continue
+                with archive.open(member) as handle:  # the CRC is checked at the member's end
+                    while handle.read(1 << 20):
+                        pass
+    except zipfile.BadZipFile as err:
+        if "CRC" in str(err):
+            raise http.CorruptBody(f"a member fails its CRC check ({err})") from None
         raise http.CorruptBody(f"not a readable zip ({err})") from None
-    if bad is not None:
-        raise http.CorruptBody(f"member {bad} fails its CRC check")
+    except (OSError, EOFError, zlib.error) as err:
+        raise http.CorruptBody(f"not a readable zip ({err})") from None
+
+
+def _member_bytes(archive: zipfile.ZipFile, member: zipfile.ZipInfo, limit: int) -> bytes | None:
+    """The member's bytes, or None when it holds more than ``limit`` (at most ``limit + 1`` bytes are inflated)."""
+    if member.file_size > limit:
+        return None
+    with archive.open(member) as handle:
+        content = handle.read(limit + 1)
+    return None if len(content) > limit else content
+
+
+def store_awards(local: str, year: int, out: Any, max_member_bytes: int | None = None) -> dict[str, int]:
+    """Write one row per award file of the year's zip at ``local`` to ``out`` as zstd JSON lines; the counts.
+
+    A member larger than ``max_member_bytes`` is not read: its row carries a ``parse_error`` naming
+    its size and offset in the archive (counted as ``too_large``), so a zip bomb costs no memory.
+    """
+    limit = max_member_bytes or MAX_AWARD_BYTES
+    counts = {"awards": 0, "parse_errors": 0, "utf8_repaired": 0, "too_large": 0}
+    writer = zstandard.ZstdCompressor(level=3, write_checksum=True).stream_writer(out, closefd=False)
+    with zipfile.ZipFile(local) as archive:
+        for member in archive.infolist():
+            if member.is_dir() or not member.filename.endswith(".json"):
+                continue
+            content = _member_bytes(archive, member, limit)
+            if content is None:
+                row = award_row(member.filename, b"", year) | {"parse_error": (
+                    f"award file of {member.file_size} bytes at offset {member.header_offset} of the archive, over the "
+                    f"{limit}-byte limit: not read")}  # fmt: skip
+                counts["too_large"] += 1
+            else:
+                row = award_row(member.filename, content, year)
+                counts["awards"] += 1
+            counts["parse_errors"] += row["parse_error"] is not None
+            counts["utf8_repaired"] += row["utf8_repaired"]
+            writer.write(json.dumps(row, ensure_ascii=False).encode("utf-8") + b"\n")
+    writer.flush(zstandard.FLUSH_FRAME)
+    return counts
 
 
 def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, access: ProviderAccess = ProviderAccess()) -> dict[str, Any]:
@@ -117,19 +166,8 @@ def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, acc
             with open(local, "w+b") as body:
                 fetched = http.fetch_into(links[year], body, what=f"source '{source.name}' year {year}", policy=access.policy, mirrors=access.mirrors,
                                           validate=_check_zip, access_hint=hint, counters=counters)  # fmt: skip
-            counts = {"awards": 0, "parse_errors": 0, "utf8_repaired": 0}
             buffer = io.BytesIO()
-            writer = zstandard.ZstdCompressor(level=3, write_checksum=True).stream_writer(buffer, closefd=False)
-            with zipfile.ZipFile(local) as archive:
-                for member in archive.infolist():
-                    if member.is_dir() or not member.filename.endswith(".json"):
-                        continue
-                    row = award_row(member.filename, archive.read(member), year)
-                    counts["awards"] += 1
-                    counts["parse_errors"] += row["parse_error"] is not None
-                    counts["utf8_repaired"] += row["utf8_repaired"]
-                    writer.write(json.dumps(row, ensure_ascii=False).encode("utf-8") + b"\n")
-            writer.flush(zstandard.FLUSH_FRAME)
+            counts = store_awards(local, year, buffer)
             storage.write_bytes(storage.join(uri, paths[year]), buffer.getvalue())
         finally:
             if os.path.exists(local):
@@ -159,6 +197,7 @@ def fetch(source: Any, layout: storage.Layout, progress: Progress = None, *, acc
             "years_missing": len(missing),
             "awards": sum(f["awards"] for f in files),
             "parse_errors": sum(f["parse_errors"] for f in files),
+            "too_large": sum(f.get("too_large", 0) for f in files),
             "bytes": sum(f["archive_size"] for f in files),
             "fetched": len(records),
             "reused": len(done),

@@ -17,7 +17,7 @@ from typing import Any
 from marin_assets.core.ingest.hub import select_paths
 from marin_assets.core.ingest.providers import ProviderAccess, rawcopy, register
 from marin_assets.core.ingest.providers.rawcopy import Progress, ProviderError
-from marin_assets.core.runtime import storage
+from marin_assets.core.runtime import storage, trust
 
 STAGING_DOC = str(Path(__file__).with_name("PRESTAGED.md"))
 CHECK_WORKERS = 16
@@ -98,6 +98,8 @@ def verify(source: Any, layout: storage.Layout) -> dict[str, int]:
             f"source '{source.name}': nothing is staged at {root} (expected {p.expected_shards} shards matching {globs}); "
             f"copy them there before running; {_where_described(source)}"
         )
+    if (local := storage.local_path(root)) is not None:  # a link is a path the listing would not check
+        trust.links_inside(local, f"source '{source.name}': staged folder")
     shards = _listing(root, source)
     expected = p.expected_shards
     if expected is not None and len(shards) != expected:

@@ -148,10 +148,13 @@ def ghalogs_sanitize(frame: pl.DataFrame) -> tuple[pl.DataFrame, Mapping[str, in
     def drop(reason: str) -> None:
         counts[reason] = counts.get(reason, 0) + 1
 
-    columns = [pl.col(c) if c in frame.columns else pl.lit(None) for c in ("archive_path", "text", "binary", "utf8_repaired")]
-    for path, text, binary, repaired in frame.select(columns).iter_rows():
+    columns = [pl.col(c) if c in frame.columns else pl.lit(None) for c in ("archive_path", "text", "binary", "utf8_repaired", "too_large")]
+    for path, text, binary, repaired, too_large in frame.select(columns).iter_rows():
         if not path:
             drop("missing_archive_path")
+            continue
+        if too_large:
+            drop("too_large_member")
             continue
         if binary:
             drop("binary_member")
