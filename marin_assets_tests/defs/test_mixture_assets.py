@@ -259,3 +259,27 @@ def test_launcher_submits_each_run_once_with_its_state_in_metadata(env, tmp_path
         assert meta["launch_state"].value == "submitted" and "queued" in meta["launch_output"].value and meta["source"].value == "launched"
     lines = log.read_text().splitlines()
     assert len(lines) == 1 and lines[0].startswith("r0002 ") and lines[0].endswith("configs/r0002.json")
+
+
+@pytest.mark.system  # five job runs: two runs are too few to fit, the study publishes token-proportional and says why
+def test_too_few_runs_publish_token_proportional_with_a_failing_check(env) -> None:
+    root, defs, instance = env
+    study = ms.StudyParams(name="few", target_budget=20_000.0, proxy_budget=2_000.0, n_runs=4, seq_len=16, trainer="external",
+                           phases=(ms.Phase("main", 1.0),), search_candidates=500, search_rounds=2)
+    ms.write_study(root, study)
+    instance.add_dynamic_partitions(STUDIES, ["few"])
+    assert defs.resolve_job_def("mixture_proposal").execute_in_process(partition_key="few", instance=instance).success
+    storage.write_bytes(storage.join(ms.results_dir(root, "few"), "two.jsonl"), ("\n".join(_results_rows(root, "few", ["r0000", "r0001"])) + "\n").encode())
+    for rid in ("r0000", "r0001"):
+        _execute(defs, instance, dg.RunRequest(job_name="mixture_proxies", partition_key=proxy_run_key("few", rid)))
+    fitted = _execute(defs, instance, dg.RunRequest(job_name="mixture_fit", partition_key="few"))
+    assert fitted["mixture_model"]["gate_passed"] is False and "cv_spearman" not in fitted["mixture_model"]  # nothing fitted on 2 runs
+    weights = fitted["mixture_weights"]
+    assert weights["published"] == "token-proportional" and weights.get("predicted_optimized") is None
+    check = _check(instance, "mixture_weights", "mixture_gate")
+    assert not check.passed and "runs: 2 runs for" in check.description and "train 6 more proxy runs" in check.description
+    out = storage.read_current(storage.join(ms.study_dir(root, "few"), "weights"))["uri"]
+    published = storage.read_json(storage.join(out, "mixture.json"))
+    table = pl.from_arrow(storage.read_parquet(storage.join(out, "weights.parquet")))
+    assert published["published"] == "proportional"
+    assert published["phases"][0]["weights"] == pytest.approx({g: w for g, w in table.select("group", "proportional_weight").iter_rows() if w > 0}, abs=1 / study.block_size)
