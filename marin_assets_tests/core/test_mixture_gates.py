@@ -107,3 +107,10 @@ def test_replicate_noise_pools_within_mixture_spread() -> None:
     within = (0.02 + 0.0266667) / 3  # (0.1^2 x 2) + (b's squared deviations) over 1 + 2 degrees of freedom
     assert noise["noise_sd"] == pytest.approx(np.sqrt(within), rel=1e-3)
     assert noise["replicated_mixtures"] == 2 and noise["mixtures"] == 3
+
+
+def test_all_equal_targets_are_refused_by_name_not_silently() -> None:
+    weights, runs, mixes = _runs()
+    found = _assess(weights, np.full(len(runs), 2.5), runs, mixes)
+    gates_failed = [r["gate"] for r in found.verdict.reasons]
+    assert "noise" in gates_failed and "fit" in gates_failed and "Spearman nan" in found.verdict.describe()
