@@ -402,7 +402,7 @@ def _weights_result(manifest: dict, study: str, params: swarm_core.StudyParams, 
     gain_text = f", predicted gain {gain['mean']:.4f} (90% bootstrap interval {gain['low']:.4f} .. {gain['high']:.4f})" if gain else ""
     summary = (
         f"  study {study}: predicted {pred['metric']} optimized {fmt4(pred['optimized']) or 'n/a'} vs token-proportional {fmt4(pred['proportional']) or 'n/a'}{gain_text}\n"
-        f"  published: {'optimized' if verdict.passed else 'token-proportional'} ({'gate passed' if verdict.passed else 'gate refused: ' + verdict.describe()}); "
+        f"  published: {'optimized' if verdict.passed else 'token-proportional'} ({'gate passed' if verdict.passed else 'gates refused: ' + ', '.join(r['gate'] for r in verdict.reasons) + '; the mixture_gate check says why'}); "
         f"max epochs {checks['max_epochs_seen']:.2f} (cap {params.max_epochs:g}); {stats['groups_weighted']} groups weighted, "
         f"{len(stats['vanished_groups'])} rounded away in the {params.block_size:,}-sequence block"
     )
