@@ -635,7 +635,7 @@ def weights_ours(names: list[str], tokens: list[float], work: str) -> dict:
     models = fit._fit_components("lightgbm", fit.features(weights), targets, params)  # the surrogate it searches (no CV: not measured)
     search = fit.OptimizeParams(candidates=study.search_candidates, rounds=study.search_rounds, seed=study.seed)
     with harness.timed():
-        opt = fit.optimize_mixture(lambda w: fit._predict_components(models, fit.features(w)), np.asarray(tokens), study, search, seeds=weights)
+        opt = fit.optimize_mixture(lambda w: fit._predict_components(models, fit.features(w)).mean(axis=1), np.asarray(tokens), study, search, seeds=weights)
     return {"items": 1, "predicted": round(opt.predicted, 4), "proportional": round(opt.proportional_predicted, 4)}
 
 

@@ -134,6 +134,11 @@ MIXTURE_WEIGHTS = StageSpec(
     folder="mixture/{source}/weights", study_stage="weights",
     phase="mixture_fit", bench=Bench("stages", "no peer (no library searches mixtures under these constraints): CPU seconds per study and peak memory", row="mixture"),
 )  # fmt: skip
+MIXTURE_VALIDATION = StageSpec(
+    "mixture_validation", (MIXTURE_WEIGHTS, MIXTURE_SWARM), params=StudyParams, code_version=MIXTURE_CODE_VERSION, group="mixture",
+    folder="mixture/{source}/validation", study_stage="validation",
+    phase="mixture_validate", bench=Bench("mixture", "a synthetic ground truth: true regret of each optimizer and the gates' calls on signal and on noise"),
+)  # fmt: skip
 
 ALL: tuple[StageSpec, ...] = tuple(v for v in dict(globals()).values() if isinstance(v, StageSpec))
 """Every stage above, in the order written: a new spec is found without listing it again."""
@@ -164,4 +169,5 @@ PHASES: tuple[Phase, ...] = (
     Phase("mixture_proposal", "Per study: propose the proxy mixtures.", build=False),
     Phase("mixture_proxies", "Per study and run: train (built-in) or collect (external) one proxy's results; backfill a study's runs to train them in parallel.", build=False),
     Phase("mixture_fit", "Per study: fit the surrogates and optimize the weights.", build=False),
+    Phase("mixture_validate", "Per study: train the optimized and the token-proportional mixtures with several seeds and measure the gain.", build=False),
 )

@@ -1,7 +1,12 @@
-"""The demo's mixture study: a handful of built-in proxies on the demo pool, fitted and optimized.
+"""The demo's mixture study: a handful of built-in proxies on the demo pool, fitted, gated,
+optimized and validated.
 
-The study spec is written once under ``<root>/mixture/demo/study.yaml``; every stage is
-fingerprinted, so a second ``make demo`` reuses the swarm, the proxies, the model and the weights.
+The proxies are scored on the locked eval sets (the demo's registry), replicates of two
+mixtures give the run-to-run noise, and ``mixture_validation`` trains the optimizer's candidate
+and token-proportional sampling with three seeds each, so the demo prints predicted and
+measured figures side by side and the gates' verdict. The study spec is written once under
+``<root>/mixture/demo/study.yaml``; every stage is fingerprinted, so a second ``make demo``
+reuses the swarm, the proxies, the model, the weights and the validation.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ DEMO_STUDY = swarm_core.StudyParams(
     seq_len=64,  # the demo's groups are small: short sequences keep most of them in a proxy
     search_candidates=4_000,
     search_rounds=4,
-    proxy=swarm_core.ProxyTrainerParams(order=3),
+    proxy=swarm_core.ProxyTrainerParams(order=3, eval_set="locked"),
 )
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
@@ -37,7 +42,7 @@ def _metadata(result: Any, asset: str) -> dict[str, Any]:
 
 
 def run_mixture_demo(defs: Any, instance: Any, study: swarm_core.StudyParams = DEMO_STUDY) -> dict[str, Any]:
-    """Propose, train every proxy, fit and optimize the demo study; print what each step found."""
+    """Propose, train every proxy, fit, gate, optimize and validate the demo study; print what each step found."""
     from marin_assets.defs.mixture.partitions import add_study, proxy_run_key
 
     root = defs.resources["marin"].layout().root  # the MARIN_PREFIX setting, as the assets see it
@@ -52,10 +57,12 @@ def run_mixture_demo(defs: Any, instance: Any, study: swarm_core.StudyParams = D
     for run in study.run_ids():
         result = proxies.execute_in_process(partition_key=proxy_run_key(study.name, run), instance=instance, run_config=QUIET)
         meta = _metadata(result, "proxy_results")
-        values.append(f"{run} {meta.get('target_value', float('nan')):.4f}")
+        values.append(f"{run}{'/s' + str(meta['seed']) if meta.get('seed') else ''} {meta.get('target_value', float('nan')):.4f}")
     print(f"  proxies ({study.target_metric}): " + ", ".join(values), flush=True)
     fitted = defs.resolve_job_def("mixture_fit").execute_in_process(partition_key=study.name, instance=instance, run_config=QUIET)
     model, weights = _metadata(fitted, "mixture_model"), _metadata(fitted, "mixture_weights")
-    for meta in (model, weights):
+    validated = defs.resolve_job_def("mixture_validate").execute_in_process(partition_key=study.name, instance=instance, run_config=QUIET)
+    validation = _metadata(validated, "mixture_validation")
+    for meta in (model, weights, validation):
         print(str(meta.get("summary", "")).replace("```", "").strip("\n"), flush=True)
-    return {"model": model, "weights": weights}
+    return {"model": model, "weights": weights, "validation": validation}

@@ -48,7 +48,20 @@ def test_parquet_results_and_missing_columns(tmp_path) -> None:
     with pytest.raises(mr.ResultsError, match="d.jsonl: no line is a JSON object"):
         mr.read_results_file(str(tmp_path / "d.jsonl"))
     ids, errors = mr.run_ids_in(str(tmp_path))
-    assert ids == {"r0002", "r0003"} and len(errors) == 3
+    assert ids == {"r0001", "r0002", "r0003"} and len(errors) == 3  # b.parquet still names r0001: it is requested and fails
+
+
+def test_a_malformed_file_fails_only_the_runs_it_names(tmp_path) -> None:
+    _write_jsonl(tmp_path / "good.jsonl", [_row(run="r0001"), _row(run="r0002")])
+    pl.DataFrame({"run_id": ["r0002", "r0003"], "value": [1.0, 2.0]}).write_parquet(tmp_path / "half.parquet")  # no mixture_id, step, ...
+    (tmp_path / "garbage.parquet").write_bytes(b"not parquet")
+    found = mr.read_results(str(tmp_path))
+    assert found.rows["run_id"].to_list() == ["r0001", "r0002"]
+    assert found.errors_for("r0001", has_rows=True) == []  # named by no broken file: fine
+    assert [e.split(":")[0].rsplit("/", 1)[-1] for e in found.errors_for("r0002", has_rows=True)] == ["half.parquet"]
+    # r0004 has no rows anywhere: the file that names nothing might have held it, so it is named too
+    assert sorted(e.split(":")[0].rsplit("/", 1)[-1] for e in found.errors_for("r0004", has_rows=False)) == ["garbage.parquet"]
+    assert any("missing columns" in e for e in found.errors_for("r0003", has_rows=False))
 
 
 def test_rows_of_a_run_must_name_its_mixture(tmp_path) -> None:

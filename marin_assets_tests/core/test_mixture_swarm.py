@@ -113,7 +113,12 @@ def test_swarm_reports_zero_sequence_groups_and_writes_trainer_configs(tmp_path)
     g, mixtures, runs = ms.read_swarm(str(tmp_path))
     w = ms.weight_matrix(mixtures, ["r0000", "r0001"], ["pretrain", "cooldown"], names)
     np.testing.assert_allclose(w.sum(axis=2), 1.0)
-    assert written["configs"].endswith("configs") and runs.height == 6
+    # 6 mixtures, then the first 2 again with seeds 1 and 2: the replicates that measure noise
+    assert written["configs"].endswith("configs") and runs.height == 10
+    replicates = runs.filter(pl.col("seed") > 0)
+    assert replicates["run_id"].to_list() == ["r0006", "r0007", "r0008", "r0009"] and replicates["seed"].to_list() == [1, 2, 1, 2]
+    assert replicates["mixture_id"].to_list() == [runs["mixture_id"][0]] * 2 + [runs["mixture_id"][1]] * 2
+    assert swarm.configs["r0007"]["seed"] == 2 and swarm.configs["r0007"]["phases"] == swarm.configs["r0000"]["phases"]
 
 
 def test_study_specs_are_validated_with_the_file_named(tmp_path) -> None:

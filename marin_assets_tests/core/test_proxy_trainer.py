@@ -58,8 +58,53 @@ def test_train_proxy_uses_truncation_and_reports_per_domain(tmp_path) -> None:
     assert out["metrics"]["macro_bpb"] == pytest.approx((out["metrics"]["bpb/code"] + out["metrics"]["bpb/prose"]) / 2)
     assert out["rows"][0]["run_id"] == "r0001" and out["rows"][0]["mixture_id"] == "m1"
     # 120 tokens of 50-token documents: two whole documents and 40% of a third
-    docs = pt.read_group_documents(files["c00q0"])
-    text = pt.truncated_training_text(docs, 120, params)
+    text = pt.truncated_training_text(files["c00q0"], 120, params)
     assert len(text) == 200 + 200 + 80 + 2 * len(pt.DOC_SEPARATOR)
     pt.write_evaluation_texts(evals, str(tmp_path / "swarm"))
     assert pt.read_evaluation_texts(str(tmp_path / "swarm")) == evals
+
+
+def test_seed_changes_the_documents_a_proxy_sees(tmp_path) -> None:
+    params = ProxyTrainerParams(order=3, holdout_mod=4)
+    ids = [f"{i * 7919 % 4096:08x}" + "0" * 24 for i in range(40)]
+    frame = pl.DataFrame({"id": ids, "text": [f"document number {i} " * 5 for i in range(40)], "source": ["s"] * 40, "tokens": [10] * 40})
+    frame.write_parquet(tmp_path / "g.parquet")
+    files = [str(tmp_path / "g.parquet")]
+    first, again, other = (pt.truncated_training_text(files, 50, params, seed) for seed in (0, 0, 1))
+    assert first == again and first != other
+    assert len(first.split(pt.DOC_SEPARATOR)) == len(other.split(pt.DOC_SEPARATOR)) == 5
+
+
+def test_repeated_epochs_are_worth_less_each_time() -> None:
+    values = [pt.effective_epochs(e, 15.4) for e in (0.5, 1, 2, 4, 8, 64)]
+    assert values[:2] == [0.5, 1.0]
+    gains = np.diff(values[1:]) / np.diff([1, 2, 4, 8, 64])
+    assert (gains < 1).all() and (np.diff(gains) < 0).all()  # each further epoch adds less
+    assert values[-1] < 1 + 15.4  # bounded by R* + 1
+
+
+def test_evaluation_reads_text_only_of_files_it_uses(tmp_path, monkeypatch) -> None:
+    files = _pool(tmp_path)
+    extra = tmp_path / "more_code.parquet"
+    ids = [f"{i * 4:08x}" + "0" * 24 for i in range(10)]  # every id held out
+    pl.DataFrame({"id": ids, "text": ["x = 1\n" * 10] * 10, "source": ["code"] * 10, "tokens": [5] * 10}).write_parquet(extra)
+    files["c00q1"] = [str(extra)]
+    read: list[tuple[str, tuple]] = []
+    original = pt.storage.read_parquet
+    monkeypatch.setattr(pt.storage, "read_parquet", lambda uri, columns=None: read.append((uri.rsplit("/", 1)[-1], tuple(columns or ()))) or original(uri, columns))
+    evals = pt.evaluation_texts(files, ProxyTrainerParams(holdout_mod=4, max_eval_bytes_per_domain=300))
+    assert len(evals["code"]) == 300 and evals["prose"]
+    texts_read = sorted(name for name, cols in read if "text" in cols)
+    assert texts_read == ["c00q0.parquet", "c01q0.parquet"]  # the code domain was full before more_code
+    assert ("more_code.parquet", ("source",)) in read
+
+
+def test_configured_eval_set_is_read_and_checked(tmp_path) -> None:
+    good = tmp_path / "evals.jsonl"
+    good.write_text('{"domain": "qa", "text": "What is a prime?"}\n{"domain": "qa", "text": "Two is prime."}\n{"domain": "code", "text": "def f(): pass"}\n')
+    evals = pt.read_eval_set(str(good), ProxyTrainerParams())
+    assert evals == {"code": b"def f(): pass", "qa": b"What is a prime?" + pt.DOC_SEPARATOR + b"Two is prime."}
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"domain": "qa"}\n')
+    with pytest.raises(ValueError, match="bad.jsonl.*rows \\[1\\] lack string 'domain' and 'text'"):
+        pt.read_eval_set(str(bad), ProxyTrainerParams())

@@ -116,8 +116,8 @@ def test_sensor_picks_up_external_results_and_refits(env) -> None:
     assert instance.get_dynamic_partitions(STUDIES) == ["ext"]
     assert [(r.job_name, r.partition_key) for r in requests] == [("mixture_proposal", "ext")]
     meta = _execute(defs, instance, requests[0])["mixture_swarm"]
-    assert meta["runs"] == 8 and "data:image/png;base64" in meta["proposals"]
-    assert instance.get_dynamic_partitions(RUNS) == [f"r{i:04d}" for i in range(8)]
+    assert meta["runs"] == 12 and "data:image/png;base64" in meta["proposals"]  # 8 mixtures + 2 x 2 replicates
+    assert instance.get_dynamic_partitions(RUNS) == [f"r{i:04d}" for i in range(12)]
 
     requests, cursor = _tick(instance, cursor)
     assert requests == []  # no results yet, nothing to refit
@@ -135,22 +135,49 @@ def test_sensor_picks_up_external_results_and_refits(env) -> None:
     assert first["mixture_model"]["dagster/row_count"] == 6
     assert "data:image/png;base64" in first["mixture_model"]["predicted_vs_actual"]
     assert first["mixture_weights"]["constraints_met"] is True
+    # 6 runs without replicates: the study publishes token-proportional, and the check says why
+    assert first["mixture_weights"]["published"] == "token-proportional"
+    check = _check(instance, "mixture_weights", "mixture_gate")
+    assert not check.passed and "runs: 6 runs" in check.description and "no replicate runs" in check.description
 
     requests, cursor = _tick(instance, cursor)
     assert requests == []  # the model is newer than every result
 
-    # more results arrive, plus a file without the schema's columns (logged, never fatal)
+    # more results arrive, a file without the schema's columns (logged, never fatal), and a
+    # Parquet file missing columns that names r0005: it fails r0005 only
     storage.write_bytes(storage.join(folder, "batch2.jsonl"), ("\n".join(_results_rows(root, "ext", ["r0006", "r0007"])) + "\n").encode())
     storage.write_bytes(storage.join(folder, "notes.jsonl"), b'{"run": "r0001", "loss": 2.0}\n')
+    storage.write_parquet(pl.DataFrame({"run_id": ["r0005"], "value": [1.0]}), storage.join(folder, "partial.parquet"))
     requests, cursor = _tick(instance, cursor)
-    assert sorted(r.partition_key.keys_by_dimension["run"] for r in requests) == ["r0006", "r0007"]
+    assert sorted(r.partition_key.keys_by_dimension["run"] for r in requests) == ["r0005", "r0006", "r0007"]
     for request in requests:
-        _execute(defs, instance, request)
+        run = request.partition_key.keys_by_dimension["run"]
+        result = defs.resolve_job_def(request.job_name).execute_in_process(partition_key=request.partition_key, instance=instance, tags=request.tags, raise_on_error=False)
+        assert result.success == (run != "r0005")
+        if run == "r0005":
+            assert "partial.parquet: missing columns" in result.failure_data_for_node("proxy_results").error.message
+    storage.remove(storage.join(folder, "partial.parquet"))
     requests, cursor = _tick(instance, cursor)
     assert [(r.job_name, r.partition_key) for r in requests] == [("mixture_fit", "ext")]
     second = _execute(defs, instance, requests[0])
     assert second["mixture_model"]["dagster/row_count"] == 8
     assert second["mixture_model"]["fingerprint"] != first["mixture_model"]["fingerprint"]
+
+    # validation with an external trainer: its configs first, then their results via the sensor
+    waiting = _execute(defs, instance, dg.RunRequest(job_name="mixture_validate", partition_key="ext"))["mixture_validation"]
+    assert waiting["verdict"].startswith("waiting: 6 validation runs have no results yet")
+    configs = storage.read_current(storage.join(ms.study_dir(root, "ext"), "validation"))["uri"] + "/configs"
+    lines = []
+    for uri in sorted(storage.listdir(configs)):
+        config = storage.read_json(uri)
+        value = 2.0 + 0.01 * config["seed"] - (0.1 if "optimized" in config["run_id"] else 0.0)
+        lines.append(json.dumps({"run_id": config["run_id"], "mixture_id": config["mixture_id"], "step": 1, "tokens": 1.0, "metric": "macro_bpb", "value": value}))
+    storage.write_bytes(storage.join(folder, "validation.jsonl"), ("\n".join(lines) + "\n").encode())
+    requests, cursor = _tick(instance, cursor)
+    assert [(r.job_name, r.partition_key) for r in requests] == [("mixture_validate", "ext")]
+    measured = _execute(defs, instance, requests[0])["mixture_validation"]
+    assert measured["validated"] is False  # the gates refused this study: a measured gain is reported, never claimed
+    assert "the optimizer's candidate measured a gain of 0.1000" in measured["verdict"]
 
 
 @pytest.mark.system  # a whole study (ten job runs) end to end: `make test` runs it, `make test-fast` does not
@@ -175,6 +202,14 @@ def test_builtin_trainer_runs_a_study_with_metadata_and_pictures(env) -> None:
     assert -1 <= model["cv_spearman"].value <= 1
     assert "data:image/png;base64" in weights["weights_grid"].value
     assert "c0" in _table_text(weights["largest_changes"]) and "measured" in _table_text(weights["side_by_side"])
+    assert weights["published"].value == "token-proportional"  # 8 runs over 15 groups: the gates refuse
+    assert not _check(instance, "mixture_weights", "mixture_gate").passed
+    validation = defs.resolve_job_def("mixture_validate").execute_in_process(partition_key="builtin", instance=instance)
+    verdict = validation.asset_materializations_for_node("mixture_validation")[0].metadata
+    assert verdict["validated"].value is False and verdict["verdict"].value.startswith("not validated: the gate published token-proportional")
+    table = _table_text(verdict["measured_vs_predicted"])
+    assert "token-proportional" in table and "optimized (candidate, not published)" in table
+    assert not _check(instance, "mixture_validation", "validated").passed
     out = storage.read_current(storage.join(ms.study_dir(root, "builtin"), "weights"))["uri"]
     trainer = storage.read_json(storage.join(out, "mixture.json"))
     assert sum(trainer["phases"][0]["weights"].values()) == pytest.approx(1.0)
@@ -187,14 +222,64 @@ def test_builtin_trainer_runs_a_study_with_metadata_and_pictures(env) -> None:
     ms.write_study(root, dataclasses.replace(study, seed=1))
     assert defs.resolve_job_def("mixture_proposal").execute_in_process(partition_key="builtin", instance=instance).success
     stale = defs.resolve_job_def("mixture_fit").execute_in_process(partition_key="builtin", instance=instance, raise_on_error=False)
-    assert "0 runs have 'macro_bpb' results for the current swarm (0 have none, 4 only for an earlier swarm)" in stale.failure_data_for_node("mixture_model").error.message
+    assert "0 runs have 'macro_bpb' results for the current swarm (0 have none, 8 only for an earlier swarm)" in stale.failure_data_for_node("mixture_model").error.message
     # a run outside the study fails with a clear message
-    instance.add_dynamic_partitions(RUNS, ["r0009"])
-    bad = proxies.execute_in_process(partition_key=proxy_run_key("builtin", "r0009"), instance=instance, raise_on_error=False)
+    instance.add_dynamic_partitions(RUNS, ["r0019"])
+    bad = proxies.execute_in_process(partition_key=proxy_run_key("builtin", "r0019"), instance=instance, raise_on_error=False)
     assert not bad.success
-    assert "has 4 runs" in bad.failure_data_for_node("proxy_results").error.message
+    assert "has 8 runs" in bad.failure_data_for_node("proxy_results").error.message
+
+
+def _check(instance, asset: str, name: str):
+    """The latest evaluation of an asset check."""
+    records = instance.event_log_storage.get_asset_check_execution_history(dg.AssetCheckKey(dg.AssetKey(asset), name), limit=1)
+    return records[0].event.dagster_event.event_specific_data
 
 
 def _table_text(value) -> str:
     """A table's column names and cells as one string (tables are Dagster tables in the UI)."""
     return " ".join([c.name for c in value.schema.columns] + [str(x) for r in value.records for x in r.data.values()])
+
+
+@pytest.mark.system  # three job runs: a launcher submits a run once and its state is in the run's metadata
+def test_launcher_submits_each_run_once_with_its_state_in_metadata(env, tmp_path) -> None:
+    import sys
+
+    root, defs, instance = env
+    log = tmp_path / "submitted.log"
+    script = f"import sys; open({str(log)!r}, 'a').write(sys.argv[1] + ' ' + sys.argv[2] + '\\n'); print('queued')"
+    study = ms.StudyParams(name="cluster", target_budget=20_000.0, proxy_budget=2_000.0, n_runs=4, seq_len=16, trainer="external",
+                           phases=(ms.Phase("main", 1.0),), launcher=f"{sys.executable} -c \"{script}\" {{run_id}} {{config}}")
+    ms.write_study(root, study)
+    instance.add_dynamic_partitions(STUDIES, ["cluster"])
+    assert defs.resolve_job_def("mixture_proposal").execute_in_process(partition_key="cluster", instance=instance).success
+    proxies = defs.resolve_job_def("mixture_proxies")
+    for _ in range(2):  # the second materialization reuses the launch: nothing is submitted twice
+        meta = proxies.execute_in_process(partition_key=proxy_run_key("cluster", "r0002"), instance=instance).asset_materializations_for_node("proxy_results")[0].metadata
+        assert meta["launch_state"].value == "submitted" and "queued" in meta["launch_output"].value and meta["source"].value == "launched"
+    lines = log.read_text().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("r0002 ") and lines[0].endswith("configs/r0002.json")
+
+
+@pytest.mark.system  # five job runs: two runs are too few to fit, the study publishes token-proportional and says why
+def test_too_few_runs_publish_token_proportional_with_a_failing_check(env) -> None:
+    root, defs, instance = env
+    study = ms.StudyParams(name="few", target_budget=20_000.0, proxy_budget=2_000.0, n_runs=4, seq_len=16, trainer="external",
+                           phases=(ms.Phase("main", 1.0),), search_candidates=500, search_rounds=2)
+    ms.write_study(root, study)
+    instance.add_dynamic_partitions(STUDIES, ["few"])
+    assert defs.resolve_job_def("mixture_proposal").execute_in_process(partition_key="few", instance=instance).success
+    storage.write_bytes(storage.join(ms.results_dir(root, "few"), "two.jsonl"), ("\n".join(_results_rows(root, "few", ["r0000", "r0001"])) + "\n").encode())
+    for rid in ("r0000", "r0001"):
+        _execute(defs, instance, dg.RunRequest(job_name="mixture_proxies", partition_key=proxy_run_key("few", rid)))
+    fitted = _execute(defs, instance, dg.RunRequest(job_name="mixture_fit", partition_key="few"))
+    assert fitted["mixture_model"]["gate_passed"] is False and "cv_spearman" not in fitted["mixture_model"]  # nothing fitted on 2 runs
+    weights = fitted["mixture_weights"]
+    assert weights["published"] == "token-proportional" and weights.get("predicted_optimized") is None
+    check = _check(instance, "mixture_weights", "mixture_gate")
+    assert not check.passed and "runs: 2 runs for" in check.description and "train 6 more proxy runs" in check.description
+    out = storage.read_current(storage.join(ms.study_dir(root, "few"), "weights"))["uri"]
+    published = storage.read_json(storage.join(out, "mixture.json"))
+    table = pl.from_arrow(storage.read_parquet(storage.join(out, "weights.parquet")))
+    assert published["published"] == "proportional"
+    assert published["phases"][0]["weights"] == pytest.approx({g: w for g, w in table.select("group", "proportional_weight").iter_rows() if w > 0}, abs=1 / study.block_size)

@@ -1,22 +1,30 @@
 """Surrogates from mixture weights to a proxy metric, and the optimized mixture they propose.
 
-Two surrogates are fitted on the proxies' (weights, metric) pairs, with the weights of every
-phase side by side as features:
+Two surrogates are fitted on the proxies' (weights, metric) pairs. The features are the weights
+of every phase side by side and each group's ``log(1 + epochs)`` in the full run, so a fit can
+learn that repeating a group is worth less than its first pass:
 
 * ``lightgbm``: gradient-boosted trees, as RegMix uses;
 * ``loglinear``: the log-linear mixing law ``c + exp(a + t . w)``, the baseline.
 
-When the target is a mean of component metrics (macro bits per byte over evaluation domains),
-each component gets its own surrogate and their predictions are averaged. Each surrogate is
-scored by k-fold cross-validation (out-of-fold Spearman, R^2 and mean absolute error of the
-target); the one with the higher out-of-fold Spearman is used unless the caller names one.
+When the target combines component metrics (macro bits per byte over evaluation domains, or a
+weighted sum of metrics), each component gets its own surrogate and their predictions are
+combined with the same weights. Each surrogate is scored by k-fold cross-validation
+(out-of-fold Spearman, R^2 and mean absolute error of the target); the one with the higher
+out-of-fold Spearman is used unless the caller names one. The same folds score a baseline that
+knows only each run's KL divergence to the proportional mix (the gates compare the two), and
+``bootstrap`` refits of the chosen surrogate on resampled runs give the predictions' spread.
 
 The optimizer minimizes ``predicted metric + kl_weight x sum_p share_p KL(w_p || proportional)``
 over the simplex of every phase, subject to the epoch cap summed over phases (feasibility is
-restored by :func:`project_batch` after every proposal), by a cross-entropy search: Dirichlet
-proposals around the prior, then rounds around the best so far; the mean of the final elites
-is tried too (RegMix averages its top predictions). The result is rounded to the mixture block;
-groups whose weight rounds to zero are reported.
+restored by :func:`project_batch` after every proposal). Simulated Dirichlet candidates around
+the prior start a cross-entropy search (rounds of proposals around the best so far). ``topk``
+(the default): the mean of the ``top_k`` best candidates of the search's last round, which
+averages out the surrogate's error where a single argmin exploits it; ``regmix``: the mean of
+the ``top_k`` best simulated candidates, no search (RegMix as published); ``trust_region``: the
+search's best within the typical distance between observed mixtures of one of them;
+``argmin``: the search's best. ``bench/bench_mixture.py`` scores them against a known truth.
+The result is rounded to the mixture block; groups rounded to zero are reported.
 """
 
 from __future__ import annotations
@@ -28,7 +36,13 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from marin_assets.core.mixture.swarm import StudyParams, epochs, kl_divergence, round_to_block
+from marin_assets.core.mixture.swarm import (
+    OPTIMIZERS,
+    StudyParams,
+    epochs,
+    kl_divergence,
+    round_to_block,
+)
 from marin_assets.core.pool.groups import MixtureError
 from marin_assets.core.runtime import storage
 
@@ -37,7 +51,8 @@ SURROGATES = ("lightgbm", "loglinear")
 
 @dataclasses.dataclass(frozen=True)
 class FitParams:
-    """Surrogate settings. ``surrogate``: ``auto`` (best cross-validated Spearman) or a name."""
+    """Surrogate settings. ``surrogate``: ``auto`` (best cross-validated Spearman) or a name;
+    ``bootstrap``: refits of the chosen surrogate on resampled runs (the prediction's spread)."""
 
     folds: int = 5
     seed: int = 0
@@ -47,22 +62,40 @@ class FitParams:
     lgbm_leaves: int = 4
     lgbm_min_child_samples: int = 4
     ridge_alphas: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
+    bootstrap: int = 16
 
 
 @dataclasses.dataclass(frozen=True)
 class OptimizeParams:
-    """Cross-entropy search: ``candidates`` first proposals, then ``rounds`` of refinement."""
+    """``candidates`` simulated proposals; ``method`` (one of ``OPTIMIZERS``);
+    the cross-entropy search's ``rounds`` and ``elite``; ``trust_radius`` in total variation
+    (0: the median distance from an observed mixture to its nearest neighbour)."""
 
     candidates: int = 20_000
     rounds: int = 8
     elite: int = 64
     seed: int = 0
+    method: str = "topk"
+    top_k: int = 64
+    trust_radius: float = 0.0
 
 
-def features(weights: np.ndarray) -> np.ndarray:
-    """(runs x phases x groups) weights as (runs x phases*groups) features."""
+def features(weights: np.ndarray, epoch_scale: np.ndarray | None = None) -> np.ndarray:
+    """(runs x phases x groups) weights as (runs x phases*groups) features, followed by each
+    group's ``log(1 + epochs)`` in the full run when ``epoch_scale`` (phases x groups: phase
+    budget / group tokens) is given."""
     w = np.asarray(weights, dtype=np.float64)
-    return w.reshape(w.shape[0], -1)
+    flat = w.reshape(w.shape[0], -1)
+    if epoch_scale is None:
+        return flat
+    return np.hstack([flat, np.log1p(np.einsum("npg,pg->ng", w, np.asarray(epoch_scale, dtype=np.float64)))])
+
+
+def epoch_scale(tokens: np.ndarray, study: StudyParams) -> np.ndarray:
+    """Phase budget / group tokens: full-run epochs per unit of weight (0 for empty groups)."""
+    tokens = np.asarray(tokens, dtype=np.float64)
+    per_token = np.where(tokens > 0, 1.0 / np.maximum(tokens, 1e-300), 0.0)
+    return study.phase_budgets(study.target_budget)[:, None] * per_token[None, :]
 
 
 # --------------------------------------------------------------------------- surrogates
@@ -131,15 +164,13 @@ class LogLinearSurrogate:
         offsets = [low - span * d for d in (1e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0)]
         if low > 0:
             offsets += [low * f for f in (0.0, 0.5, 0.8, 0.9, 0.95, 0.98, 0.99) if low * f < low - 1e-12]
-        best: tuple[float, float, Any] | None = None
-        for c in offsets:
-            model = RidgeCV(alphas=self.params.ridge_alphas).fit(x, np.log(y - c))
-            err = float(((c + np.exp(model.predict(x)) - y) ** 2).mean())
-            if best is None or err < best[0]:
-                best = (err, c, model)
-        assert best is not None
-        _, self.offset, model = best
-        self.coef, self.intercept = np.asarray(model.coef_, dtype=np.float64), float(model.intercept_)
+        offsets_arr = np.array(offsets)
+        # every offset is one target column of one ridge fit: the features' decomposition is shared
+        model = RidgeCV(alphas=self.params.ridge_alphas, alpha_per_target=True).fit(x, np.log(y[:, None] - offsets_arr[None, :]))
+        err = ((offsets_arr[None, :] + np.exp(model.predict(x)) - y[:, None]) ** 2).mean(axis=0)
+        best = int(np.argmin(err))
+        self.offset = float(offsets_arr[best])
+        self.coef, self.intercept = np.asarray(model.coef_[best], dtype=np.float64), float(np.atleast_1d(model.intercept_)[best])
         return self
 
     def predict(self, x: np.ndarray) -> np.ndarray:
@@ -184,41 +215,87 @@ def _fit_components(name: str, x: np.ndarray, targets: np.ndarray, params: FitPa
 
 
 def _predict_components(models: Sequence[Any], x: np.ndarray) -> np.ndarray:
-    return np.mean([m.predict(x) for m in models], axis=0)
+    """(n x components) predictions."""
+    return np.stack([m.predict(x) for m in models], axis=1)
 
 
-def cross_validate(name: str, x: np.ndarray, targets: np.ndarray, params: FitParams) -> tuple[dict[str, float], np.ndarray]:
-    """Out-of-fold scores and predictions of the target (the mean of ``targets``' columns) with
-    ``k = min(folds, runs)`` folds."""
+def _folds(n: int, params: FitParams) -> list[tuple[np.ndarray, np.ndarray]]:
     from sklearn.model_selection import KFold  # noqa: PLC0415
 
-    k = min(params.folds, len(targets))
+    return list(KFold(n_splits=min(params.folds, n), shuffle=True, random_state=params.seed).split(np.zeros(n)))
+
+
+def cross_validate(name: str, x: np.ndarray, targets: np.ndarray, params: FitParams, weights: np.ndarray | None = None) -> tuple[dict[str, float], np.ndarray]:
+    """Out-of-fold scores and predictions of the target (``targets`` @ ``weights``, default the
+    mean of the columns) with ``k = min(folds, runs)`` folds."""
+    cw = _component_weights(targets, weights)
+    folds = _folds(len(targets), params)
     oof = np.zeros(len(targets), dtype=np.float64)
-    for train, test in KFold(n_splits=k, shuffle=True, random_state=params.seed).split(x):
-        oof[test] = _predict_components(_fit_components(name, x[train], targets[train], params), x[test])
-    return scores(targets.mean(axis=1), oof) | {"folds": k}, oof
+    for train, test in folds:
+        oof[test] = _predict_components(_fit_components(name, x[train], targets[train], params), x[test]) @ cw
+    return scores(targets @ cw, oof) | {"folds": len(folds)}, oof
+
+
+def cross_validate_baseline(kl: np.ndarray, target: np.ndarray, params: FitParams) -> tuple[dict[str, float], np.ndarray]:
+    """The same folds for a ridge fit on the KL divergence to the proportional mix alone (and
+    its square root): what a study knows without a surrogate."""
+    from sklearn.linear_model import RidgeCV  # noqa: PLC0415
+
+    x = np.column_stack([kl, np.sqrt(np.maximum(kl, 0.0))])
+    oof = np.zeros(len(target), dtype=np.float64)
+    for train, test in _folds(len(target), params):
+        oof[test] = RidgeCV(alphas=params.ridge_alphas).fit(x[train], target[train]).predict(x[test])
+    return scores(target, oof), oof
+
+
+def _component_weights(targets: np.ndarray, weights: np.ndarray | Sequence[float] | None) -> np.ndarray:
+    k = targets.shape[1]
+    return np.full(k, 1.0 / k) if weights is None else np.asarray(weights, dtype=np.float64)
 
 
 @dataclasses.dataclass
 class FittedModel:
-    """Surrogates per name, each a list of per-component models whose mean is the target."""
+    """Surrogates per name, each a list of per-component models combined with
+    ``component_weights``; ``bootstrap`` refits of the chosen one on resampled runs."""
 
     chosen: str
     surrogates: dict[str, list[Any]]
     cv: dict[str, dict[str, float]]
     oof: dict[str, np.ndarray]
     components: list[str]
+    component_weights: np.ndarray
+    epoch_scale: np.ndarray | None = None
+    bootstrap: list[list[Any]] = dataclasses.field(default_factory=list)
+
+    def features(self, weights: np.ndarray) -> np.ndarray:
+        return features(weights, self.epoch_scale)
+
+    def predict_components(self, weights: np.ndarray, name: str | None = None) -> np.ndarray:
+        return _predict_components(self.surrogates[name or self.chosen], self.features(weights))
 
     def predict(self, weights: np.ndarray, name: str | None = None) -> np.ndarray:
-        return _predict_components(self.surrogates[name or self.chosen], features(weights))
+        return self.predict_components(weights, name) @ self.component_weights
+
+    def predict_bootstrap(self, weights: np.ndarray) -> np.ndarray:
+        """(bootstrap x n) predictions of the target; empty without bootstrap refits."""
+        x = self.features(weights)
+        return np.array([_predict_components(ms, x) @ self.component_weights for ms in self.bootstrap]).reshape(len(self.bootstrap), len(x))
 
 
-def fit_surrogates(weights: np.ndarray, targets: np.ndarray, params: FitParams = FitParams(), components: Sequence[str] | None = None) -> FittedModel:
-    """Both surrogates cross-validated, then refitted on every run; the chosen one named.
+def fit_surrogates(
+    weights: np.ndarray,
+    targets: np.ndarray,
+    params: FitParams = FitParams(),
+    components: Sequence[str] | None = None,
+    component_weights: Sequence[float] | None = None,
+    epoch_scale: np.ndarray | None = None,
+) -> FittedModel:
+    """Both surrogates cross-validated, then refitted on every run; the chosen one named and
+    refitted ``params.bootstrap`` times on runs drawn with replacement.
 
-    ``targets`` is (runs,) for one metric, or (runs x k) when the target is the mean of ``k``
-    component metrics (macro bits per byte over domains): each component is fitted on its own
-    and the predictions averaged, as the mixing laws fit one law per domain.
+    ``targets`` is (runs,) for one metric, or (runs x k) when the target combines ``k``
+    component metrics (by ``component_weights``, default their mean): each component is fitted
+    on its own, as the mixing laws fit one law per domain.
     """
     targets = np.asarray(targets, dtype=np.float64)
     targets = targets.reshape(len(targets), -1)
@@ -226,10 +303,11 @@ def fit_surrogates(weights: np.ndarray, targets: np.ndarray, params: FitParams =
         raise MixtureError(f"{len(targets)} runs have results; a fit needs at least 3 (train or collect more proxies)")
     if not np.isfinite(targets).all():
         raise MixtureError("target metric values must be finite")
-    x = features(weights)
+    cw = _component_weights(targets, component_weights)
+    x = features(weights, epoch_scale)
     cv, oof, models = {}, {}, {}
     for name in SURROGATES:
-        cv[name], oof[name] = cross_validate(name, x, targets, params)
+        cv[name], oof[name] = cross_validate(name, x, targets, params, cw)
         models[name] = _fit_components(name, x, targets, params)
     if params.surrogate == "auto":
         chosen = max(SURROGATES, key=lambda n: (np.nan_to_num(cv[n]["spearman"], nan=-2.0), -cv[n]["mae"]))
@@ -237,8 +315,10 @@ def fit_surrogates(weights: np.ndarray, targets: np.ndarray, params: FitParams =
         chosen = params.surrogate
     else:
         raise MixtureError(f"unknown surrogate {params.surrogate!r}: use one of {SURROGATES} or 'auto'")
+    rng = np.random.default_rng(params.seed)
+    boot = [_fit_components(chosen, x[idx], targets[idx], params) for idx in (rng.integers(0, len(x), len(x)) for _ in range(params.bootstrap))]
     names = list(components) if components is not None else [f"target{j}" for j in range(targets.shape[1])]
-    return FittedModel(chosen, models, cv, oof, names)
+    return FittedModel(chosen, models, cv, oof, names, cw, None if epoch_scale is None else np.asarray(epoch_scale, dtype=np.float64), boot)
 
 
 # --------------------------------------------------------------------------- constraints, batched
@@ -295,36 +375,31 @@ class Optimized:
     vanished: list[int]  # group indexes with weight before rounding but none after
 
 
-def objective_fn(predict: Callable[[np.ndarray], np.ndarray], prior: np.ndarray, study: StudyParams) -> Callable[[np.ndarray], np.ndarray]:
+def objective_fn(
+    predict: Callable[[np.ndarray], np.ndarray], prior: np.ndarray, study: StudyParams, penalty: Callable[[np.ndarray], np.ndarray] | None = None
+) -> Callable[[np.ndarray], np.ndarray]:
     shares = np.array([p.share for p in study.phases])
 
     def objective(w: np.ndarray) -> np.ndarray:
         kl = (kl_divergence(w.reshape(-1, w.shape[-1]), prior).reshape(w.shape[0], w.shape[1]) * shares).sum(axis=1)
-        return predict(w) + study.kl_weight * kl
+        return predict(w) + study.kl_weight * kl + (penalty(w) if penalty is not None else 0.0)
 
     return objective
 
 
-def optimize_mixture(
-    predict: Callable[[np.ndarray], np.ndarray],
-    tokens: np.ndarray,
-    study: StudyParams,
-    params: OptimizeParams = OptimizeParams(),
-    seeds: np.ndarray | None = None,
-) -> Optimized:
-    """The mixture (phases x groups) minimizing predicted metric + KL penalty under the caps.
+def distance_to_nearest(cand: np.ndarray, observed: np.ndarray, shares: np.ndarray, chunk: int = 256) -> np.ndarray:
+    """Each candidate's total-variation distance (share-weighted over phases) to the nearest observed mixture."""
+    out = np.empty(len(cand))
+    for i in range(0, len(cand), chunk):
+        d = 0.5 * np.abs(cand[i : i + chunk, None] - observed[None]).sum(axis=-1)  # (c, m, phases)
+        out[i : i + chunk] = (d @ shares).min(axis=1)
+    return out
 
-    ``predict`` maps (n x phases x groups) weights to predictions; ``seeds`` (e.g. the proxies'
-    own mixtures) join the first proposals.
-    """
-    tokens = np.asarray(tokens, dtype=np.float64)
-    prior = tokens / tokens.sum()
+
+def _simulated(rng: np.random.Generator, prior: np.ndarray, study: StudyParams, n: int) -> np.ndarray:
+    """``n`` Dirichlet proposals around the prior (RegMix's simulation), a share of them sparse."""
     n_phases = len(study.phases)
-    rng = np.random.default_rng(params.seed)
-    objective = objective_fn(predict, prior, study)
-    proportional = project_batch(np.tile(prior, (1, n_phases, 1)), tokens, study, prior)
     lo, hi = study.concentration
-    n = params.candidates
     conc = np.exp(rng.uniform(np.log(min(lo, 0.1)), np.log(max(hi, 10.0)), size=n))
     first = dirichlet_batch(rng, np.broadcast_to(prior, (n, n_phases, len(prior))), conc)
     sparse = rng.random(n) < study.sparse_share
@@ -333,36 +408,129 @@ def optimize_mixture(
         masked = first[sparse] * keep
         masked_sum = masked.sum(axis=-1, keepdims=True)
         first[sparse] = np.where(masked_sum > 0, masked / np.maximum(masked_sum, 1e-300), first[sparse])
-    pool = [proportional, project_batch(first, tokens, study, prior)]
-    if seeds is not None and len(seeds):
-        pool.append(project_batch(np.asarray(seeds, dtype=np.float64), tokens, study, prior))
-    cand = np.concatenate(pool)
-    values = objective(cand)
+    return first
+
+
+def _cross_entropy(rng: np.random.Generator, cand: np.ndarray, values: np.ndarray, objective: Callable[[np.ndarray], np.ndarray],
+                   project: Callable[[np.ndarray], np.ndarray], params: OptimizeParams) -> tuple[np.ndarray, np.ndarray]:
+    """Rounds of proposals around the elites; the last round's candidates and their values."""
+    n = max(params.candidates // 4, 1)
     for _ in range(params.rounds):
         order = np.argsort(values)[: params.elite]
         elites, elite_values = cand[order], values[order]
-        picks = elites[rng.integers(0, len(elites), size=n // 4)]
-        kappa = rng.choice([5.0, 20.0, 100.0, 500.0], size=n // 4)
-        fresh = project_batch(dirichlet_batch(rng, picks, kappa), tokens, study, prior)
-        mean = project_batch(elites.mean(axis=0, keepdims=True), tokens, study, prior)
+        picks = elites[rng.integers(0, len(elites), size=n)]
+        fresh = project(dirichlet_batch(rng, picks, rng.choice([5.0, 20.0, 100.0, 500.0], size=n)))
+        mean = project(elites.mean(axis=0, keepdims=True))
         cand = np.concatenate([elites, fresh, mean])
         values = np.concatenate([elite_values, objective(fresh), objective(mean)])
-    best = cand[int(np.argmin(values))]
+    return cand, values
+
+
+def optimize_mixture(
+    predict: Callable[[np.ndarray], np.ndarray],
+    tokens: np.ndarray,
+    study: StudyParams,
+    params: OptimizeParams = OptimizeParams(),
+    seeds: np.ndarray | None = None,
+    penalty: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> Optimized:
+    """The mixture (phases x groups) minimizing predicted metric + KL penalty (+ ``penalty``)
+    under the caps, by ``params.method``.
+
+    ``predict`` maps (n x phases x groups) weights to predictions; ``seeds`` (the proxies' own
+    mixtures) join the candidates and are the observed mixtures of the trust region.
+    """
+    tokens = np.asarray(tokens, dtype=np.float64)
+    prior = tokens / tokens.sum()
+    rng = np.random.default_rng(params.seed)
+    shares = np.array([p.share for p in study.phases])
+    project = lambda w: project_batch(w, tokens, study, prior)  # noqa: E731
+    base_objective = objective_fn(predict, prior, study, penalty)
+    proportional = project(np.tile(prior, (1, len(study.phases), 1)))
+    observed = project(np.asarray(seeds, dtype=np.float64)) if seeds is not None and len(seeds) else proportional
+    pool = [proportional, project(_simulated(rng, prior, study, params.candidates)), observed]
+    objective = base_objective
+    if params.method == "trust_region":
+        radius = params.trust_radius or _typical_spacing(observed, shares)
+        picks = observed[rng.integers(0, len(observed), size=params.candidates // 2)]
+        pool.append(project(dirichlet_batch(rng, picks, rng.choice([20.0, 100.0, 500.0], size=len(picks)))))
+
+        def objective(w: np.ndarray) -> np.ndarray:
+            return np.where(distance_to_nearest(w, observed, shares) <= radius, base_objective(w), np.inf)
+    elif params.method not in OPTIMIZERS:
+        raise MixtureError(f"unknown optimizer {params.method!r}: use one of {OPTIMIZERS}")
+    cand = np.concatenate(pool)
+    values = objective(cand)
+    if params.method != "regmix":
+        cand, values = _cross_entropy(rng, cand, values, objective, project, params)
+    if params.method in ("regmix", "topk"):
+        best = project(cand[np.argsort(values)[: params.top_k]].mean(axis=0, keepdims=True))[0]
+    else:
+        best = cand[int(np.argmin(values))]
     blocks = round_to_block(best, tokens, study)
     rounded = blocks / study.block_size
-    shares = np.array([p.share for p in study.phases])
-    kl = float((kl_divergence(rounded, prior) * shares).sum())
     return Optimized(
         weights=rounded,
         block_sequences=blocks,
         unrounded=best,
         predicted=float(predict(rounded[None])[0]),
-        objective=float(objective(rounded[None])[0]),
-        kl=kl,
+        objective=float(base_objective(rounded[None])[0]),
+        kl=float((kl_divergence(rounded, prior) * shares).sum()),
         proportional=proportional[0],
         proportional_predicted=float(predict(proportional)[0]),
         vanished=[int(g) for g in np.flatnonzero((best > 0).any(axis=0) & (blocks == 0).all(axis=0) & (tokens > 0))],
     )
+
+
+def proportional_optimized(tokens: np.ndarray, study: StudyParams, predict: Callable[[np.ndarray], np.ndarray] | None = None) -> Optimized:
+    """Token-proportional sampling (feasible, rounded to the block) in the optimizer's result
+    shape: what a study publishes when its gates refuse the optimized mixture."""
+    tokens = np.asarray(tokens, dtype=np.float64)
+    prior = tokens / tokens.sum()
+    proportional = project_batch(np.tile(prior, (1, len(study.phases), 1)), tokens, study, prior)[0]
+    blocks = round_to_block(proportional, tokens, study)
+    rounded = blocks / study.block_size
+    shares = np.array([p.share for p in study.phases])
+    predicted = float(predict(rounded[None])[0]) if predict is not None else float("nan")
+    return Optimized(
+        weights=rounded, block_sequences=blocks, unrounded=proportional, predicted=predicted, objective=predicted,
+        kl=float((kl_divergence(rounded, prior) * shares).sum()), proportional=proportional,
+        proportional_predicted=float(predict(proportional[None])[0]) if predict is not None else float("nan"),
+        vanished=[int(g) for g in np.flatnonzero((proportional > 0).any(axis=0) & (blocks == 0).all(axis=0) & (tokens > 0))],
+    )
+
+
+def _typical_spacing(observed: np.ndarray, shares: np.ndarray) -> float:
+    """Median distance from an observed mixture to its nearest other one (the trust radius)."""
+    if len(observed) < 2:
+        return 0.0
+    d = 0.5 * np.abs(observed[:, None] - observed[None]).sum(axis=-1) @ shares
+    np.fill_diagonal(d, np.inf)
+    return float(np.median(d.min(axis=1)))
+
+
+def gain_interval(model: FittedModel, optimized: np.ndarray, proportional: np.ndarray, level: float = 0.9) -> dict[str, float] | None:
+    """Predicted gain (proportional minus optimized target; positive is better) under each
+    bootstrap refit: mean and the central ``level`` interval. None without refits."""
+    if not model.bootstrap:
+        return None
+    pred = model.predict_bootstrap(np.stack([np.asarray(proportional), np.asarray(optimized)]))
+    gains = pred[:, 0] - pred[:, 1]
+    tail = (1 - level) / 2 * 100
+    return {"mean": float(gains.mean()), "median": float(np.median(gains)), "low": float(np.percentile(gains, tail)), "high": float(np.percentile(gains, 100 - tail)), "level": level, "refits": len(gains)}
+
+
+def limit_penalty(model: FittedModel, limits: dict[str, float], scale: float = 1e3) -> Callable[[np.ndarray], np.ndarray] | None:
+    """A steep penalty on predicted metrics above their limits (metrics among the components)."""
+    index = [(model.components.index(m), v) for m, v in limits.items()]
+    if not index:
+        return None
+
+    def penalty(w: np.ndarray) -> np.ndarray:
+        comp = model.predict_components(w)
+        return scale * sum(np.maximum(comp[:, j] - v, 0.0) for j, v in index)
+
+    return penalty
 
 
 def constraint_report(weights: np.ndarray, tokens: np.ndarray, study: StudyParams) -> dict[str, Any]:
@@ -384,16 +552,19 @@ def constraint_report(weights: np.ndarray, tokens: np.ndarray, study: StudyParam
 # --------------------------------------------------------------------------- tables
 
 
-def weights_table(groups: pl.DataFrame, opt: Optimized, study: StudyParams, active: Sequence[int]) -> pl.DataFrame:
-    """One row per (phase, group) over all groups: optimized and proportional weights, change, epochs."""
+def weights_table(groups: pl.DataFrame, opt: Optimized, study: StudyParams, active: Sequence[int], candidate: Optimized | None = None) -> pl.DataFrame:
+    """One row per (phase, group) over all groups: published and proportional weights, change,
+    epochs, and the optimizer's candidate (the published mixture unless the gates refused it)."""
     n_groups = groups.height
     full = np.zeros((len(study.phases), n_groups))
     prop = np.zeros((len(study.phases), n_groups))
     blocks = np.zeros((len(study.phases), n_groups), dtype=np.int64)
+    cand = np.zeros((len(study.phases), n_groups), dtype=np.int64)
     idx = np.asarray(active, dtype=np.int64)
     full[:, idx] = opt.weights
     prop[:, idx] = opt.proportional
     blocks[:, idx] = opt.block_sequences
+    cand[:, idx] = (candidate or opt).block_sequences
     tokens = groups["tokens"].to_numpy().astype(np.float64)
     budgets = study.phase_budgets(study.target_budget)
     e_opt = epochs(full, tokens, budgets)
@@ -406,6 +577,7 @@ def weights_table(groups: pl.DataFrame, opt: Optimized, study: StudyParams, acti
                 pl.lit(phase.share).alias("phase_share"),
                 pl.Series("weight", full[p]),
                 pl.Series("block_sequences", blocks[p]),
+                pl.Series("candidate_block_sequences", cand[p]),
                 pl.Series("proportional_weight", prop[p]),
                 pl.Series("change", full[p] - prop[p]),
                 pl.Series("epochs", e_opt),
@@ -454,7 +626,10 @@ def save_fit(model: FittedModel, out_dir: str, meta: dict[str, Any]) -> str:
             "chosen": model.chosen,
             "cv": model.cv,
             "components": model.components,
+            "component_weights": model.component_weights.tolist(),
+            "epoch_scale": None if model.epoch_scale is None else model.epoch_scale.tolist(),
             "surrogates": {name: [m.state() for m in ms] for name, ms in model.surrogates.items()},
+            "bootstrap": [[m.state() for m in ms] for ms in model.bootstrap],
             **meta,
         },
     )
@@ -465,4 +640,7 @@ def load_fit(out_dir: str, params: FitParams = FitParams()) -> tuple[FittedModel
     """The surrogates saved by :func:`save_fit`, ready to predict."""
     meta = storage.read_json(storage.join(out_dir, "model.json"))
     surrogates = {name: [_SURROGATE_TYPES[name].from_state(st, params) for st in states] for name, states in meta.pop("surrogates").items()}
-    return FittedModel(meta["chosen"], surrogates, meta["cv"], {}, meta["components"]), meta
+    boot = [[_SURROGATE_TYPES[meta["chosen"]].from_state(st, params) for st in states] for states in meta.pop("bootstrap", [])]
+    scale = meta.get("epoch_scale")
+    return FittedModel(meta["chosen"], surrogates, meta["cv"], {}, meta["components"], np.asarray(meta["component_weights"]),
+                       None if scale is None else np.asarray(scale), boot), meta

@@ -4,19 +4,25 @@ It stands in for a small transformer where seconds per run matter (the demo and 
 what a proxy learns still depends on the mixture, through how much of each group it sees.
 
 Training data follow simulated epoching: each group is cut to its ``proxy_tokens`` (documents
-in id order, the last one cut by its share of tokens), and the group's counts are weighted by
-the epochs the proxy spends on it (``proxy_budget x weight / proxy_tokens``, summed over
-phases), which is what repeating the data that many times does to counts.
+in an order set by the run's seed, id order for seed 0, the last one cut by its share of
+tokens), and the group's counts are weighted by the epochs the proxy spends on it
+(``proxy_budget x weight / proxy_tokens``, summed over phases), discounted as repeated data is
+in data-constrained scaling: e epochs count as ``1 + R* (1 - exp(-(e - 1) / R*))`` fresh ones.
+Only the columns and files a run needs are read: ids and token counts of its groups' files,
+then the text of the chosen documents' files.
 
 The model is an interpolated Witten-Bell n-gram over bytes (orders 0..``order``), counted with
 sorted integer keys (context bytes packed into an int64 with the next byte). Evaluation text
-is the held-out pool documents (id hash 0 modulo ``holdout_mod``), one domain per source;
-the metrics are bits per byte per domain (``bpb/<source>``) and their mean (``macro_bpb``).
+is eval-like text when the study names one (the locked eval sets, or a file of ``domain`` and
+``text``), else the held-out pool documents (id hash 0 modulo ``holdout_mod``), one domain per
+source; the metrics are bits per byte per domain (``bpb/<domain>``) and their mean (``macro_bpb``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -34,28 +40,47 @@ def is_heldout(ids: pl.Series, holdout_mod: int) -> pl.Series:
     return ids.str.slice(0, 8).str.to_integer(base=16, strict=False).fill_null(1) % holdout_mod == 0
 
 
-def read_group_documents(files: Sequence[str]) -> pl.DataFrame:
-    parts = [pl.from_arrow(storage.read_parquet(f, ["id", "text", "source", "tokens"])) for f in files]
-    if not parts:
-        return pl.DataFrame(schema={"id": pl.Utf8, "text": pl.Utf8, "source": pl.Utf8, "tokens": pl.Int64})
-    return pl.concat(parts).with_columns(pl.col("tokens").cast(pl.Int64)).sort("id")  # type: ignore[arg-type]
+def effective_epochs(epochs: float, repeat_scale: float) -> float:
+    """Fresh-data epochs that ``epochs`` passes are worth (data-constrained scaling, R* = ``repeat_scale``)."""
+    if epochs <= 1.0:
+        return float(epochs)
+    return float(1.0 + repeat_scale * (1.0 - np.exp(-(epochs - 1.0) / repeat_scale)))
 
 
-def truncated_training_text(docs: pl.DataFrame, proxy_tokens: int, params: ProxyTrainerParams) -> bytes:
-    """The group's training bytes: non-held-out documents in id order up to ``proxy_tokens``."""
-    train = docs.filter(~is_heldout(docs["id"], params.holdout_mod))
-    out: list[bytes] = []
+def _order_key(doc_id: str, seed: int) -> str:
+    return doc_id if seed == 0 else hashlib.sha256(f"{seed}:{doc_id}".encode()).hexdigest()
+
+
+def truncated_training_text(files: Sequence[str], proxy_tokens: int, params: ProxyTrainerParams, seed: int = 0) -> bytes:
+    """The group's training bytes: non-held-out documents in the seed's order up to
+    ``proxy_tokens``. Ids and token counts are read first; text only from files that hold a
+    chosen document."""
+    index = []
+    for f, uri in enumerate(files):
+        frame = pl.from_arrow(storage.read_parquet(uri, ["id", "tokens"])).with_row_index("row")  # type: ignore[union-attr]
+        frame = frame.filter(~is_heldout(frame["id"], params.holdout_mod))
+        index += [(_order_key(str(i), seed), f, int(r), int(t)) for r, i, t in frame.select("row", "id", "tokens").iter_rows()]
+    chosen: list[tuple[int, int, int, int]] = []  # (file, row, tokens to keep, tokens)
     left = int(proxy_tokens)
-    size = 0
-    for text, tokens in train.select("text", "tokens").iter_rows():
-        if left <= 0 or size >= params.max_train_bytes_per_group:
+    for _, f, row, tokens in sorted(index):
+        if left <= 0 or int(proxy_tokens) - left >= params.max_train_bytes_per_group:  # a token is at least a byte
             break
-        data = str(text).encode("utf-8")
-        if tokens > left:
-            data = data[: max(1, int(len(data) * left / max(tokens, 1)))]
+        chosen.append((f, row, min(tokens, left), tokens))
+        left -= tokens
+    texts: dict[tuple[int, int], str] = {}
+    for f in sorted({c[0] for c in chosen}):
+        column = storage.read_parquet(files[f], ["text"]).column("text")
+        texts |= {(f, c[1]): str(column[c[1]].as_py()) for c in chosen if c[0] == f}
+    out: list[bytes] = []
+    size = 0
+    for f, row, keep, tokens in chosen:
+        data = texts[(f, row)].encode("utf-8")
+        if keep < tokens:
+            data = data[: max(1, int(len(data) * keep / max(tokens, 1)))]
         out.append(data)
         size += len(data)
-        left -= int(tokens)
+        if size >= params.max_train_bytes_per_group:
+            break
     return DOC_SEPARATOR.join(out)[: params.max_train_bytes_per_group]
 
 
@@ -120,26 +145,63 @@ class ByteNgram:
         return float(-self.log2_probs(data).mean()) if data else float("nan")
 
 
+def capped_texts(pairs: Iterable[tuple[str, str]], cap: int) -> dict[str, bytes]:
+    """(domain, text) pairs as one text per domain, documents joined, at most ``cap`` bytes each."""
+    chunks: dict[str, list[bytes]] = {}
+    sizes: dict[str, int] = {}
+    for domain, text in pairs:
+        if sizes.get(domain, 0) >= cap:
+            continue
+        data = str(text).encode("utf-8")
+        chunks.setdefault(domain, []).append(data)
+        sizes[domain] = sizes.get(domain, 0) + len(data) + len(DOC_SEPARATOR)
+    return {d: DOC_SEPARATOR.join(c)[:cap] for d, c in sorted(chunks.items())}
+
+
 def evaluation_texts(pool_files: Mapping[str, Sequence[str]], params: ProxyTrainerParams) -> dict[str, bytes]:
-    """Held-out text per domain (source) over every group, capped per domain, in id order."""
-    files = sorted({f for fs in pool_files.values() for f in fs})
-    parts = [pl.from_arrow(storage.read_parquet(f, ["id", "text", "source"])) for f in files]
-    if not parts:
-        return {}
-    docs = pl.concat(parts).sort("id")  # type: ignore[arg-type]
-    held = docs.filter(is_heldout(docs["id"], params.holdout_mod))
-    out: dict[str, bytes] = {}
-    for (source,), frame in held.group_by("source", maintain_order=True):
-        chunks: list[bytes] = []
-        size = 0
-        for text in frame["text"].to_list():
-            data = str(text).encode("utf-8")
-            chunks.append(data)
-            size += len(data)
-            if size >= params.max_eval_bytes_per_domain:
-                break
-        out[str(source)] = DOC_SEPARATOR.join(chunks)[: params.max_eval_bytes_per_domain]
-    return dict(sorted(out.items()))
+    """Held-out pool text per domain (source), capped per domain. A file's ``source`` column is
+    read first and the file skipped once its domain is full; ids next; text only for files that
+    hold held-out documents."""
+    cap = params.max_eval_bytes_per_domain
+    sizes: dict[str, int] = {}
+    pairs: list[tuple[str, str]] = []
+    for uri in sorted({f for fs in pool_files.values() for f in fs}):
+        sources = storage.read_parquet(uri, ["source"]).column("source").to_pylist()
+        if not sources or all(sizes.get(str(x), 0) >= cap for x in set(sources)):
+            continue
+        ids = pl.from_arrow(storage.read_parquet(uri, ["id"]))["id"]  # type: ignore[index]
+        held = np.flatnonzero(is_heldout(ids, params.holdout_mod).to_numpy())
+        if not len(held):
+            continue
+        column = storage.read_parquet(uri, ["text"]).column("text")
+        for row in sorted(held, key=lambda r: ids[int(r)]):
+            domain = str(sources[row])
+            if sizes.get(domain, 0) < cap:
+                text = str(column[int(row)].as_py())
+                pairs.append((domain, text))
+                sizes[domain] = sizes.get(domain, 0) + len(text.encode("utf-8")) + len(DOC_SEPARATOR)
+    return capped_texts(pairs, cap)
+
+
+def read_eval_set(uri: str, params: ProxyTrainerParams) -> dict[str, bytes]:
+    """A configured evaluation set: JSON Lines or Parquet rows with ``domain`` and ``text``."""
+    where = f"{uri} (proxy.eval_set)"
+    if not storage.exists(uri):
+        raise ValueError(f"{where} does not exist; write JSONL or Parquet rows with 'domain' and 'text' there, or clear proxy.eval_set")
+    if uri.endswith(".parquet"):
+        frame = pl.from_arrow(storage.read_parquet(uri))
+        rows = frame.to_dicts()  # type: ignore[union-attr]
+    elif uri.endswith(".jsonl"):
+        try:
+            rows = [json.loads(line) for line in storage.read_bytes(uri).decode("utf-8").splitlines() if line.strip()]
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{where}: line is not JSON ({exc}); write one object with 'domain' and 'text' per line") from exc
+    else:
+        raise ValueError(f"{where}: an eval set is a .jsonl or .parquet file")
+    bad = [i for i, r in enumerate(rows, start=1) if not (isinstance(r, dict) and isinstance(r.get("domain"), str) and isinstance(r.get("text"), str))]
+    if bad or not rows:
+        raise ValueError(f"{where}: rows {bad[:5] or 'none'} lack string 'domain' and 'text'; every row needs both")
+    return capped_texts(((r["domain"], r["text"]) for r in rows), params.max_eval_bytes_per_domain)
 
 
 def write_evaluation_texts(texts: Mapping[str, bytes], out_dir: str) -> str:
@@ -162,8 +224,9 @@ def train_proxy(config: Mapping[str, Any], eval_texts: Mapping[str, bytes], para
     The result rows follow the external results schema, so both kinds of proxy are read alike.
     """
     if not eval_texts:
-        raise ValueError("no held-out evaluation text: the pool has no document whose id hash is 0 modulo holdout_mod")
+        raise ValueError("no evaluation text: name an eval set (proxy.eval_set), or the pool needs documents whose id hash is 0 modulo holdout_mod")
     budget = float(config["experiment_budget"])
+    seed = int(config.get("seed", 0))
     exposure: dict[str, float] = {}
     for phase in config["phases"]:
         for group, weight in phase["weights"].items():
@@ -177,12 +240,12 @@ def train_proxy(config: Mapping[str, Any], eval_texts: Mapping[str, bytes], para
         if proxy_tokens <= 0:
             skipped.append(group)
             continue
-        text = truncated_training_text(read_group_documents(component["pool_files"]), proxy_tokens, params)
+        text = truncated_training_text(component["pool_files"], proxy_tokens, params, seed)
         if not text:
             skipped.append(group)
             continue
         texts.append(text)
-        weights.append(budget * share / proxy_tokens)  # epochs of this group in the proxy
+        weights.append(effective_epochs(budget * share / proxy_tokens, params.repeat_scale))  # this group's epochs in the proxy, discounted
     model = ByteNgram(params.order).fit(texts, weights)
     metrics = {f"bpb/{domain}": model.bits_per_byte(text) for domain, text in eval_texts.items()}
     metrics["macro_bpb"] = float(np.mean(list(metrics.values())))

@@ -12,9 +12,11 @@ An external trainer writes JSON Lines (``*.jsonl``) or Parquet (``*.parquet``) f
 ``value``      number    finite
 =============  ========  ====================================================
 
-A file that cannot be read or lacks a column is an error naming the file and the fix. A bad
-row (wrong type, empty id, non-finite value, a mixture id that disagrees with the swarm) is
-counted and reported with its line, never used and never fatal.
+A file that cannot be read or lacks a column is an error naming the file and the fix; it fails
+only the runs it names (the ``run_id`` values it still shows), and a run it may hold but does
+not name fails only when no other file has results for it. A bad row (wrong type, empty id,
+non-finite value, a mixture id that disagrees with the swarm) is counted and reported with its
+line, never used and never fatal.
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ class ResultRows:
     rows: pl.DataFrame  # RESULT_SCHEMA plus ``file``
     bad_rows: int
     bad_examples: list[str]
+    unreadable: dict[str, tuple[str, frozenset[str] | None]] = dataclasses.field(default_factory=dict)  # file -> (error, runs it names; None: unknown)
+
+    def errors_for(self, rid: str, has_rows: bool) -> list[str]:
+        """Errors of unreadable files that name the run, or that may hold it when it has no rows."""
+        return [err for err, runs in self.unreadable.values() if (runs is not None and rid in runs) or (runs is None and not has_rows)]
 
 
 def results_files(dir_uri: str) -> list[str]:
@@ -127,12 +134,39 @@ def read_results_file(uri: str) -> ResultRows:
     return ResultRows(rows, bad, examples)
 
 
+def runs_named(uri: str) -> frozenset[str] | None:
+    """The ``run_id`` values an unusable file still shows (a column, or JSON lines), None if none can be read."""
+    try:
+        if uri.endswith(".parquet"):
+            frame = pl.from_arrow(storage.read_parquet(uri, ["run_id"]))
+            return frozenset(str(r) for r in frame["run_id"].drop_nulls().to_list())  # type: ignore[index]
+        ids = set()
+        for line in storage.read_bytes(uri).decode("utf-8", errors="replace").splitlines():
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, dict) and isinstance(value.get("run_id"), str):
+                ids.add(value["run_id"])
+        return frozenset(ids) or None
+    except Exception:  # noqa: BLE001 -- an unreadable file names no run
+        return None
+
+
 def read_results(dir_uri: str) -> ResultRows:
-    """Every results file in a study's results folder, concatenated."""
-    parts = [read_results_file(u) for u in results_files(dir_uri)]
+    """Every usable results file in a study's results folder, concatenated; unusable ones are
+    kept with their error and the runs they name."""
+    parts: list[ResultRows] = []
+    unreadable: dict[str, tuple[str, frozenset[str] | None]] = {}
+    for uri in results_files(dir_uri):
+        try:
+            parts.append(read_results_file(uri))
+        except ResultsError as exc:
+            unreadable[uri] = (str(exc), runs_named(uri))
     if not parts:
-        return ResultRows(pl.DataFrame(schema={**RESULT_SCHEMA, "file": pl.Utf8}), 0, [])
-    return ResultRows(pl.concat([p.rows for p in parts]), sum(p.bad_rows for p in parts), [e for p in parts for e in p.bad_examples][:MAX_REPORTED_BAD_ROWS])
+        return ResultRows(pl.DataFrame(schema={**RESULT_SCHEMA, "file": pl.Utf8}), 0, [], unreadable)
+    examples = [e for p in parts for e in p.bad_examples][:MAX_REPORTED_BAD_ROWS]
+    return ResultRows(pl.concat([p.rows for p in parts]), sum(p.bad_rows for p in parts), examples, unreadable)
 
 
 def rows_for_run(results: ResultRows, rid: str, expected_mixture: str) -> ResultRows:
@@ -152,7 +186,7 @@ def final_metrics(rows: pl.DataFrame) -> dict[str, float]:
 
 
 def run_ids_in(dir_uri: str, files: Iterable[str] | None = None) -> tuple[set[str], list[str]]:
-    """Run ids named in the given results files (all by default), and the errors of unusable files."""
+    """Run ids named in the given results files (all by default, unusable ones too), and the errors of unusable files."""
     ids: set[str] = set()
     errors: list[str] = []
     for uri in files if files is not None else results_files(dir_uri):
@@ -160,4 +194,5 @@ def run_ids_in(dir_uri: str, files: Iterable[str] | None = None) -> tuple[set[st
             ids |= set(read_results_file(uri).rows["run_id"].unique().to_list())
         except ResultsError as exc:
             errors.append(str(exc))
+            ids |= runs_named(uri) or set()  # requested, so those runs fail with the file's error
     return ids, errors

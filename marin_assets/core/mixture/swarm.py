@@ -31,15 +31,17 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from marin_assets.core.mixture.launcher import LauncherError, check_template
 from marin_assets.core.pool.groups import MixtureError
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.errors import ConfigurationError
 
-MIXTURE_CODE_VERSION = "1"
+MIXTURE_CODE_VERSION = "2"  # 2: replicate runs with seeds, epoch features, gates, top-k optimizer
 STUDY_FILE = "study.yaml"
 RESULTS_DIR = "results"
 STUDY_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 TRAINERS = ("builtin", "external")
+OPTIMIZERS = ("topk", "regmix", "trust_region", "argmin")
 
 
 class StudyError(ConfigurationError, ValueError):
@@ -62,14 +64,41 @@ class ProxyTrainerParams:
     """The built-in proxy: a byte-level n-gram model (Witten-Bell interpolation) trained on the
     proxy's truncated mixture; bits per byte on held-out pool documents, one domain per source.
 
-    ``holdout_mod``: a document whose id hash is 0 modulo this is evaluation text, never trained
-    on. The byte caps bound what one run reads (the built-in trainer is for demos and tests).
+    ``holdout_mod``: a document whose id hash is 0 modulo this is never trained on (and is the
+    evaluation text when no ``eval_set`` is named). ``eval_set``: the text the proxy is scored
+    on: ``""`` (held-out pool documents, one domain per source), ``locked`` (the locked eval
+    sets, one domain per set), or a JSONL/Parquet file with ``domain`` and ``text`` columns (a
+    path inside the study folder, or a URI). ``repeat_scale``: R* of the data-constrained
+    scaling form; e epochs of a group count as ``1 + R* (1 - exp(-(e - 1) / R*))`` epochs of
+    fresh data, so each repeat is worth less than the one before. The byte caps bound what one
+    run reads (the built-in trainer is for demos and tests).
     """
 
     order: int = 4
     holdout_mod: int = 10
     max_eval_bytes_per_domain: int = 200_000
     max_train_bytes_per_group: int = 4_000_000
+    eval_set: str = ""
+    repeat_scale: float = 15.4
+
+
+@dataclasses.dataclass(frozen=True)
+class GateParams:
+    """When a fit is trusted enough to publish an optimized mixture (see ``mixture.gates``).
+
+    ``min_spearman`` / ``min_r2``: cross-validated floors; ``min_runs`` and ``runs_per_feature``
+    (runs per weight feature, phases x groups): enough runs for the features; ``noise_ratio``:
+    the spread of the targets across mixtures must exceed this many replicate standard
+    deviations; ``baseline_margin``: the Spearman by which the fit must beat the
+    KL-to-proportional-only baseline.
+    """
+
+    min_spearman: float = 0.5
+    min_r2: float = 0.1
+    min_runs: int = 8
+    runs_per_feature: float = 0.1
+    noise_ratio: float = 2.0
+    baseline_margin: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +106,19 @@ class StudyParams:
     """One mixture study. Defaults are the Marin hero run's: two phases (pretraining 15T,
     cooldown 3.75T tokens, so 0.8 / 0.2), an 8-epoch cap summed over phases, KL weight 0.05 to
     the token-proportional mix, mixture blocks of 49,152 sequences of 4,096 tokens.
-    ``search_candidates`` / ``search_rounds``: the optimizer's proposals per round and rounds.
+    ``search_candidates`` / ``search_rounds``: the optimizer's proposals per round and rounds;
+    ``optimizer``: ``topk`` (the mean of the best ``top_k`` candidates of the search), ``regmix``
+    (the mean of the best ``top_k`` simulated candidates), ``trust_region`` (the best candidate
+    near an observed mixture) or ``argmin`` (see ``mixture.fit``).
+    ``replicate_mixtures`` x ``replicate_seeds``: the first mixtures (run ``r0000``, the
+    proportional mix, first) are trained again with other seeds, which measures run-to-run
+    noise; ``validation_seeds``: seeds per mixture in ``mixture_validation``, trained at
+    ``validation_budget_scale`` x ``proxy_budget`` (above 1: a ladder step that checks the gain
+    transfers to a larger run).
+    ``target_weights``: the target as a weighted sum of metrics (empty: ``target_metric``);
+    ``target_limits``: per-metric ceilings the optimized mixture's prediction must respect.
+    ``launcher``: a command template run once per run without results (external trainer), see
+    ``mixture.launcher``.
     """
 
     name: str
@@ -96,13 +137,36 @@ class StudyParams:
     target_metric: str = "macro_bpb"
     search_candidates: int = 20_000
     search_rounds: int = 8
+    optimizer: str = "topk"
+    top_k: int = 64
+    replicate_mixtures: int = 2
+    replicate_seeds: int = 3
+    validation_seeds: int = 3
+    validation_budget_scale: float = 1.0
+    target_weights: tuple[tuple[str, float], ...] = ()
+    target_limits: tuple[tuple[str, float], ...] = ()
+    launcher: str = ""
     proxy: ProxyTrainerParams = ProxyTrainerParams()
+    gate: GateParams = GateParams()
 
     def phase_budgets(self, budget: float) -> np.ndarray:
         return np.array([budget * p.share for p in self.phases], dtype=np.float64)
 
+    def run_plan(self) -> list[tuple[str, int, int]]:
+        """(run id, mixture index, seed) of every run: ``n_runs`` mixtures with seed 0, then the
+        replicates of the first ``replicate_mixtures`` with seeds 1 .. ``replicate_seeds`` - 1."""
+        plan = [(run_id(i), i, 0) for i in range(self.n_runs)]
+        for m in range(min(self.replicate_mixtures, self.n_runs)):
+            for seed in range(1, self.replicate_seeds):
+                plan.append((run_id(len(plan)), m, seed))
+        return plan
+
     def run_ids(self) -> list[str]:
-        return [run_id(i) for i in range(self.n_runs)]
+        return [r for r, _, _ in self.run_plan()]
+
+    def target(self) -> dict[str, float]:
+        """The target as metric -> weight (``target_metric`` alone unless ``target_weights``)."""
+        return dict(self.target_weights) or {self.target_metric: 1.0}
 
 
 def run_id(index: int) -> str:
@@ -143,8 +207,26 @@ def validate_study(params: StudyParams, where: str = "study") -> StudyParams:
         fail(f"trainer {params.trainer!r} is not one of {TRAINERS}")
     if params.search_candidates < 100 or params.search_rounds < 0:
         fail("search_candidates must be >= 100 and search_rounds >= 0")
-    if params.proxy.order < 1 or params.proxy.holdout_mod < 2:
-        fail("proxy.order must be >= 1 and proxy.holdout_mod >= 2")
+    if params.proxy.order < 1 or params.proxy.holdout_mod < 2 or not params.proxy.repeat_scale > 0:
+        fail("proxy.order must be >= 1, proxy.holdout_mod >= 2 and proxy.repeat_scale > 0")
+    if params.optimizer not in OPTIMIZERS or params.top_k < 1:
+        fail(f"optimizer {params.optimizer!r} must be one of {OPTIMIZERS} and top_k >= 1")
+    if not 1.0 <= params.validation_budget_scale <= params.target_budget / params.proxy_budget:
+        fail(f"validation_budget_scale {params.validation_budget_scale:g} must be between 1 and target_budget / proxy_budget")
+    if params.replicate_mixtures < 0 or params.replicate_seeds < 1 or params.validation_seeds < 2:
+        fail("replicate_mixtures must be >= 0, replicate_seeds >= 1 and validation_seeds >= 2 (noise needs two runs)")
+    if any(not w > 0 for _, w in params.target_weights):
+        fail(f"target_weights {dict(params.target_weights)} must be positive")
+    if params.launcher:
+        if params.trainer != "external":
+            fail("a launcher submits runs to an external trainer; set trainer: external or remove launcher")
+        try:
+            check_template(params.launcher)
+        except LauncherError as exc:
+            fail(str(exc))
+    unknown_limits = sorted(set(dict(params.target_limits)) - set(params.target()))
+    if unknown_limits:
+        fail(f"target_limits name metrics {unknown_limits} that are not in the target {sorted(params.target())}; add them to target_weights")
     return params
 
 
@@ -162,10 +244,15 @@ def study_from_mapping(raw: Mapping[str, Any], where: str = "study") -> StudyPar
             values["concentration"] = tuple(float(x) for x in values["concentration"])
         if "proxy" in values:
             values["proxy"] = ProxyTrainerParams(**values["proxy"])
-        for key in ("target_budget", "proxy_budget", "max_epochs", "kl_weight", "sparse_share"):
+        if "gate" in values:
+            values["gate"] = GateParams(**values["gate"])
+        for key in ("target_weights", "target_limits"):
+            if key in values:
+                values[key] = tuple((str(m), float(v)) for m, v in dict(values[key]).items())
+        for key in ("target_budget", "proxy_budget", "max_epochs", "kl_weight", "sparse_share", "validation_budget_scale"):
             if key in values:
                 values[key] = float(values[key])
-        for key in ("n_runs", "seed", "block_size", "seq_len", "search_candidates", "search_rounds"):
+        for key in ("n_runs", "seed", "block_size", "seq_len", "search_candidates", "search_rounds", "top_k", "replicate_mixtures", "replicate_seeds", "validation_seeds"):
             if key in values:
                 values[key] = int(values[key])
         params = StudyParams(**values)
@@ -178,6 +265,8 @@ def study_to_mapping(params: StudyParams) -> dict[str, Any]:
     raw = dataclasses.asdict(params)
     raw["phases"] = [dataclasses.asdict(p) for p in params.phases]
     raw["concentration"] = list(params.concentration)
+    raw["target_weights"] = dict(params.target_weights)
+    raw["target_limits"] = dict(params.target_limits)
     return raw
 
 
@@ -410,11 +499,56 @@ def mixture_id(sequences: np.ndarray) -> str:
 # --------------------------------------------------------------------------- the swarm
 
 
+def trainer_config(
+    params: StudyParams, rid: str, mid: str, seed: int, blocks: np.ndarray, names: Sequence[str], tokens: np.ndarray,
+    trunc: pl.DataFrame, pool_files: Mapping[str, Sequence[str]], results_uri: str,
+) -> dict[str, Any]:
+    """One run's trainer config: weights and block sequences per phase, and per weighted group
+    its pool files, tokens, simulated-epoching truncation and full-run epochs."""
+    weights = blocks / params.block_size
+    full_epochs = epochs(weights, tokens, params.phase_budgets(params.target_budget))
+    used = weights.sum(axis=0) > 0
+    proxy_tokens = trunc["proxy_tokens"].to_numpy()
+    proxy_seqs = trunc["proxy_sequences"].to_numpy()
+    return {
+        "study": params.name,
+        "run_id": rid,
+        "mixture_id": mid,
+        "seed": int(seed),
+        "target_budget": params.target_budget,
+        "experiment_budget": params.proxy_budget,
+        "seq_len": params.seq_len,
+        "block_size": params.block_size,
+        "phases": [
+            {
+                "name": ph.name,
+                "start_fraction": float(sum(q.share for q in params.phases[:p])),
+                "share": ph.share,
+                "weights": {names[g]: float(weights[p, g]) for g in np.flatnonzero(blocks[p] > 0)},
+                "block_sequences": {names[g]: int(blocks[p, g]) for g in np.flatnonzero(blocks[p] > 0)},
+            }
+            for p, ph in enumerate(params.phases)
+        ],
+        "components": {
+            names[g]: {
+                "pool_files": list(pool_files.get(names[g], [])),
+                "tokens": int(tokens[g]),
+                "proxy_tokens": int(proxy_tokens[g]),
+                "proxy_sequences": int(proxy_seqs[g]),
+                "epochs_full_run": float(full_epochs[g]),
+            }
+            for g in np.flatnonzero(used)
+        },
+        "zero_sequence_groups": [names[g] for g in np.flatnonzero(used & trunc["zero_sequences"].to_numpy())],
+        "results": {"write_to": results_uri, "columns": list(RESULT_COLUMNS)},
+    }
+
+
 @dataclasses.dataclass
 class Swarm:
     groups: pl.DataFrame  # one row per group: group, topic, topic_label, band, tokens, sequences, proxy_tokens, proxy_sequences, zero_sequences, prior
     mixtures: pl.DataFrame  # one row per (run, phase, group) with weight > 0: run_id, mixture_id, phase, group, weight, block_sequences
-    runs: pl.DataFrame  # one row per run: run_id, mixture_id, max_epochs, zero_sequence_groups, vanished_groups, kl_to_prior
+    runs: pl.DataFrame  # one row per run: run_id, mixture_id, seed, max_epochs, zero_sequence_groups, vanished_groups, kl_to_prior
     configs: dict[str, dict[str, Any]]  # trainer config per run id
     summary: dict[str, Any]
 
@@ -434,9 +568,7 @@ def build_swarm(groups: pl.DataFrame, pool_files: Mapping[str, Sequence[str]], p
     run_rows: list[tuple] = []
     configs: dict[str, dict[str, Any]] = {}
     zero_seq = trunc["zero_sequences"].to_numpy()
-    proxy_tokens = trunc["proxy_tokens"].to_numpy()
-    proxy_seqs = trunc["proxy_sequences"].to_numpy()
-    for i, rid in enumerate(params.run_ids()):
+    for rid, i, seed in params.run_plan():
         blocks = round_to_block(proposals[i], tokens, params)
         weights = blocks / params.block_size
         mid = mixture_id(blocks)
@@ -448,38 +580,8 @@ def build_swarm(groups: pl.DataFrame, pool_files: Mapping[str, Sequence[str]], p
             for g in np.flatnonzero(blocks[p] > 0):
                 mix_rows.append((rid, mid, phase_names[p], names[g], float(weights[p, g]), int(blocks[p, g])))
         kl = float(np.dot(params.phase_budgets(1.0), kl_divergence(weights, prior)))
-        run_rows.append((rid, mid, float(full_epochs.max()), len(zero_groups), int(vanished.any(axis=0).sum()), kl))
-        configs[rid] = {
-            "study": params.name,
-            "run_id": rid,
-            "mixture_id": mid,
-            "target_budget": params.target_budget,
-            "experiment_budget": params.proxy_budget,
-            "seq_len": params.seq_len,
-            "block_size": params.block_size,
-            "phases": [
-                {
-                    "name": ph.name,
-                    "start_fraction": float(sum(q.share for q in params.phases[:p])),
-                    "share": ph.share,
-                    "weights": {names[g]: float(weights[p, g]) for g in np.flatnonzero(blocks[p] > 0)},
-                    "block_sequences": {names[g]: int(blocks[p, g]) for g in np.flatnonzero(blocks[p] > 0)},
-                }
-                for p, ph in enumerate(params.phases)
-            ],
-            "components": {
-                names[g]: {
-                    "pool_files": list(pool_files.get(names[g], [])),
-                    "tokens": int(tokens[g]),
-                    "proxy_tokens": int(proxy_tokens[g]),
-                    "proxy_sequences": int(proxy_seqs[g]),
-                    "epochs_full_run": float(full_epochs[g]),
-                }
-                for g in np.flatnonzero(used)
-            },
-            "zero_sequence_groups": zero_groups,
-            "results": {"write_to": results_uri, "columns": list(RESULT_COLUMNS)},
-        }
+        run_rows.append((rid, mid, seed, float(full_epochs.max()), len(zero_groups), int(vanished.any(axis=0).sum()), kl))
+        configs[rid] = trainer_config(params, rid, mid, seed, blocks, names, tokens, trunc, pool_files, results_uri)
     label = groups["topic_label"] if "topic_label" in groups.columns else pl.Series([""] * groups.height)
     group_table = pl.DataFrame(
         {
@@ -497,12 +599,12 @@ def build_swarm(groups: pl.DataFrame, pool_files: Mapping[str, Sequence[str]], p
     )
     runs = pl.DataFrame(
         run_rows,
-        schema={"run_id": pl.Utf8, "mixture_id": pl.Utf8, "max_epochs": pl.Float64, "zero_sequence_groups": pl.Int64, "vanished_groups": pl.Int64, "kl_to_prior": pl.Float64},
+        schema={"run_id": pl.Utf8, "mixture_id": pl.Utf8, "seed": pl.Int64, "max_epochs": pl.Float64, "zero_sequence_groups": pl.Int64, "vanished_groups": pl.Int64, "kl_to_prior": pl.Float64},
         orient="row",
     )
     zero_any = group_table.filter(pl.col("zero_sequences"))["group"].to_list()
     summary = {
-        "runs": params.n_runs,
+        "runs": len(configs),
         "phases": phase_names,
         "groups_with_tokens": int((tokens > 0).sum()),
         "proxy_to_target": params.proxy_budget / params.target_budget,
@@ -512,14 +614,15 @@ def build_swarm(groups: pl.DataFrame, pool_files: Mapping[str, Sequence[str]], p
         "runs_with_vanished_groups": int((runs["vanished_groups"] > 0).sum()),
         "max_full_run_epochs": float(runs["max_epochs"].max()),
         "distinct_mixtures": int(runs["mixture_id"].n_unique()),
+        "replicate_runs": int((runs["seed"] > 0).sum()),
         "trainer": params.trainer,
     }
     return Swarm(group_table, mixtures, runs, configs, summary)
 
 
 def write_swarm(swarm: Swarm, out_dir: str, pool_files: Mapping[str, Sequence[str]]) -> dict[str, str]:
-    """Parquet tables, the pool files of every group (the built-in trainer's evaluation text
-    comes from all of them), and one JSON and one YAML trainer config per run under ``configs/``."""
+    """Parquet tables, the pool files of every group, and one JSON and one YAML trainer config
+    per run under ``configs/``."""
     import yaml  # noqa: PLC0415
 
     written = {"pool_files": storage.join(out_dir, "pool_files.json")}

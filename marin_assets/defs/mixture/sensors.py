@@ -4,8 +4,9 @@ Each tick, for the storage root:
 
 1. a study folder with a spec that is not yet a partition is added, and its swarm requested;
 2. a results file that is new or changed since the last tick (size and modification stamp) is
-   read, and the runs it names are requested as ``proxy_results`` partitions; an unusable file
-   is logged (with the fix) and not retried until it changes;
+   read, and the runs it names are requested as ``proxy_results`` partitions (validation runs,
+   ``v-...``, as ``mixture_validation``); an unusable file is logged (with the fix) and not
+   retried until it changes;
 3. a study whose latest ``proxy_results`` materialization is newer than its latest
    ``mixture_model`` one, with none of its runs still queued or running, gets a refit
    (``mixture_model`` then ``mixture_weights``).
@@ -17,12 +18,18 @@ import json
 
 import dagster as dg
 
+from marin_assets.core import specs
 from marin_assets.core.mixture import results
 from marin_assets.core.mixture import swarm as swarm_core
+from marin_assets.core.mixture import validation as validation_core
 from marin_assets.defs.automation.sensors import default_status
-from marin_assets.core import specs
 from marin_assets.defs.jobs import STUDY_JOBS
-from marin_assets.defs.mixture.partitions import RUNS, STUDIES, proxy_run_key, study_partitions
+from marin_assets.defs.mixture.partitions import (
+    RUNS,
+    STUDIES,
+    proxy_run_key,
+    study_partitions,
+)
 from marin_assets.defs.resources import MarinResource
 
 STUDY_TAG = "marin/study"
@@ -72,7 +79,8 @@ def mixture_studies(context: dg.SensorEvaluationContext, marin: MarinResource) -
             except swarm_core.StudyError as exc:
                 context.log.warning(str(exc))
                 continue
-            unknown = sorted(ids - valid)
+            validation_runs = {r for r in ids if r.startswith(validation_core.RUN_PREFIX)}
+            unknown = sorted(ids - valid - validation_runs)
             if unknown:
                 context.log.warning(f"study '{study}': results name runs {unknown[:5]} that are not among its {len(valid)} runs; they are ignored")
             stamp = "-".join(sorted(now[c.rsplit('/', 1)[-1]] for c in changed))
@@ -80,6 +88,8 @@ def mixture_studies(context: dg.SensorEvaluationContext, marin: MarinResource) -
                 requests.append(
                     dg.RunRequest(job_name=specs.PROXY_RESULTS.phase, partition_key=proxy_run_key(study, run), run_key=f"results/{study}/{run}/{stamp}", tags={STUDY_TAG: study})
                 )
+            if validation_runs:  # results of mixture_validation's runs: measure again
+                requests.append(dg.RunRequest(job_name=specs.MIXTURE_VALIDATION.phase, partition_key=study, run_key=f"validation/{study}/{stamp}", tags={STUDY_TAG: study}))
             continue  # refit once the requested runs are done (a later tick)
         in_flight = context.instance.get_run_ids(dg.RunsFilter(statuses=_IN_FLIGHT, tags={STUDY_TAG: study}), limit=1)
         if in_flight:
