@@ -5,9 +5,9 @@ project's conditions attached, evaluated tick by tick as the automation sensor d
 import dagster as dg
 import pytest
 
-pytestmark = pytest.mark.system  # real runs on a temporary instance: ~15 s each on a loaded machine
-
 from marin_assets.defs.automation.conditions import INPUT_POINTER, catalog_names, with_conditions
+
+pytestmark = pytest.mark.system  # real runs on a temporary instance: ~15 s each on a loaded machine
 
 A, B, C = sorted(catalog_names())[:3]  # partitions must be catalog sources (automation skips others)
 SOURCES = dg.StaticPartitionsDefinition([A, B, C])

@@ -21,6 +21,7 @@ from marin_assets.core.specs import (
 )
 from marin_assets.defs import report
 from marin_assets.defs.metadata import markdown_table, materialized
+from marin_assets.defs.quality.assets import band_slices
 from marin_assets.defs.resources import CurationResource, MarinResource, source_or_fail
 from marin_assets.defs.stage_assets import stage_asset
 
@@ -40,10 +41,10 @@ def pool(context: dg.AssetExecutionContext, marin: MarinResource, curation: Cura
     exact = stages.current_input(layout, EXACT_DUPLICATES)
     fuzzy = stages.current_input(layout, FUZZY_DUPLICATES)
     tokenizer = curation.tokenizer_params()
-    # The source's pool depends on the global decisions only through its own removal lists, so
-    # a dedup change elsewhere leaves this source's pool (and its fingerprint) as it was.
+    # The source's pool depends on the global decisions only through its own removal lists and
+    # the band edges of its own topics, so a change elsewhere leaves its fingerprint as it was.
     extra = {
-        "bands": bands.fingerprint,
+        "bands": (band_slices(stages.stats_of(bands)) or {}).get(name, bands.fingerprint),
         "exact": stages.stats_of(exact)["removed_ids_digest"].get(name, ""),
         "fuzzy": stages.stats_of(fuzzy)["removed_ids_digest"].get(name, ""),
         "exempt": source.fuzzy_exempt,
