@@ -1,5 +1,7 @@
 """The curated pool per source and the 200 sampling groups."""
 
+import dataclasses
+
 import dagster as dg
 
 from marin_assets.core.dedup import decisions as dedup
@@ -26,6 +28,51 @@ from marin_assets.defs.resources import CurationResource, MarinResource, source_
 from marin_assets.defs.stage_assets import stage_asset
 
 
+@dataclasses.dataclass(frozen=True)
+class Decisions:
+    """The current global decisions a pool reads (band edges, exact and fuzzy removals) and
+    their per-source digests, read once for any number of sources."""
+
+    bands: stages.StageInput
+    exact: stages.StageInput
+    fuzzy: stages.StageInput
+    band_slices: dict
+    exact_slices: dict
+    fuzzy_slices: dict
+
+    @classmethod
+    def current(cls, layout: storage.Layout) -> "Decisions":
+        bands, exact, fuzzy = (stages.current_input(layout, s) for s in (QUALITY_BANDS, EXACT_DUPLICATES, FUZZY_DUPLICATES))
+        return cls(bands, exact, fuzzy, band_slices(stages.stats_of(bands)) or {},
+                   stages.stats_of(exact)["removed_ids_digest"], stages.stats_of(fuzzy)["removed_ids_digest"])  # fmt: skip
+
+    def slices(self, name: str) -> dict:
+        """The source's part of each decision: a change elsewhere leaves its pool as it was."""
+        return {"bands": self.band_slices.get(name, self.bands.fingerprint), "exact": self.exact_slices.get(name, ""), "fuzzy": self.fuzzy_slices.get(name, "")}
+
+
+def pool_fingerprint(layout: storage.Layout, name: str, fuzzy_exempt: bool, tokenizer: object, decisions: Decisions) -> tuple[list[stages.StageInput], dict, str]:
+    """The source's per-source inputs, what else decides its pool, and the fingerprint the pool gets if built now."""
+    upstream = [stages.current_input(layout, stage, name) for stage in (NORMALIZED, TOPICS, QUALITY_SCORES, CONTAMINATION)]
+    extra = {**decisions.slices(name), "exempt": fuzzy_exempt, "tokenizer": tokenizer}
+    return upstream, extra, stages.fingerprint_of(POOL, stages.key({}, extra), upstream)
+
+
+def stale_pools(layout: storage.Layout, pools: dict[str, stages.StageInput], catalog, tokenizer: object) -> dict[str, str]:
+    """The pools read whose inputs moved since they were built: source -> why."""
+    decisions = Decisions.current(layout)
+    stale = {}
+    for name, inp in sorted(pools.items()):
+        try:
+            expected = pool_fingerprint(layout, name, catalog.by_name(name).fuzzy_exempt, tokenizer, decisions)[2]
+        except stages.MissingInput as exc:
+            stale[name] = str(exc)
+            continue
+        if expected != inp.fingerprint:
+            stale[name] = f"built as {inp.fingerprint}; its inputs now give {expected}"
+    return stale
+
+
 @stage_asset(
     POOL,
     kinds={"parquet"},
@@ -36,20 +83,9 @@ def pool(context: dg.AssetExecutionContext, marin: MarinResource, curation: Cura
     source = source_or_fail(marin, context.partition_key)
     layout = marin.layout()
     name = source.name
-    upstream = [stages.current_input(layout, stage, name) for stage in (NORMALIZED, TOPICS, QUALITY_SCORES, CONTAMINATION)]
-    bands = stages.current_input(layout, QUALITY_BANDS)
-    exact = stages.current_input(layout, EXACT_DUPLICATES)
-    fuzzy = stages.current_input(layout, FUZZY_DUPLICATES)
     tokenizer = curation.tokenizer_params()
-    # The source's pool depends on the global decisions only through its own removal lists and
-    # the band edges of its own topics, so a change elsewhere leaves its fingerprint as it was.
-    extra = {
-        "bands": (band_slices(stages.stats_of(bands)) or {}).get(name, bands.fingerprint),
-        "exact": stages.stats_of(exact)["removed_ids_digest"].get(name, ""),
-        "fuzzy": stages.stats_of(fuzzy)["removed_ids_digest"].get(name, ""),
-        "exempt": source.fuzzy_exempt,
-        "tokenizer": tokenizer,
-    }
+    decisions = Decisions.current(layout)
+    upstream, extra, _ = pool_fingerprint(layout, name, source.fuzzy_exempt, tokenizer, decisions)
     manifest = stages.run_shards(
         POOL,
         layout,
@@ -60,9 +96,9 @@ def pool(context: dg.AssetExecutionContext, marin: MarinResource, curation: Cura
         bind_params=lambda out: pool_core.PoolParams(
             source=name,
             pool_dir=out.data_uri,
-            band_edges_uri=bands.uri,
-            exact_removed_uri=dedup.removed_uri(exact.uri, name),
-            fuzzy_removed_uri=dedup.removed_uri(fuzzy.uri, name),
+            band_edges_uri=decisions.bands.uri,
+            exact_removed_uri=dedup.removed_uri(decisions.exact.uri, name),
+            fuzzy_removed_uri=dedup.removed_uri(decisions.fuzzy.uri, name),
             fuzzy_exempt=source.fuzzy_exempt,
             tokenizer=tokenizer,
         ),
@@ -90,6 +126,8 @@ def pool(context: dg.AssetExecutionContext, marin: MarinResource, curation: Cura
 @stage_asset(
     SAMPLING_GROUPS,
     kinds={"parquet", "csv"},
+    check_specs=[dg.AssetCheckSpec("pools_current", asset=SAMPLING_GROUPS.name, blocking=True,
+                                   description="every pool read was built from its current inputs (names the stale ones)")],  # fmt: skip
     description="Documents and tokens per sampling group (and per source within each), with token-proportional mixture weights.",
 )
 def sampling_groups(context: dg.AssetExecutionContext, marin: MarinResource, curation: CurationResource) -> dg.MaterializeResult:
@@ -98,6 +136,9 @@ def sampling_groups(context: dg.AssetExecutionContext, marin: MarinResource, cur
     if not found:
         raise dg.Failure("no source has a curated pool yet; materialize pool first")
     model = stages.current_input(layout, TOPIC_MODEL)
+    stale = stale_pools(layout, found, marin.catalog(), curation.tokenizer_params())
+    if stale:
+        context.log.warning(f"{len(stale)} pools are stale (re-materialize pool for them): {', '.join(stale)}")
     params = curation.mixture_params()
     labels = topic_core.topic_labels(topic_core.load_topic_model(model.uri))
 
@@ -141,4 +182,16 @@ def sampling_groups(context: dg.AssetExecutionContext, marin: MarinResource, cur
         groups_table=markdown_table(table.select("group", "topic_label", "documents", "tokens", "weight").to_dicts()),
         **{k: dg.MetadataValue.md(v) for k, v in images.items()},
         summary="\n".join(summary_lines),
+        check_results=[pools_current(stale, len(found))],
+    )
+
+
+def pools_current(stale: dict[str, str], read: int) -> dg.AssetCheckResult:
+    """Blocking: a mixture built from a pool whose inputs moved would publish stale groups."""
+    return dg.AssetCheckResult(
+        check_name="pools_current",
+        passed=not stale,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description=f"all {read} pools read are current" if not stale else f"{len(stale)} of {read} pools are stale: {', '.join(stale)}; re-materialize pool for them",
+        metadata={"stale_pools": markdown_table([{"source": k, "why": v} for k, v in stale.items()]), "pools_read": read},
     )
