@@ -8,6 +8,7 @@ from marin_assets.core.dedup import decisions as dedup
 from marin_assets.core.embed import topics as topic_core
 from marin_assets.core.pool import curated as pool_core
 from marin_assets.core.pool import groups as mixture
+from marin_assets.core.pool import rebuild
 from marin_assets.core.runtime import stages, storage
 from marin_assets.core.specs import (
     CONTAMINATION,
@@ -127,7 +128,9 @@ def pool(context: dg.AssetExecutionContext, marin: MarinResource, curation: Cura
     SAMPLING_GROUPS,
     kinds={"parquet", "csv"},
     check_specs=[dg.AssetCheckSpec("pools_current", asset=SAMPLING_GROUPS.name, blocking=True,
-                                   description="every pool read was built from its current inputs (names the stale ones)")],  # fmt: skip
+                                   description="every pool read was built from its current inputs (names the stale ones)"),
+                 dg.AssetCheckSpec("matches_published", asset=SAMPLING_GROUPS.name,
+                                   description="rebuild report: tokens per source vs the catalog and the last build, dedup share vs the published 8.5%")],  # fmt: skip
     description="Documents and tokens per sampling group (and per source within each), with token-proportional mixture weights.",
 )
 def sampling_groups(context: dg.AssetExecutionContext, marin: MarinResource, curation: CurationResource) -> dg.MaterializeResult:
@@ -142,6 +145,10 @@ def sampling_groups(context: dg.AssetExecutionContext, marin: MarinResource, cur
     params = curation.mixture_params()
     labels = topic_core.topic_labels(topic_core.load_topic_model(model.uri))
 
+    figures = source_figures(layout, found)
+    previous = storage.read_current(SAMPLING_GROUPS.group_uri(layout))  # the last published build: what a rebuild is set against
+    published = ((storage.read_manifest(previous["uri"]) or {}).get("stats") or {}).get("source_figures") if previous else None
+
     def build(out: str) -> dict:
         per_source = [
             (source, pool_core.pool_index_uris(inp.uri), inp.data_uri)
@@ -150,7 +157,7 @@ def sampling_groups(context: dg.AssetExecutionContext, marin: MarinResource, cur
         counts = pool_core.group_counts_and_files(per_source, storage.join(out, "pool_files.parquet"))
         result = mixture.sampling_groups(counts, labels, params)
         written = mixture.write_sampling_groups(result, out)
-        return {**result.summary, **written}
+        return {**result.summary, **written, "source_figures": figures, "published_figures": published or {}}
 
     manifest = stages.run_global(
         SAMPLING_GROUPS,
@@ -160,6 +167,7 @@ def sampling_groups(context: dg.AssetExecutionContext, marin: MarinResource, cur
         build=build,
     )
     groups, group_sources = mixture.read_sampling_groups(manifest["uri"])
+    report, report_meta = rebuild_report_metadata(figures, manifest["stats"].get("published_figures"), marin.catalog(), curation.report_params(), _tokenizer_of(found))
     table = groups.filter(groups["documents"] > 0).sort("group")
     images = {
         "tokens_heatmap": report.markdown_image(report.token_heatmap_png(groups), "tokens per topic and band"),
@@ -182,8 +190,67 @@ def sampling_groups(context: dg.AssetExecutionContext, marin: MarinResource, cur
         groups_table=markdown_table(table.select("group", "topic_label", "documents", "tokens", "weight").to_dicts()),
         **{k: dg.MetadataValue.md(v) for k, v in images.items()},
         summary="\n".join(summary_lines),
-        check_results=[pools_current(stale, len(found))],
+        check_results=[pools_current(stale, len(found)), report_check(report)],
+        **report_meta,
     )
+
+
+def _tokenizer_of(pools: dict[str, stages.StageInput]) -> str:
+    for inp in pools.values():
+        per_shard = (storage.read_manifest(inp.uri) or {}).get("per_shard") or []
+        if per_shard and per_shard[0].get("tokenizer"):
+            return str(per_shard[0]["tokenizer"])
+    return "unknown tokenizer"
+
+
+def source_figures(layout: storage.Layout, pools: dict[str, stages.StageInput]) -> dict[str, dict]:
+    """What each source's rebuild measured: its pool's counters and its dedup removals (tokens
+    estimated from the removed characters)."""
+    exact, fuzzy = (stages.stats_of(stages.current_input(layout, s)) for s in (EXACT_DUPLICATES, FUZZY_DUPLICATES))
+    out = {}
+    for name, inp in sorted(pools.items()):
+        totals = (storage.read_manifest(inp.uri) or {}).get("totals") or {}
+        chars = sum(stats.get("removed_chars_per_source", {}).get(name, 0) for stats in (exact, fuzzy))
+        out[name] = rebuild.SourceFigures(
+            name, documents=int(totals.get("kept", 0)), tokens=int(totals.get("tokens", 0)),
+            dedup_removed_documents=int(totals.get("dropped_exact_duplicate", 0) + totals.get("dropped_fuzzy_duplicate", 0)),
+            dedup_removed_tokens_est=int(chars / stages.CHARS_PER_TOKEN), decon_removed_documents=int(totals.get("dropped_contaminated", 0)),
+        ).to_json()  # fmt: skip
+    return out
+
+
+def rebuild_report_metadata(measured: dict, published: dict | None, catalog, params, tokenizer: str) -> tuple[dict, dict]:
+    """The rebuild report and its metadata (a table, a picture, the printed lines): ``measured``
+    per source now, ``published`` in the build before this output (``source_figures`` JSON)."""
+    figures = [rebuild.SourceFigures.from_json(f) for f in measured.values()]
+    published = {n: rebuild.SourceFigures.from_json(f) for n, f in (published or {}).items()}
+    tokens_b = {f.source: catalog.by_name(f.source).rough_tokens_b for f in figures if f.source in catalog.names}
+    report = rebuild.rebuild_report(figures, tokens_b, params, published)
+    lines = rebuild.report_lines(report, tokenizer)
+    return report, {
+        "rebuild_report": markdown_table(report["rows"]),
+        "rebuild_report_picture": dg.MetadataValue.md(report_picture(report)),
+        "rebuild_report_summary": dg.MetadataValue.md("```\n" + "\n".join(lines) + "\n```"),
+        "rebuild_tokenizer": tokenizer,
+        "rebuild_flagged": ", ".join(report["flagged"]) or "none",
+    }
+
+
+def report_picture(report: dict) -> str:
+    from marin_assets.defs import report as pictures
+
+    return pictures.markdown_image(pictures.rebuild_png(report["rows"], report["scale"]), "measured vs expected tokens per source")
+
+
+def report_check(report: dict) -> dg.AssetCheckResult:
+    """Warn (never block): the figures are for a person to judge."""
+    flagged = [r for r in report["rows"] if r["flags"]]
+    total_flag = report["totals"]["flag"]
+    return dg.AssetCheckResult(
+        check_name="matches_published", passed=not flagged and not total_flag, severity=dg.AssetCheckSeverity.WARN,
+        description="; ".join([f"{r['source']}: {r['flags']}" for r in flagged] + ([total_flag] if total_flag else [])) or "every source within tolerance of the published figures",
+        metadata={"flagged_sources": len(flagged)},
+    )  # fmt: skip
 
 
 def pools_current(stale: dict[str, str], read: int) -> dg.AssetCheckResult:
