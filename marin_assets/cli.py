@@ -94,11 +94,19 @@ def _cmd_runs(args: argparse.Namespace) -> int:
 def _cmd_evals(args: argparse.Namespace) -> int:
     from marin_assets.catalog.evals import load_evals, write_lock
     from marin_assets.core.decon.eval_sources import lock_registry
+    from marin_assets.core.runtime.errors import MarinError
     from marin_assets.defs.resources import MarinResource
 
     marin = MarinResource()  # MARIN_EVALS, HF_ENDPOINT, HF_TOKEN, MARIN_WEB_MIRROR, retry waits
     registry = load_evals(args.registry) if args.registry else marin.evals()
-    lock, changes = lock_registry(registry, access=marin.provider_access(), refresh=args.refresh)
+    try:
+        lock, changes = lock_registry(registry, access=marin.provider_access(), refresh=args.refresh)
+    except MarinError as err:
+        print(f"error: {err}", file=sys.stderr)
+        print("fix: `evals lock` asks the Hub (HF_ENDPOINT) and the eval sets' web hosts (MARIN_WEB_MIRROR) for their "
+              f"current versions; run it where they are reachable. The lock {registry.lock_path} is unchanged and builds keep using it.",
+              file=sys.stderr)  # fmt: skip
+        return 2
     for line in changes:
         print(line)
     if args.check:
