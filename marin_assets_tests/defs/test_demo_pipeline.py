@@ -93,6 +93,9 @@ def test_second_demo_run_reuses_every_output(demo_root: str, monkeypatch, capsys
     assert after == before  # nothing new was computed
     out = capsys.readouterr().out
     assert "False" not in out.split("normalized sources:")[1]  # every source reports reused=True
+    report = out.split("rebuild report (against the catalog and the last published build):")[1].split("\n\n")[0]
+    assert "tokens by " in report and all(f"  {name} " in report for name in DEMO_SOURCES), report
+    assert "published 8.5%: 2.13T of 25T" in report
 
 
 def test_sampling_groups_check_names_a_pool_whose_slice_moved(demo_root: str) -> None:

@@ -113,7 +113,8 @@ def report_lines(report: Mapping[str, Any], tokenizer: str) -> list[str]:
     """The report as the demo prints it."""
     scale = report["scale"]
     lines = [
-        f"  tokens by {tokenizer}; expected = catalog rough_tokens_b x {scale:.3g}" + (" (fitted: a sample)" if scale != 1.0 else ""),
+        f"  tokens by {tokenizer}; expected = catalog rough_tokens_b x {scale:.3g}"
+        + (" (fitted: a sample, whose sources are flagged where it is not proportional to the catalog)" if scale != 1.0 else ""),
         f"  {'source':28s} {'tokens':>10s} {'expected':>10s} {'ratio':>6s} {'dedup':>6s} {'decon':>6s}  flags",
     ]
     for r in report["rows"]:

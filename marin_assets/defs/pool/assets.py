@@ -167,7 +167,7 @@ def sampling_groups(context: dg.AssetExecutionContext, marin: MarinResource, cur
         build=build,
     )
     groups, group_sources = mixture.read_sampling_groups(manifest["uri"])
-    report, report_meta = rebuild_report_metadata(figures, manifest["stats"].get("published_figures"), marin.catalog(), curation.report_params(), _tokenizer_of(found))
+    rebuilt, report_meta = rebuild_report_metadata(figures, manifest["stats"].get("published_figures"), marin.catalog(), curation.report_params(), _tokenizer_of(found))
     table = groups.filter(groups["documents"] > 0).sort("group")
     images = {
         "tokens_heatmap": report.markdown_image(report.token_heatmap_png(groups), "tokens per topic and band"),
@@ -190,7 +190,7 @@ def sampling_groups(context: dg.AssetExecutionContext, marin: MarinResource, cur
         groups_table=markdown_table(table.select("group", "topic_label", "documents", "tokens", "weight").to_dicts()),
         **{k: dg.MetadataValue.md(v) for k, v in images.items()},
         summary="\n".join(summary_lines),
-        check_results=[pools_current(stale, len(found)), report_check(report)],
+        check_results=[pools_current(stale, len(found)), report_check(rebuilt)],
         **report_meta,
     )
 
@@ -225,27 +225,25 @@ def rebuild_report_metadata(measured: dict, published: dict | None, catalog, par
     figures = [rebuild.SourceFigures.from_json(f) for f in measured.values()]
     published = {n: rebuild.SourceFigures.from_json(f) for n, f in (published or {}).items()}
     tokens_b = {f.source: catalog.by_name(f.source).rough_tokens_b for f in figures if f.source in catalog.names}
-    report = rebuild.rebuild_report(figures, tokens_b, params, published)
-    lines = rebuild.report_lines(report, tokenizer)
-    return report, {
-        "rebuild_report": markdown_table(report["rows"]),
-        "rebuild_report_picture": dg.MetadataValue.md(report_picture(report)),
+    rebuilt = rebuild.rebuild_report(figures, tokens_b, params, published)
+    lines = rebuild.report_lines(rebuilt, tokenizer)
+    return rebuilt, {
+        "rebuild_report": markdown_table(rebuilt["rows"]),
+        "rebuild_report_picture": dg.MetadataValue.md(report_picture(rebuilt)),
         "rebuild_report_summary": dg.MetadataValue.md("```\n" + "\n".join(lines) + "\n```"),
         "rebuild_tokenizer": tokenizer,
-        "rebuild_flagged": ", ".join(report["flagged"]) or "none",
+        "rebuild_flagged": ", ".join(rebuilt["flagged"]) or "none",
     }
 
 
-def report_picture(report: dict) -> str:
-    from marin_assets.defs import report as pictures
-
-    return pictures.markdown_image(pictures.rebuild_png(report["rows"], report["scale"]), "measured vs expected tokens per source")
+def report_picture(rebuilt: dict) -> str:
+    return report.markdown_image(report.rebuild_png(rebuilt["rows"], rebuilt["scale"]), "measured vs expected tokens per source")
 
 
-def report_check(report: dict) -> dg.AssetCheckResult:
+def report_check(rebuilt: dict) -> dg.AssetCheckResult:
     """Warn (never block): the figures are for a person to judge."""
-    flagged = [r for r in report["rows"] if r["flags"]]
-    total_flag = report["totals"]["flag"]
+    flagged = [r for r in rebuilt["rows"] if r["flags"]]
+    total_flag = rebuilt["totals"]["flag"]
     return dg.AssetCheckResult(
         check_name="matches_published", passed=not flagged and not total_flag, severity=dg.AssetCheckSeverity.WARN,
         description="; ".join([f"{r['source']}: {r['flags']}" for r in flagged] + ([total_flag] if total_flag else [])) or "every source within tolerance of the published figures",
