@@ -123,3 +123,19 @@ def test_sampling_groups_check_names_a_pool_whose_slice_moved(demo_root: str) ->
         storage.write_json(manifest_uri, original)
     assert list(stale) == [victim]
     assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR and victim in (check.description or "")
+
+
+def test_every_column_of_every_output_is_described(demo_root: str) -> None:
+    """The Columns panel shows a description for each column of each stage's Parquet output."""
+    from marin_assets.defs.metadata import column_schema
+
+    undescribed, seen = [], 0
+    for manifest_path in storage.glob(f"{demo_root}/**/_manifest.json"):
+        manifest = storage.read_json(manifest_path)
+        folder = manifest_path.rsplit("/", 1)[0]
+        schema = column_schema({**manifest, "uri": manifest.get("uri") or folder})
+        for column in schema.columns if schema else []:
+            seen += 1
+            if not column.description:
+                undescribed.append(f"{manifest.get('stage')}.{column.name}")
+    assert seen and not undescribed, sorted(set(undescribed))
