@@ -228,12 +228,10 @@ class GlobalSliceMoved(dg.AutomationCondition):
         stale = set()
         for partition, waits in sorted(pending.items()):
             read = _read_after(instance, key, partition, waits) if partition in candidates else None
-            if read:
-                del pending[partition]
-            elif read is None:
-                del pending[partition]  # never built (a backfill builds it) or no longer a candidate
-            else:
+            if read is False:
                 stale.add(partition)
+            else:  # rebuilt from the new decision, never built (a backfill builds it), or no longer a partition
+                del pending[partition]
         cursor = json.dumps({"seen": seen, "pending": pending}, sort_keys=True)
         return dg.AutomationResult(context=context, true_subset=subset.compute_intersection_with_partition_keys(stale), cursor=cursor)
 
