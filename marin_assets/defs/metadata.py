@@ -125,10 +125,13 @@ def materialized(
     counters: Mapping[str, Any] | None = None,
     check_results: list[dg.AssetCheckResult] | None = None,
     uri: str | None = None,
+    decided: Any = None,
     **extra: Any,
 ) -> dg.MaterializeResult:
     """The result of a stage run: its metadata, and its fingerprint as the Dagster data version.
 
+    ``decided``: for a global step, what it decided (its per-source digests); the data version
+    is then a digest of that, so a rebuild that decides the same changes nothing downstream.
     A ``summary`` (the lines the demo prints) is shown as a preformatted block in the UI.
     """
     if isinstance(extra.get("summary"), str):
@@ -146,5 +149,5 @@ def materialized(
             **extra,
         ),
         check_results=check_results,
-        data_version=dg.DataVersion(manifest["fingerprint"]),
+        data_version=dg.DataVersion(manifest["fingerprint"] if decided is None else storage.fingerprint("decided", decided)),
     )

@@ -138,6 +138,7 @@ def boilerplate_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) 
         manifest,
         rows=None,
         per_source_digest=dg.MetadataValue.json(slices),
+        decided=slices,
         global_dropped_ngrams=stats["global"]["dropped_ngrams"],
         global_coverage_dropped_ngrams=stats.get("global_coverage", {}).get("dropped_ngrams", 0),
         per_source=markdown_table(rows),

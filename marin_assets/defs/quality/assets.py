@@ -150,6 +150,7 @@ def quality_bands(context: dg.AssetExecutionContext, marin: MarinResource, curat
         band_sizes=markdown_table(rows[:200]) if rows else None,
         per_topic_digest=dg.MetadataValue.json(manifest["stats"].get("per_topic_digest", {})),
         per_source_digest=_json_or_none(band_slices(manifest["stats"])),
+        decided=[manifest["stats"].get("per_topic_digest"), band_slices(manifest["stats"])] if "per_topic_digest" in manifest["stats"] else None,
     )
 
 
