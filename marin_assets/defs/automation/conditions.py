@@ -280,9 +280,10 @@ _READS_PINS = frozenset(s.name for s in ALL_SPECS if SOURCE_PINS in s.inputs)
 
 def _globals_settled(global_deps: Iterable[str]) -> dg.AutomationCondition:
     """None of these global dependencies is requested, in progress, or about to be (one of its
-    own dependencies is requested or in progress): a source is not rebuilt from a global
-    decision that is being replaced."""
-    unsettled = RequestedThisTick() | AC.in_progress() | AC.any_deps_in_progress() | AC.any_deps_match(RequestedThisTick())
+    own dependencies is requested, in progress, or was just updated: the global step is then
+    requested on a later tick): a source is not rebuilt from a decision being replaced."""
+    unsettled = (RequestedThisTick() | AC.in_progress() | AC.any_deps_in_progress()
+                 | AC.any_deps_match(RequestedThisTick() | AC.newly_updated()))  # fmt: skip
     return ~AC.any_deps_match(unsettled).allow(dg.AssetSelection.assets(*sorted(global_deps))).with_label("global_inputs_settled")
 
 
