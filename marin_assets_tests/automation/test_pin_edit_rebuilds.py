@@ -183,7 +183,8 @@ def _edit_and_settle(instance: dg.DagsterInstance, daemon: Daemon, catalog_path:
         runs = [r.dagster_run for r in records[: len(records) - runs_before]]
         if not runs or not all(r.is_finished for r in runs) or instance.get_backfills(status=BulkActionStatus.REQUESTED):
             return None  # a backfill still open holds its partitions "in progress" for automation
-        last_end = max(r.end_time or 0 for r in records[: len(runs)])
+        backfills = [b.backfill_end_timestamp or 0 for b in instance.get_backfills(limit=100) if b.backfill_timestamp >= edit_at]
+        last_end = max([r.end_time or 0 for r in records[: len(runs)]] + backfills)
         quiet = [t for t in automation_ticks.finished() if t.timestamp > last_end]
         return runs if len(quiet) >= QUIET_TICKS and not any(t.requested_asset_materialization_count for t in quiet) else None
 
