@@ -7,6 +7,7 @@
     marin-assets serve-hub ROOT     serve a directory of dataset repos with the Hub HTTP API
     marin-assets evals lock         pin the eval registry: branch -> commit, web file -> sha256 and rows
     marin-assets dev                the Dagster UI on the embedded default (demo Hub if no HF_ENDPOINT)
+    marin-assets build [--sources a,b]  each source's chain and the global steps after it, one backfill, followed to the end
     marin-assets runs [--free]      runs whose process died (still STARTED, holding pool slots); --free frees them
 """
 
@@ -93,11 +94,19 @@ def _cmd_runs(args: argparse.Namespace) -> int:
 def _cmd_evals(args: argparse.Namespace) -> int:
     from marin_assets.catalog.evals import load_evals, write_lock
     from marin_assets.core.decon.eval_sources import lock_registry
+    from marin_assets.core.runtime.errors import MarinError
     from marin_assets.defs.resources import MarinResource
 
     marin = MarinResource()  # MARIN_EVALS, HF_ENDPOINT, HF_TOKEN, MARIN_WEB_MIRROR, retry waits
     registry = load_evals(args.registry) if args.registry else marin.evals()
-    lock, changes = lock_registry(registry, access=marin.provider_access(), refresh=args.refresh)
+    try:
+        lock, changes = lock_registry(registry, access=marin.provider_access(), refresh=args.refresh)
+    except MarinError as err:
+        print(f"error: {err}", file=sys.stderr)
+        print("fix: `evals lock` asks the Hub (HF_ENDPOINT) and the eval sets' web hosts (MARIN_WEB_MIRROR) for their "
+              f"current versions; run it where they are reachable. The lock {registry.lock_path} is unchanged and builds keep using it.",
+              file=sys.stderr)  # fmt: skip
+        return 2
     for line in changes:
         print(line)
     if args.check:
@@ -132,6 +141,48 @@ def _cmd_dev(args: argparse.Namespace) -> int:
             return subprocess.call(command, env=env)
         except KeyboardInterrupt:
             return 0
+
+
+def build_selection(with_models: bool = False) -> list[list[str]]:
+    """The assets ``build`` backfills: every per-source asset (but ``source_pins``, which is
+    observed) and every global step downstream of the sources; the model-training steps only
+    when asked (they are manual in automation too)."""
+    from marin_assets.core.specs import SOURCE_PINS
+    from marin_assets.defs.automation.conditions import EXCEPTIONS, MANUAL
+    from marin_assets.definitions import defs
+    from marin_assets.defs.partitions import source_partitions
+
+    graph = defs.resolve_asset_graph()
+    keys = []
+    for key in graph.materializable_asset_keys:
+        node = graph.get(key)
+        if key.to_user_string() == SOURCE_PINS.name or node.partitions_def not in (None, source_partitions):
+            continue
+        if not with_models and EXCEPTIONS.get(key.to_user_string(), True) is MANUAL:
+            continue
+        keys.append(key.path)
+    return sorted(keys)
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    from marin_assets import backfill
+    from marin_assets.catalog.sources import load_catalog
+
+    names = list(load_catalog(_catalog_path(args)).names)
+    sources = [s.strip() for s in args.sources.split(",") if s.strip()] or names
+    unknown = sorted(set(sources) - set(names))
+    if unknown:
+        print(f"error: not in the catalog: {', '.join(unknown)} (see `marin-assets sources`)", file=sys.stderr)
+        return 2
+    assets = build_selection(args.models)
+    try:
+        backfill_id = backfill.launch(args.url, sources, assets, args.title, launched_by="marin-assets build")
+        print(f"backfill {backfill_id}: {len(sources)} sources x {len(assets)} assets ({', '.join('/'.join(a) for a in assets)})")
+        print(f"  {args.url.rstrip('/')}/runs/b/{backfill_id}", flush=True)
+        return 0 if args.no_wait else backfill.follow(args.url, backfill_id, args.timeout, args.poll)
+    except backfill.BackfillError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,6 +221,17 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("dev", help="the Dagster UI on the embedded default")
     p.add_argument("--port", type=int, default=3000)
     p.set_defaults(fn=_cmd_dev)
+
+    p = sub.add_parser("build", help="each source's chain and the global steps after it, as one backfill, followed to the end")
+    p.add_argument("--sources", default="", help="comma-separated catalog sources (default: every source)")
+    p.add_argument("--catalog", default=None, help="catalog file (default: MARIN_CATALOG or the packaged one)")
+    p.add_argument("--models", action="store_true", help="also (re)train topic_model and quality_model")
+    p.add_argument("--url", default="http://127.0.0.1:3000", help="the Dagster webserver (default: http://127.0.0.1:3000)")
+    p.add_argument("--title", default=None)
+    p.add_argument("--no-wait", action="store_true", help="launch and return")
+    p.add_argument("--timeout", type=float, default=7 * 24 * 3600, help="seconds to follow it at most")
+    p.add_argument("--poll", type=float, default=10.0, help="seconds between polls")
+    p.set_defaults(fn=_cmd_build)
 
     p = sub.add_parser("runs", help="runs whose process died and that still hold pool slots")
     p.add_argument("--free", action="store_true", help="mark them failed and free their pool slots")

@@ -110,3 +110,4 @@ def test_the_dg_readme_commands_run_as_written(tmp_path: Path) -> None:
     for command in [c for c in COMMANDS if c in SYSTEM]:
         done = run_in(root, command)
         assert done.returncode == 0, f"{command}\n" + done.stdout[-2000:] + done.stderr[-3000:]
+        assert "virtual environment does not match" not in done.stdout + done.stderr, f"{command} warns about the venv it runs from"

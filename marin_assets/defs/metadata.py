@@ -32,6 +32,42 @@ def stage_metadata(
     return meta
 
 
+# What each column of the stages' Parquet outputs holds, for the UI's Columns panel; a
+# ("stage", "column") entry overrides the plain column's.
+COLUMNS: dict[str | tuple[str, str], str] = {
+    "id": "document id: xxh3-128 of the normalized text, 32 hex characters (equal texts, equal ids)",
+    "text": "the document's text as normalized (NFC, trimmed, capped at 1,048,576 code units)",
+    "source": "catalog source the document comes from",
+    "source_id": "the document's id at the provider",
+    "url": "the document's URL, carried from the provider's record",
+    "repo": "repository field of the provider's record, carried as is",
+    "path": "path field of the provider's record, carried as is",
+    "metadata": "metadata field of the provider's record, carried as is",
+    "buckets": "the 26 LSH band hashes (11 rows each of a 286-permutation MinHash)",
+    "chars": "characters of the document's text",
+    "embedding": "the encoder's unit-length embedding of the document",
+    "topic": "topic (0-39): the topic of the nearest fine cluster",
+    "fine_cluster": "the nearest of topic_model's fine clusters",
+    "distance": "squared L2 distance to that fine cluster's centroid",
+    "raw_score": "quality_model's regression output before calibration",
+    "score": "calibrated quality score in [0, 1]",
+    "contaminated": "flagged by the configured rule (its 13-gram overlap with an eval item is at or over the threshold)",
+    "contaminated_marin": "flagged by Marin's rule (13-gram overlap, boilerplate n-grams left out)",
+    "contaminated_coverage": "flagged by the coverage rule (share of an eval item's 13-grams found in the document)",
+    "max_overlap": "the configured rule's largest overlap with one eval item",
+    "matched_evals": "eval sets whose items the configured rule matched",
+    "matched_rows": "eval items the configured rule matched",
+    ("pool", "group"): "sampling group c<topic>q<band> the documents are filed under",
+    ("pool", "file"): "pool file holding them, relative to the pool's data folder",
+    ("pool", "documents"): "documents of the source in that group file",
+    ("pool", "tokens"): "tokens of those documents by the pinned tokenizer",
+}
+
+
+def column_description(stage: str, column: str) -> str | None:
+    return COLUMNS.get((stage, column)) or COLUMNS.get(column)
+
+
 def column_schema(manifest: Mapping[str, Any]) -> dg.TableSchema | None:
     """The columns of a stage's Parquet output (its first shard's schema), for the UI's
     Columns view; ``None`` when the output is not Parquet shards or cannot be read."""
@@ -45,7 +81,8 @@ def column_schema(manifest: Mapping[str, Any]) -> dg.TableSchema | None:
             schema = pq.read_schema(handle)
     except (OSError, pa.ArrowException):
         return None
-    return dg.TableSchema(columns=[dg.TableColumn(field.name, str(field.type)) for field in schema])
+    stage = str(manifest.get("stage", ""))
+    return dg.TableSchema(columns=[dg.TableColumn(field.name, str(field.type), description=column_description(stage, field.name)) for field in schema])
 
 
 def _cell(value: Any) -> str | int | float | bool | None:
@@ -88,10 +125,13 @@ def materialized(
     counters: Mapping[str, Any] | None = None,
     check_results: list[dg.AssetCheckResult] | None = None,
     uri: str | None = None,
+    decided: Any = None,
     **extra: Any,
 ) -> dg.MaterializeResult:
     """The result of a stage run: its metadata, and its fingerprint as the Dagster data version.
 
+    ``decided``: for a global step, what it decided (its per-source digests); the data version
+    is then a digest of that, so a rebuild that decides the same changes nothing downstream.
     A ``summary`` (the lines the demo prints) is shown as a preformatted block in the UI.
     """
     if isinstance(extra.get("summary"), str):
@@ -109,5 +149,5 @@ def materialized(
             **extra,
         ),
         check_results=check_results,
-        data_version=dg.DataVersion(manifest["fingerprint"]),
+        data_version=dg.DataVersion(manifest["fingerprint"] if decided is None else storage.fingerprint("decided", decided)),
     )

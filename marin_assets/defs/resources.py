@@ -149,6 +149,8 @@ class CurationResource(SettingsResource):
     tokenizer: str | None = setting("MARIN_TOKENIZER", "offline tokenizer with the offline encoder, else `marin-community/marin-tokenizer` at its pin", "`offline` or `repo@revision`")
     band_method: str | None = setting("MARIN_BAND_METHOD", "`quantile`", "`quantile` (5 bands within each topic) or `fixed` (0.2/0.4/0.6/0.8)")
     token_budget: float | None = setting("MARIN_TOKEN_BUDGET", "unset", "training tokens the mixture is for; caps each group at 8 epochs")
+    report_scale: str | None = setting("MARIN_REPORT_SCALE", "`1` (the full corpus; the demo: `fit`)", "rebuild report: expected tokens = catalog `rough_tokens_b` x this; `fit` fits it to the sources built (a sample)")
+    report_tolerance: float | None = setting("MARIN_REPORT_TOLERANCE", "`0.3`", "rebuild report: a source whose tokens are off the expected by more than this fraction is flagged")
 
     def annotations_path(self) -> str:
         return self.resolved("annotations") or ""
@@ -175,6 +177,14 @@ class CurationResource(SettingsResource):
         from marin_assets.core.pool import groups as mixture
 
         return mixture.MixtureParams(token_budget=self.resolved("token_budget") or None)
+
+    def report_params(self) -> Any:
+        from marin_assets.core.pool import rebuild
+
+        scale = str(self.resolved("report_scale") or "1").strip().lower()
+        tolerance = self.resolved("report_tolerance")
+        return rebuild.ReportParams(scale=None if scale == "fit" else float(scale),
+                                    tolerance=float(tolerance) if tolerance is not None else rebuild.ReportParams.tolerance)  # fmt: skip
 
 
 RESOURCES: list[type[SettingsResource]] = [MarinResource, EncoderResource, CurationResource]

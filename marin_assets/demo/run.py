@@ -26,6 +26,7 @@ DEMO_ENV = {
     "MARIN_QUALITY_ANNOTATIONS": str(DEMO_DIR / "quality_labels.jsonl"),
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
     "TRANSFORMERS_VERBOSITY": "error",
+    "MARIN_REPORT_SCALE": "fit",  # the demo serves a sample: its tokens are set against the catalog's at a fitted scale
 }
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 EVALS_FILE = Path(__file__).with_name("evals_demo.jsonl")
@@ -154,7 +155,8 @@ def _normalized_row(name: str, norm: dict[str, Any]) -> dict[str, Any]:
 def _print_summaries(meta: dict[str, dict[str, Any]]) -> None:
     """Global stages print their own summaries from their metadata."""
     for key in sorted(meta):
-        summary = meta[key].get("summary")
-        if summary:
-            lines = [line for line in str(summary).splitlines() if not line.startswith("```")]
-            print(f"\n{key}:\n" + "\n".join(lines))
+        for field, title in (("summary", key), ("rebuild_report_summary", "rebuild report (against the catalog and the last published build)")):
+            text = meta[key].get(field)
+            if text:
+                lines = [line for line in str(text).splitlines() if not line.startswith("```")]
+                print(f"\n{title}:\n" + "\n".join(lines))

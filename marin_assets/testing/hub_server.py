@@ -551,8 +551,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_error(self, err: _HubError) -> None:
         headers = dict(err.headers)
-        note = self.hub.served_note if err.status == 404 else None
-        if note:  # a Hub that serves part of the catalog says which part, and where the rest is
+        # A Hub that serves part of the catalog says which part, and where the rest is; a repo it
+        # serves at a revision it does not have is answered with that (the client names the revision).
+        note = self.hub.served_note if err.status == 404 and err.code not in ("RevisionNotFound", "EntryNotFound") else None
+        if note:
             err.message = f"{err.message}. {note}"
             headers[NOT_SERVED_HEADER] = note.encode("ascii", "replace").decode()
         headers["X-Error-Message"] = err.message.encode("ascii", "replace").decode()

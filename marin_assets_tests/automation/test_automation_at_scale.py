@@ -127,9 +127,23 @@ def test_automation_on_over_the_full_catalog_of_a_demo_instance(demo_home: Path,
             and tick.defs.resolve_asset_graph().get(key).partitions_def is not None
             and instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key, asset_partitions=[edited]), limit=1).records
         }
-        assert set(edit) == built and all(parts == {edited} for parts in edit.values()), f"exactly {edited}'s chain: {edit}"
+        waiting = _reads_automated_globals(tick.defs)
+        assert set(edit) == built - waiting and all(parts == {edited} for parts in edit.values()), f"exactly {edited}'s chain: {edit}"
         assert all(_runs(req) <= MAX_RUNS_PER_TICK for _, _, req in history)
         assert len(instance.get_run_records()) == runs_before, "the sensors themselves launch no run"
+
+
+def _reads_automated_globals(defs) -> set[str]:
+    """Per-source assets that read a global step automation rebuilds (dedup, boilerplate, bands):
+    they wait until those steps have landed, so they are not in the chain's first run."""
+    from marin_assets.defs.automation.conditions import EXCEPTIONS
+
+    graph = defs.resolve_asset_graph()
+    return {
+        key.to_user_string() for key in graph.get_all_asset_keys()
+        if graph.get(key).partitions_def is not None
+        and any(graph.get(p).partitions_def is None and p.to_user_string() not in EXCEPTIONS for p in graph.get(key).parent_keys)
+    }  # fmt: skip
 
 
 def test_every_row_count_after_the_demo_matches_the_rows_on_disk(demo_home: Path, monkeypatch) -> None:
@@ -322,5 +336,6 @@ def test_the_daemon_switched_on_over_the_full_catalog(demo_home: Path, tmp_path:
         assert edit["observations"] == 1, "one pin edit: one observation"
         new_runs = [r.dagster_run for r in instance.get_run_records()][: edit["runs"]]
         requested = {key.to_user_string() for run in new_runs for key in run.asset_selection or ()}
+        chain -= _reads_automated_globals(defs)
         assert requested == chain and {run.tags.get("dagster/partition") for run in new_runs} == {edited}, f"exactly {edited}'s chain: {requested} vs {chain}"
         assert all(r["runs"] <= MAX_RUNS_PER_TICK for r in rounds)

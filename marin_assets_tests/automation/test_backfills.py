@@ -1,5 +1,5 @@
 """Backfills over chosen sources against a real daemon: ``dagster job backfill`` on the
-``source_chain`` job, and ``scripts/backfill_sources.py`` through the webserver's GraphQL API.
+``source_chain`` job, and ``python -m marin_assets.backfill`` through the webserver's GraphQL API.
 
 Both are launched before either is awaited (they share the daemon; waiting for one after the
 other would only add the backfill daemon's 30 s loop twice).
@@ -19,7 +19,7 @@ from marin_assets_tests.automation.system import REPO, wait_for
 pytestmark = pytest.mark.system  # daemon: `make test` runs it, `make test-fast` does not
 
 TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
-SCRIPT = REPO / "scripts" / "backfill_sources.py"
+MODULE = [sys.executable, "-m", "marin_assets.backfill"]
 
 
 def _finished_runs(dev, tags: dict[str, str], expected: int):
@@ -32,9 +32,9 @@ def test_cli_and_graphql_backfills_run_two_sources_each_to_completion(demo_dagst
     api_sources = ["cp/libretexts", "starcoder2/documentation"]
     dagster = str(Path(sys.executable).with_name("dagster"))
     api = subprocess.Popen(
-        [sys.executable, str(SCRIPT), "--sources", ",".join(api_sources), "--assets", "raw_files,normalized",
+        [*MODULE, "--sources", ",".join(api_sources), "--assets", "raw_files,normalized",
          "--url", demo_dagster.url, "--wait", "--poll", "1", "--timeout", "300"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
     )  # fmt: skip
     try:
         cli = subprocess.run(
@@ -65,5 +65,5 @@ def test_cli_and_graphql_backfills_run_two_sources_each_to_completion(demo_dagst
 
 
 def test_graphql_backfill_script_names_unknown_sources(demo_dagster) -> None:
-    done = subprocess.run([sys.executable, str(SCRIPT), "--sources", "no/such_source", "--url", demo_dagster.url], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([*MODULE, "--sources", "no/such_source", "--url", demo_dagster.url], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert done.returncode == 2 and "no/such_source" in done.stderr

@@ -70,3 +70,13 @@ def test_drift_on_the_demo_reports_unserved_sources_as_unknown_not_gone(demo_end
     _names_the_demo(bucket.detail)
     served = drift.check_source_pin(catalog.by_name(DEMO_SOURCES[0]), layout=layout, access=access)
     assert served.status in (drift.OK, drift.BRANCH_MOVED), served
+
+
+def test_an_unknown_revision_of_a_demo_source_names_the_revision(demo_endpoint: str) -> None:
+    source = load_catalog().by_name(DEMO_SOURCES[0])
+    revision = "f" * 40
+    with pytest.raises(Exception) as caught:
+        hub.resolve_revision(source.provider.repo_id, revision, "dataset", endpoint=demo_endpoint)
+    text = str(caught.value)
+    assert revision in text and source.provider.repo_id in text, text
+    assert "serves only" not in text and not isinstance(caught.value, NotServedHere), "the repo is served: the revision is what is missing"

@@ -102,5 +102,9 @@ def test_a_global_change_reaches_only_partitions_built_before_and_changed() -> N
         VERSIONS[f"decision[{LIBRE}]"] = "d2"
         dg.materialize(ASSETS, selection=["global_step", "decision"], instance=instance)
         assert tick() == {"attribute": {PEPS, LIBRE}, "pool": {LIBRE}}, "a per-source decision reaches only the sources it changed for"
+        assert tick() == {"attribute": {PEPS, LIBRE}, "pool": {LIBRE}}, "requested until rebuilt from the new decisions"
+        for key, selection in ((PEPS, ["attribute"]), (LIBRE, ["attribute", "pool"])):
+            dg.materialize(ASSETS, selection=selection, partition_key=key, instance=instance)
+        assert tick() == {}
         dg.materialize(ASSETS, selection=["global_step", "decision"], instance=instance)  # same data versions again
         assert tick() == {}

@@ -69,6 +69,8 @@ def test_catalog_changes_reports_new_removed_and_changed_entries(tmp_path: Path)
         assert "agree" in first.skip_reason.skip_message
         assert _evaluations(first, CATALOG_CHECK)[None].passed
         assert sensor.tick().asset_events == [], "an unchanged state is reported once, not every minute"
+        assert len(sensor.cursor) < 200 and "cp/" not in sensor.cursor, f"a compact cursor (a digest), not every pin: {sensor.cursor}"
+        assert sum(isinstance(e, dg.AssetObservation) for e in first.asset_events) == 146, "the pins are in the observations"
 
         catalog_with(catalog, edit={PEPS: {"provider": {"revision": "abcdef1"}}, LIBRE: {"license": "CC-BY-4.0"}})
         changed = sensor.tick().skip_reason.skip_message

@@ -234,3 +234,15 @@ def test_a_local_eval_file_is_fingerprinted_by_its_bytes_not_its_path(tmp_path):
     edited = tmp_path / "checkout_b" / "evals_demo.jsonl"
     edited.write_text(edited.read_text().replace("?", "?!", 1))
     assert registry_digest(load_evals(str(tmp_path / "checkout_b" / "evals.toml"))) != digests[0]
+
+
+def test_lock_check_offline_ends_with_the_message_and_the_fix(tmp_path, web, hub_store, monkeypatch, capsys):
+    path, _, _ = _registry(tmp_path, web, hub_store)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: the Hub is unreachable
+    monkeypatch.setenv("MARIN_RETRY_WAIT_S", "0")
+    before = path.with_suffix(".lock").exists()
+    assert cli.main(["evals", "lock", "--registry", str(path), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "error: " in err and "org/qa" in err and "Traceback" not in err
+    assert "fix: `evals lock` asks the Hub (HF_ENDPOINT)" in err.splitlines()[-1]
+    assert path.with_suffix(".lock").exists() == before

@@ -6,6 +6,7 @@ a temporary DAGSTER_HOME and MARIN_PREFIX.
 
 from __future__ import annotations
 
+import dagster as dg
 import polars as pl
 import pytest
 
@@ -92,3 +93,49 @@ def test_second_demo_run_reuses_every_output(demo_root: str, monkeypatch, capsys
     assert after == before  # nothing new was computed
     out = capsys.readouterr().out
     assert "False" not in out.split("normalized sources:")[1]  # every source reports reused=True
+    report = out.split("rebuild report (against the catalog and the last published build):")[1].split("\n\n")[0]
+    assert "tokens by " in report and all(f"  {name} " in report for name in DEMO_SOURCES), report
+    assert "published 8.5%: 2.13T of 25T" in report
+
+
+def test_sampling_groups_check_names_a_pool_whose_slice_moved(demo_root: str) -> None:
+    """A pool built before its part of a global decision moved is stale; the blocking check on
+    ``sampling_groups`` fails and names it, and only it."""
+    from marin_assets.defs.pool.assets import pools_current, stale_pools
+    from marin_assets.defs.resources import CurationResource
+
+    layout, catalog = storage.Layout(demo_root), load_catalog()
+    tokenizer = CurationResource().tokenizer_params()
+    pools, _ = stages.current_inputs(layout, specs.POOL, list(DEMO_SOURCES))
+    assert len(pools) == len(DEMO_SOURCES) and stale_pools(layout, pools, catalog, tokenizer) == {}, "the demo leaves every pool current"
+    assert pools_current({}, len(pools)).passed
+
+    exact = stages.current_input(layout, specs.EXACT_DUPLICATES)
+    manifest_uri = storage.manifest_uri(exact.uri)
+    original = storage.read_json(manifest_uri)
+    victim = sorted(DEMO_SOURCES)[0]
+    moved = {**original, "stats": {**original["stats"], "removed_ids_digest": {**original["stats"]["removed_ids_digest"], victim: "moved"}}}
+    storage.write_json(manifest_uri, moved)  # the exact-dedup decision changed for this source only
+    try:
+        stale = stale_pools(layout, pools, catalog, tokenizer)
+        check = pools_current(stale, len(pools))
+    finally:
+        storage.write_json(manifest_uri, original)
+    assert list(stale) == [victim]
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR and victim in (check.description or "")
+
+
+def test_every_column_of_every_output_is_described(demo_root: str) -> None:
+    """The Columns panel shows a description for each column of each stage's Parquet output."""
+    from marin_assets.defs.metadata import column_schema
+
+    undescribed, seen = [], 0
+    for manifest_path in storage.glob(f"{demo_root}/**/_manifest.json"):
+        manifest = storage.read_json(manifest_path)
+        folder = manifest_path.rsplit("/", 1)[0]
+        schema = column_schema({**manifest, "uri": manifest.get("uri") or folder})
+        for column in schema.columns if schema else []:
+            seen += 1
+            if not column.description:
+                undescribed.append(f"{manifest.get('stage')}.{column.name}")
+    assert seen and not undescribed, sorted(set(undescribed))

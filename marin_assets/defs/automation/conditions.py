@@ -6,9 +6,13 @@ The rule is generic so that new stages are automated without touching this modul
   (our data versions are content fingerprints, so a re-run that reused its output changes
   nothing downstream), or when its dependency will be rebuilt on the same tick (so a pin
   change becomes one run of the source's whole chain). A global dependency counts for the
-  sources whose part of it changed: a global step that decides per source publishes
-  ``per_source_digest`` ({source: digest}) in its metadata (the dedup steps do), and only
-  the sources whose digest moved are rebuilt; a global step without it counts for all.
+  sources whose part of it changed: every global step that decides per source publishes
+  ``per_source_digest`` ({source: digest}) in its metadata (dedup removals, boilerplate drop
+  sets, the band edges of the source's topics), and only the sources whose digest moved are
+  rebuilt (``GlobalSliceMoved``, until rebuilt from the new decision); a global step without
+  it counts for all. A source is not rebuilt while one of the global steps it reads is
+  requested, in progress or about to be (``_globals_settled``): nothing is published from a
+  decision that is being replaced.
   Only partitions that were built before are rebuilt: the first build of a source is a
   backfill. A partition added by a code-location reload (a new catalog entry) is built as
   soon as its inputs exist. A partition whose name left the catalog is never requested.
@@ -142,6 +146,7 @@ class InCatalog(dg.AutomationCondition):
 
 
 SLICE_METADATA = "per_source_digest"
+INPUT_POINTER = "dagster/input_event_pointer/"  # Dagster records, per input, the event a step read when it started
 
 
 def _latest_version_and_slices(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict[str, Any] | None:
@@ -153,49 +158,104 @@ def _latest_version_and_slices(instance: dg.DagsterInstance, key: dg.AssetKey) -
         return None
     digests = event.metadata.get(SLICE_METADATA)
     value = getattr(digests, "value", digests)
-    return {"version": event.tags.get("dagster/data_version") if event.tags else None,
+    return {"version": event.tags.get("dagster/data_version") if event.tags else None, "event": record.storage_id,
             "slices": {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else None}  # fmt: skip
 
 
-class GlobalInputChanged(dg.AutomationCondition):
-    """True for partitions whose part of an unpartitioned dependency changed since the last tick.
+def moved_slices(before: Mapping[str, Any] | None, now: Mapping[str, Any] | None) -> set[str] | None:
+    """The partitions whose slice of a global dependency moved between two of its records
+    (``None``: every partition, the dependency publishes no per-source digests)."""
+    if before is None or now is None or now["version"] == before["version"]:
+        return set()
+    if now["slices"] is None or before["slices"] is None:
+        return None
+    return {k for k in set(now["slices"]) | set(before["slices"]) if now["slices"].get(k) != before["slices"].get(k)}
 
-    The dependency's data version is compared with the one seen on the previous tick (kept in
-    this condition's cursor); when it moved, the partitions affected are those whose entry of
-    its ``per_source_digest`` metadata moved, or every partition if it publishes none.
+
+def _read_after(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str, waits: Mapping[str, int]) -> bool | None:
+    """Whether the partition's latest materialization read every dependency in ``waits`` at
+    that event or a later one (``None``: the partition was never built)."""
+    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1).records
+    if not records or records[0].asset_materialization is None:
+        return None
+    tags = records[0].asset_materialization.tags or {}
+    return all(int(tags.get(INPUT_POINTER + dep, -1)) >= event for dep, event in waits.items())
+
+
+class GlobalSliceMoved(dg.AutomationCondition):
+    """True for built partitions whose slice of an unpartitioned dependency moved and that have
+    not been rebuilt from that dependency's new output since.
+
+    Each tick compares every global dependency's latest record with the one seen on the
+    previous tick (this condition's cursor); the partitions whose entry of its
+    ``per_source_digest`` moved (every built partition, if it publishes none) become *pending*,
+    each with the event it waits for. A pending partition stays true until its latest
+    materialization read that event or a later one (Dagster records the input events a step
+    read when it started): a rebuild that started before the dependency landed is requested
+    again, not taken as current. Only pending partitions are looked up, one query each.
     """
 
     @property
     def name(self) -> str:
-        return "global_input_changed_for_source"
+        return "global_slice_moved"
 
     @property
     def description(self) -> str:
-        return "This source's part of a global dependency changed"
+        return "This source's part of a global dependency moved since it was built"
 
     def evaluate(self, context):  # type: ignore[override]
-        graph = context.asset_graph
+        graph, key = context.asset_graph, context.key
         instance = context.asset_graph_view.instance
+        subset = context.candidate_subset
+        state = json.loads(context.cursor) if context.cursor else None
+        if state is not None and "seen" not in state:
+            state = {"seen": state, "pending": {}}  # the cursor of the version that kept no pending set
         seen = {
             parent.to_user_string(): _latest_version_and_slices(instance, parent)
-            for parent in sorted(graph.get(context.key).parent_keys)
+            for parent in sorted(graph.get(key).parent_keys)
             if graph.get(parent).partitions_def is None
         }
-        previous = json.loads(context.cursor) if context.cursor else None
-        changed: set[str] = set()
-        everything = False
-        for parent, now in seen.items():
-            before = (previous or {}).get(parent)
-            if previous is None or now is None or before is None or now["version"] == before["version"]:
-                continue
-            if now["slices"] is None or before["slices"] is None:
-                everything = True
-            else:
-                changed |= {k for k in set(now["slices"]) | set(before["slices"]) if now["slices"].get(k) != before["slices"].get(k)}
-        subset = context.candidate_subset
-        if not everything:
-            subset = subset.compute_intersection_with_partition_keys(changed) if subset.is_partitioned else context.get_empty_subset()
-        return dg.AutomationResult(context=context, true_subset=subset, cursor=json.dumps(seen, sort_keys=True))
+        if not subset.is_partitioned:
+            return dg.AutomationResult(context=context, true_subset=context.get_empty_subset(), cursor=json.dumps({"seen": seen, "pending": {}}, sort_keys=True))
+        pending: dict[str, dict[str, int]] = dict((state or {}).get("pending", {}))
+        candidates = set(subset.expensively_compute_partition_keys())
+        for dep, now in seen.items():
+            if state is None:
+                break  # the first evaluation is the baseline
+            moved = moved_slices(state["seen"].get(dep), now)
+            for partition in candidates if moved is None else moved & candidates:
+                pending.setdefault(partition, {})[dep] = now["event"]  # type: ignore[index]
+        stale = set()
+        for partition, waits in sorted(pending.items()):
+            read = _read_after(instance, key, partition, waits) if partition in candidates else None
+            if read is False:
+                stale.add(partition)
+            else:  # rebuilt from the new decision, never built (a backfill builds it), or no longer a partition
+                del pending[partition]
+        cursor = json.dumps({"seen": seen, "pending": pending}, sort_keys=True)
+        return dg.AutomationResult(context=context, true_subset=subset.compute_intersection_with_partition_keys(stale), cursor=cursor)
+
+
+class RequestedThisTick(dg.AutomationCondition):
+    """(Evaluated on a dependency) it is requested on this tick, whatever run it will be in.
+
+    Dagster's ``will_be_requested`` counts only a dependency that can run in the same run as
+    the asset evaluated, so a global step requested on the tick is invisible from a per-source
+    asset (and per-source partitions from a global one).
+    """
+
+    @property
+    def name(self) -> str:
+        return "requested_this_tick"
+
+    @property
+    def description(self) -> str:
+        return "Requested on this tick"
+
+    def evaluate(self, context):  # type: ignore[override]
+        requested = context.request_subsets_by_key.get(context.key)
+        true = context.candidate_subset.compute_intersection(requested) if requested is not None else context.get_empty_subset()
+        return dg.AutomationResult(context=context, true_subset=true)
 
 
 # --------------------------------------------------------------------------- the two conditions
@@ -218,14 +278,26 @@ def _no_dep_failed_blocking_check() -> dg.AutomationCondition:
 _READS_PINS = frozenset(s.name for s in ALL_SPECS if SOURCE_PINS in s.inputs)
 
 
-def per_source_condition(global_deps: Iterable[str] = (), pins_dep: bool = False, pins_edge: bool = False) -> dg.AutomationCondition:
+def _globals_settled(global_deps: Iterable[str]) -> dg.AutomationCondition:
+    """None of these global dependencies is requested, in progress, or about to be (one of its
+    own dependencies is requested, in progress, or was just updated: the global step is then
+    requested on a later tick): a source is not rebuilt from a decision being replaced."""
+    unsettled = (RequestedThisTick() | AC.in_progress() | AC.any_deps_in_progress()
+                 | AC.any_deps_match(RequestedThisTick() | AC.newly_updated()))  # fmt: skip
+    return ~AC.any_deps_match(unsettled).allow(dg.AssetSelection.assets(*sorted(global_deps))).with_label("global_inputs_settled")
+
+
+def per_source_condition(global_deps: Iterable[str] = (), pins_dep: bool = False, pins_edge: bool = False,
+                         automated_globals: Iterable[str] | None = None) -> dg.AutomationCondition:  # fmt: skip
     """For partitioned assets: rebuild the partitions whose inputs changed (see module doc).
 
     ``global_deps`` are the unpartitioned dependencies: they are judged per source by
-    ``GlobalInputChanged`` instead of by their data version alone. ``pins_dep``: the asset
-    reads ``source_pins``, whose change counts only where the asset was built for another
-    recipe (``BuiltForAnotherRecipe``). ``pins_edge``: ``source_pins`` is a dependency the asset
-    does not read (for staleness in the UI); it is ignored, the chain follows its inputs.
+    ``GlobalSliceMoved`` instead of by their data version alone; ``automated_globals`` (default:
+    all of them) are those automation rebuilds, which must be settled before a source is built
+    from them. ``pins_dep``: the asset reads ``source_pins``, whose change counts only where the
+    asset was built for another recipe (``BuiltForAnotherRecipe``). ``pins_edge``:
+    ``source_pins`` is a dependency the asset does not read (for staleness in the UI); it is
+    ignored, the chain follows its inputs.
     """
     per_source_deps = AC.any_deps_match(_dep_data_changed() | AC.will_be_requested())
     pins = dg.AssetSelection.assets(SOURCE_PINS.name)
@@ -234,21 +306,26 @@ def per_source_condition(global_deps: Iterable[str] = (), pins_dep: bool = False
         per_source_deps = per_source_deps.ignore(pins) | pin_changed
     elif pins_edge:
         per_source_deps = per_source_deps.ignore(pins)
+    global_deps = sorted(global_deps)
     if global_deps:
-        per_source_deps = per_source_deps.ignore(dg.AssetSelection.assets(*sorted(global_deps)))
-        inputs_changed = (per_source_deps | GlobalInputChanged()).with_label("any_dep_changed_or_requested")
-    else:
-        inputs_changed = per_source_deps.with_label("any_dep_changed_or_requested")
+        per_source_deps = per_source_deps.ignore(dg.AssetSelection.assets(*global_deps))
+    inputs_changed = per_source_deps.with_label("any_dep_changed_or_requested")
     rebuild = (inputs_changed & ~AC.missing()).with_label("built_before_and_inputs_changed")
     new_partition = AC.newly_missing().with_label("new_partition")
-    return (
-        (rebuild | new_partition).since_last_handled()
+    wanted = (rebuild | new_partition).since_last_handled()
+    if global_deps:
+        # state, not an event: true until rebuilt from the new decision; a failed rebuild waits for a person
+        wanted = wanted | (GlobalSliceMoved() & ~AC.execution_failed()).with_label("own_slice_of_a_global_input_moved")
+    condition = (
+        wanted
         & ~AC.any_deps_missing()
         & ~AC.any_deps_in_progress()
         & ~AC.in_progress()
         & _no_dep_failed_blocking_check()
         & InCatalog()
-    ).with_label("marin_per_source")
+    )
+    settle = sorted(global_deps if automated_globals is None else automated_globals)
+    return (condition & _globals_settled(settle) if settle else condition).with_label("marin_per_source")
 
 
 def global_condition() -> dg.AutomationCondition:
@@ -257,7 +334,7 @@ def global_condition() -> dg.AutomationCondition:
     return (
         (inputs_changed & ~AC.missing()).with_label("built_before_and_inputs_changed").since_last_handled()
         & ~AC.any_deps_in_progress()
-        & ~AC.any_deps_match(AC.will_be_requested()).with_label("any_dep_requested_this_tick")
+        & ~AC.any_deps_match(RequestedThisTick()).with_label("any_dep_requested_this_tick")
         & ~AC.in_progress()
     ).with_label("marin_global")
 
@@ -277,8 +354,10 @@ def condition_for(spec: dg.AssetSpec, unpartitioned: set[dg.AssetKey] = frozense
         return global_condition()
     deps = {d.asset_key for d in spec.deps}
     pins = dg.AssetKey(SOURCE_PINS.name)
-    return per_source_condition(sorted(k.to_user_string() for k in deps if k in unpartitioned),
-                                pins_dep=pins in deps and name in _READS_PINS, pins_edge=pins in deps)  # fmt: skip
+    global_deps = sorted(k.to_user_string() for k in deps if k in unpartitioned)
+    automated = [d for d in global_deps if exceptions.get(d, True) is not MANUAL]
+    return per_source_condition(global_deps, pins_dep=pins in deps and name in _READS_PINS, pins_edge=pins in deps,
+                                automated_globals=automated)  # fmt: skip
 
 
 def _unpartitioned_keys(assets: list[Any]) -> set[dg.AssetKey]:

@@ -5,11 +5,13 @@ All of them start in the state ``MARIN_AUTOMATION`` names when the code location
 (production). Either way each can be switched in the UI (Automation tab).
 """
 
+import hashlib
 import json
 from typing import Any
 
 import dagster as dg
 from dagster._core.definitions.data_version import DATA_VERSION_TAG
+from dagster._core.events import DagsterEventType
 
 from marin_assets.core import specs
 from marin_assets.core.ingest import raw as ingest
@@ -143,7 +145,13 @@ def catalog_changes(context: dg.SensorEvaluationContext, marin: MarinResource) -
     fingerprints = {s.name: ingest.recipe_fingerprint(s) for s in catalog if s.name in partitions}
     broken = dict(getattr(catalog, "broken", {}) or {})
     versions = {n: fingerprints.get(n, INVALID if n in broken else REMOVED) for n in sorted(partitions)}
-    known = previous.get("versions", {})
+    digest = versions_digest(versions)
+    if not previous:
+        known: dict[str, str] = {}  # the first tick records every pin: the baseline
+    elif previous.get("digest") == digest:
+        known = versions  # nothing moved: not even one query
+    else:
+        known = previous.get("versions") or recorded_pins(context.instance)
     changed = sorted(n for n, fp in fingerprints.items() if n in known and known[n] != fp)
     reported = {"new": state["new"], "removed": state["removed"]}
     events: list = pin_observations(versions, known)
@@ -154,9 +162,20 @@ def catalog_changes(context: dg.SensorEvaluationContext, marin: MarinResource) -
         context.log.warning(message)
     return dg.SensorResult(
         asset_events=events,
-        cursor=json.dumps({"versions": versions, "reported": reported}, sort_keys=True),
+        # compact: a digest of every recipe; the recipes themselves are the observations' data versions
+        cursor=json.dumps({"digest": digest, "entries": len(versions), "reported": reported}, sort_keys=True),
         skip_reason=message,
     )
+
+
+def versions_digest(versions: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(versions, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def recorded_pins(instance: dg.DagsterInstance) -> dict[str, str]:
+    """The recipe fingerprint ``source_pins`` last recorded per partition (one indexed query)."""
+    tags = instance.event_log_storage.get_latest_tags_by_partition(SOURCE_PINS, DagsterEventType.ASSET_OBSERVATION, [DATA_VERSION_TAG])
+    return {partition: t[DATA_VERSION_TAG] for partition, t in tags.items() if DATA_VERSION_TAG in t}
 
 
 @dg.asset_check(asset=SOURCE_PINS, name=CATALOG_CHECK, description="Catalog entries and loaded partitions agree (new entries need a code-location reload).")

@@ -75,6 +75,19 @@ def _file_digest(uri: str) -> str:
     return hashlib.sha256(storage.read_bytes(uri)).hexdigest()[:16]
 
 
+def drop_sets(drops_uri: str, source: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The drop sets a source's contamination reads: its own and the global one, for each rule."""
+    own = (storage.join(drops_uri, source, "drop.parquet"), storage.join(drops_uri, GLOBAL_DROP))
+    coverage = (storage.join(drops_uri, source, "coverage_drop.parquet"), storage.join(drops_uri, GLOBAL_COVERAGE_DROP))
+    return tuple(u for u in own if storage.exists(u)), tuple(u for u in coverage if storage.exists(u))
+
+
+def drop_set_digests(drops_uri: str, source: str) -> list[str]:
+    """What a source's contamination reads of ``boilerplate_ngrams``: its drop sets' bytes."""
+    marin, coverage = drop_sets(drops_uri, source)
+    return [_file_digest(u) for u in marin + coverage]
+
+
 @stage_asset(
     BOILERPLATE_NGRAMS,
     kinds={"parquet"},
@@ -121,9 +134,12 @@ def boilerplate_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) 
          "dropped n-grams (coverage)": v.get("coverage_dropped_ngrams", 0), "head documents": v["head_documents"]}
         for s, v in stats["per_source"].items()
     ]
+    slices = {name: storage.fingerprint("drop_sets", drop_set_digests(manifest["uri"], name)) for name in sorted(found)}
     return materialized(
         manifest,
         rows=None,
+        per_source_digest=dg.MetadataValue.json(slices),
+        decided=slices,
         global_dropped_ngrams=stats["global"]["dropped_ngrams"],
         global_coverage_dropped_ngrams=stats.get("global_coverage", {}).get("dropped_ngrams", 0),
         per_source=markdown_table(rows),
@@ -141,14 +157,11 @@ def contamination(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
     layout = marin.layout()
     index = stages.current_input(layout, EVAL_NGRAMS)
     drops = stages.current_input(layout, BOILERPLATE_NGRAMS)
-    own_drop = storage.join(drops.uri, source.name, "drop.parquet")
-    drop_uris = tuple(u for u in (own_drop, storage.join(drops.uri, GLOBAL_DROP)) if storage.exists(u))
-    if own_drop not in drop_uris:
+    drop_uris, coverage_uris = drop_sets(drops.uri, source.name)
+    if storage.join(drops.uri, source.name, "drop.parquet") not in drop_uris:
         raise dg.Failure(
             f"boilerplate_ngrams has no drop set for '{source.name}' (it was built before this source was normalized); re-materialize boilerplate_ngrams"
         )
-    own_coverage = storage.join(drops.uri, source.name, "coverage_drop.parquet")
-    coverage_uris = tuple(u for u in (own_coverage, storage.join(drops.uri, GLOBAL_COVERAGE_DROP)) if storage.exists(u))
     params = decon.DeconParams(index_uri=index.uri, drop_set_uris=drop_uris, coverage_drop_set_uris=coverage_uris,
                                 index_cache_dir=marin.resolved("decon_cache_dir") or "")
     manifest = stages.run_shards(
@@ -160,7 +173,7 @@ def contamination(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
         params=params,
         fingerprint_params=params.rule(),
         extra_fingerprint={"index": index.fingerprint,
-                           "drop_sets": [_file_digest(u) for u in drop_uris + coverage_uris]},
+                           "drop_sets": drop_set_digests(drops.uri, source.name)},
         runner=marin.runner(),
         progress=context.log.info,
     )

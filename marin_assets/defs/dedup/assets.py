@@ -112,6 +112,7 @@ def exact_duplicates(context: dg.AssetExecutionContext, marin: MarinResource) ->
         removed_per_source=markdown_table(rows),
         summary=_summary(rows),
         per_source_digest=dg.MetadataValue.json(stats.get("removed_ids_digest", {})),
+        decided=stats.get("removed_ids_digest"),
         check_results=[check],
     )
 
@@ -182,5 +183,6 @@ def fuzzy_duplicates(context: dg.AssetExecutionContext, marin: MarinResource) ->
         example_pairs=markdown_table(examples),
         summary=_summary(rows),
         per_source_digest=dg.MetadataValue.json(stats.get("removed_ids_digest", {})),
+        decided=stats.get("removed_ids_digest"),
         check_results=[check],
     )

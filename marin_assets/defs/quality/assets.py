@@ -121,18 +121,23 @@ def quality_bands(context: dg.AssetExecutionContext, marin: MarinResource, curat
     if not sources:
         raise dg.Failure("no source has both topics and quality_scores yet; materialize them first")
     params = curation.band_params()
-    pairs = [
-        (storage.join(topic_inputs[s].uri, storage.basename(u)), u)
+    pairs = {
+        s: [(storage.join(topic_inputs[s].uri, storage.basename(u)), u) for u in storage.list_shards(score_inputs[s].uri)]
         for s in sources
-        for u in storage.list_shards(score_inputs[s].uri)
-    ]
+    }
     inputs = {f"{s}/topics": topic_inputs[s] for s in sources} | {f"{s}/quality": score_inputs[s] for s in sources}
 
     def build(out: str) -> dict:
-        hist, counters = quality.score_histogram(pairs, params)
+        hist, counters, topics_of = None, {}, {}
+        for source in sources:  # one histogram per source: which topics it has documents in
+            own, own_counters = quality.score_histogram(pairs[source], params)
+            topics_of[source] = [int(t) for t in own.documents().nonzero()[0]]
+            hist = own if hist is None else hist.merge(own)
+            counters = {k: counters.get(k, 0) + v for k, v in own_counters.items()}
         edges = quality.band_edges(hist, params)
         quality.save_band_edges(edges, out)
-        return {**counters, "band_summary": quality.band_summary(hist, edges)}
+        topic_digest = {str(t): storage.fingerprint("band_edges", [edges.method, list(row)]) for t, row in enumerate(edges.edges)}
+        return {**counters, "band_summary": quality.band_summary(hist, edges), "topics_per_source": topics_of, "per_topic_digest": topic_digest}
 
     manifest = stages.run_global(QUALITY_BANDS, layout, inputs=inputs, params=params, build=build)
     summary = manifest["stats"].get("band_summary", {})
@@ -143,5 +148,21 @@ def quality_bands(context: dg.AssetExecutionContext, marin: MarinResource, curat
         method=params.method,
         sources=len(sources),
         band_sizes=markdown_table(rows[:200]) if rows else None,
+        per_topic_digest=dg.MetadataValue.json(manifest["stats"].get("per_topic_digest", {})),
+        per_source_digest=_json_or_none(band_slices(manifest["stats"])),
+        decided=[manifest["stats"].get("per_topic_digest"), band_slices(manifest["stats"])] if "per_topic_digest" in manifest["stats"] else None,
     )
+
+
+def band_slices(stats: dict) -> dict[str, str] | None:
+    """Per source, a digest of the band edges of the topics it has documents in: what its pool
+    reads of ``quality_bands`` (``None`` for an output recorded before topics were kept per source)."""
+    topics_of, digests = stats.get("topics_per_source"), stats.get("per_topic_digest")
+    if topics_of is None or digests is None:
+        return None
+    return {s: storage.fingerprint("bands", [digests[str(t)] for t in topics]) for s, topics in sorted(topics_of.items())}
+
+
+def _json_or_none(value: dict | None) -> dg.MetadataValue | None:
+    return None if value is None else dg.MetadataValue.json(value)
 

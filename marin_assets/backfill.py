@@ -1,15 +1,16 @@
-#!/usr/bin/env python3
-"""Launch an asset backfill over chosen sources through a running Dagster webserver.
+"""Asset backfills over chosen sources through a running Dagster webserver's GraphQL API.
 
-    python scripts/backfill_sources.py --sources cp/peps,dolma_code_prose
-    python scripts/backfill_sources.py --sources cp/peps --assets raw_files,normalized --wait
-    python scripts/backfill_sources.py --sources-file new_sources.txt --url http://dagster:3000
+    marin-assets build --sources cp/peps,dolma_code_prose     # their chains and the global steps after them
+    marin-assets build                                        # every catalog source
+    python -m marin_assets.backfill --sources cp/peps --assets raw_files,normalized --wait
 
-The partitions are source names; the assets default to those of the ``source_chain`` job
-(``--job`` picks another partitioned job). The webserver's daemon runs the backfill: one run
-per source, retried and resumed like any backfill, visible under Overview > Backfills.
-``--wait`` polls until it finishes and exits non-zero unless every run succeeded. Uses only
-the standard library, so it runs from any machine that can reach the webserver.
+``marin-assets build`` launches each named source's complete chain (every per-source asset)
+and the global steps after it (dedup, boilerplate, bands, sampling groups; the model-training
+steps only with ``--models``) as ONE asset backfill, and follows it to the end: the daemon runs
+one run per source, then the global steps once every chain is done, retried and resumed like
+any backfill (Overview > Backfills). It exits non-zero unless every run succeeded.
+``python -m marin_assets.backfill`` is the lower-level form (``--assets`` or a job's assets, no
+global steps); it uses only the standard library.
 """
 
 from __future__ import annotations
@@ -83,12 +84,12 @@ def job_assets(url: str, job: str) -> list[list[str]]:
     return [n["assetKey"]["path"] for n in nodes]
 
 
-def launch(url: str, sources: list[str], assets: list[list[str]], title: str | None = None) -> str:
+def launch(url: str, sources: list[str], assets: list[list[str]], title: str | None = None, launched_by: str = "marin_assets.backfill") -> str:
     params = {
         "partitionNames": sources,
         "assetSelection": [{"path": a} for a in assets],
         "title": title or f"{len(sources)} sources: {', '.join(sources[:3])}{' ...' if len(sources) > 3 else ''}",
-        "tags": [{"key": "marin/launched_by", "value": "scripts/backfill_sources.py"}],
+        "tags": [{"key": "marin/launched_by", "value": launched_by}],
     }
     result = graphql(url, LAUNCH, {"params": params})["launchPartitionBackfill"]
     if result["__typename"] == "LaunchBackfillSuccess":
@@ -126,8 +127,18 @@ def wait(url: str, backfill_id: str, timeout_s: float, every_s: float = 5.0, say
         time.sleep(every_s)
 
 
+def follow(url: str, backfill_id: str, timeout_s: float, every_s: float) -> int:
+    """Wait for the backfill to end; 0 when every run succeeded, else 1 (the failed runs named)."""
+    final = wait(url, backfill_id, timeout_s, every_s)
+    failed = [r for r in final["runs"] if r["status"] != "SUCCESS"]
+    for run in failed:
+        partition = next((t["value"] for t in run["tags"] if t["key"] == "dagster/partition"), "global step")
+        print(f"  {partition}: run {run['runId']} {run['status'].lower()}", file=sys.stderr)
+    return 0 if final["status"] in SUCCESS and not failed else 1
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m marin_assets.backfill", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sources", default="", help="comma-separated source names (partition keys)")
     parser.add_argument("--sources-file", default="", help="a file with one source name per line")
     parser.add_argument("--assets", default="", help="comma-separated asset keys (default: the assets of --job)")
@@ -150,17 +161,10 @@ def main(argv: list[str] | None = None) -> int:
         backfill_id = launch(args.url, sources, assets, args.title)
         print(f"backfill {backfill_id}: {len(sources)} sources x {', '.join('/'.join(a) for a in assets)}")
         print(f"  {args.url.rstrip('/')}/runs/b/{backfill_id}")
-        if not args.wait:
-            return 0
-        final = wait(args.url, backfill_id, args.timeout, args.poll)
+        return follow(args.url, backfill_id, args.timeout, args.poll) if args.wait else 0
     except BackfillError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    failed = [r for r in final["runs"] if r["status"] != "SUCCESS"]
-    for run in failed:
-        partition = next((t["value"] for t in run["tags"] if t["key"] == "dagster/partition"), "?")
-        print(f"  {partition}: run {run['runId']} {run['status'].lower()}", file=sys.stderr)
-    return 0 if final["status"] in SUCCESS and not failed else 1
 
 
 if __name__ == "__main__":

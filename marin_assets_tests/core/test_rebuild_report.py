@@ -1,0 +1,55 @@
+"""The rebuild report flags a source that lost tokens and a dedup far above the published share."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from marin_assets.catalog.sources import load_catalog
+from marin_assets.core.pool.rebuild import PUBLISHED_DEDUP_SHARE, ReportParams, SourceFigures, rebuild_report, report_lines
+from marin_assets.demo.sample import DEMO_SOURCES
+
+
+def _catalog() -> dict[str, float]:
+    catalog = load_catalog()
+    return {name: catalog.by_name(name).rough_tokens_b for name in DEMO_SOURCES}
+
+
+def _built(fraction: float = 1e-6, dedup: float = 0.08) -> list[SourceFigures]:
+    """Each demo source measured at ``fraction`` of its catalog tokens, ``dedup`` of them removed."""
+    out = []
+    for name, billions in _catalog().items():
+        tokens = int(billions * 1e9 * fraction)
+        removed = int(tokens * dedup / (1 - dedup))
+        out.append(SourceFigures(name, documents=tokens // 500, tokens=tokens, dedup_removed_documents=removed // 500,
+                                 dedup_removed_tokens_est=removed, decon_removed_documents=1))  # fmt: skip
+    return out
+
+
+def test_a_rebuild_like_the_published_pool_is_not_flagged() -> None:
+    report = rebuild_report(_built(), _catalog(), ReportParams(scale=None))
+    assert report["flagged"] == [] and not report["totals"]["flag"]
+    assert abs(report["scale"] - 1e-6) < 1e-8, "a sample's scale is fitted"
+    assert len(report["rows"]) == len(DEMO_SOURCES)
+
+
+def test_a_source_that_lost_half_its_rows_is_flagged() -> None:
+    published = {f.source: f for f in _built()}
+    victim = DEMO_SOURCES[1]
+    rebuilt = [dataclasses.replace(f, documents=f.documents // 2, tokens=f.tokens // 2) if f.source == victim else f for f in _built()]
+    report = rebuild_report(rebuilt, _catalog(), ReportParams(scale=None), published=published)
+    assert report["flagged"] == [victim]
+    row = next(r for r in report["rows"] if r["source"] == victim)
+    assert "x0.50 of the catalog's" in row["flags"] and "x0.50 of the last published build" in row["flags"]
+    assert any(victim in line and "x0.50" in line for line in report_lines(report, "offline"))
+
+
+def test_a_dedup_that_removes_thirty_percent_is_flagged() -> None:
+    report = rebuild_report(_built(dedup=0.30), _catalog(), ReportParams(scale=None))
+    assert sorted(report["flagged"]) == sorted(DEMO_SOURCES)
+    assert report["totals"]["dedup_share_est"] > PUBLISHED_DEDUP_SHARE and "published 8.5%" in report["totals"]["flag"]
+
+
+def test_at_full_scale_the_catalog_counts_are_the_reference() -> None:
+    report = rebuild_report(_built(fraction=1.0), _catalog())
+    assert report["scale"] == 1.0 and report["flagged"] == []
+    assert rebuild_report(_built(fraction=0.5), _catalog())["flagged"] == sorted(DEMO_SOURCES), "half the corpus is flagged everywhere"
