@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from marin_assets.core.runtime import storage
+from marin_assets.core.specs import POOL
 
 
 def stage_metadata(
@@ -57,10 +58,10 @@ COLUMNS: dict[str | tuple[str, str], str] = {
     "max_overlap": "the configured rule's largest overlap with one eval item",
     "matched_evals": "eval sets whose items the configured rule matched",
     "matched_rows": "eval items the configured rule matched",
-    ("pool", "group"): "sampling group c<topic>q<band> the documents are filed under",
-    ("pool", "file"): "pool file holding them, relative to the pool's data folder",
-    ("pool", "documents"): "documents of the source in that group file",
-    ("pool", "tokens"): "tokens of those documents by the pinned tokenizer",
+    (POOL.name, "group"): "sampling group c<topic>q<band> the documents are filed under",
+    (POOL.name, "file"): "pool file holding them, relative to the pool's data folder",
+    (POOL.name, "documents"): "documents of the source in that group file",
+    (POOL.name, "tokens"): "tokens of those documents by the pinned tokenizer",
 }
 
 
