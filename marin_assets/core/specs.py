@@ -94,6 +94,7 @@ QUALITY_SCORES = StageSpec(
 )
 QUALITY_BANDS = StageSpec(
     "quality_bands", (TOPICS, QUALITY_SCORES), partitioned=False, params=BandParams, group="quality",
+    code_version="2",  # 2: per-topic and per-source digests of the band edges in the manifest (automation reads them)
     phase="bands", step=StepSize("2", "8Gi"), bench=Bench("stages", "streamed score histograms and band edges vs polars: join on id, quantiles per topic, per CPU second and memory"),
 )
 
