@@ -23,6 +23,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from marin_assets.core.runtime.errors import ConfigurationError
+
 TERMINAL = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
 SUCCESS = {"COMPLETED", "COMPLETED_SUCCESS"}
 
@@ -48,8 +50,9 @@ query($id: String!) { partitionBackfillOrError(backfillId: $id) { __typename
 """
 
 
-class BackfillError(Exception):
-    """The webserver refused or failed the request; the message says why."""
+class BackfillError(ConfigurationError, RuntimeError):
+    """The webserver refused or failed the request (wrong URL, no code location, a run that failed);
+    the message says why."""
 
 
 def graphql(url: str, query: str, variables: dict[str, Any] | None = None, timeout_s: float = 60) -> dict[str, Any]:

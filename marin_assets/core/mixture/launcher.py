@@ -17,11 +17,13 @@ import subprocess
 import time
 from typing import Any
 
+from marin_assets.core.runtime.errors import ConfigurationError
+
 PLACEHOLDERS = ("config", "run_id", "study", "results")
 OUTPUT_TAIL = 2_000
 
 
-class LauncherError(ValueError):
+class LauncherError(ConfigurationError, ValueError):
     """A launcher template that cannot be used; the message names the fix."""
 
 
