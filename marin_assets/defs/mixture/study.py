@@ -76,7 +76,7 @@ def evaluation_texts(marin: MarinResource, root: str, study: str, params: swarm_
         if name == "locked":
             registry = marin.evals()
             rows = eval_sources.registry_rows(registry, lambda s: eval_sources.fetch_eval_set(s, registry, marin.layout(), marin.provider_access()))
-            return proxy_trainer.capped_texts(((eval_set, text) for eval_set, _, text in rows), params.proxy.max_eval_bytes_per_domain)
+            return proxy_trainer.capped_texts(((row.eval_set, row.text) for row in rows if row.text), params.proxy.max_eval_bytes_per_domain)
         if name:
             return proxy_trainer.read_eval_set(eval_set_uri(root, study, params), params.proxy)
     except (ValueError, eval_sources.EvalIndexError) as exc:
