@@ -14,7 +14,9 @@ import pyarrow as pa
 import pytest
 
 from marin_assets.core.dedup import decisions as dedup
-from marin_assets.core.dedup import fuzzy as dedup_fuzzy
+from marin_assets.core.dedup.fuzzy import clusters as fuzzy_clusters
+from marin_assets.core.dedup.fuzzy import driver as fuzzy_driver
+from marin_assets.core.dedup.fuzzy import layout as fuzzy_layout
 from marin_assets.core.dedup import minhash
 from marin_assets.core.dedup import shuffle as dedup_shuffle
 from marin_assets.core.dedup.decisions import ExactDedupParams, FuzzyDedupParams
@@ -333,7 +335,7 @@ def test_verify_ranges_finer_than_the_member_blocks_read_their_covering_block(tm
     out = str(tmp_path / "out")
     stats = find_fuzzy_duplicates(buckets, normalized, {"gamma"}, out, scale=scale)
     mean = sum(stats["chars_per_source"].values()) // stats["docs"]
-    blocks = dedup_fuzzy._verify_partitions(stats["docs_in_clusters"], stats["docs_in_clusters"] * mean, scale)
+    blocks = fuzzy_driver.verify_partitions(stats["docs_in_clusters"], stats["docs_in_clusters"] * mean, scale)
     assert stats["verify_partitions"] >= 4 * blocks  # each verify range is a quarter (or less) of a member block
     assert outputs(out, buckets) == reference_fuzzy_removals(buckets, normalized, {"gamma"})
 
@@ -366,7 +368,7 @@ def test_block_spans_give_any_key_ranges_exactly_the_rows_of_a_sorted_file(tmp_p
     """Readers of block files read the spans of blocks covering their key ranges (node runs of a
     shard group, or a verify range finer or coarser than the blocks) and get the rows a sorted
     file's range read gives: no other range's rows, none missing."""
-    from marin_assets.core.dedup.fuzzy import LABEL_SCHEMA
+    from marin_assets.core.dedup.components import LABEL_SCHEMA
 
     rng = np.random.default_rng(11)
     nodes = np.unique(rng.integers(0, 50_000, 6000))
@@ -520,7 +522,7 @@ def test_incremental_components_follow_added_and_removed_documents_like_a_full_r
     cache, first = str(tmp_path / "cache"), str(tmp_path / "first")
     first_stats = find_fuzzy_duplicates(buckets, normalized, {"gamma"}, first, scale=SMALL_TASKS, cache_uri=cache)
     state = storage.read_json(str(Path(first) / "_fuzzy_state.json"))
-    retained = {k.split("\x00", 1)[1] for f in state["verify_files"] for keys in storage.read_parquet(dedup_fuzzy.clusters_uri(f)).column("retained").to_pylist() for k in keys}
+    retained = {k.split("\x00", 1)[1] for f in state["verify_files"] for keys in storage.read_parquet(fuzzy_layout.clusters_uri(f)).column("retained").to_pylist() for k in keys}
     in_clusters = retained | {r["id"] for s in buckets for r in read_removed(first, s)}
     lonely = next(t for t in stdlib_documents(30, per_doc=4, seed=5)[10:20] if doc_id(t) not in in_clusters)
     clustered = near_copies(600, seed=11)[300]  # in the big cluster
@@ -618,7 +620,7 @@ def test_a_big_cluster_replays_from_its_record_reading_only_the_changed_sources_
     cache, first = str(tmp_path / "cache"), str(tmp_path / "first")
     find_fuzzy_duplicates(buckets, normalized, set(), first, scale=SMALL_TASKS, cache_uri=cache)
     state = storage.read_json(str(Path(first) / "_fuzzy_state.json"))
-    records = pa.concat_tables([storage.read_parquet(dedup_fuzzy.clusters_uri(f)) for f in state["verify_files"]]).to_pylist()
+    records = pa.concat_tables([storage.read_parquet(fuzzy_layout.clusters_uri(f)) for f in state["verify_files"]]).to_pylist()
     big = max(records, key=lambda r: r["size"])
     assert big["size"] >= 550 and len(big["texts"]) == len(big["retained"]) and 16 * len(big["retained"]) <= big["size"]
     assert [doc_id(t) for t in big["texts"]] == [k.split("\x00", 1)[1] for k in big["retained"]]  # each text is its member's
@@ -673,7 +675,7 @@ def test_a_cluster_whose_added_member_is_retained_is_verified_in_full(tmp_path: 
         # the first pass's verdicts are gone once the second pass holds them all
         assert len(storage.read_json(str(Path(inc) / "_fuzzy_state.json"))["verify_files"]) == inc_stats["verify_partitions"]
         assert sorted(n for n in map(storage.basename, storage.listdir(str(Path(inc) / "_work" / "verify"))) if n.endswith((".parquet", ".blocks"))) == sorted(
-            n for f in storage.read_json(str(Path(inc) / "_fuzzy_state.json"))["verify_files"] for n in (storage.basename(f), storage.basename(dedup_fuzzy.clusters_uri(f)))
+            n for f in storage.read_json(str(Path(inc) / "_fuzzy_state.json"))["verify_files"] for n in (storage.basename(f), storage.basename(fuzzy_layout.clusters_uri(f)))
         )
     assert any(r["representative_id"] == doc_id(head + " appendix footer note") for s in buckets for r in read_removed(str(tmp_path / "beta" / "incremental"), s))
 
@@ -733,22 +735,22 @@ def test_row_sums_follow_a_sources_rows_not_their_partitioning() -> None:
     ]
 
     def table(part: list[tuple]) -> pa.Table:
-        return pa.table([pa.array(list(c), type=f.type) for c, f in zip(zip(*part), dedup_fuzzy.VERDICT_SCHEMA)], schema=dedup_fuzzy.VERDICT_SCHEMA)
+        return pa.table([pa.array(list(c), type=f.type) for c, f in zip(zip(*part), fuzzy_layout.VERDICT_SCHEMA)], schema=fuzzy_layout.VERDICT_SCHEMA)
 
-    whole = dedup_fuzzy.row_sums(table(rows))
+    whole = fuzzy_clusters.row_sums(table(rows))
     assert sorted(whole) == [0, 1, 2, 3]
     shuffled = rows[:]
     rng.shuffle(shuffled)
-    parts = [dedup_fuzzy.row_sums(table(shuffled[a : a + 90])) for a in range(0, len(shuffled), 90)]
+    parts = [fuzzy_clusters.row_sums(table(shuffled[a : a + 90])) for a in range(0, len(shuffled), 90)]
     assert {r: sum(p.get(r, 0) for p in parts) % (1 << 128) for r in whole} == whole
     # the label and length are not published: a row that only moved cluster label keeps its sum
     relabelled = [(*r[:3], r[3] + 1000, *r[4:]) for r in rows]
-    assert dedup_fuzzy.row_sums(table(relabelled)) == whole
+    assert fuzzy_clusters.row_sums(table(relabelled)) == whole
     for field in range(4, 9):  # cluster id, representative id and source, containment, jaccard
         changed = rows[:]
         old = changed[17]
         changed[17] = (*old[:field], old[field] + (0.5 if isinstance(old[field], float) else "x"), *old[field + 1 :])
-        moved = dedup_fuzzy.row_sums(table(changed))
+        moved = fuzzy_clusters.row_sums(table(changed))
         assert {r for r in whole if moved[r] != whole[r]} == {old[1]}, field
 
 
@@ -760,7 +762,7 @@ def test_keyed_block_files_read_like_sorted_files_and_scan_block_by_block(tmp_pa
     rng = np.random.default_rng(21)
     keys = rng.integers(0, dedup_shuffle.KEY_SPACE, 20_000, dtype=np.int64)
     keys[:3] = [0, dedup_shuffle.KEY_SPACE - 1, dedup_shuffle.KEY_SPACE // 2]
-    table = pa.table([pa.array(keys), pa.array(np.arange(keys.size))], schema=dedup_fuzzy.RECORD_SCHEMA)
+    table = pa.table([pa.array(keys), pa.array(np.arange(keys.size))], schema=fuzzy_layout.RECORD_SCHEMA)
     sorted_uri = str(tmp_path / "records.parquet")
     dedup_shuffle.write_sorted(table, sorted_uri)
     with pytest.raises(ValueError, match="ends in .blocks"):
@@ -775,12 +777,12 @@ def test_keyed_block_files_read_like_sorted_files_and_scan_block_by_block(tmp_pa
         blocks = dedup_shuffle.equal_blocks(table.num_rows, readers)
         assert blocks & (blocks - 1) == 0 and table.num_rows // blocks >= dedup_shuffle.MIN_BLOCK_ROWS // 2
         for parts in (1, 5, 16, 64):  # coarser and finer than the blocks, and not a power of two
-            got = [dedup_shuffle.read_range([uri], lo, hi, ["node"], dedup_fuzzy.RECORD_SCHEMA) for lo, hi in dedup_shuffle.partition_bounds(parts)]
-            want = [dedup_shuffle.read_range([sorted_uri], lo, hi, ["node"], dedup_fuzzy.RECORD_SCHEMA) for lo, hi in dedup_shuffle.partition_bounds(parts)]
+            got = [dedup_shuffle.read_range([uri], lo, hi, ["node"], fuzzy_layout.RECORD_SCHEMA) for lo, hi in dedup_shuffle.partition_bounds(parts)]
+            want = [dedup_shuffle.read_range([sorted_uri], lo, hi, ["node"], fuzzy_layout.RECORD_SCHEMA) for lo, hi in dedup_shuffle.partition_bounds(parts)]
             assert [rows(g) for g in got] == [rows(w) for w in want]
             assert sum(g.num_rows for g in got) == table.num_rows
         spans = [(10, 20), (keys[5], keys[5] + 1), (dedup_shuffle.KEY_SPACE - 5, dedup_shuffle.KEY_SPACE)]
-        assert rows(dedup_shuffle.read_ranges([uri], spans, ["node"], dedup_fuzzy.RECORD_SCHEMA)) == rows(dedup_shuffle.read_ranges([sorted_uri], spans, ["node"], dedup_fuzzy.RECORD_SCHEMA))
+        assert rows(dedup_shuffle.read_ranges([uri], spans, ["node"], fuzzy_layout.RECORD_SCHEMA)) == rows(dedup_shuffle.read_ranges([sorted_uri], spans, ["node"], fuzzy_layout.RECORD_SCHEMA))
         # a scan for some keys reads the blocks holding them, each once, in runs of at most max_bytes
         wanted_keys = np.sort(keys[:50])
         for max_bytes in (1, dedup_shuffle.SCAN_BYTES):

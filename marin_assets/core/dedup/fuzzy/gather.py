@@ -1,0 +1,117 @@
+"""Step 6, gather: the requested rows' texts of a group of normalized shards, keyed by cluster."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from marin_assets.core.dedup import shuffle
+from marin_assets.core.dedup.decisions import (
+    VERIFY_BATCH_CHARS,
+    DedupError,
+)
+from marin_assets.core.dedup.fuzzy.layout import REQUEST_SCHEMA, TEXT_SCHEMA, merge_runs, rows_of, section_uri, shard_runs, streamed_uri
+from marin_assets.core.runtime import storage
+
+
+@dataclasses.dataclass(frozen=True)
+class GatherParams:
+    source: str
+    first_node: int
+    rows: int
+    max_chars: int
+    batch_chars: int = VERIFY_BATCH_CHARS
+    runs: tuple[tuple[int, int], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class GatherGroupParams:
+    shards: tuple[GatherParams, ...]
+    request_cuts: str  # the plan files are block files cut at these stored node cuts
+    text_blocks: int  # verify partitions: one block of gathered texts each
+    hold_chars: int = 1 << 30  # texts of small clusters held before they are written (a further block file, :func:`section_uri`)
+
+
+@shuffle.measured
+def fuzzy_gather_group(inputs: list[str], output: str, params: GatherGroupParams) -> dict[str, Any]:
+    """The requested rows' text of a group of normalized shards (the inputs: normalized shard and
+    node table per shard, then the plan files, whose blocks of the group's node ranges are read
+    once for the whole group). The texts go to one block per verify partition, but those of big
+    clusters, which go to :func:`streamed_uri` shard by shard, sorted by cluster and place (all
+    that slice reads need). Memory holds one shard and about ``hold_chars`` of small clusters'
+    texts: past that, the texts held so far go to a further block file (:func:`section_uri`)."""
+    k = len(params.shards)
+    plan_files = inputs[2 * k :]
+    runs = [shard_runs(p.first_node, p.rows, p.runs) for p in params.shards]
+    merged = merge_runs([r for rs in runs for r in rs])
+    requests = shuffle.read_ranges_blocks(plan_files, shuffle.read_cuts(params.request_cuts), merged, REQUEST_SCHEMA)
+    keys = requests.column("key").to_numpy()
+    gathered = shards = streamed = held = 0
+    small: list[pa.Table] = []
+    sections: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="dedup-gather-") as tmp:
+        local = os.path.join(tmp, "texts.parquet")
+        writer = None
+        try:
+            for j, shard in enumerate(params.shards):
+                bounds = np.asarray(runs[j], np.int64).ravel()
+                mine = requests.filter(pa.array((np.searchsorted(bounds, keys, side="right") % 2) == 1)) if keys.size else requests
+                out = _gather_shard(inputs[2 * j], inputs[2 * j + 1], mine, shard)
+                if out is None:
+                    continue
+                table, big = out[0].drop_columns(["big"]), out[0].column("big")
+                gathered += table.num_rows
+                shards += 1
+                small.append(table.filter(pc.invert(big)))
+                held += int(pc.sum(pc.binary_length(small[-1].column("text"))).as_py() or 0)
+                if held > params.hold_chars and j < k - 1:
+                    sections.append(section_uri(output, len(sections)))
+                    shuffle.write_blocks(pa.concat_tables(small), sections[-1], cuts=shuffle.partition_cuts(params.text_blocks))
+                    small, held = [], 0
+                if pc.any(big).as_py():
+                    writer = writer or pq.ParquetWriter(local, TEXT_SCHEMA, compression=storage.PARQUET_COMPRESSION)
+                    writer.write_table(table.filter(big), row_group_size=out[1])
+                    streamed += int(pc.sum(big.cast(pa.int64())).as_py())
+        finally:
+            if writer is not None:
+                writer.close()
+        if writer is not None:
+            storage.put_file(local, streamed_uri(output))
+    texts = pa.concat_tables(small) if small else TEXT_SCHEMA.empty_table()
+    shuffle.write_blocks(texts, output, cuts=shuffle.partition_cuts(params.text_blocks))
+    return {"gathered": gathered, "shard_read": shards, "streamed": streamed, "sections": sections}
+
+
+def _gather_shard(normalized_uri: str, nodes_file: str, requests: pa.Table, params: GatherParams) -> tuple[pa.Table, int] | None:
+    """Texts of one shard's requested rows, sorted by (cluster key, place), with their ``big``
+    flag, and a row group size of about ``batch_chars``; None when the shard has no requested
+    row (it is not read)."""
+    nodes_table = None
+    if requests.num_rows and params.runs:
+        nodes_table = storage.read_parquet(nodes_file, columns=["id", "node"])
+        requests = requests.filter(pa.array(np.isin(requests.column("key").to_numpy(), nodes_table.column("node").to_numpy())))
+    if requests.num_rows == 0:
+        return None
+    node = requests.column("key").to_numpy()
+    if nodes_table is not None:
+        take = pa.array(rows_of(nodes_table.column("node").to_numpy(), node))
+    else:
+        nodes_table = storage.read_parquet(nodes_file, columns=["id"])
+        take = pa.array(node - params.first_node)
+    table = storage.read_parquet(normalized_uri, columns=["id", "text"])
+    ids = table.column("id").take(take).combine_chunks().cast(pa.string())
+    expected = nodes_table.column("id").take(take).combine_chunks().cast(pa.string())
+    if not ids.equals(expected):
+        raise DedupError(f"source {params.source!r}: row order of its minhash buckets differs from {normalized_uri}; rematerialize minhash_buckets for {params.source!r}")
+    texts = pc.utf8_slice_codeunits(pc.fill_null(table.column("text").take(take).combine_chunks().cast(pa.large_string()), ""), 0, params.max_chars)
+    out = pa.table([requests.column("lkey"), requests.column("pos"), pa.array(node), texts, requests.column("big")], schema=TEXT_SCHEMA.append(pa.field("big", pa.bool_())))
+    out = out.take(pc.sort_indices(out, sort_keys=[("key", "ascending"), ("pos", "ascending")]))
+    mean_chars = max(1, int(pc.sum(pc.utf8_length(texts)).as_py() or 0) // max(1, out.num_rows))
+    return out, min(shuffle.ROW_GROUP_ROWS, max(16, params.batch_chars // mean_chars))

@@ -1,0 +1,130 @@
+"""Incremental components: the previous labels merged over the added documents' edges, and the label files rewritten."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from marin_assets.core.dedup import shuffle
+from marin_assets.core.dedup.components import EDGE_SCHEMA, LABEL_SCHEMA, warm_scipy
+from marin_assets.core.dedup.fuzzy.layout import DELTA_SCHEMA, RECORD_SCHEMA, REMAP_SCHEMA
+from marin_assets.core.runtime import storage
+
+
+@dataclasses.dataclass(frozen=True)
+class MergeParams:
+    edge_files: int
+    gone_files: int  # then the changed groups' gone nodes, then the previous label files
+    fresh_labels: str  # where the newly clustered nodes' labels go
+
+
+@dataclasses.dataclass(frozen=True)
+class RelabelParams:
+    outputs: tuple[str, ...]  # the relabelled file of each previous label file (inputs after the remap; any further input, the fresh labels, is read for the touched rows only)
+    append_fresh: bool = False  # compaction: the fresh labels also go into the last output (the previous run's small fresh file grows instead of a new file per run)
+    delta_cuts: str = ""  # the touched rows' file is blocks at these stored node cuts (the members tasks' ranges)
+
+
+# --------------------------------------------------------------------------- 3b. incremental components
+
+
+@shuffle.measured(warm=(warm_scipy,))
+def fuzzy_merge_labels(inputs: list[str], output: str, params: MergeParams) -> dict[str, Any]:
+    """Incremental components: the previous components stay whole (no document of theirs is
+    gone) and only merge through the added documents' edges. A union-find over those edges,
+    each endpoint replaced by its previous label, gives every touched component its new label
+    (the smallest node, as a full run would). Writes the remap ``(key, node, label, fresh)``:
+    each previous label and each newly clustered node (``fresh``) with its new label, and the
+    newly clustered nodes' label file."""
+    from scipy.sparse import coo_matrix  # noqa: PLC0415
+    from scipy.sparse.csgraph import connected_components as scipy_components  # noqa: PLC0415
+
+    edge_files, gone_files = inputs[: params.edge_files], inputs[params.edge_files : params.edge_files + params.gone_files]
+    label_files = inputs[params.edge_files + params.gone_files :]
+    edges = shuffle.read_range(edge_files, 0, shuffle.KEY_SPACE, ["a", "b"], EDGE_SCHEMA)
+    a, b = edges.column("a").to_numpy(), edges.column("b").to_numpy()
+    ends = np.unique(np.concatenate([a, b]))
+    gone = np.unique(shuffle.read_range(gone_files, 0, shuffle.KEY_SPACE, ["node"], RECORD_SCHEMA).column("node").to_numpy())
+    old = np.full(ends.size, -1, np.int64)
+    split = 0
+    for uri in label_files:  # one partition of the previous labels at a time
+        part = shuffle.read_whole(uri, LABEL_SCHEMA)
+        n = part.column("node").to_numpy()
+        split += int(np.isin(n, gone).sum())
+        hit = np.isin(n, ends)
+        old[np.searchsorted(ends, n[hit])] = part.column("label").to_numpy()[hit]
+    vertex = np.where(old >= 0, old, ends)
+    verts = np.unique(vertex)
+    va = np.searchsorted(verts, vertex[np.searchsorted(ends, a)])
+    vb = np.searchsorted(verts, vertex[np.searchsorted(ends, b)])
+    if verts.size:
+        graph = coo_matrix((np.ones(va.size, np.int8), (va, vb)), shape=(verts.size, verts.size))
+        _, component = scipy_components(graph.tocsr(), directed=False)
+        smallest = np.full(int(component.max()) + 1, np.iinfo(np.int64).max, np.int64)
+        np.minimum.at(smallest, component, verts)
+        label = smallest[component]
+    else:
+        label = verts
+    fresh = ~np.isin(verts, old[old >= 0])
+    shuffle.write_sorted(pa.table([pa.array(verts), pa.array(verts), pa.array(label), pa.array(fresh)], schema=REMAP_SCHEMA), output)
+    labels_out = pa.table([pa.array(verts[fresh]), pa.array(verts[fresh]), pa.array(label[fresh])], schema=LABEL_SCHEMA)
+    shuffle.write_sorted(labels_out, params.fresh_labels)
+    # ``split``: a gone document was in a cluster, which may fall apart: the caller recomputes all.
+    return {"edges": int(a.size), "touched": int(np.unique(label).size), "fresh": int(fresh.sum()), "merged": int(((label != verts) & ~fresh).sum()), "split": split}
+
+
+@shuffle.measured
+def fuzzy_relabel(inputs: list[str], output: str, params: RelabelParams) -> dict[str, Any]:
+    """Partitions of the previous labels with the remap applied (the next run's labels, one file
+    each, read and written one at a time), and one block file of the touched components' rows
+    (what the members step reads: one block per members task's node range, so those rows are
+    held until written; the newly clustered nodes' labels included when ``fresh``)."""
+    remap_file, *label_files = inputs
+    remap = storage.read_parquet(remap_file)
+    fresh = remap.column("fresh").to_numpy(zero_copy_only=False)
+    was, now = remap.column("node").to_numpy()[~fresh], remap.column("label").to_numpy()[~fresh]
+    touched = np.unique(remap.column("label").to_numpy())
+    labels = touched_members = 0
+    deltas: list[pa.Table] = []
+    extra = label_files[len(params.outputs) :]  # the fresh labels (already final)
+    appended = None
+    if params.append_fresh and extra and params.outputs:
+        appended = pa.concat_tables([shuffle.read_whole(uri, LABEL_SCHEMA) for uri in extra])
+    for k, (uri, out) in enumerate(zip(label_files, params.outputs + (None,) * len(extra))):
+        table = shuffle.read_whole(uri, LABEL_SCHEMA)
+        label = before = table.column("label").to_numpy()
+        if out is not None:
+            if was.size and label.size:
+                pos = np.minimum(np.searchsorted(was, label), was.size - 1)
+                label = np.where(was[pos] == label, now[pos], label)
+            table = table.set_column(LABEL_SCHEMA.get_field_index("label"), "label", pa.array(label))
+            written = table
+            if appended is not None and k == len(params.outputs) - 1:
+                written = pa.concat_tables([table, appended])
+                _write_labels(written.take(pc.sort_indices(written, sort_keys=[("key", "ascending")])), out)
+            elif np.array_equal(label, before):
+                shuffle.copy_file(uri, out)  # no label of this file moved: the same bytes
+            else:
+                _write_labels(written, out)
+            labels += written.num_rows
+        hit = np.isin(label, touched)
+        # added: not in the previous cluster of its (new) label: a fresh node, or one whose
+        # previous cluster merged into a smaller label
+        added = np.ones(int(hit.sum()), bool) if out is None else (before != label)[hit]
+        delta = table.filter(pa.array(hit)).append_column("added", pa.array(added))
+        touched_members += delta.num_rows
+        deltas.append(delta)
+    shuffle.write_blocks(pa.concat_tables(deltas) if deltas else DELTA_SCHEMA.empty_table(), output, cuts=shuffle.read_cuts(params.delta_cuts))
+    return {"labels": labels, "touched_members": touched_members}
+
+
+def _write_labels(table: pa.Table, uri: str) -> None:
+    """A relabelled label file, in its previous file's format (read whole by the next run)."""
+    if uri.endswith(shuffle.BLOCK_SUFFIX):
+        shuffle.write_blocks(table, uri, cuts=[0, shuffle.KEY_SPACE])
+    else:
+        storage.write_parquet(table, uri, row_group_size=shuffle.ROW_GROUP_ROWS)

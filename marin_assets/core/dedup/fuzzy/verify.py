@@ -1,0 +1,253 @@
+"""Step 7, verify: the rule on each requested cluster of a label range; the previous verdict for every other."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import xxhash
+
+from marin_assets.core.dedup import shuffle
+from marin_assets.core.dedup.decisions import (
+    DedupError,
+    GreedyVerifier,
+    ngram_sets,
+    size_bin,
+)
+from marin_assets.core.dedup.fuzzy.clusters import (
+    VerifyParams,
+    clusters_of,
+    member_key,
+    member_sets,
+    previous_rows,
+    replay_plan,
+    reusable,
+    row_sums,
+    streamed_labels,
+    warm_clusters,
+    with_fresh_previous_rows,
+)
+from marin_assets.core.dedup.fuzzy.layout import CLUSTER_SCHEMA, HEAD_TEXT_SHARE, TEXT_SCHEMA, VERDICT_SCHEMA, clusters_uri
+from marin_assets.core.runtime import storage
+
+
+def _warm_ngrams() -> None:
+    """Load the compiled n-gram kernels (from numba's disk cache) once per process."""
+    ngram_sets(["warm up the kernels"], 3, 100)
+
+
+@shuffle.measured(warm=(_warm_ngrams, warm_clusters))
+def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
+    """Verify the requested clusters of a label range; copy the previous verdict of the others."""
+    return with_fresh_previous_rows(_verify, inputs, output, params)
+
+
+def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
+    member_files, text_files = inputs[: params.member_files], inputs[params.member_files :]
+    text_files, streamed_files = text_files[: params.text_files], text_files[params.text_files :]
+    frame = clusters_of(member_files, params.lo, params.hi, params.member_blocks)
+    sizes = member_sets(frame)
+    reuse, before_clusters = reusable(frame, params, sizes)
+    rows: list[tuple] = []  # this run's decisions (in VERDICT_SCHEMA order)
+    retained: dict[int, tuple[list[str], list[str]]] = {}  # per cluster verified in full: retained member keys, and texts while few
+    carried: list[pa.Table] = []  # the previous rows of reused and replayed clusters, as they were
+    untouched = None
+    untouched_labels: set[int] = set()
+    if params.remap and before_clusters is not None:
+        # Incremental components: every cluster of the range that no added document reached is
+        # the previous one (same label, same members): its rows and record are carried over.
+        remap = storage.read_parquet(params.remap, columns=["node", "label", "fresh"])
+        changed = pc.and_(pc.invert(remap.column("fresh")), pc.not_equal(remap.column("node"), remap.column("label")))
+        dead = set(remap.column("node").filter(changed).to_pylist()) | set(sizes["label"].to_list())
+        hit = pl.col("label").is_in(list(dead))
+        untouched = before_clusters.filter(~hit)
+        before_clusters = before_clusters.filter(hit)
+        untouched_labels = set(untouched["label"].to_list())
+    todo, replay = replay_plan(frame, params, reuse, before_clusters)
+    # Clusters with more text than stream_chars are read batch by batch (in processing order)
+    # from the streamed files; the texts of all others at once, from this range's blocks (the
+    # range is sized to hold them).
+    big = set(shuffle.hash_keys(streamed_labels(todo, params)).tolist())
+    part = shuffle.read_ranges_blocks(text_files, shuffle.partition_cuts(params.text_blocks), [(params.lo, params.hi)], TEXT_SCHEMA)
+    text_of: dict[int, str] = dict(zip(part.column("node").to_pylist(), part.column("text").to_pylist()))
+    excerpts: dict[int, str] = {}  # retained members' excerpts, for the examples
+    counters = {"clusters": 0, "verified_clusters": 0, "reused_clusters": len(reuse) + len(untouched_labels), "verified_members": 0, "streamed_clusters": 0, "comparisons": 0, "exempt_kept": 0, "largest_cluster": 0}
+    examples: list[tuple[int, dict[str, Any]]] = []
+    exempt = {params.sources.index(s) for s in params.exempt if s in params.sources}
+    replayed, failed = _replay(replay, params, text_of, exempt, rows, examples)
+    if reuse | untouched_labels | replayed:
+        carried.append(previous_rows(params, reuse | untouched_labels | replayed).select(VERDICT_SCHEMA.names).cast(VERDICT_SCHEMA))
+    counters["replayed_clusters"], counters["replay_failed"] = len(replayed), len(failed)
+    if todo.height:
+        labels = todo["label"].to_numpy()
+        starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
+        ends = np.append(starts[1:], labels.size)
+        ids, ranks, chars, nodes = todo["id"].to_list(), todo["rank"].to_list(), todo["chars"].to_list(), todo["node"].to_list()
+        cluster_keys = shuffle.hash_keys(labels[starts]).tolist() if starts.size else []
+        for s, e, ckey in zip(starts.tolist(), ends.tolist(), cluster_keys):
+            counters["verified_clusters"] += 1
+            counters["verified_members"] += e - s
+            streamed = ckey in big
+            counters["streamed_clusters"] += int(streamed)
+            verifier = GreedyVerifier(params.rule)
+            kept, kept_texts = retained[int(labels[s])] = ([], [])
+            kept_chars = 0
+            chunk_start = s
+            while chunk_start < e:  # n-grams of about VERIFY_BATCH_CHARS at a time, in order
+                chunk_end, size = chunk_start, 0
+                while chunk_end < e and (chunk_end == chunk_start or size < params.batch_chars):
+                    size += min(chars[chunk_end], params.rule.max_chars_per_doc)
+                    chunk_end += 1
+                if streamed:
+                    texts = _read_batch(streamed_files, ckey, chunk_start - s, chunk_end - s, nodes[chunk_start:chunk_end])
+                else:
+                    texts = [text_of.get(nodes[i]) for i in range(chunk_start, chunk_end)]
+                if any(t is None for t in texts):
+                    raise DedupError(f"cluster {ids[s]}: member text missing from the gathered shards; rerun fuzzy_duplicates")
+                grams = ngram_sets(texts, params.rule.ngram_size, params.rule.max_chars_per_doc)
+                for k, i in enumerate(range(chunk_start, chunk_end)):
+                    removal = verifier.offer(i, chars[i], grams[k], ranks[i] in exempt)
+                    if removal is None:
+                        excerpts[i] = texts[k][: params.excerpt_chars]
+                        kept.append(member_key(ranks[i], ids[i]))
+                        kept_chars += len(texts[k])
+                        if len(kept) * HEAD_TEXT_SHARE <= e - s and kept_chars <= params.batch_chars:  # else the record keeps no texts
+                            kept_texts.append(texts[k])
+                        continue
+                    r = removal.representative
+                    rows.append((0, ranks[i], ids[i], int(labels[s]), ids[s], ids[r], params.sources[ranks[r]], removal.containment, removal.jaccard, chars[i]))
+                    _offer_example(examples, params, params.sources[ranks[i]], ids[i], params.sources[ranks[r]], ids[r], removal, texts[k], excerpts[r])
+                chunk_start = chunk_end
+            counters["comparisons"] += verifier.comparisons
+            counters["exempt_kept"] += verifier.exempt_kept
+    records = _records(sizes, retained, before_clusters, reuse | replayed, failed)
+    if untouched is not None and untouched.height:
+        records = pl.concat([records, untouched.select(CLUSTER_SCHEMA.names)], how="vertical_relaxed")
+    counters["clusters"] = records.height
+    counters["clustered_docs"] = int(records["size"].sum() or 0) if records.height else 0
+    counters["largest_cluster"] = int(records["size"].max() or 0) if records.height else 0
+    histogram: dict[str, int] = {}
+    for size in records["size"].to_list():
+        histogram[size_bin(size)] = histogram.get(size_bin(size), 0) + 1
+    storage.write_parquet(records.to_arrow().cast(CLUSTER_SCHEMA), clusters_uri(output))
+    columns = list(zip(*rows)) if rows else [[] for _ in VERDICT_SCHEMA]
+    verdict = pa.table([pa.array(list(c), type=f.type) for c, f in zip(columns, VERDICT_SCHEMA)], schema=VERDICT_SCHEMA)
+    changes = None  # no previous run: every source's rows are new
+    if before_clusters is not None:
+        # Carried rows are the previous ones: the change is this run's rows against the previous
+        # rows of the clusters it decided again (or that are gone).
+        now = row_sums(verdict)
+        before = row_sums(previous_rows(params, set(before_clusters["label"].to_list()) - reuse - replayed))
+        changes = {str(r): (now.get(r, 0) - before.get(r, 0)) % (1 << 128) for r in now.keys() | before.keys()}
+    if carried:
+        verdict = pa.concat_tables([verdict, *carried]).combine_chunks()
+    verdict = verdict.set_column(0, "key", pa.array(shuffle.prefix_keys(verdict.column("id"))))
+    # Keyed by id, in blocks of equal ranges: a removals task (there are at most as many as verify
+    # partitions) reads only the blocks of its id range.
+    shuffle.write_keyed(verdict, output, params.text_blocks)
+    by_rank = pl.from_arrow(verdict.select(["rank", "chars"])).group_by("rank").agg(pl.len().alias("n"), pl.col("chars").sum().alias("c"))
+    return counters | {
+        "histogram": histogram,
+        "removed_by_rank": {str(r): int(n) for r, n in zip(by_rank["rank"].to_list(), by_rank["n"].to_list())},
+        "removed_chars_by_rank": {str(r): int(c) for r, c in zip(by_rank["rank"].to_list(), by_rank["c"].to_list())},
+        "examples": [e for _, e in sorted(examples, key=lambda kv: -kv[0])],
+        "row_changes": changes,
+    }
+
+
+def _records(sizes: pl.DataFrame, retained: Mapping[int, tuple[list[str], list[str]]], before: pl.DataFrame | None, carried: set[int], failed: set[int]) -> pl.DataFrame:
+    """The cluster records of this run's clusters: retained keys (and texts, where every retained
+    member's was kept) as verified now, or the previous ones where the previous decisions stand
+    (reused, replayed). A cluster whose replay failed gets no digest and no retained keys: the
+    second pass verifies it in full."""
+    texts = [t if len(t) == len(k) else [None] * len(k) for k, t in retained.values()]
+    fresh = pl.DataFrame(
+        {"label": list(retained), "retained": [k for k, _ in retained.values()], "texts": texts},
+        schema={"label": pl.Int64, "retained": pl.List(pl.String), "texts": pl.List(pl.String)},
+    )
+    if before is not None and carried:
+        fresh = pl.concat([fresh, before.filter(pl.col("label").is_in(list(carried))).select("label", "retained", "texts")])
+    records = sizes.join(fresh, on="label", how="left", maintain_order="left")
+    if failed:
+        gone = pl.col("label").is_in(list(failed))
+        records = records.with_columns(
+            pl.when(gone).then(pl.lit("")).otherwise(pl.col("members")).alias("members"),
+            *(pl.when(gone).then(None).otherwise(pl.col(c)).alias(c) for c in ("retained", "texts")),
+        )
+    return records
+
+
+def _replay(replay: pl.DataFrame, params: VerifyParams, text_of: Mapping[int, str], exempt: set[int], rows: list, examples: list) -> tuple[set[int], set[int]]:
+    """Clusters that only gained members: the previous decisions stand while every added member
+    is removed by the previous run's retained members before it (removed members never
+    represent, so no other decision can change). ``replay`` holds, per cluster, the retained and
+    the added members in processing order. Appends the added members' rows (the previous ones
+    stand); returns the replayed labels and the failed ones (an added member is retained, or a
+    retained one removed: verify in full)."""
+    replayed: set[int] = set()
+    failed: set[int] = set()
+    if not replay.height:
+        return replayed, failed
+    labels = replay["label"].to_numpy()
+    starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
+    ends = np.append(starts[1:], labels.size)
+    ids, ranks, chars, nodes, added, kept = (replay[c].to_list() for c in ("id", "rank", "chars", "node", "added", "text"))
+    for s, e in zip(starts.tolist(), ends.tolist()):
+        label = int(labels[s])
+        texts = [kept[i] if kept[i] is not None else text_of.get(nodes[i]) for i in range(s, e)]
+        if any(t is None for t in texts):
+            raise DedupError(f"cluster {ids[s]}: member text missing from the gathered shards; rerun fuzzy_duplicates")
+        grams = ngram_sets(texts, params.rule.ngram_size, params.rule.max_chars_per_doc)
+        verifier = GreedyVerifier(params.rule)
+        new_rows, new_examples, ok = [], [], True
+        for k, i in enumerate(range(s, e)):
+            removal = verifier.offer(i, chars[i], grams[k], ranks[i] in exempt)
+            if (removal is None) == added[i]:  # an added member retained, or a retained one removed
+                ok = False
+                break
+            if removal is not None:
+                r = removal.representative
+                new_rows.append((0, ranks[i], ids[i], label, ids[s], ids[r], params.sources[ranks[r]], removal.containment, removal.jaccard, chars[i]))
+                new_examples.append((params.sources[ranks[i]], ids[i], params.sources[ranks[r]], ids[r], removal, texts[k], texts[r - s][: params.excerpt_chars]))
+        if not ok:
+            failed.add(label)
+            continue
+        replayed.add(label)
+        rows.extend(new_rows)
+        for example in new_examples:
+            _offer_example(examples, params, *example)
+    return replayed, failed
+
+
+def _read_batch(text_files: Sequence[str], key: int, lo: int, hi: int, nodes: Sequence[int]) -> list[str | None]:
+    """Texts of members ``lo <= pos < hi`` of the cluster keyed ``key``, in processing order."""
+    table = shuffle.read_slice(text_files, key, "pos", lo, hi, ["node", "text"])
+    text_of = dict(zip(table.column("node").to_pylist(), table.column("text").to_pylist()))
+    return [text_of.get(n) for n in nodes]
+
+
+def _offer_example(heap: list, params: VerifyParams, source: str, doc: str, rep_source: str, rep: str, removal: Any, text: str, rep_text: str) -> None:
+    """Keep the removals with the smallest hash of (source, id): a stable sample."""
+    if not params.num_examples:
+        return
+    key = xxhash.xxh3_64_intdigest(f"{source}\x00{doc}".encode())
+    entry = {
+        "source": source,
+        "id": doc,
+        "representative_source": rep_source,
+        "representative_id": rep,
+        "containment": round(removal.containment, 4),
+        "jaccard": round(removal.jaccard, 4),
+        "excerpt": text[: params.excerpt_chars],
+        "representative_excerpt": rep_text[: params.excerpt_chars],
+        "_key": key,
+    }
+    if len(heap) < params.num_examples:
+        heapq.heappush(heap, (-key, entry))
+    elif -heap[0][0] > key:
+        heapq.heapreplace(heap, (-key, entry))
