@@ -15,7 +15,7 @@ import pytest
 
 from marin_assets.core.dedup import decisions as dedup
 from marin_assets.core.dedup.fuzzy import clusters as fuzzy_clusters
-from marin_assets.core.dedup.fuzzy import driver as fuzzy_driver
+from marin_assets.core.dedup.fuzzy import state as fuzzy_state
 from marin_assets.core.dedup.fuzzy import layout as fuzzy_layout
 from marin_assets.core.dedup import minhash
 from marin_assets.core.dedup import shuffle as dedup_shuffle
@@ -335,7 +335,7 @@ def test_verify_ranges_finer_than_the_member_blocks_read_their_covering_block(tm
     out = str(tmp_path / "out")
     stats = find_fuzzy_duplicates(buckets, normalized, {"gamma"}, out, scale=scale)
     mean = sum(stats["chars_per_source"].values()) // stats["docs"]
-    blocks = fuzzy_driver.verify_partitions(stats["docs_in_clusters"], stats["docs_in_clusters"] * mean, scale)
+    blocks = fuzzy_state.verify_partitions(stats["docs_in_clusters"], stats["docs_in_clusters"] * mean, scale)
     assert stats["verify_partitions"] >= 4 * blocks  # each verify range is a quarter (or less) of a member block
     assert outputs(out, buckets) == reference_fuzzy_removals(buckets, normalized, {"gamma"})
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -10,7 +11,10 @@ import pyarrow as pa
 
 from marin_assets.core.dedup import shuffle
 from marin_assets.core.dedup.components import edge_table
-from marin_assets.core.dedup.fuzzy.layout import RECORD_SCHEMA
+from marin_assets.core.dedup.fuzzy.layout import RANK_SHIFT, RECORD_SCHEMA, added_uri
+from marin_assets.core.dedup.fuzzy.state import FuzzyRun, Mapped
+from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.runner import ShardResult, ShardTask
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,3 +85,44 @@ def fuzzy_edges_added(inputs: list[str], output: str, params: AddedParams) -> di
         u, v = pairs[:, 0], pairs[:, 1]
     shuffle.write_sorted(edge_table(u, v), output)
     return {"records": int(table.num_rows), "edges": int(u.size), "largest_bucket": 0}
+
+
+# --------------------------------------------------------------------------- scheduling
+
+
+def _scan_chunks(mapped: Mapped, per_task: int) -> list[list[str]]:
+    """The map files in runs of about ``per_task`` records: one bucket-hits task scans a run."""
+    chunks: list[list[str]] = [[]]
+    size = 0
+    for r in mapped.results:
+        if chunks[-1] and size + int(r.stats["records"]) > per_task:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(r.output)
+        size += int(r.stats["records"])
+    return chunks
+
+
+def run_added_edges(run: FuzzyRun, mapped: Mapped, changed: Sequence[str]) -> list[ShardResult]:
+    """Incremental edges: the records of the buckets an added document is in (whole map files
+    scanned once, a few per task, per key range of the added records), then their star edges."""
+    scale, work = run.scale, run.work
+    added_ranges = tuple(((run.slot[s] << RANK_SHIFT) + run.added_base[s], (run.slot[s] << RANK_SHIFT) + run.next_row[s]) for s in changed)
+    added_files = tuple(added_uri(t.output) for t in mapped.tasks if t.params.source in run.added_base)
+    added_records = sum(int(r.stats.get("added_records", 0)) for r in mapped.results)
+    hit_ranges = shuffle.partition_bounds(shuffle.partitions_for(added_records, scale.records_per_partition))
+    chunks = _scan_chunks(mapped, scale.scan_records_per_task)
+    hits = run.run(
+        [
+            ShardTask(fuzzy_bucket_hits, (*added_files, *chunk), storage.join(work, "edges", f"hits-{p:05d}-{c:06d}.parquet"), HitsParams(lo, hi, len(added_files)))
+            for p, (lo, hi) in enumerate(hit_ranges)
+            for c, chunk in enumerate(chunks)
+        ]
+    )
+    hit_parts = shuffle.partitions_for(sum(int(r.stats["hits"]) for r in hits), scale.records_per_partition)
+    return run.run(
+        [
+            ShardTask(fuzzy_edges_added, tuple(r.output for r in hits), storage.join(work, "edges", "added-" + storage.shard_name(p, hit_parts)), AddedParams(lo, hi, added_ranges))
+            for p, (lo, hi) in enumerate(shuffle.partition_bounds(hit_parts))
+        ]
+    )

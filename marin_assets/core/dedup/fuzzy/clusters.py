@@ -19,6 +19,7 @@ from marin_assets.core.dedup.decisions import (
     FuzzyDedupParams,
 )
 from marin_assets.core.dedup.fuzzy.layout import CLUSTER_SCHEMA, MEMBER_SCHEMA, VERDICT_SCHEMA, clusters_uri
+from marin_assets.core.dedup.fuzzy.state import Components, FuzzyRun, Mapped, Members, VerifyPass
 from marin_assets.core.runtime import storage
 
 
@@ -215,3 +216,24 @@ def streamed_labels(todo: pl.DataFrame, params: VerifyParams) -> np.ndarray:
     verified batch by batch, their texts read from storage (the others' at once)."""
     capped = todo.select("label", pl.col("chars").clip(upper_bound=params.rule.max_chars_per_doc).alias("c")).group_by("label").agg(pl.col("c").sum())
     return capped.filter(pl.col("c") > params.stream_chars)["label"].to_numpy()
+
+
+def pass_params(run: FuzzyRun, mapped: Mapped, members: Members, comps: Components, vpass: VerifyPass, p: int, lo: int, hi: int) -> VerifyParams:
+    """The plan and verify tasks' parameters for label range ``[lo, hi)`` (verify partition ``p``)."""
+    return VerifyParams(
+        lo,
+        hi,
+        run.sources,
+        run.exempt,
+        vpass.previous[p],
+        run.rule,
+        run.num_examples,
+        run.excerpt_chars,
+        replay=vpass.replay,
+        stream_chars=run.scale.cluster_chars_in_memory,
+        batch_chars=run.scale.verify_batch_chars,
+        remap=comps.merged.output if comps.merged is not None else "",
+        member_blocks=members.blocks,
+        request_cuts=mapped.node_cuts,
+        text_blocks=members.verify_parts,
+    )

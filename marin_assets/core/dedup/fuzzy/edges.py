@@ -8,8 +8,11 @@ from typing import Any
 import numpy as np
 
 from marin_assets.core.dedup import shuffle
-from marin_assets.core.dedup.components import edge_table
+from marin_assets.core.dedup.components import connected_components, edge_table
 from marin_assets.core.dedup.fuzzy.layout import RECORD_SCHEMA
+from marin_assets.core.dedup.fuzzy.state import Components, FuzzyRun, Mapped
+from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.runner import ShardTask
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,3 +41,35 @@ def fuzzy_edges(inputs: list[str], output: str, params: RangeParams) -> dict[str
     starts = np.flatnonzero(new)
     largest = int(np.diff(np.append(starts, key.size)).max()) if starts.size else 0
     return {"records": int(key.size), "edges": int(u.size), "largest_bucket": largest}
+
+
+# --------------------------------------------------------------------------- scheduling
+
+
+def run_full_components(run: FuzzyRun, mapped: Mapped) -> Components:
+    """Edges per key range of the bucket records, then connected components over every edge;
+    the label files are blocks at the members groups' node cuts."""
+    scale, work = run.scale, run.work
+    edge_parts = shuffle.pow2_partitions(mapped.records, scale.records_per_partition)
+    edge_results = run.run(
+        [
+            ShardTask(fuzzy_edges, tuple(r.output for r in mapped.results), storage.join(work, "edges", shuffle.block_name(p, edge_parts)), RangeParams(lo, hi, edge_parts, scale.edges_per_task))
+            for p, (lo, hi) in enumerate(shuffle.partition_bounds(edge_parts))
+        ]
+    )
+    edges = sum(int(r.stats["edges"]) for r in edge_results)
+    label_files, cc_stats = connected_components(
+        [r.output for r in edge_results],
+        edges,
+        work,
+        run.runner,
+        union_find_max_edges=scale.union_find_max_edges,
+        edges_per_task=scale.edges_per_task,
+        labels_dir=storage.join(work, "labels"),
+        label_cuts=mapped.node_cuts,
+    )
+    labelled = sum(int(r.stats.get("nodes", 0)) for r in cc_stats["cc_results"])  # = the clustered documents
+    run.results.extend(cc_stats.pop("cc_results"))
+    run.state["label_files"] = list(label_files)
+    run.state["label_rows"] = [None] * len(label_files)  # rows per label file where known (compaction)
+    return Components(edge_results, edges, list(label_files), cc_stats, labelled=labelled)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,9 @@ from marin_assets.core.dedup.decisions import (
     DedupError,
 )
 from marin_assets.core.dedup.fuzzy.layout import REQUEST_SCHEMA, TEXT_SCHEMA, merge_runs, rows_of, section_uri, shard_runs, streamed_uri
+from marin_assets.core.dedup.fuzzy.state import FuzzyRun, Mapped
 from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.runner import ShardResult, ShardTask
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,3 +118,44 @@ def _gather_shard(normalized_uri: str, nodes_file: str, requests: pa.Table, para
     out = out.take(pc.sort_indices(out, sort_keys=[("key", "ascending"), ("pos", "ascending")]))
     mean_chars = max(1, int(pc.sum(pc.utf8_length(texts)).as_py() or 0) // max(1, out.num_rows))
     return out, min(shuffle.ROW_GROUP_ROWS, max(16, params.batch_chars // mean_chars))
+
+
+# --------------------------------------------------------------------------- scheduling
+
+
+def _gather_groups(run: FuzzyRun, mapped: Mapped, plans: Sequence[ShardResult], incremental: bool) -> list[list[int]]:
+    """The shards that hold a requested row, in groups: incremental (few rows requested), one
+    task per ``shards_per_map`` of them; full, one per members group (it reads exactly its blocks)."""
+    wanted = [tuple(x) for r in plans for x in r.stats.get("requested_runs", [[0, shuffle.KEY_SPACE]])]
+
+    def requested(first: int, rows: int, runs: Sequence[tuple[int, int]]) -> bool:
+        return any(a < hi and lo < b for a, b in runs or ((first, first + rows),) for lo, hi in wanted)
+
+    chosen = [i for i, (_, _, _, first, rows, runs) in enumerate(mapped.shards) if requested(first, rows, runs)]
+    if incremental:
+        per = run.scale.shards_per_map
+        return [chosen[g : g + per] for g in range(0, len(chosen), per)]
+    keep = set(chosen)
+    return [idx for idx in ([i for i in group if i in keep] for group in mapped.groups) if idx]
+
+
+def run_gather(run: FuzzyRun, mapped: Mapped, plans: Sequence[ShardResult], incremental: bool, verify_parts: int, prefix: str) -> list[ShardResult]:
+    """Gather tasks over the shards with requested rows; each reads its shards and the plan files' blocks of their node ranges."""
+    scale = run.scale
+
+    def shard(i: int) -> GatherParams:
+        source, _, _, first, rows, runs = mapped.shards[i]
+        return GatherParams(source, first, rows, run.rule.max_chars_per_doc, scale.verify_batch_chars, runs)
+
+    plan_files = tuple(r.output for r in plans)
+    return run.run(
+        [
+            ShardTask(
+                fuzzy_gather_group,
+                (*(u for i in idx for u in mapped.shards[i][1:3]), *plan_files),
+                storage.join(run.work, "gather", f"{prefix}g{g:06d}.blocks"),
+                GatherGroupParams(tuple(shard(i) for i in idx), mapped.node_cuts, verify_parts, scale.member_chars_per_partition),
+            )
+            for g, idx in enumerate(_gather_groups(run, mapped, plans, incremental))
+        ]
+    )

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -15,8 +18,10 @@ from marin_assets.core.dedup.decisions import (
     DedupError,
 )
 from marin_assets.core.dedup.exact import doc_lengths
-from marin_assets.core.dedup.fuzzy.layout import NODE_SCHEMA, RANK_SHIFT, RECORD_SCHEMA, added_uri, gone_uri, node_runs, nodes_uri
+from marin_assets.core.dedup.fuzzy.layout import LAYOUT, NODE_SCHEMA, RANK_SHIFT, RECORD_SCHEMA, added_uri, gone_uri, merge_runs, node_runs, nodes_uri, shard_runs
+from marin_assets.core.dedup.fuzzy.state import FuzzyRun, Mapped, Shard
 from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.runner import ShardTask
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,3 +142,90 @@ def fuzzy_map(inputs: list[str], output: str, params: MapParams) -> dict[str, An
         totals["added_records"] = shuffle.write_sorted(records.filter(fresh), added_uri(output))
     shuffle.write_keyed(records, output, shuffle.pow2_partitions(records.num_rows * params.maps, params.records_per_partition))
     return totals | {"bands": min(bands) if bands else 0, "runs": runs}
+
+
+# --------------------------------------------------------------------------- scheduling
+
+
+def _cache_entry(run: FuzzyRun, source: str) -> tuple[str, Mapping[str, str], bool]:
+    """A source's map output folder in the cache, the previous run's node tables by shard name
+    (a changed source that keeps its nodes), and whether its stored index had to be rebuilt
+    (an unchanged source whose entry is gone: its nodes may differ from the previous run's)."""
+    before, fp = run.before, run.fingerprints[source]
+    entry = f"{fp}-s{run.slot[source]}-g{run.scale.shards_per_map}-n{LAYOUT}"  # node tables with node numbers and bucket digests
+    renumbered = False
+    if before is not None and source not in run.added_base and before["fingerprints"].get(source) == fp:
+        kept_entry = before.get("cache_entries", {}).get(source)
+        if kept_entry and storage.exists(storage.join(run.cache, source, kept_entry)):
+            entry = kept_entry  # the stored index of an unchanged source, with its node numbers
+        else:
+            renumbered = True
+    previous_tables: Mapping[str, str] = {}
+    if source in run.added_base:
+        previous_tables = before["node_tables"].get(source, {})
+        entry += "-k" + hashlib.sha256(json.dumps([run.added_base[source], sorted(previous_tables.items())]).encode()).hexdigest()[:12]
+    return storage.join(run.cache, source, entry), previous_tables, renumbered
+
+
+def _map_tasks(run: FuzzyRun) -> tuple[list[ShardTask], list[tuple[str, str, str, int, int, int, int]], bool, bool]:
+    """One map task per ``shards_per_map`` shards of a source; per shard (source, normalized
+    shard, node table, first node, rows, map task, shard in group); whether a changed source
+    lost a shard name, and whether a stored index was rebuilt. Fills the state's node tables and
+    cache entries."""
+    scale = run.scale
+    tasks: list[ShardTask] = []
+    plan: list[tuple[str, str, str, int, int, int, int]] = []
+    lost_shards = renumbered = False
+    maps = sum(-(-len(run.shards[s]) // scale.shards_per_map) for s in run.sources)
+    node_tables: dict[str, dict[str, str]] = {}
+    entries: dict[str, str] = {}
+    for source in run.sources:
+        group_dir, previous_tables, rebuilt = _cache_entry(run, source)
+        renumbered |= rebuilt
+        lost_shards |= bool(set(previous_tables) - {storage.basename(b) for b, _, _ in run.shards[source]})
+        entries[source], node_tables[source] = storage.basename(group_dir), {}
+        base = 0
+        for g in range(0, len(run.shards[source]), scale.shards_per_map):
+            group = run.shards[source][g : g + scale.shards_per_map]
+            out = storage.join(group_dir, f"group-{g // scale.shards_per_map:05d}.blocks")
+            bases = []
+            for k, (b_uri, n_uri, rows) in enumerate(group):
+                bases.append(base)
+                plan.append((source, n_uri, nodes_uri(out, k), (run.slot[source] << RANK_SHIFT) + base, rows, len(tasks), k))
+                node_tables[source][storage.basename(b_uri)] = nodes_uri(out, k)
+                base += rows
+            previous = tuple(previous_tables.get(storage.basename(b_uri), "") for b_uri, _, _ in group) if source in run.added_base else ()
+            params = MapParams(source, run.slot[source], tuple(bases), previous, run.added_base.get(source, -1), maps, scale.records_per_partition)
+            tasks.append(ShardTask(fuzzy_map, tuple(u for b_uri, n_uri, _ in group for u in (b_uri, n_uri)), out, params))
+        if base >= 1 << RANK_SHIFT:
+            raise DedupError(f"source {source!r} has {base} documents, more than the {1 << RANK_SHIFT} a node number holds; split the source")
+    run.state["node_tables"], run.state["cache_entries"] = node_tables, entries
+    return tasks, plan, lost_shards, renumbered
+
+
+def run_map(run: FuzzyRun) -> Mapped:
+    """The map step, then the shards' numbering as the later steps read it: groups of
+    ``shards_per_map`` shards (one members task and, full, one gather task each); the steps
+    keyed by node (labels, requests) write one block per cut of the groups' node ranges, so
+    each group reads exactly its rows from every file (not a row group of each)."""
+    tasks, plan, lost_shards, renumbered = _map_tasks(run)
+    mapped = run.run(tasks)
+    bands = {r.stats["bands"] for r in mapped if r.stats["bands"]}
+    if len(bands) > 1:
+        odd = [(t.params.source, t.inputs[0]) for t, r in zip(tasks, mapped) if r.stats["bands"] and r.stats["bands"] != min(bands)]
+        raise DedupError(f"minhash buckets have {sorted(bands)} bands per document across shards (e.g. {odd[:3]}); rematerialize minhash_buckets of every source with the same MinHashParams")
+    docs = {s: 0 for s in run.sources}
+    chars = {s: 0 for s in run.sources}
+    for t, r in zip(tasks, mapped):
+        docs[t.params.source] += int(r.stats["docs"])
+        chars[t.params.source] += int(r.stats["chars"])
+    shards: list[Shard] = []
+    for source, n_uri, nodes, first, rows, m, k in plan:
+        runs = mapped[m].stats.get("runs")
+        shards.append((source, n_uri, nodes, first, rows, tuple(tuple(r) for r in runs[k]) if runs else ()))
+    per = run.scale.shards_per_map
+    groups = [list(range(g, min(g + per, len(shards)))) for g in range(0, len(shards), per)]
+    group_runs = [merge_runs([r for i in idx for r in shard_runs(*shards[i][3:6])]) for idx in groups]
+    node_cuts = storage.join(run.work, "members", "node_cuts.bin")
+    shuffle.write_cuts(node_cuts, sorted({0, shuffle.KEY_SPACE} | {x for runs in group_runs for run_ in runs for x in run_}))
+    return Mapped(tasks, mapped, shards, groups, node_cuts, docs, chars, lost_shards, renumbered)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -12,7 +13,9 @@ import pyarrow.compute as pc
 from marin_assets.core.dedup import shuffle
 from marin_assets.core.dedup.components import LABEL_SCHEMA
 from marin_assets.core.dedup.fuzzy.layout import DELTA_SCHEMA, MEMBER_SCHEMA, merge_runs, rows_of, shard_runs
+from marin_assets.core.dedup.fuzzy.state import Components, FuzzyRun, Mapped, Members, verify_partitions
 from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.runner import ShardResult, ShardTask
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,3 +74,55 @@ def fuzzy_members_group(inputs: list[str], output: str, params: GroupParams) -> 
     out = pa.concat_tables(parts)
     shuffle.write_blocks(out, output, cuts=shuffle.partition_cuts(params.member_blocks))
     return {"members": out.num_rows, "member_chars": int(pc.sum(out.column("chars")).as_py() or 0)}
+
+
+# --------------------------------------------------------------------------- scheduling
+
+
+def _clustered_estimate(run: FuzzyRun, merged: ShardResult) -> tuple[int, int]:
+    """Incremental: the clustered documents and their characters, from the previous run's totals
+    plus the newly clustered documents (their characters at the previous mean)."""
+    docs_before = int(run.before.get("clustered_docs", 0))
+    docs = docs_before + int(merged.stats["fresh"])
+    return docs, int(run.before.get("member_chars", 0)) * docs // max(1, docs_before)
+
+
+def run_members(run: FuzzyRun, mapped: Mapped, comps: Components, changed: Sequence[str] | None) -> Members:
+    """Members (incremental: of the touched clusters only), one task per group of shards. The
+    member files hold one block per verify partition: incremental, the count is known now (the
+    previous totals); full, from the clustered documents at the corpus' mean length (a finer
+    verify partitioning, when the members' text is longer, reads its covering block and filters)."""
+    scale, rank, shards = run.scale, run.rank, mapped.shards
+    if comps.merged is not None:
+        member_blocks = verify_partitions(*_clustered_estimate(run, comps.merged), scale)
+    else:
+        mean_chars = sum(mapped.chars_per_source.values()) // max(1, sum(mapped.docs_per_source.values()))
+        member_blocks = verify_partitions(comps.labelled, comps.labelled * mean_chars, scale)
+    members = run.run(
+        [
+            ShardTask(
+                fuzzy_members_group,
+                (*(shards[i][2] for i in idx), *comps.member_label_files),
+                storage.join(run.work, "members", f"g{m:06d}.blocks"),
+                GroupParams(tuple(ShardParams(shards[i][0], shards[i][3], shards[i][4], rank[shards[i][0]], shards[i][5]) for i in idx), mapped.node_cuts, member_blocks, delta=comps.incremental),
+            )
+            for m, idx in enumerate(mapped.groups)
+        ]
+    )
+    in_clusters = sum(int(r.stats["members"]) for r in members)
+    member_chars = sum(int(r.stats["member_chars"]) for r in members)
+    if comps.merged is not None:
+        in_clusters, member_chars = _clustered_estimate(run, comps.merged)
+    verify_parts = verify_partitions(in_clusters, member_chars, scale)
+    run.state |= {"clustered_docs": in_clusters, "member_chars": member_chars, "verify_partitions": verify_parts}
+    bounds = shuffle.partition_bounds(verify_parts)
+    previous_files: list[tuple[str, ...]] = [()] * verify_parts
+    if changed is not None:
+        old_bounds = shuffle.partition_bounds(int(run.before["verify_partitions"]))
+        # Each label range reads the previous outputs whose ranges overlap it (counts may differ).
+        previous_files = [tuple(f for f, (a, b) in zip(run.before["verify_files"], old_bounds) if a < hi and lo < b) for lo, hi in bounds]
+    plan_parts = verify_parts
+    if comps.incremental:  # the member files hold the touched clusters only: a plan task covers several label ranges
+        touched_members = sum(int(r.stats["members"]) for r in members)
+        plan_parts = min(verify_parts, 1 << max(0, (shuffle.partitions_for(touched_members, scale.members_per_partition) - 1).bit_length()))
+    return Members(tuple(r.output for r in members), member_blocks, verify_parts, plan_parts, previous_files)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -11,8 +12,10 @@ import pyarrow.compute as pc
 
 from marin_assets.core.dedup import shuffle
 from marin_assets.core.dedup.components import EDGE_SCHEMA, LABEL_SCHEMA, warm_scipy
-from marin_assets.core.dedup.fuzzy.layout import DELTA_SCHEMA, RECORD_SCHEMA, REMAP_SCHEMA
+from marin_assets.core.dedup.fuzzy.layout import DELTA_SCHEMA, RECORD_SCHEMA, RELABEL_FILES, REMAP_SCHEMA, gone_uri
+from marin_assets.core.dedup.fuzzy.state import Components, FuzzyRun, Mapped
 from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.runner import ShardResult, ShardTask
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,3 +131,53 @@ def _write_labels(table: pa.Table, uri: str) -> None:
         shuffle.write_blocks(table, uri, cuts=[0, shuffle.KEY_SPACE])
     else:
         storage.write_parquet(table, uri, row_group_size=shuffle.ROW_GROUP_ROWS)
+
+
+# --------------------------------------------------------------------------- scheduling
+
+
+def run_merge(run: FuzzyRun, mapped: Mapped, edge_results: Sequence[ShardResult]) -> ShardResult:
+    """One task: the remap of the previous labels over the added documents' edges."""
+    gone_files = tuple(gone_uri(t.output) for t in mapped.tasks if t.params.source in run.added_base)
+    inputs = (*(r.output for r in edge_results), *gone_files, *run.before["label_files"])
+    fresh_labels = storage.join(run.work, "labels", "fresh.parquet")
+    (merged,) = run.run([ShardTask(fuzzy_merge_labels, inputs, storage.join(run.work, "cc", "remap.parquet"), MergeParams(len(edge_results), len(gone_files), fresh_labels))])
+    return merged
+
+
+def run_relabel(run: FuzzyRun, mapped: Mapped, merged: ShardResult, edge_results: list[ShardResult]) -> Components:
+    """The previous label files with the remap applied (one task per RELABEL_FILES of them),
+    each task also writing the touched clusters' rows for the members step. While the last
+    label file is a small one of earlier fresh labels, this run's fresh labels join it, so
+    incremental runs do not add a label file each."""
+    work = run.work
+    fresh_labels = storage.join(work, "labels", "fresh.parquet")
+    old_labels = list(run.before["label_files"])
+    old_rows = list(run.before.get("label_rows") or [])
+    old_rows = old_rows if len(old_rows) == len(old_labels) else [None] * len(old_labels)
+    # the same format as the previous file: one whose labels did not move is a byte copy
+    relabelled_files = [storage.join(work, "labels", f"{i:06d}" + (shuffle.BLOCK_SUFFIX if old.endswith(shuffle.BLOCK_SUFFIX) else ".parquet")) for i, old in enumerate(old_labels)]
+    fresh_count = int(merged.stats["fresh"])
+    append = bool(old_rows) and old_rows[-1] is not None and int(old_rows[-1]) + fresh_count <= run.scale.members_per_partition
+    if append:
+        label_files, label_rows = relabelled_files, [*old_rows[:-1], int(old_rows[-1]) + fresh_count]
+    else:
+        label_files, label_rows = relabelled_files + [fresh_labels], [*old_rows, fresh_count]
+    # The last task also reads the fresh labels (their touched rows; appended when compacting).
+    starts = list(range(0, max(1, len(old_labels)), RELABEL_FILES))
+    relabelled = run.run(
+        [
+            ShardTask(
+                fuzzy_relabel,
+                (merged.output, *old_labels[i : i + RELABEL_FILES], *([fresh_labels] if i == starts[-1] else [])),
+                storage.join(work, "delta", f"{i // RELABEL_FILES:06d}.blocks"),
+                RelabelParams(tuple(relabelled_files[i : i + RELABEL_FILES]), append_fresh=append and i == starts[-1], delta_cuts=mapped.node_cuts),
+            )
+            for i in starts
+        ]
+    )
+    if append and storage.exists(fresh_labels):
+        storage.remove(fresh_labels)  # its rows are in the last label file now
+    run.state["label_files"], run.state["label_rows"] = list(label_files), label_rows
+    stats = {"cc_method": "incremental", "cc_rounds": 0, "touched_clusters": int(merged.stats["touched"])}
+    return Components(edge_results, sum(int(r.stats["edges"]) for r in edge_results), [r.output for r in relabelled], stats, merged=merged)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -9,8 +10,11 @@ import polars as pl
 import pyarrow as pa
 
 from marin_assets.core.dedup import shuffle
-from marin_assets.core.dedup.fuzzy.clusters import VerifyParams, clusters_of, replay_plan, reusable, streamed_labels, warm_clusters, with_fresh_previous_rows
+from marin_assets.core.dedup.fuzzy.clusters import VerifyParams, clusters_of, pass_params, replay_plan, reusable, streamed_labels, warm_clusters, with_fresh_previous_rows
 from marin_assets.core.dedup.fuzzy.layout import REQUEST_SCHEMA, node_runs
+from marin_assets.core.dedup.fuzzy.state import Components, FuzzyRun, Mapped, Members, VerifyPass
+from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.runner import ShardResult, ShardTask
 
 
 @shuffle.measured(warm=(warm_clusters,))
@@ -34,3 +38,20 @@ def _plan(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any
     shuffle.write_blocks(requests, output, cuts=shuffle.read_cuts(params.request_cuts))  # one block per gather group's node ranges
     # Where the requested nodes lie (a few ranges): gather runs only on shards that overlap them.
     return {"requested_members": int(node.size), "requested_runs": node_runs(node, 64)}
+
+
+# --------------------------------------------------------------------------- scheduling
+
+
+def run_plan(run: FuzzyRun, mapped: Mapped, members: Members, comps: Components, vpass: VerifyPass) -> list[ShardResult]:
+    """Plan tasks. Incremental: the member files hold the touched clusters only, so a plan task
+    covers several consecutive label ranges (members_per_partition touched members each)."""
+    bounds = shuffle.partition_bounds(members.verify_parts)
+    spans = members.verify_parts // members.plan_parts
+
+    def params(q: int) -> VerifyParams:
+        first, last = q * spans, (q + 1) * spans - 1
+        previous = tuple(dict.fromkeys(f for p in range(first, last + 1) for f in vpass.previous[p]))
+        return dataclasses.replace(pass_params(run, mapped, members, comps, vpass, first, bounds[first][0], bounds[last][1]), previous=previous)
+
+    return run.run([ShardTask(fuzzy_plan, members.files, storage.join(run.work, "plan", vpass.prefix + shuffle.block_name(q, members.plan_parts)), params(q)) for q in range(members.plan_parts)])

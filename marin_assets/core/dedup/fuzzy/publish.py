@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -11,8 +12,12 @@ import pyarrow.compute as pc
 from marin_assets.core.dedup import shuffle
 from marin_assets.core.dedup.decisions import (
     FUZZY_SCHEMA,
+    removed_uri,
 )
 from marin_assets.core.dedup.fuzzy.layout import VERDICT_SCHEMA
+from marin_assets.core.dedup.fuzzy.state import FuzzyRun
+from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.runner import ShardResult, ShardTask
 
 # --------------------------------------------------------------------------- 8. removals and publish
 
@@ -62,3 +67,54 @@ def fuzzy_publish(inputs: list[str], output: str, params: PublishParams) -> dict
             shuffle.copy_file(keep["uri"], params.outputs[k])
             sources[k] = {"removed": int(keep["removed"]), "digest": str(keep["digest"]), "copied": 1}
     return {"sources": [sources[k] for k in range(len(params.ranks))]}
+
+
+# --------------------------------------------------------------------------- scheduling
+
+
+def _kept_sources(run: FuzzyRun, passes: Sequence[Sequence[ShardResult]]) -> tuple[dict[str, dict[str, Any]], set[int] | None]:
+    """Incremental: the sources whose removal rows are the previous run's (their row hash sums
+    over the label ranges moved by zero) keep the previous file; the ranks of the others (None:
+    every source is published)."""
+    if not all(r.stats.get("row_changes") is not None for rs in passes for r in rs):
+        return {}, None
+    sums: dict[int, int] = {}
+    for r in (r for rs in passes for r in rs):
+        for k, h in r.stats["row_changes"].items():
+            sums[int(k)] = (sums.get(int(k), 0) + int(h)) % (1 << 128)
+    moved = {k for k, h in sums.items() if h}
+    rank = run.rank
+    kept = {}
+    for s in run.sources:
+        old = (run.before or {}).get("published", {}).get(s)
+        if rank[s] not in moved and old is not None and storage.exists(old["uri"]):
+            kept[s] = old
+    return kept, {rank[s] for s in run.sources if s not in kept}
+
+
+def run_publish(run: FuzzyRun, passes: Sequence[Sequence[ShardResult]], against_previous: bool, verify_parts: int) -> dict[str, dict[str, Any]]:
+    """Removals by id range, then one file per source (a group of sources per task); per source
+    its count, digest and whether it was copied."""
+    verified, rank, scale = passes[-1], run.rank, run.scale
+    kept, moved = _kept_sources(run, passes) if against_previous else ({}, None)
+    removed_total = sum(int(n) for r in verified for k, n in r.stats["removed_by_rank"].items() if moved is None or int(k) in moved)
+    removal_parts = min(verify_parts, shuffle.pow2_partitions(removed_total, scale.members_per_partition))  # the verify outputs' blocks cut these ranges
+    ranks_filter = None if moved is None else tuple(sorted(moved))
+    parts = run.run(
+        [
+            ShardTask(fuzzy_removals, tuple(r.output for r in verified), storage.join(run.work, "removals", shuffle.block_name(p, removal_parts)), RemovalParams(lo, hi, ranks_filter))
+            for p, (lo, hi) in enumerate(shuffle.partition_bounds(removal_parts))
+        ]
+    )
+    sources = run.sources
+    groups = [sources[g : g + scale.sources_per_publish] for g in range(0, len(sources), scale.sources_per_publish)]
+    tasks = [
+        ShardTask(
+            fuzzy_publish,
+            tuple(r.output for r in parts),
+            storage.join(run.work, "publish", f"group-{g:05d}"),
+            PublishParams(tuple(rank[s] for s in group), tuple(removed_uri(run.out_dir, s) for s in group), tuple(kept.get(s) for s in group)),
+        )
+        for g, group in enumerate(groups)
+    ]
+    return {s: stats for group, r in zip(groups, run.run(tasks)) for s, stats in zip(group, r.stats["sources"])}

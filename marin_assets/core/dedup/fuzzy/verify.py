@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -24,6 +25,7 @@ from marin_assets.core.dedup.fuzzy.clusters import (
     clusters_of,
     member_key,
     member_sets,
+    pass_params,
     previous_rows,
     replay_plan,
     reusable,
@@ -32,8 +34,10 @@ from marin_assets.core.dedup.fuzzy.clusters import (
     warm_clusters,
     with_fresh_previous_rows,
 )
-from marin_assets.core.dedup.fuzzy.layout import CLUSTER_SCHEMA, HEAD_TEXT_SHARE, TEXT_SCHEMA, VERDICT_SCHEMA, clusters_uri
+from marin_assets.core.dedup.fuzzy.layout import CLUSTER_SCHEMA, HEAD_TEXT_SHARE, TEXT_SCHEMA, VERDICT_SCHEMA, clusters_uri, streamed_uri
+from marin_assets.core.dedup.fuzzy.state import Components, FuzzyRun, Mapped, Members, VerifyPass
 from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.runner import ShardResult, ShardTask
 
 
 def _warm_ngrams() -> None:
@@ -251,3 +255,24 @@ def _offer_example(heap: list, params: VerifyParams, source: str, doc: str, rep_
         heapq.heappush(heap, (-key, entry))
     elif -heap[0][0] > key:
         heapq.heapreplace(heap, (-key, entry))
+
+
+# --------------------------------------------------------------------------- scheduling
+
+
+def run_verify(run: FuzzyRun, mapped: Mapped, members: Members, comps: Components, vpass: VerifyPass, gathered: Sequence[ShardResult]) -> list[ShardResult]:
+    """Verify tasks, one per label range: the member files, then the gathered texts' block files,
+    then the big clusters' streamed files."""
+    text_files = tuple(u for r in gathered for u in (*r.stats.get("sections", ()), r.output))
+    streamed_files = tuple(streamed_uri(r.output) for r in gathered if int(r.stats.get("streamed", 0)))
+    return run.run(
+        [
+            ShardTask(
+                fuzzy_verify,
+                members.files + text_files + streamed_files,
+                storage.join(run.work, "verify", vpass.prefix + shuffle.block_name(p, members.verify_parts)),
+                dataclasses.replace(pass_params(run, mapped, members, comps, vpass, p, lo, hi), member_files=len(members.files), text_files=len(text_files)),
+            )
+            for p, (lo, hi) in enumerate(shuffle.partition_bounds(members.verify_parts))
+        ]
+    )
