@@ -51,95 +51,58 @@ def fuzzy_verify(inputs: list[str], output: str, params: VerifyParams) -> dict[s
     return with_fresh_previous_rows(_verify, inputs, output, params)
 
 
+@dataclasses.dataclass
+class _Verdicts:
+    """What a verify task decides as it goes: removal rows (in VERDICT_SCHEMA order), per cluster
+    verified in full its retained member keys (and texts while few), the retained members'
+    excerpts (for the examples), the examples kept and the counters."""
+
+    rows: list[tuple] = dataclasses.field(default_factory=list)
+    retained: dict[int, tuple[list[str], list[str]]] = dataclasses.field(default_factory=dict)
+    excerpts: dict[int, str] = dataclasses.field(default_factory=dict)
+    examples: list[tuple[int, dict[str, Any]]] = dataclasses.field(default_factory=list)
+    counters: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def count(self, name: str, n: int = 1) -> None:
+        self.counters[name] = self.counters.get(name, 0) + int(n)
+
+
+def _untouched(params: VerifyParams, sizes: pl.DataFrame, before: pl.DataFrame | None) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+    """Incremental components: every previous cluster of the range that no added document
+    reached is the previous one (same label, same members): its rows and record are carried
+    over. Returns those clusters' records and the remaining previous ones."""
+    if not params.remap or before is None:
+        return None, before
+    remap = storage.read_parquet(params.remap, columns=["node", "label", "fresh"])
+    changed = pc.and_(pc.invert(remap.column("fresh")), pc.not_equal(remap.column("node"), remap.column("label")))
+    dead = set(remap.column("node").filter(changed).to_pylist()) | set(sizes["label"].to_list())
+    hit = pl.col("label").is_in(list(dead))
+    return before.filter(~hit), before.filter(hit)
+
+
 def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any]:
     member_files, text_files = inputs[: params.member_files], inputs[params.member_files :]
     text_files, streamed_files = text_files[: params.text_files], text_files[params.text_files :]
     frame = clusters_of(member_files, params.lo, params.hi, params.member_blocks)
     sizes = member_sets(frame)
     reuse, before_clusters = reusable(frame, params, sizes)
-    rows: list[tuple] = []  # this run's decisions (in VERDICT_SCHEMA order)
-    retained: dict[int, tuple[list[str], list[str]]] = {}  # per cluster verified in full: retained member keys, and texts while few
-    carried: list[pa.Table] = []  # the previous rows of reused and replayed clusters, as they were
-    untouched = None
-    untouched_labels: set[int] = set()
-    if params.remap and before_clusters is not None:
-        # Incremental components: every cluster of the range that no added document reached is
-        # the previous one (same label, same members): its rows and record are carried over.
-        remap = storage.read_parquet(params.remap, columns=["node", "label", "fresh"])
-        changed = pc.and_(pc.invert(remap.column("fresh")), pc.not_equal(remap.column("node"), remap.column("label")))
-        dead = set(remap.column("node").filter(changed).to_pylist()) | set(sizes["label"].to_list())
-        hit = pl.col("label").is_in(list(dead))
-        untouched = before_clusters.filter(~hit)
-        before_clusters = before_clusters.filter(hit)
-        untouched_labels = set(untouched["label"].to_list())
+    untouched, before_clusters = _untouched(params, sizes, before_clusters)
+    untouched_labels = set(untouched["label"].to_list()) if untouched is not None else set()
     todo, replay = replay_plan(frame, params, reuse, before_clusters)
-    # Clusters with more text than stream_chars are read batch by batch (in processing order)
-    # from the streamed files; the texts of all others at once, from this range's blocks (the
-    # range is sized to hold them).
-    big = set(shuffle.hash_keys(streamed_labels(todo, params)).tolist())
+    # The texts of the clusters not streamed, at once, from this range's blocks (the range is
+    # sized to hold them).
     part = shuffle.read_ranges_blocks(text_files, shuffle.partition_cuts(params.text_blocks), [(params.lo, params.hi)], TEXT_SCHEMA)
     text_of: dict[int, str] = dict(zip(part.column("node").to_pylist(), part.column("text").to_pylist()))
-    excerpts: dict[int, str] = {}  # retained members' excerpts, for the examples
-    counters = {"clusters": 0, "verified_clusters": 0, "reused_clusters": len(reuse) + len(untouched_labels), "verified_members": 0, "streamed_clusters": 0, "comparisons": 0, "exempt_kept": 0, "largest_cluster": 0}
-    examples: list[tuple[int, dict[str, Any]]] = []
+    found = _Verdicts(counters={"reused_clusters": len(reuse) + len(untouched_labels)})
     exempt = {params.sources.index(s) for s in params.exempt if s in params.sources}
-    replayed, failed = _replay(replay, params, text_of, exempt, rows, examples)
-    if reuse | untouched_labels | replayed:
-        carried.append(previous_rows(params, reuse | untouched_labels | replayed).select(VERDICT_SCHEMA.names).cast(VERDICT_SCHEMA))
-    counters["replayed_clusters"], counters["replay_failed"] = len(replayed), len(failed)
-    if todo.height:
-        labels = todo["label"].to_numpy()
-        starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
-        ends = np.append(starts[1:], labels.size)
-        ids, ranks, chars, nodes = todo["id"].to_list(), todo["rank"].to_list(), todo["chars"].to_list(), todo["node"].to_list()
-        cluster_keys = shuffle.hash_keys(labels[starts]).tolist() if starts.size else []
-        for s, e, ckey in zip(starts.tolist(), ends.tolist(), cluster_keys):
-            counters["verified_clusters"] += 1
-            counters["verified_members"] += e - s
-            streamed = ckey in big
-            counters["streamed_clusters"] += int(streamed)
-            verifier = GreedyVerifier(params.rule)
-            kept, kept_texts = retained[int(labels[s])] = ([], [])
-            kept_chars = 0
-            chunk_start = s
-            while chunk_start < e:  # n-grams of about VERIFY_BATCH_CHARS at a time, in order
-                chunk_end, size = chunk_start, 0
-                while chunk_end < e and (chunk_end == chunk_start or size < params.batch_chars):
-                    size += min(chars[chunk_end], params.rule.max_chars_per_doc)
-                    chunk_end += 1
-                if streamed:
-                    texts = _read_batch(streamed_files, ckey, chunk_start - s, chunk_end - s, nodes[chunk_start:chunk_end])
-                else:
-                    texts = [text_of.get(nodes[i]) for i in range(chunk_start, chunk_end)]
-                if any(t is None for t in texts):
-                    raise DedupError(f"cluster {ids[s]}: member text missing from the gathered shards; rerun fuzzy_duplicates")
-                grams = ngram_sets(texts, params.rule.ngram_size, params.rule.max_chars_per_doc)
-                for k, i in enumerate(range(chunk_start, chunk_end)):
-                    removal = verifier.offer(i, chars[i], grams[k], ranks[i] in exempt)
-                    if removal is None:
-                        excerpts[i] = texts[k][: params.excerpt_chars]
-                        kept.append(member_key(ranks[i], ids[i]))
-                        kept_chars += len(texts[k])
-                        if len(kept) * HEAD_TEXT_SHARE <= e - s and kept_chars <= params.batch_chars:  # else the record keeps no texts
-                            kept_texts.append(texts[k])
-                        continue
-                    r = removal.representative
-                    rows.append((0, ranks[i], ids[i], int(labels[s]), ids[s], ids[r], params.sources[ranks[r]], removal.containment, removal.jaccard, chars[i]))
-                    _offer_example(examples, params, params.sources[ranks[i]], ids[i], params.sources[ranks[r]], ids[r], removal, texts[k], excerpts[r])
-                chunk_start = chunk_end
-            counters["comparisons"] += verifier.comparisons
-            counters["exempt_kept"] += verifier.exempt_kept
-    records = _records(sizes, retained, before_clusters, reuse | replayed, failed)
+    replayed, failed = _replay(replay, params, text_of, exempt, found.rows, found.examples)
+    found.counters |= {"replayed_clusters": len(replayed), "replay_failed": len(failed)}
+    _verify_clusters(todo, params, text_of, streamed_files, exempt, found)
+    records = _records(sizes, found.retained, before_clusters, reuse | replayed, failed)
     if untouched is not None and untouched.height:
         records = pl.concat([records, untouched.select(CLUSTER_SCHEMA.names)], how="vertical_relaxed")
-    counters["clusters"] = records.height
-    counters["clustered_docs"] = int(records["size"].sum() or 0) if records.height else 0
-    counters["largest_cluster"] = int(records["size"].max() or 0) if records.height else 0
-    histogram: dict[str, int] = {}
-    for size in records["size"].to_list():
-        histogram[size_bin(size)] = histogram.get(size_bin(size), 0) + 1
     storage.write_parquet(records.to_arrow().cast(CLUSTER_SCHEMA), clusters_uri(output))
-    columns = list(zip(*rows)) if rows else [[] for _ in VERDICT_SCHEMA]
+    columns = list(zip(*found.rows)) if found.rows else [[] for _ in VERDICT_SCHEMA]
     verdict = pa.table([pa.array(list(c), type=f.type) for c, f in zip(columns, VERDICT_SCHEMA)], schema=VERDICT_SCHEMA)
     changes = None  # no previous run: every source's rows are new
     if before_clusters is not None:
@@ -148,20 +111,109 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
         now = row_sums(verdict)
         before = row_sums(previous_rows(params, set(before_clusters["label"].to_list()) - reuse - replayed))
         changes = {str(r): (now.get(r, 0) - before.get(r, 0)) % (1 << 128) for r in now.keys() | before.keys()}
-    if carried:
-        verdict = pa.concat_tables([verdict, *carried]).combine_chunks()
+    if reuse | untouched_labels | replayed:  # the previous rows of reused and replayed clusters, as they were
+        carried = previous_rows(params, reuse | untouched_labels | replayed).select(VERDICT_SCHEMA.names).cast(VERDICT_SCHEMA)
+        verdict = pa.concat_tables([verdict, carried]).combine_chunks()
     verdict = verdict.set_column(0, "key", pa.array(shuffle.prefix_keys(verdict.column("id"))))
     # Keyed by id, in blocks of equal ranges: a removals task (there are at most as many as verify
     # partitions) reads only the blocks of its id range.
     shuffle.write_keyed(verdict, output, params.text_blocks)
+    return _verify_counters(found, records, verdict) | {"row_changes": changes}
+
+
+def _verify_counters(found: _Verdicts, records: pl.DataFrame, verdict: pa.Table) -> dict[str, Any]:
+    """The task's counters: clusters, sizes, removals per source rank, the examples."""
+    histogram: dict[str, int] = {}
+    for size in records["size"].to_list():
+        histogram[size_bin(size)] = histogram.get(size_bin(size), 0) + 1
     by_rank = pl.from_arrow(verdict.select(["rank", "chars"])).group_by("rank").agg(pl.len().alias("n"), pl.col("chars").sum().alias("c"))
+    counters = {k: 0 for k in ("verified_clusters", "verified_members", "streamed_clusters", "comparisons", "exempt_kept")} | found.counters
     return counters | {
+        "clusters": records.height,
+        "clustered_docs": int(records["size"].sum() or 0) if records.height else 0,
+        "largest_cluster": int(records["size"].max() or 0) if records.height else 0,
         "histogram": histogram,
         "removed_by_rank": {str(r): int(n) for r, n in zip(by_rank["rank"].to_list(), by_rank["n"].to_list())},
         "removed_chars_by_rank": {str(r): int(c) for r, c in zip(by_rank["rank"].to_list(), by_rank["c"].to_list())},
-        "examples": [e for _, e in sorted(examples, key=lambda kv: -kv[0])],
-        "row_changes": changes,
+        "examples": [e for _, e in sorted(found.examples, key=lambda kv: -kv[0])],
     }
+
+
+def _verify_clusters(todo: pl.DataFrame, params: VerifyParams, text_of: Mapping[int, str], streamed_files: Sequence[str], exempt: set[int], found: _Verdicts) -> None:
+    """The rule on each cluster of ``todo`` (members in processing order). Clusters with more
+    text than ``stream_chars`` are read batch by batch (in processing order) from the streamed
+    files; the others' texts are in ``text_of``."""
+    if not todo.height:
+        return
+    big = set(shuffle.hash_keys(streamed_labels(todo, params)).tolist())
+    labels = todo["label"].to_numpy()
+    starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
+    ends = np.append(starts[1:], labels.size)
+    members = _Members(todo["id"].to_list(), todo["rank"].to_list(), todo["chars"].to_list(), todo["node"].to_list(), labels)
+    for s, e, ckey in zip(starts.tolist(), ends.tolist(), shuffle.hash_keys(labels[starts]).tolist()):
+        streamed = ckey in big
+        found.count("verified_clusters")
+        found.count("verified_members", e - s)
+        found.count("streamed_clusters", streamed)
+        if streamed:
+            batches = (_read_batch(streamed_files, ckey, a - s, b - s, members.nodes[a:b]) for a, b in _batches(members.chars, s, e, params))
+        else:
+            batches = ([text_of.get(members.nodes[i]) for i in range(a, b)] for a, b in _batches(members.chars, s, e, params))
+        _verify_cluster(members, s, e, batches, params, exempt, found)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Members:
+    """A verify task's members in processing order, column by column."""
+
+    ids: list[str]
+    ranks: list[int]
+    chars: list[int]
+    nodes: list[int]
+    labels: np.ndarray
+
+
+def _batches(chars: Sequence[int], s: int, e: int, params: VerifyParams) -> list[tuple[int, int]]:
+    """Rows ``[a, b)`` of the cluster ``[s, e)`` whose texts make about ``batch_chars`` of n-grams at a time, in order."""
+    out = []
+    a = s
+    while a < e:
+        b, size = a, 0
+        while b < e and (b == a or size < params.batch_chars):
+            size += min(chars[b], params.rule.max_chars_per_doc)
+            b += 1
+        out.append((a, b))
+        a = b
+    return out
+
+
+def _verify_cluster(members: _Members, s: int, e: int, batches: Any, params: VerifyParams, exempt: set[int], found: _Verdicts) -> None:
+    """The rule on one cluster (rows ``[s, e)``), its texts arriving batch by batch."""
+    ids, ranks, chars = members.ids, members.ranks, members.chars
+    label = int(members.labels[s])
+    verifier = GreedyVerifier(params.rule)
+    kept, kept_texts = found.retained[label] = ([], [])
+    kept_chars = 0
+    i = s
+    for texts in batches:
+        if any(t is None for t in texts):
+            raise DedupError(f"cluster {ids[s]}: member text missing from the gathered shards; rerun fuzzy_duplicates")
+        grams = ngram_sets(texts, params.rule.ngram_size, params.rule.max_chars_per_doc)
+        for k, text in enumerate(texts):
+            removal = verifier.offer(i, chars[i], grams[k], ranks[i] in exempt)
+            if removal is None:
+                found.excerpts[i] = text[: params.excerpt_chars]
+                kept.append(member_key(ranks[i], ids[i]))
+                kept_chars += len(text)
+                if len(kept) * HEAD_TEXT_SHARE <= e - s and kept_chars <= params.batch_chars:  # else the record keeps no texts
+                    kept_texts.append(text)
+            else:
+                r = removal.representative
+                found.rows.append((0, ranks[i], ids[i], label, ids[s], ids[r], params.sources[ranks[r]], removal.containment, removal.jaccard, chars[i]))
+                _offer_example(found.examples, params, params.sources[ranks[i]], ids[i], params.sources[ranks[r]], ids[r], removal, text, found.excerpts[r])
+            i += 1
+    found.count("comparisons", verifier.comparisons)
+    found.count("exempt_kept", verifier.exempt_kept)
 
 
 def _records(sizes: pl.DataFrame, retained: Mapping[int, tuple[list[str], list[str]]], before: pl.DataFrame | None, carried: set[int], failed: set[int]) -> pl.DataFrame:
