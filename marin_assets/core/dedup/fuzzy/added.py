@@ -90,12 +90,13 @@ def fuzzy_edges_added(inputs: list[str], output: str, params: AddedParams) -> di
 # --------------------------------------------------------------------------- scheduling
 
 
-def _scan_chunks(mapped: Mapped, per_task: int) -> list[list[str]]:
-    """The map files in runs of about ``per_task`` records: one bucket-hits task scans a run."""
+def _scan_chunks(mapped: Mapped, per_task: int, files: int) -> list[list[str]]:
+    """The map files in runs of about ``per_task`` records (and at most ``files``): one
+    bucket-hits task scans a run."""
     chunks: list[list[str]] = [[]]
     size = 0
     for r in mapped.results:
-        if chunks[-1] and size + int(r.stats["records"]) > per_task:
+        if chunks[-1] and (size + int(r.stats["records"]) > per_task or len(chunks[-1]) >= files):
             chunks.append([])
             size = 0
         chunks[-1].append(r.output)
@@ -108,10 +109,12 @@ def run_added_edges(run: FuzzyRun, mapped: Mapped, changed: Sequence[str]) -> li
     scanned once, a few per task, per key range of the added records), then their star edges."""
     scale, work = run.scale, run.work
     added_ranges = tuple(((run.slot[s] << RANK_SHIFT) + run.added_base[s], (run.slot[s] << RANK_SHIFT) + run.next_row[s]) for s in changed)
-    added_files = tuple(added_uri(t.output) for t in mapped.tasks if t.params.source in run.added_base)
     added_records = sum(int(r.stats.get("added_records", 0)) for r in mapped.results)
     hit_ranges = shuffle.partition_bounds(shuffle.partitions_for(added_records, scale.records_per_partition))
-    chunks = _scan_chunks(mapped, scale.scan_records_per_task)
+    # a bucket-hits task reads the added records (merged to half its inputs) and a run of map files
+    added_files = tuple(added_uri(t.output) for t in mapped.tasks if t.params.source in run.added_base)
+    added_files = tuple(run.merged(added_files, storage.join(work, "edges", "added"), max(2, scale.max_inputs_per_task // 2), blocks=len(hit_ranges)))
+    chunks = _scan_chunks(mapped, scale.scan_records_per_task, max(1, scale.max_inputs_per_task - len(added_files)))
     hits = run.run(
         [
             ShardTask(fuzzy_bucket_hits, (*added_files, *chunk), storage.join(work, "edges", f"hits-{p:05d}-{c:06d}.parquet"), HitsParams(lo, hi, len(added_files)))
@@ -120,9 +123,10 @@ def run_added_edges(run: FuzzyRun, mapped: Mapped, changed: Sequence[str]) -> li
         ]
     )
     hit_parts = shuffle.partitions_for(sum(int(r.stats["hits"]) for r in hits), scale.records_per_partition)
+    hit_files = tuple(run.merged([r.output for r in hits], storage.join(work, "edges", "hits"), blocks=hit_parts))
     return run.run(
         [
-            ShardTask(fuzzy_edges_added, tuple(r.output for r in hits), storage.join(work, "edges", "added-" + storage.shard_name(p, hit_parts)), AddedParams(lo, hi, added_ranges))
+            ShardTask(fuzzy_edges_added, hit_files, storage.join(work, "edges", "added-" + storage.shard_name(p, hit_parts)), AddedParams(lo, hi, added_ranges))
             for p, (lo, hi) in enumerate(shuffle.partition_bounds(hit_parts))
         ]
     )

@@ -51,9 +51,10 @@ def run_full_components(run: FuzzyRun, mapped: Mapped) -> Components:
     the label files are blocks at the members groups' node cuts."""
     scale, work = run.scale, run.work
     edge_parts = shuffle.pow2_partitions(mapped.records, scale.records_per_partition)
+    map_files = tuple(run.merged([r.output for r in mapped.results], storage.join(work, "edges"), blocks=edge_parts))
     edge_results = run.run(
         [
-            ShardTask(fuzzy_edges, tuple(r.output for r in mapped.results), storage.join(work, "edges", shuffle.block_name(p, edge_parts)), RangeParams(lo, hi, edge_parts, scale.edges_per_task))
+            ShardTask(fuzzy_edges, map_files, storage.join(work, "edges", shuffle.block_name(p, edge_parts)), RangeParams(lo, hi, edge_parts, scale.edges_per_task))
             for p, (lo, hi) in enumerate(shuffle.partition_bounds(edge_parts))
         ]
     )
@@ -67,6 +68,8 @@ def run_full_components(run: FuzzyRun, mapped: Mapped) -> Components:
         edges_per_task=scale.edges_per_task,
         labels_dir=storage.join(work, "labels"),
         label_cuts=mapped.node_cuts,
+        max_inputs=scale.max_inputs_per_task,
+        merge_bytes=scale.merge_bytes,
     )
     labelled = sum(int(r.stats.get("nodes", 0)) for r in cc_stats["cc_results"])  # = the clustered documents
     run.results.extend(cc_stats.pop("cc_results"))

@@ -57,6 +57,7 @@ def fuzzy_gather_group(inputs: list[str], output: str, params: GatherGroupParams
     requests = shuffle.read_ranges_blocks(plan_files, shuffle.read_cuts(params.request_cuts), merged, REQUEST_SCHEMA)
     keys = requests.column("key").to_numpy()
     gathered = shards = streamed = held = 0
+    streamed_parts: set[int] = set()  # the verify partitions whose big clusters' texts this task streamed
     small: list[pa.Table] = []
     sections: list[str] = []
     with tempfile.TemporaryDirectory(prefix="dedup-gather-") as tmp:
@@ -82,6 +83,8 @@ def fuzzy_gather_group(inputs: list[str], output: str, params: GatherGroupParams
                     writer = writer or pq.ParquetWriter(local, TEXT_SCHEMA, compression=storage.PARQUET_COMPRESSION)
                     writer.write_table(table.filter(big), row_group_size=out[1])
                     streamed += int(pc.sum(big.cast(pa.int64())).as_py())
+                    lkeys = table.filter(big).column("key").to_numpy().astype(np.uint64)
+                    streamed_parts.update((np.searchsorted(shuffle.partition_cuts(params.text_blocks), lkeys, side="right") - 1).tolist())
         finally:
             if writer is not None:
                 writer.close()
@@ -89,7 +92,7 @@ def fuzzy_gather_group(inputs: list[str], output: str, params: GatherGroupParams
             storage.put_file(local, streamed_uri(output))
     texts = pa.concat_tables(small) if small else TEXT_SCHEMA.empty_table()
     shuffle.write_blocks(texts, output, cuts=shuffle.partition_cuts(params.text_blocks))
-    return {"gathered": gathered, "shard_read": shards, "streamed": streamed, "sections": sections}
+    return {"gathered": gathered, "shard_read": shards, "streamed": streamed, "streamed_parts": sorted(streamed_parts), "sections": sections}
 
 
 def _gather_shard(normalized_uri: str, nodes_file: str, requests: pa.Table, params: GatherParams) -> tuple[pa.Table, int] | None:
@@ -147,7 +150,8 @@ def run_gather(run: FuzzyRun, mapped: Mapped, plans: Sequence[ShardResult], incr
         source, _, _, first, rows, runs = mapped.shards[i]
         return GatherParams(source, first, rows, run.rule.max_chars_per_doc, scale.verify_batch_chars, runs)
 
-    plan_files = tuple(r.output for r in plans)
+    # a gather task reads its shards' normalized files and node tables, and every plan file
+    plan_files = tuple(run.merged([r.output for r in plans], storage.join(run.work, "gather", prefix + "plans"), scale.max_inputs_per_task - 2 * scale.shards_per_map, cuts=mapped.node_cuts))
     return run.run(
         [
             ShardTask(

@@ -13,6 +13,7 @@ from marin_assets.core.dedup.components import LABEL_SCHEMA
 from marin_assets.core.dedup.decisions import (
     VERIFY_BATCH_CHARS,
 )
+from marin_assets.core.dedup.fanin import BUDGET_BYTES, MAX_INPUTS
 
 RANK_SHIFT = 40
 STATE_FILE = "_fuzzy_state.json"
@@ -62,8 +63,10 @@ HEAD_TEXT_SHARE = 16
 
 @dataclasses.dataclass(frozen=True)
 class FuzzyScale:
-    """Task sizes: each bounds one task's memory (records, edges or members per task). Reduce
-    tasks read a key range of every map file, so map files group ``shards_per_map`` shards."""
+    """Task sizes: each bounds one task's memory (records, edges or members per task) or its
+    reads. Map files group ``shards_per_map`` shards; a task that would read more than
+    ``max_inputs_per_task`` files of the step before reads merged files instead
+    (:mod:`marin_assets.core.dedup.fanin`)."""
 
     records_per_partition: int = 16_000_000
     edges_per_task: int = 16_000_000
@@ -76,6 +79,8 @@ class FuzzyScale:
     shards_per_map: int = 16  # a map task reads this many shards of one source into one records file
     scan_records_per_task: int = 64_000_000  # incremental: map file records one task scans (a row group at a time) for the added documents' buckets
     sources_per_publish: int = 16  # one publish task writes this many sources' removal files, reading each removal part once
+    max_inputs_per_task: int = MAX_INPUTS  # files one task reads, at most (more: merge tasks combine them first)
+    merge_bytes: int = BUDGET_BYTES  # a merge task's rows held at once
 
 
 def nodes_uri(map_output: str, k: int) -> str:

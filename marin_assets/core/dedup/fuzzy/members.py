@@ -98,11 +98,12 @@ def run_members(run: FuzzyRun, mapped: Mapped, comps: Components, changed: Seque
     else:
         mean_chars = sum(mapped.chars_per_source.values()) // max(1, sum(mapped.docs_per_source.values()))
         member_blocks = verify_partitions(comps.labelled, comps.labelled * mean_chars, scale)
+    label_files = run.merged(comps.member_label_files, storage.join(run.work, "members", "labels"), scale.max_inputs_per_task - scale.shards_per_map, cuts=mapped.node_cuts)
     members = run.run(
         [
             ShardTask(
                 fuzzy_members_group,
-                (*(shards[i][2] for i in idx), *comps.member_label_files),
+                (*(shards[i][2] for i in idx), *label_files),
                 storage.join(run.work, "members", f"g{m:06d}.blocks"),
                 GroupParams(tuple(ShardParams(shards[i][0], shards[i][3], shards[i][4], rank[shards[i][0]], shards[i][5]) for i in idx), mapped.node_cuts, member_blocks, delta=comps.incremental),
             )
@@ -125,4 +126,6 @@ def run_members(run: FuzzyRun, mapped: Mapped, comps: Components, changed: Seque
     if comps.incremental:  # the member files hold the touched clusters only: a plan task covers several label ranges
         touched_members = sum(int(r.stats["members"]) for r in members)
         plan_parts = min(verify_parts, 1 << max(0, (shuffle.partitions_for(touched_members, scale.members_per_partition) - 1).bit_length()))
-    return Members(tuple(r.output for r in members), member_blocks, verify_parts, plan_parts, previous_files)
+    # plan and verify read every member file (verify a quarter of its inputs: texts and big clusters' texts too)
+    files = run.merged([r.output for r in members], storage.join(run.work, "members", "merged"), max(2, scale.max_inputs_per_task // 4), blocks=member_blocks)
+    return Members(tuple(files), member_blocks, verify_parts, plan_parts, previous_files)

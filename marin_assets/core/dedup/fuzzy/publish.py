@@ -95,23 +95,25 @@ def _kept_sources(run: FuzzyRun, passes: Sequence[Sequence[ShardResult]]) -> tup
 def run_publish(run: FuzzyRun, passes: Sequence[Sequence[ShardResult]], against_previous: bool, verify_parts: int) -> dict[str, dict[str, Any]]:
     """Removals by id range, then one file per source (a group of sources per task); per source
     its count, digest and whether it was copied."""
-    verified, rank, scale = passes[-1], run.rank, run.scale
+    rank, scale = run.rank, run.scale
     kept, moved = _kept_sources(run, passes) if against_previous else ({}, None)
-    removed_total = sum(int(n) for r in verified for k, n in r.stats["removed_by_rank"].items() if moved is None or int(k) in moved)
+    removed_total = sum(int(n) for r in passes[-1] for k, n in r.stats["removed_by_rank"].items() if moved is None or int(k) in moved)
     removal_parts = min(verify_parts, shuffle.pow2_partitions(removed_total, scale.members_per_partition))  # the verify outputs' blocks cut these ranges
+    verified = tuple(run.merged([r.output for r in passes[-1]], storage.join(run.work, "removals", "verified"), blocks=removal_parts))
     ranks_filter = None if moved is None else tuple(sorted(moved))
     parts = run.run(
         [
-            ShardTask(fuzzy_removals, tuple(r.output for r in verified), storage.join(run.work, "removals", shuffle.block_name(p, removal_parts)), RemovalParams(lo, hi, ranks_filter))
+            ShardTask(fuzzy_removals, verified, storage.join(run.work, "removals", shuffle.block_name(p, removal_parts)), RemovalParams(lo, hi, ranks_filter))
             for p, (lo, hi) in enumerate(shuffle.partition_bounds(removal_parts))
         ]
     )
     sources = run.sources
     groups = [sources[g : g + scale.sources_per_publish] for g in range(0, len(sources), scale.sources_per_publish)]
+    part_files = tuple(run.merged([r.output for r in parts], storage.join(run.work, "publish", "parts"), ranks=len(sources)))
     tasks = [
         ShardTask(
             fuzzy_publish,
-            tuple(r.output for r in parts),
+            part_files,
             storage.join(run.work, "publish", f"group-{g:05d}"),
             PublishParams(tuple(rank[s] for s in group), tuple(removed_uri(run.out_dir, s) for s in group), tuple(kept.get(s) for s in group)),
         )

@@ -8,7 +8,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from marin_assets.core.dedup import shuffle
+from marin_assets.core.dedup import fanin, shuffle
 from marin_assets.core.dedup.decisions import DedupError, FuzzyDedupParams
 from marin_assets.core.dedup.fuzzy.layout import LAYOUT, RANK_SHIFT, STATE_FILE, FuzzyScale
 from marin_assets.core.runtime import storage
@@ -57,6 +57,13 @@ class FuzzyRun:
         done = self.runner.map(tasks)
         self.results.extend(done)
         return done
+
+    def merged(self, files: Sequence[str], folder: str, limit: int | None = None, **cut: Any) -> list[str]:
+        """``files`` of one step, merged (:func:`fanin.bounded`) until at most ``limit`` remain
+        (default ``max_inputs_per_task``; less where a reader has other inputs too); ``cut``:
+        how they are cut (:class:`fanin.MergeFilesParams`)."""
+        limit = self.scale.max_inputs_per_task if limit is None else limit
+        return fanin.bounded(self.run, files, folder, limit, fanin.MergeFilesParams(budget_bytes=self.scale.merge_bytes, **cut))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,7 +213,9 @@ def step_costs(results: Sequence[ShardResult]) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for r in results:
         parts = r.output.rstrip("/").split("/")
-        if "cc" in parts or parts[-2] in ("labels", "delta"):
+        if parts[-2].startswith("merged-"):
+            step = "merge"
+        elif "cc" in parts or parts[-2] in ("labels", "delta"):
             step = "components"
         elif parts[-2] in ("edges", "members", "plan", "gather", "verify", "removals", "publish"):
             step = parts[-2]

@@ -316,12 +316,16 @@ def run_verify(run: FuzzyRun, mapped: Mapped, members: Members, comps: Component
     """Verify tasks, one per label range: the member files, then the gathered texts' block files,
     then the big clusters' streamed files."""
     text_files = tuple(u for r in gathered for u in (*r.stats.get("sections", ()), r.output))
-    streamed_files = tuple(streamed_uri(r.output) for r in gathered if int(r.stats.get("streamed", 0)))
+    text_files = tuple(run.merged(text_files, storage.join(run.work, "gather", vpass.prefix + "texts"), max(2, run.scale.max_inputs_per_task // 4), blocks=members.verify_parts))
+
+    def streamed_files(p: int) -> tuple[str, ...]:  # the gather tasks that streamed texts of this partition's big clusters
+        return tuple(streamed_uri(r.output) for r in gathered if p in r.stats.get("streamed_parts", ()))
+
     return run.run(
         [
             ShardTask(
                 fuzzy_verify,
-                members.files + text_files + streamed_files,
+                members.files + text_files + streamed_files(p),
                 storage.join(run.work, "verify", vpass.prefix + shuffle.block_name(p, members.verify_parts)),
                 dataclasses.replace(pass_params(run, mapped, members, comps, vpass, p, lo, hi), member_files=len(members.files), text_files=len(text_files)),
             )
