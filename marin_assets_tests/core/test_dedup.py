@@ -23,6 +23,7 @@ from marin_assets.core.dedup.decisions import ExactDedupParams, FuzzyDedupParams
 from marin_assets.core.dedup.exact import find_exact_duplicates
 from marin_assets.core.dedup.fuzzy import FuzzyScale, find_fuzzy_duplicates
 from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.runner import ShardRunner
 from marin_assets.testing import dedup_corpus
 from marin_assets.testing.dedup_corpus import doc_id, near_copies
 from marin_assets_tests.core.test_minhash import shingle_jaccard, stdlib_documents
@@ -287,7 +288,7 @@ def outputs(out: str, sources) -> dict[str, set[tuple[str, str, str]]]:
     return {s: {(r["id"], r["representative_source"], r["representative_id"]) for r in read_removed(out, s)} for s in sources}
 
 
-def big_cluster_corpus(root: Path, extra: dict[str, list[str]] | None = None) -> tuple[dict, dict]:
+def big_cluster_corpus(root: Path, extra: dict[str, list[str]] | None = None, shards: int = 2) -> tuple[dict, dict]:
     """Three sources sharing a 600-copy cluster, a few small clusters and unrelated documents."""
     copies = near_copies(600, seed=11)
     small = [t for k in range(6) for t in near_copies(k + 2, seed=100 + k, words=80)]
@@ -302,7 +303,7 @@ def big_cluster_corpus(root: Path, extra: dict[str, list[str]] | None = None) ->
         texts[source] = texts.get(source, []) + more
     normalized, buckets = {}, {}
     for source, docs in texts.items():
-        normalized[source], buckets[source] = write_source(root, source, docs, 2)
+        normalized[source], buckets[source] = write_source(root, source, docs, shards)
     return normalized, buckets
 
 
@@ -320,6 +321,39 @@ def test_sharded_fuzzy_dedup_equals_the_pairwise_reference_with_a_600_copy_clust
     assert streamed_stats["streamed_clusters"] == 1
     for source in buckets:
         assert storage.read_bytes(dedup.removed_uri(streamed, source)) == storage.read_bytes(dedup.removed_uri(out, source))
+
+
+@dataclasses.dataclass(frozen=True)
+class InputCountingRunner(ShardRunner):
+    """The in-process runner, noting per task function the most input files one task was given."""
+
+    widest: dict[str, int] = dataclasses.field(default_factory=dict, compare=False)
+
+    def map(self, tasks, on_done=None):
+        for task in tasks:
+            name = task.fn.__name__
+            self.widest[name] = max(self.widest.get(name, 0), len(task.inputs))
+        return super().map(tasks, on_done)
+
+
+def test_no_task_reads_more_files_than_the_bound_and_the_removals_stay_the_same(tmp_path: Path) -> None:
+    """Twelve map files, star rounds over many partitions, a bound of six files per task: merge
+    tasks combine each step's files first, and the removals are the unbounded run's, byte for byte."""
+    normalized, buckets = big_cluster_corpus(tmp_path, shards=4)
+    free = dataclasses.replace(SMALL_TASKS, shards_per_map=1, edges_per_task=400)
+    bound = dataclasses.replace(free, max_inputs_per_task=6, merge_bytes=4096)
+    runner = InputCountingRunner()
+    out = str(tmp_path / "bounded")
+    stats = find_fuzzy_duplicates(buckets, normalized, {"gamma"}, out, scale=bound, runner=runner)
+    assert max(runner.widest.values()) <= 6, runner.widest
+    assert runner.widest["merge_files"] == 6 and stats["steps"]["merge"]["tasks"] >= 3
+    assert stats["cc_method"] == "star_rounds" and stats["steps"]["map"]["tasks"] == 12
+    unbounded = str(tmp_path / "free")
+    find_fuzzy_duplicates(buckets, normalized, {"gamma"}, unbounded, scale=free, runner=(free_runner := InputCountingRunner()))
+    assert free_runner.widest["fuzzy_edges"] == 12  # what the bound replaced
+    for source in buckets:
+        assert storage.read_bytes(dedup.removed_uri(out, source)) == storage.read_bytes(dedup.removed_uri(unbounded, source))
+    assert outputs(out, buckets) == reference_fuzzy_removals(buckets, normalized, {"gamma"})
 
 
 def test_verify_ranges_finer_than_the_member_blocks_read_their_covering_block(tmp_path: Path) -> None:

@@ -164,14 +164,15 @@ def run_relabel(run: FuzzyRun, mapped: Mapped, merged: ShardResult, edge_results
     else:
         label_files, label_rows = relabelled_files + [fresh_labels], [*old_rows, fresh_count]
     # The last task also reads the fresh labels (their touched rows; appended when compacting).
-    starts = list(range(0, max(1, len(old_labels)), RELABEL_FILES))
+    per = max(1, min(RELABEL_FILES, run.scale.max_inputs_per_task - 2))  # the remap and the fresh labels besides
+    starts = list(range(0, max(1, len(old_labels)), per))
     relabelled = run.run(
         [
             ShardTask(
                 fuzzy_relabel,
-                (merged.output, *old_labels[i : i + RELABEL_FILES], *([fresh_labels] if i == starts[-1] else [])),
-                storage.join(work, "delta", f"{i // RELABEL_FILES:06d}.blocks"),
-                RelabelParams(tuple(relabelled_files[i : i + RELABEL_FILES]), append_fresh=append and i == starts[-1], delta_cuts=mapped.node_cuts),
+                (merged.output, *old_labels[i : i + per], *([fresh_labels] if i == starts[-1] else [])),
+                storage.join(work, "delta", f"{i // per:06d}.blocks"),
+                RelabelParams(tuple(relabelled_files[i : i + per]), append_fresh=append and i == starts[-1], delta_cuts=mapped.node_cuts),
             )
             for i in starts
         ]
