@@ -148,8 +148,9 @@ def test_big_clusters_of_near_copies_keep_exactly_the_pairwise_survivors(copies:
     assert survivors - greedy.exempt_kept < 10  # near-identical copies: a handful survive, as the rule says
 
 
-def test_greedy_verification_equals_the_pairwise_rule_on_mixed_clusters() -> None:
-    rng = np.random.default_rng(3)
+def mixed_cluster(seed: int) -> tuple[list[int], list[np.ndarray], list[bool]]:
+    """Four families of partial copies that borrow from each other, in processing order, and exempt flags."""
+    rng = np.random.default_rng(seed)
     members, lengths = [], []
     for family in range(4):
         base = np.arange(family * 1000, family * 1000 + 120, dtype=np.uint64)
@@ -163,13 +164,32 @@ def test_greedy_verification_equals_the_pairwise_rule_on_mixed_clusters() -> Non
     order = sorted(range(len(members)), key=lambda i: -lengths[i])
     members = [members[i] for i in order]
     lengths = [lengths[i] for i in order]
-    exempt = [bool(x) for x in rng.random(len(members)) < 0.1]
+    return lengths, members, [bool(x) for x in rng.random(len(members)) < 0.1]
+
+
+def test_greedy_verification_equals_the_pairwise_rule_on_mixed_clusters() -> None:
+    lengths, members, exempt = mixed_cluster(3)
     greedy = dedup.verify_cluster(lengths, members, exempt)
     pairwise = dedup.verify_cluster_pairwise(lengths, members, exempt)
     assert pairwise.removals and len(pairwise.removals) < len(members) - 20  # many retained: a real test of the filter
     assert [(r.index, r.representative, r.containment, r.jaccard) for r in greedy.removals] == [(r.index, r.representative, r.containment, r.jaccard) for r in pairwise.removals]
     assert greedy.exempt_kept == pairwise.exempt_kept
     assert greedy.comparisons < pairwise.comparisons
+
+
+def test_a_verifier_past_its_memory_budget_spills_its_index_and_decides_the_same() -> None:
+    """The retained members' n-grams go to memory-mapped files past the budget; the decisions
+    are those of the pairwise rule (and of an unbounded verifier)."""
+    lengths, members, exempt = mixed_cluster(8)
+    pairwise = dedup.verify_cluster_pairwise(lengths, members, exempt)
+    small = dedup.GreedyVerifier(FuzzyDedupParams(), memory_bytes=64 << 10)
+    removals = [(r.index, r.representative, r.containment) for i, g in enumerate(members) if (r := small.offer(i, lengths[i], g, exempt[i])) is not None]
+    assert small.retained.spilled > 0 and small.retained.held <= 64 << 10
+    assert len(small.retained) > 20 and pairwise.removals  # many retained (spilled), some removed
+    assert removals == [(r.index, r.representative, r.containment) for r in pairwise.removals]
+    folder = small.retained.spill.folder
+    small.close()
+    assert folder and not Path(folder).exists()
 
 
 def test_removal_ratio_helpers() -> None:
@@ -354,6 +374,46 @@ def test_no_task_reads_more_files_than_the_bound_and_the_removals_stay_the_same(
     for source in buckets:
         assert storage.read_bytes(dedup.removed_uri(out, source)) == storage.read_bytes(dedup.removed_uri(unbounded, source))
     assert outputs(out, buckets) == reference_fuzzy_removals(buckets, normalized, {"gamma"})
+
+
+def chained_corpus(root: Path, docs: int, copy_every: int) -> tuple[dict, dict, set[tuple[str, str]]]:
+    """One source whose candidate component is a chain of ``docs`` distinct documents (each a
+    60-word window of one random text, 20 words past the one before: neighbours share two
+    thirds of their words, under the rule's threshold), written with MinHash buckets that link
+    each document to the next (A~B, B~C, A not ~ C), plus a one-word-shorter copy of every
+    ``copy_every``-th document in the same buckets. Returns the expected (removed, representative) ids."""
+    rng = random.Random(3)
+    vocab = [f"w{k}" for k in range(50_000)]
+    words = [rng.choice(vocab) for _ in range(20 * docs + 60)]
+    texts = [" ".join(words[20 * i : 20 * i + 60]) for i in range(docs)]
+    copies = {i: " ".join(words[20 * i + 1 : 20 * i + 60]) for i in range(0, docs, copy_every)}
+    rows = [(doc_id(t), t, [i // 2, docs + (i + 1) // 2]) for i, t in enumerate(texts)] + [(doc_id(c), c, [i // 2, docs + (i + 1) // 2]) for i, c in copies.items()]
+    rows.sort()
+    normalized = dedup_corpus.write_normalized(str(root), "chain", [t for _, t, _ in rows], 1)
+    bucket_uri = str(root / "buckets" / "chain" / storage.basename(normalized[0]))
+    table = pa.table({"id": [i for i, _, _ in rows], "buckets": pa.array([b for _, _, b in rows], pa.list_(pa.uint64())), "chars": [len(t) for _, t, _ in rows]})
+    storage.write_parquet(table, bucket_uri)
+    return {"chain": normalized}, {"chain": [bucket_uri]}, {(doc_id(c), doc_id(texts[i])) for i, c in copies.items()}
+
+
+@pytest.mark.system
+def test_a_chained_component_of_20000_distinct_documents_is_verified_within_the_index_budget(tmp_path: Path) -> None:
+    normalized, buckets, expected = chained_corpus(tmp_path, 20_000, 1000)
+    scale = dataclasses.replace(FuzzyScale(), verify_index_bytes=4 << 20)
+    out = str(tmp_path / "out")
+    stats = find_fuzzy_duplicates(buckets, normalized, set(), out, scale=scale)
+    assert stats["largest_cluster"] == 20_000 + len(expected)
+    assert {(r["id"], r["representative_id"]) for r in read_removed(out, "chain")} == expected
+    assert stats["verify_spilled_bytes"] > 0 and stats["largest_verify_index_bytes"] <= 4 << 20
+
+
+def test_a_small_chained_component_keeps_exactly_the_pairwise_survivors(tmp_path: Path) -> None:
+    normalized, buckets, expected = chained_corpus(tmp_path, 400, 40)
+    out = str(tmp_path / "out")
+    stats = find_fuzzy_duplicates(buckets, normalized, set(), out, scale=dataclasses.replace(FuzzyScale(), verify_index_bytes=64 << 10))
+    assert stats["largest_cluster"] == 400 + len(expected) and stats["verify_spilled_bytes"] > 0
+    assert {(r["id"], r["representative_id"]) for r in read_removed(out, "chain")} == expected
+    assert outputs(out, buckets) == reference_fuzzy_removals(buckets, normalized, set())
 
 
 def test_verify_ranges_finer_than_the_member_blocks_read_their_covering_block(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ class VerifyParams:
     member_files: int = 0  # verify: its inputs are this many member files, then the gathered texts
     stream_chars: int = 1 << 26  # clusters with more member text are read batch by batch
     batch_chars: int = VERIFY_BATCH_CHARS
+    index_bytes: int = 1 << 30  # the verifier's memory budget (:class:`marin_assets.core.dedup.retained.RetainedIndex`)
     replay: bool = True  # a cluster that only gained members replays its previous decisions
     remap: str = ""  # incremental components: the member files hold the touched clusters only; the remap names them
     member_blocks: int = 1  # the member files are block files of this many equal key ranges
@@ -232,6 +233,7 @@ def pass_params(run: FuzzyRun, mapped: Mapped, members: Members, comps: Componen
         replay=vpass.replay,
         stream_chars=run.scale.cluster_chars_in_memory,
         batch_chars=run.scale.verify_batch_chars,
+        index_bytes=run.scale.verify_index_bytes,
         remap=comps.merged.output if comps.merged is not None else "",
         member_blocks=members.blocks,
         request_cuts=mapped.node_cuts,

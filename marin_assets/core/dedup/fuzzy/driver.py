@@ -156,11 +156,13 @@ def finish(run: FuzzyRun, passes: Sequence[Sequence[ShardResult]], published: Ma
 
 def _verify_totals(passes: Sequence[Sequence[ShardResult]]) -> dict[str, int]:
     totals = {"clusters": sum(int(r.stats["clusters"]) for r in passes[-1]), "verified_clusters": 0, "reused_clusters": sum(int(r.stats["reused_clusters"]) for r in passes[0])}
-    for key in ("verified_members", "streamed_clusters", "comparisons", "exempt_kept"):
+    for key in ("verified_members", "streamed_clusters", "comparisons", "exempt_kept", "verify_spilled_bytes"):
         totals[key] = 0
     for r in (r for rs in passes for r in rs):
         for key in ("verified_clusters", "verified_members", "streamed_clusters", "comparisons", "exempt_kept"):
             totals[key] += int(r.stats[key])
+        totals["verify_spilled_bytes"] += int(r.stats.get("spilled_bytes", 0))
+    totals["largest_verify_index_bytes"] = max((int(r.stats.get("largest_index_bytes", 0)) for rs in passes for r in rs), default=0)
     return totals
 
 

@@ -76,6 +76,7 @@ class FuzzyScale:
     member_chars_per_partition: int = 1 << 30  # verify holds its range's requested texts (but for big clusters)
     cluster_chars_in_memory: int = 1 << 26  # a cluster with more member text is verified batch by batch, read from storage
     verify_batch_chars: int = VERIFY_BATCH_CHARS  # texts turned into n-grams at a time (and gathered row groups)
+    verify_index_bytes: int = 1 << 30  # a cluster's retained members' n-grams held in memory; past it, spilled to memory-mapped files
     shards_per_map: int = 16  # a map task reads this many shards of one source into one records file
     scan_records_per_task: int = 64_000_000  # incremental: map file records one task scans (a row group at a time) for the added documents' buckets
     sources_per_publish: int = 16  # one publish task writes this many sources' removal files, reading each removal part once

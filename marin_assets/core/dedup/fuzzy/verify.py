@@ -127,7 +127,7 @@ def _verify_counters(found: _Verdicts, records: pl.DataFrame, verdict: pa.Table)
     for size in records["size"].to_list():
         histogram[size_bin(size)] = histogram.get(size_bin(size), 0) + 1
     by_rank = pl.from_arrow(verdict.select(["rank", "chars"])).group_by("rank").agg(pl.len().alias("n"), pl.col("chars").sum().alias("c"))
-    counters = {k: 0 for k in ("verified_clusters", "verified_members", "streamed_clusters", "comparisons", "exempt_kept")} | found.counters
+    counters = {k: 0 for k in ("verified_clusters", "verified_members", "streamed_clusters", "comparisons", "exempt_kept", "spilled_bytes", "largest_index_bytes")} | found.counters
     return counters | {
         "clusters": records.height,
         "clustered_docs": int(records["size"].sum() or 0) if records.height else 0,
@@ -191,7 +191,7 @@ def _verify_cluster(members: _Members, s: int, e: int, batches: Any, params: Ver
     """The rule on one cluster (rows ``[s, e)``), its texts arriving batch by batch."""
     ids, ranks, chars = members.ids, members.ranks, members.chars
     label = int(members.labels[s])
-    verifier = GreedyVerifier(params.rule)
+    verifier = GreedyVerifier(params.rule, params.index_bytes)
     kept, kept_texts = found.retained[label] = ([], [])
     kept_chars = 0
     i = s
@@ -214,6 +214,9 @@ def _verify_cluster(members: _Members, s: int, e: int, batches: Any, params: Ver
             i += 1
     found.count("comparisons", verifier.comparisons)
     found.count("exempt_kept", verifier.exempt_kept)
+    found.count("spilled_bytes", verifier.retained.spilled)
+    found.counters["largest_index_bytes"] = max(found.counters.get("largest_index_bytes", 0), verifier.retained.held)
+    verifier.close()
 
 
 def _records(sizes: pl.DataFrame, retained: Mapping[int, tuple[list[str], list[str]]], before: pl.DataFrame | None, carried: set[int], failed: set[int]) -> pl.DataFrame:
@@ -259,7 +262,7 @@ def _replay(replay: pl.DataFrame, params: VerifyParams, text_of: Mapping[int, st
         if any(t is None for t in texts):
             raise DedupError(f"cluster {ids[s]}: member text missing from the gathered shards; rerun fuzzy_duplicates")
         grams = ngram_sets(texts, params.rule.ngram_size, params.rule.max_chars_per_doc)
-        verifier = GreedyVerifier(params.rule)
+        verifier = GreedyVerifier(params.rule, params.index_bytes)
         new_rows, new_examples, ok = [], [], True
         for k, i in enumerate(range(s, e)):
             removal = verifier.offer(i, chars[i], grams[k], ranks[i] in exempt)
@@ -270,6 +273,7 @@ def _replay(replay: pl.DataFrame, params: VerifyParams, text_of: Mapping[int, st
                 r = removal.representative
                 new_rows.append((0, ranks[i], ids[i], label, ids[s], ids[r], params.sources[ranks[r]], removal.containment, removal.jaccard, chars[i]))
                 new_examples.append((params.sources[ranks[i]], ids[i], params.sources[ranks[r]], ids[r], removal, texts[k], texts[r - s][: params.excerpt_chars]))
+        verifier.close()
         if not ok:
             failed.add(label)
             continue
