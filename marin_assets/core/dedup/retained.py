@@ -46,9 +46,8 @@ class _GramStore:
     """Each retained member's sorted n-grams: in memory until the budget, then appended to one
     spill file (read memory-mapped)."""
 
-    FLUSH = 1 << 20  # n-grams buffered before an append to the spill file
-
-    def __init__(self) -> None:
+    def __init__(self, flush: int) -> None:
+        self.flush = flush  # n-grams buffered before an append to the spill file
         self.where: dict[int, tuple[int, int]] = {}  # member -> (start, size) in the spill file (or its buffer)
         self.memory: dict[int, np.ndarray] = {}
         self.pending: list[np.ndarray] = []
@@ -64,7 +63,7 @@ class _GramStore:
         self.where[i] = (self.file_size + self.pending_size, int(grams.size))
         self.pending.append(grams)
         self.pending_size += int(grams.size)
-        if self.pending_size >= self.FLUSH:
+        if self.pending_size >= self.flush:
             self._flush(spill)
 
     def _flush(self, spill: _Spill) -> None:
@@ -99,7 +98,7 @@ class RetainedIndex:
     def __init__(self, memory_bytes: int = 1 << 30) -> None:
         self.memory_bytes = memory_bytes
         self.runs: list[tuple[np.ndarray, np.ndarray]] = []  # (n-gram hashes sorted, member) per run
-        self.grams = _GramStore()
+        self.grams = _GramStore(max(1, memory_bytes // 128))
         self.lengths: dict[int, int] = {}
         self.held = 0  # bytes of the postings and n-grams held in memory
         self.spilled = 0  # bytes written to the spill folder
@@ -123,14 +122,20 @@ class RetainedIndex:
         self._push(grams, np.full(grams.size, i, np.int32))
 
     def _push(self, hashes: np.ndarray, members: np.ndarray) -> None:
+        """Add a run; merge the last two while the older is at most twice the newer. Spilling, a
+        run of ``memory_bytes / 8`` or more goes to a file and is merged no more (a merge holds
+        both runs), so at most ~``memory_bytes / 4`` of runs stay in memory beside those held before."""
         self.runs.append((hashes, members))
         self.held += 12 * int(hashes.size)
+        frozen = self.memory_bytes // 8
         while len(self.runs) >= 2 and self.runs[-2][0].size <= 2 * self.runs[-1][0].size:
+            if self.spill is not None and 12 * (self.runs[-2][0].size + self.runs[-1][0].size) > 2 * frozen:
+                break
             (h2, m2), (h1, m1) = self.runs.pop(), self.runs.pop()
             hashes, members = np.concatenate([h1, h2]), np.concatenate([m1, m2])
             order = np.argsort(hashes, kind="stable")
             hashes, members = hashes[order], members[order]
-            if self.spill is not None and hashes.size * 12 >= self.memory_bytes // 64:
+            if self.spill is not None and hashes.size * 12 >= frozen:
                 self.held -= 12 * int(hashes.size)
                 self.spilled += 12 * int(hashes.size)
                 hashes, members = self.spill.array(hashes), self.spill.array(members)
