@@ -113,7 +113,7 @@ class RetainedIndex:
 
     def add(self, i: int, length: int, grams: np.ndarray) -> None:
         """Member ``i`` (of ``length`` characters) is retained: index its sorted n-grams."""
-        if self.spill is None and self.held + 20 * grams.size > self.memory_bytes:
+        if self.spill is None and self.held + 20 * grams.size > self.memory_bytes * 3 // 4:  # a quarter left for the runs not yet spilled
             self.spill = _Spill()
         self.lengths[i] = length
         self.grams.add(i, grams, self.spill)
@@ -124,7 +124,8 @@ class RetainedIndex:
     def _push(self, hashes: np.ndarray, members: np.ndarray) -> None:
         """Add a run; merge the last two while the older is at most twice the newer. Spilling, a
         run of ``memory_bytes / 8`` or more goes to a file and is merged no more (a merge holds
-        both runs), so at most ~``memory_bytes / 4`` of runs stay in memory beside those held before."""
+        both runs), so at most ~``memory_bytes / 4`` of runs stay in memory beside the three
+        quarters held before spilling began."""
         self.runs.append((hashes, members))
         self.held += 12 * int(hashes.size)
         frozen = self.memory_bytes // 8
