@@ -17,7 +17,7 @@ from marin_assets.defs.ingest.assets import raw_files, source_pins
 from marin_assets.defs.jobs import JOBS
 from marin_assets.defs.mixture import MIXTURE_ASSETS, MIXTURE_JOBS, MIXTURE_SENSORS
 from marin_assets.defs.normalize.assets import normalized
-from marin_assets.defs.resources import CurationResource, EncoderResource, MarinResource
+from marin_assets.defs.resources import CurationResource, DedupResource, EncoderResource, MarinResource
 
 defs = dg.Definitions(
     assets=with_automation(
@@ -46,5 +46,5 @@ defs = dg.Definitions(
     jobs=JOBS + MIXTURE_JOBS,
     sensors=SENSORS + MIXTURE_SENSORS,
     executor=executor_from_env(),
-    resources={"marin": MarinResource(), "encoder": EncoderResource(), "curation": CurationResource()},
+    resources={"marin": MarinResource(), "encoder": EncoderResource(), "curation": CurationResource(), "fuzzy_dedup": DedupResource()},
 )
