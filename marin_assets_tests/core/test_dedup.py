@@ -608,6 +608,25 @@ def test_incremental_rebuild_of_one_changed_source_equals_a_full_rebuild(tmp_pat
     assert again_stats["removed_ids_digest"] == full3_stats["removed_ids_digest"]
 
 
+def test_the_incremental_merge_reads_only_the_label_blocks_of_the_added_edges_endpoints(tmp_path: Path) -> None:
+    """One more near copy of a small cluster: the merge reads the blocks holding that cluster's
+    nodes (label files are cut at the shard groups' node ranges), not every previous label."""
+    scale = dataclasses.replace(SMALL_TASKS, shards_per_map=1)
+    normalized, buckets = big_cluster_corpus(tmp_path / "v1", shards=4)
+    cache, first = str(tmp_path / "cache"), str(tmp_path / "first")
+    before = find_fuzzy_duplicates(buckets, normalized, {"gamma"}, first, scale=scale, cache_uri=cache)
+    normalized2, buckets2 = big_cluster_corpus(tmp_path / "v2", extra={"gamma": near_copies(9, seed=104, words=80)[-1:]}, shards=4)
+    for source in ("alpha", "beta"):
+        normalized2[source], buckets2[source] = normalized[source], buckets[source]
+    inc, full = str(tmp_path / "inc"), str(tmp_path / "full")
+    stats = find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, inc, scale=scale, cache_uri=cache, previous_uri=first)
+    find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, full, scale=scale)
+    assert stats["cc_method"] == "incremental" and stats["changed_sources"] == ["gamma"]
+    assert 0 < stats["label_rows_read"] < before["docs_in_clusters"] // 2
+    for source in buckets2:
+        assert storage.read_bytes(dedup.removed_uri(inc, source)) == storage.read_bytes(dedup.removed_uri(full, source))
+
+
 def test_incremental_components_follow_added_and_removed_documents_like_a_full_rebuild(tmp_path: Path) -> None:
     """beta changes three ways: it gains near copies (the previous clusters merge over the added
     documents' edges), it loses an unclustered document (still incremental), and it loses a

@@ -9,7 +9,7 @@ import numpy as np
 
 from marin_assets.core.dedup import shuffle
 from marin_assets.core.dedup.components import connected_components, edge_table
-from marin_assets.core.dedup.fuzzy.layout import RECORD_SCHEMA
+from marin_assets.core.dedup.fuzzy.layout import RECORD_SCHEMA, keep_cuts
 from marin_assets.core.dedup.fuzzy.state import Components, FuzzyRun, Mapped
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.runner import ShardTask
@@ -74,5 +74,6 @@ def run_full_components(run: FuzzyRun, mapped: Mapped) -> Components:
     labelled = sum(int(r.stats.get("nodes", 0)) for r in cc_stats["cc_results"])  # = the clustered documents
     run.results.extend(cc_stats.pop("cc_results"))
     run.state["label_files"] = list(label_files)
+    run.state["label_cuts"] = keep_cuts([mapped.node_cuts] * len(label_files), storage.join(work, "labels"))  # the next run's merge reads only the blocks it needs
     run.state["label_rows"] = [None] * len(label_files)  # rows per label file where known (compaction)
     return Components(edge_results, edges, list(label_files), cc_stats, labelled=labelled)

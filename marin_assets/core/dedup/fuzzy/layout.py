@@ -14,6 +14,7 @@ from marin_assets.core.dedup.decisions import (
     VERIFY_BATCH_CHARS,
 )
 from marin_assets.core.dedup.fanin import BUDGET_BYTES, MAX_INPUTS
+from marin_assets.core.runtime import storage
 
 RANK_SHIFT = 40
 STATE_FILE = "_fuzzy_state.json"
@@ -156,3 +157,14 @@ def merge_runs(runs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             out.append([lo, hi])
     return [(lo, hi) for lo, hi in out]
+
+
+def keep_cuts(cuts: Sequence[str], folder: str) -> list[str]:
+    """Copies of the label files' stored cuts in this run's labels folder (the next run reads
+    them; the previous run's folder may go)."""
+    copies: dict[str, str] = {}
+    for uri in dict.fromkeys(c for c in cuts if c):
+        copies[uri] = storage.join(folder, f"cuts-{len(copies):04d}.bin")
+        if uri != copies[uri]:
+            shuffle.copy_file(uri, copies[uri])
+    return [copies.get(c, "") for c in cuts]

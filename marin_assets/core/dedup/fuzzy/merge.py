@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 
 from marin_assets.core.dedup import shuffle
 from marin_assets.core.dedup.components import EDGE_SCHEMA, LABEL_SCHEMA, warm_scipy
-from marin_assets.core.dedup.fuzzy.layout import DELTA_SCHEMA, RECORD_SCHEMA, RELABEL_FILES, REMAP_SCHEMA, gone_uri
+from marin_assets.core.dedup.fuzzy.layout import DELTA_SCHEMA, RECORD_SCHEMA, RELABEL_FILES, REMAP_SCHEMA, gone_uri, keep_cuts
 from marin_assets.core.dedup.fuzzy.state import Components, FuzzyRun, Mapped
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.runner import ShardResult, ShardTask
@@ -23,6 +23,7 @@ class MergeParams:
     edge_files: int
     gone_files: int  # then the changed groups' gone nodes, then the previous label files
     fresh_labels: str  # where the newly clustered nodes' labels go
+    label_cuts: tuple[str, ...] = ()  # per previous label file: the stored cuts of its blocks ("": read whole)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +31,7 @@ class RelabelParams:
     outputs: tuple[str, ...]  # the relabelled file of each previous label file (inputs after the remap; any further input, the fresh labels, is read for the touched rows only)
     append_fresh: bool = False  # compaction: the fresh labels also go into the last output (the previous run's small fresh file grows instead of a new file per run)
     delta_cuts: str = ""  # the touched rows' file is blocks at these stored node cuts (the members tasks' ranges)
+    cuts: tuple[str, ...] = ()  # per output: the stored cuts to write its blocks at (its previous file's; "": one block)
 
 
 # --------------------------------------------------------------------------- 3b. incremental components
@@ -53,9 +55,11 @@ def fuzzy_merge_labels(inputs: list[str], output: str, params: MergeParams) -> d
     ends = np.unique(np.concatenate([a, b]))
     gone = np.unique(shuffle.read_range(gone_files, 0, shuffle.KEY_SPACE, ["node"], RECORD_SCHEMA).column("node").to_numpy())
     old = np.full(ends.size, -1, np.int64)
-    split = 0
-    for uri in label_files:  # one partition of the previous labels at a time
-        part = shuffle.read_whole(uri, LABEL_SCHEMA)
+    split = read = 0
+    wanted = np.union1d(ends, gone)  # only the label blocks that hold these nodes are read
+    for uri, cuts in zip(label_files, params.label_cuts or ("",) * len(label_files)):  # one file of the previous labels at a time
+        part = _label_rows(uri, cuts, wanted)
+        read += part.num_rows
         n = part.column("node").to_numpy()
         split += int(np.isin(n, gone).sum())
         hit = np.isin(n, ends)
@@ -77,7 +81,22 @@ def fuzzy_merge_labels(inputs: list[str], output: str, params: MergeParams) -> d
     labels_out = pa.table([pa.array(verts[fresh]), pa.array(verts[fresh]), pa.array(label[fresh])], schema=LABEL_SCHEMA)
     shuffle.write_sorted(labels_out, params.fresh_labels)
     # ``split``: a gone document was in a cluster, which may fall apart: the caller recomputes all.
-    return {"edges": int(a.size), "touched": int(np.unique(label).size), "fresh": int(fresh.sum()), "merged": int(((label != verts) & ~fresh).sum()), "split": split}
+    return {"edges": int(a.size), "touched": int(np.unique(label).size), "fresh": int(fresh.sum()), "merged": int(((label != verts) & ~fresh).sum()), "split": split, "label_rows_read": read}
+
+
+def _label_rows(uri: str, cuts_uri: str, nodes: np.ndarray) -> pa.Table:
+    """The rows of a previous label file in the blocks that hold any of the sorted ``nodes``
+    (keyed by node; without stored cuts, or a Parquet file: every row)."""
+    if not cuts_uri or not uri.endswith(shuffle.BLOCK_SUFFIX):
+        return shuffle.read_whole(uri, LABEL_SCHEMA)
+    cuts = shuffle.read_cuts(cuts_uri)
+    blocks = np.unique(np.searchsorted(cuts, nodes.astype(np.uint64), side="right") - 1)
+    blocks = blocks[(blocks >= 0) & (blocks < cuts.size - 1)]
+    if blocks.size == 0:
+        return LABEL_SCHEMA.empty_table()
+    breaks = np.flatnonzero(np.diff(blocks) > 1)
+    spans = list(zip(np.r_[blocks[0], blocks[breaks + 1]].tolist(), (np.r_[blocks[breaks], blocks[-1]] + 1).tolist()))
+    return shuffle.read_block_spans([uri], spans, LABEL_SCHEMA, cuts.size - 1).select(LABEL_SCHEMA.names).cast(LABEL_SCHEMA)
 
 
 @shuffle.measured
@@ -97,6 +116,7 @@ def fuzzy_relabel(inputs: list[str], output: str, params: RelabelParams) -> dict
     appended = None
     if params.append_fresh and extra and params.outputs:
         appended = pa.concat_tables([shuffle.read_whole(uri, LABEL_SCHEMA) for uri in extra])
+    cuts = params.cuts or ("",) * len(params.outputs)
     for k, (uri, out) in enumerate(zip(label_files, params.outputs + (None,) * len(extra))):
         table = shuffle.read_whole(uri, LABEL_SCHEMA)
         label = before = table.column("label").to_numpy()
@@ -108,11 +128,11 @@ def fuzzy_relabel(inputs: list[str], output: str, params: RelabelParams) -> dict
             written = table
             if appended is not None and k == len(params.outputs) - 1:
                 written = pa.concat_tables([table, appended])
-                _write_labels(written.take(pc.sort_indices(written, sort_keys=[("key", "ascending")])), out)
+                _write_labels(written.take(pc.sort_indices(written, sort_keys=[("key", "ascending")])), out, cuts[k])
             elif np.array_equal(label, before):
                 shuffle.copy_file(uri, out)  # no label of this file moved: the same bytes
             else:
-                _write_labels(written, out)
+                _write_labels(written, out, cuts[k])
             labels += written.num_rows
         hit = np.isin(label, touched)
         # added: not in the previous cluster of its (new) label: a fresh node, or one whose
@@ -125,10 +145,11 @@ def fuzzy_relabel(inputs: list[str], output: str, params: RelabelParams) -> dict
     return {"labels": labels, "touched_members": touched_members}
 
 
-def _write_labels(table: pa.Table, uri: str) -> None:
-    """A relabelled label file, in its previous file's format (read whole by the next run)."""
+def _write_labels(table: pa.Table, uri: str, cuts: str = "") -> None:
+    """A relabelled label file, in its previous file's format and cuts (so the next run's merge
+    reads only the blocks it needs)."""
     if uri.endswith(shuffle.BLOCK_SUFFIX):
-        shuffle.write_blocks(table, uri, cuts=[0, shuffle.KEY_SPACE])
+        shuffle.write_blocks(table, uri, cuts=shuffle.read_cuts(cuts) if cuts else [0, shuffle.KEY_SPACE])
     else:
         storage.write_parquet(table, uri, row_group_size=shuffle.ROW_GROUP_ROWS)
 
@@ -141,8 +162,15 @@ def run_merge(run: FuzzyRun, mapped: Mapped, edge_results: Sequence[ShardResult]
     gone_files = tuple(gone_uri(t.output) for t in mapped.tasks if t.params.source in run.added_base)
     inputs = (*(r.output for r in edge_results), *gone_files, *run.before["label_files"])
     fresh_labels = storage.join(run.work, "labels", "fresh.parquet")
-    (merged,) = run.run([ShardTask(fuzzy_merge_labels, inputs, storage.join(run.work, "cc", "remap.parquet"), MergeParams(len(edge_results), len(gone_files), fresh_labels))])
+    params = MergeParams(len(edge_results), len(gone_files), fresh_labels, tuple(_previous_cuts(run)))
+    (merged,) = run.run([ShardTask(fuzzy_merge_labels, inputs, storage.join(run.work, "cc", "remap.parquet"), params)])
     return merged
+
+
+def _previous_cuts(run: FuzzyRun) -> list[str]:
+    """Per previous label file, the stored cuts of its blocks ("": unknown, read whole)."""
+    cuts = list(run.before.get("label_cuts") or [])
+    return cuts if len(cuts) == len(run.before["label_files"]) else [""] * len(run.before["label_files"])
 
 
 def run_relabel(run: FuzzyRun, mapped: Mapped, merged: ShardResult, edge_results: list[ShardResult]) -> Components:
@@ -157,6 +185,7 @@ def run_relabel(run: FuzzyRun, mapped: Mapped, merged: ShardResult, edge_results
     old_rows = old_rows if len(old_rows) == len(old_labels) else [None] * len(old_labels)
     # the same format as the previous file: one whose labels did not move is a byte copy
     relabelled_files = [storage.join(work, "labels", f"{i:06d}" + (shuffle.BLOCK_SUFFIX if old.endswith(shuffle.BLOCK_SUFFIX) else ".parquet")) for i, old in enumerate(old_labels)]
+    old_cuts = keep_cuts(_previous_cuts(run), storage.join(work, "labels"))
     fresh_count = int(merged.stats["fresh"])
     append = bool(old_rows) and old_rows[-1] is not None and int(old_rows[-1]) + fresh_count <= run.scale.members_per_partition
     if append:
@@ -172,7 +201,7 @@ def run_relabel(run: FuzzyRun, mapped: Mapped, merged: ShardResult, edge_results
                 fuzzy_relabel,
                 (merged.output, *old_labels[i : i + per], *([fresh_labels] if i == starts[-1] else [])),
                 storage.join(work, "delta", f"{i // per:06d}.blocks"),
-                RelabelParams(tuple(relabelled_files[i : i + per]), append_fresh=append and i == starts[-1], delta_cuts=mapped.node_cuts),
+                RelabelParams(tuple(relabelled_files[i : i + per]), append_fresh=append and i == starts[-1], delta_cuts=mapped.node_cuts, cuts=tuple(old_cuts[i : i + per])),
             )
             for i in starts
         ]
@@ -180,5 +209,6 @@ def run_relabel(run: FuzzyRun, mapped: Mapped, merged: ShardResult, edge_results
     if append and storage.exists(fresh_labels):
         storage.remove(fresh_labels)  # its rows are in the last label file now
     run.state["label_files"], run.state["label_rows"] = list(label_files), label_rows
-    stats = {"cc_method": "incremental", "cc_rounds": 0, "touched_clusters": int(merged.stats["touched"])}
+    run.state["label_cuts"] = (old_cuts if append else [*old_cuts, ""])[: len(label_files)]
+    stats = {"cc_method": "incremental", "cc_rounds": 0, "touched_clusters": int(merged.stats["touched"]), "label_rows_read": int(merged.stats.get("label_rows_read", 0))}
     return Components(edge_results, sum(int(r.stats["edges"]) for r in edge_results), [r.output for r in relabelled], stats, merged=merged)
