@@ -365,7 +365,7 @@ def test_no_task_reads_more_files_than_the_bound_and_the_removals_stay_the_same(
     runner = InputCountingRunner()
     out = str(tmp_path / "bounded")
     stats = find_fuzzy_duplicates(buckets, normalized, {"gamma"}, out, scale=bound, runner=runner)
-    assert max(runner.widest.values()) <= 6, runner.widest
+    assert max(runner.widest.values()) <= 6 and stats["max_task_inputs"] == max(runner.widest.values()), runner.widest
     assert runner.widest["merge_files"] == 6 and stats["steps"]["merge"]["tasks"] >= 3
     assert stats["cc_method"] == "star_rounds" and stats["steps"]["map"]["tasks"] == 12
     unbounded = str(tmp_path / "free")

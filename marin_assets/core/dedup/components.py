@@ -15,18 +15,24 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 
 from marin_assets.core.dedup import fanin, shuffle
 from marin_assets.core.runtime import storage
-from marin_assets.core.runtime.runner import ShardResult, ShardRunner, ShardTask
+from marin_assets.core.runtime.runner import ShardResult, ShardTask
 
 EDGE_SCHEMA = pa.schema([("key", pa.int64()), ("a", pa.int64()), ("b", pa.int64())])
 LABEL_SCHEMA = pa.schema([("key", pa.int64()), ("node", pa.int64()), ("label", pa.int64())])
 MAX_ROUNDS = 200
+
+
+class TaskMap(Protocol):
+    """What runs a step's tasks: a :class:`ShardRunner`, or a caller that counts them too."""
+
+    def map(self, tasks: list[ShardTask]) -> list[ShardResult]: ...
 
 
 def edge_table(a: np.ndarray, b: np.ndarray) -> pa.Table:
@@ -146,7 +152,7 @@ def connected_components(
     edge_files: Sequence[str],
     edges: int,
     work: str,
-    runner: ShardRunner,
+    runner: TaskMap,
     *,
     union_find_max_edges: int,
     edges_per_task: int,

@@ -216,5 +216,7 @@ def summary(run: FuzzyRun, mapped: Mapped, comps: Components, members: Members, 
         "task_cpu_s": round(sum(float(r.stats.get("cpu_s", 0)) for r in fresh), 3),
         "warmup_cpu_s": round(sum(float(r.stats.get("warmup_cpu_s", 0)) for r in fresh), 3),
         "max_task_rss_kb": max(int(r.stats.get("rss_kb", 0)) for r in run.results),
+        "max_task_inputs": run.widest,
+        "max_inputs_per_task": run.scale.max_inputs_per_task,
         "steps": step_costs(run.results),
     }

@@ -63,7 +63,7 @@ def run_full_components(run: FuzzyRun, mapped: Mapped) -> Components:
         [r.output for r in edge_results],
         edges,
         work,
-        run.runner,
+        run,  # as the runner: its tasks are counted with the run's
         union_find_max_edges=scale.union_find_max_edges,
         edges_per_task=scale.edges_per_task,
         labels_dir=storage.join(work, "labels"),
@@ -72,7 +72,7 @@ def run_full_components(run: FuzzyRun, mapped: Mapped) -> Components:
         merge_bytes=scale.merge_bytes,
     )
     labelled = sum(int(r.stats.get("nodes", 0)) for r in cc_stats["cc_results"])  # = the clustered documents
-    run.results.extend(cc_stats.pop("cc_results"))
+    cc_stats.pop("cc_results")  # already in the run's results
     run.state["label_files"] = list(label_files)
     run.state["label_cuts"] = keep_cuts([mapped.node_cuts] * len(label_files), storage.join(work, "labels"))  # the next run's merge reads only the blocks it needs
     run.state["label_rows"] = [None] * len(label_files)  # rows per label file where known (compaction)

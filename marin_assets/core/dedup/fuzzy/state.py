@@ -39,6 +39,7 @@ class FuzzyRun:
     added_base: dict[str, int] = dataclasses.field(default_factory=dict)
     results: list[ShardResult] = dataclasses.field(default_factory=list)
     state: dict[str, Any] = dataclasses.field(default_factory=dict)
+    widest: int = 0  # the most input files any task of the run was given
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -54,9 +55,14 @@ class FuzzyRun:
 
     def run(self, tasks: list[ShardTask]) -> list[ShardResult]:
         """Run one step's tasks; their results join the run's (for the costs and counters)."""
+        self.widest = max([self.widest, *(len(t.inputs) for t in tasks)])
         done = self.runner.map(tasks)
         self.results.extend(done)
         return done
+
+    def map(self, tasks: list[ShardTask]) -> list[ShardResult]:
+        """:meth:`run`, as a runner's ``map`` (for the shared components step)."""
+        return self.run(tasks)
 
     def merged(self, files: Sequence[str], folder: str, limit: int | None = None, **cut: Any) -> list[str]:
         """``files`` of one step, merged (:func:`fanin.bounded`) until at most ``limit`` remain
