@@ -906,3 +906,19 @@ def test_keyed_block_files_read_like_sorted_files_and_scan_block_by_block(tmp_pa
             assert sorted(got.tolist()) == sorted(k for k in keys.tolist() if np.searchsorted(cuts, np.uint64(k), side="right") - 1 in hit_blocks)
             runs = len(hit_blocks) if max_bytes == 1 else sum(1 for b in hit_blocks if b - 1 not in hit_blocks)
             assert len(seen) == runs
+
+
+def test_reads_of_many_files_in_threads_give_the_rows_of_serial_reads(tmp_path: Path, monkeypatch) -> None:
+    """Remote stores are read 16 files at a time: the same rows, in the same order, as one at a time."""
+    rng = np.random.default_rng(4)
+    files = []
+    for k in range(20):
+        keys = rng.integers(0, 2**63 - 1, 3000, dtype=np.int64)
+        files.append(str(tmp_path / f"f{k:02d}.blocks"))
+        dedup_shuffle.write_keyed(pa.table([pa.array(keys), pa.array(np.arange(keys.size) + 1000 * k)], schema=fuzzy_layout.RECORD_SCHEMA), files[-1], 8)
+    ranges = dedup_shuffle.partition_bounds(8)[2:5]
+    serial = dedup_shuffle.read_ranges(files, ranges, ["node"], fuzzy_layout.RECORD_SCHEMA)
+    blocks = dedup_shuffle.read_block_spans(files, [(2, 5)], fuzzy_layout.RECORD_SCHEMA)
+    monkeypatch.setattr(dedup_shuffle, "read_threads", lambda uris: 8)
+    assert dedup_shuffle.read_ranges(files, ranges, ["node"], fuzzy_layout.RECORD_SCHEMA).equals(serial) and serial.num_rows > 10_000
+    assert dedup_shuffle.read_block_spans(files, [(2, 5)], fuzzy_layout.RECORD_SCHEMA).equals(blocks)

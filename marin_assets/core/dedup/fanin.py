@@ -114,7 +114,8 @@ def _rows(uri: str, params: MergeFilesParams, offsets: np.ndarray, lo: int, hi: 
 def merge_files(inputs: list[str], output: str, params: MergeFilesParams) -> dict[str, Any]:
     """One file of the rows of ``inputs`` (in input order within a key), cut as ``params`` says."""
     cuts = _output_cuts(params)
-    footers = shuffle.concurrently(_footer, inputs)
+    threads = shuffle.read_threads(inputs)
+    footers = shuffle.concurrently(_footer, inputs, threads)
     rows = 0
     spans = _spans(params, cuts, footers)
     with tempfile.TemporaryDirectory(prefix="dedup-merge-") as tmp:
@@ -123,7 +124,7 @@ def merge_files(inputs: list[str], output: str, params: MergeFilesParams) -> dic
             writer = shuffle.BlockWriter(handle, cuts, output)
             for b0, b1 in spans:
                 lo, hi = int(cuts[b0]), int(cuts[b1])
-                parts = [t for t in shuffle.concurrently(lambda k: _rows(inputs[k], params, footers[k], lo, hi), range(len(inputs))) if t is not None]
+                parts = [t for t in shuffle.concurrently(lambda k: _rows(inputs[k], params, footers[k], lo, hi), range(len(inputs)), threads) if t is not None]
                 if parts:
                     table = pa.concat_tables(parts, promote_options="default")
                     writer.add(table, b1)

@@ -178,11 +178,19 @@ def read_block_spans(uris: Iterable[str], spans: Sequence[tuple[int, int]], sche
                 raise ValueError(f"{uri} holds {count} blocks where its readers expect {blocks}: it was written at other cuts; remove the run's _work folder and rerun")
             return _read_spans(handle, uri, count, spans)
 
-    pieces = [piece for part in concurrently(read, list(uris) if spans else []) for piece in part]
+    files = list(uris) if spans else []
+    pieces = [piece for part in concurrently(read, files, read_threads(files)) for piece in part]
     return pa.concat_tables(pieces) if pieces else schema.empty_table()
 
 
-READ_THREADS = 16  # files read at once by one task (object-store requests wait on latency, not CPU)
+READ_THREADS = 16  # files read at once by one task from an object store (requests wait on latency, not CPU)
+
+
+def read_threads(uris: Sequence[str]) -> int:
+    """Threads for reading ``uris``: READ_THREADS from a remote store, one from local disk (where
+    a read waits on nothing and threads only cost CPU)."""
+    remote = any("://" in u and not u.startswith("file://") for u in uris[:1])
+    return READ_THREADS if remote else 1
 
 
 def concurrently(fn: Any, items: Sequence[Any], threads: int = READ_THREADS) -> list[Any]:
@@ -385,7 +393,8 @@ def read_ranges(uris: Iterable[str], ranges: Sequence[tuple[int, int]], columns:
     """Rows whose ``key`` lies in any of the disjoint ``[lo, hi)`` ``ranges``, from key-sorted
     files: each file is opened once and each overlapping row group read once (not once per range)."""
     spans = sorted((int(lo), int(hi)) for lo, hi in ranges if lo < hi)
-    pieces = [table for table in concurrently(lambda uri: _read_file_ranges(uri, spans, columns, schema), list(uris) if spans else []) if table is not None and table.num_rows]
+    files = list(uris) if spans else []
+    pieces = [table for table in concurrently(lambda uri: _read_file_ranges(uri, spans, columns, schema), files, read_threads(files)) if table is not None and table.num_rows]
     if pieces:
         return pa.concat_tables(pieces, promote_options="default")
     if schema is not None:
