@@ -7,7 +7,7 @@ all edges and runs a union-find (scipy); above it, alternating large-star and sm
 (Kiveris et al., "Connected Components in MapReduce and Beyond") run as shuffles through
 storage until the graph is a forest of stars, whose centres are the component minima. No task
 holds more than one key range of edges. A round writes one block per destination key range
-(:func:`dedup_shuffle.write_blocks`), so each task of the next round reads exactly its own rows
+(:func:`.shuffle.write_blocks`), so each task of the next round reads exactly its own rows
 from every file, not a row group of each.
 """
 
@@ -163,7 +163,7 @@ def connected_components(
 ) -> tuple[list[str], dict[str, Any]]:
     """Label files ``(key = node, node, label)`` for every node with an edge (under
     ``labels_dir``, default ``<work>/cc/labels``), and counters (``cc_results``: the tasks' results).
-    With ``label_cuts`` (stored node cuts, :func:`dedup_shuffle.write_cuts`) the label files are
+    With ``label_cuts`` (stored node cuts, :func:`.shuffle.write_cuts`) the label files are
     block files (``.blocks``) cut there, else key-sorted Parquet. No task reads more than
     ``max_inputs`` files: more edge or round files are merged first (:func:`fanin.bounded`)."""
     labels_dir = labels_dir or storage.join(work, "cc", "labels")

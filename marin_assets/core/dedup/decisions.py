@@ -7,8 +7,8 @@ Both steps read every source and write *sparse* decisions, one Parquet file per 
 decisions do. :func:`removed_ids_digest` gives the content hash of a source's removed ids.
 
 Both run as shuffles of per-partition tasks mapped with :class:`~marin_assets.core.runtime.runner.ShardRunner`
-(in-process, local processes or Ray): ``dedup_exact`` partitions ids by range,
-``dedup_fuzzy`` partitions bucket records by (band, bucket), finds connected components over
+(in-process, local processes or Ray): :mod:`.exact` partitions ids by range,
+:mod:`.fuzzy` partitions bucket records by (band, bucket), finds connected components over
 edge shards, verifies clusters in parallel and reuses the verdicts of clusters an
 incremental change did not touch. This module holds what both share: the parameters, the
 verification rule and the per-source output files.

@@ -65,10 +65,9 @@ def find_fuzzy_duplicates(
     """
     shards = pair_shards(buckets, normalized)
     fps = {s: (fingerprints or {}).get(s) or source_fingerprint([b for b, _, _ in shards[s]]) for s in shards}
-    out = storage.join(out_dir_uri, "_work")
-    run = FuzzyRun(
-        shards, fps, tuple(sorted(set(exempt) & set(shards))), out_dir_uri, cache_uri or storage.join(out, "cache"), params, scale, runner or ShardRunner(), num_examples, excerpt_chars, previous_state(previous_uri)
-    )
+    cache = cache_uri or storage.join(out_dir_uri, "_work", "cache")
+    exempt_sources = tuple(sorted(set(exempt) & set(shards)))
+    run = FuzzyRun(shards, fps, exempt_sources, out_dir_uri, cache, params, scale, runner or ShardRunner(), num_examples, excerpt_chars, previous_state(previous_uri))
     number_documents(run)
     mapped = run_map(run)
     run.state = {"layout": LAYOUT, "sources": list(run.sources), "fingerprints": fps, "slots": run.slot, "next_row": run.next_row} | run.state
