@@ -195,7 +195,7 @@ class DedupResource(SettingsResource):
     verify_index_bytes: int | None = setting("MARIN_FUZZY_VERIFY_INDEX_BYTES", "1073741824", "fuzzy dedup: a cluster's retained n-grams held in memory (past it: spilled to local disk)")
     shards_per_map: int | None = setting("MARIN_FUZZY_SHARDS_PER_MAP", "`16`", "fuzzy dedup: minhash shards per map task (a change rebuilds the stored map outputs)")
     max_inputs_per_task: int | None = setting("MARIN_FUZZY_MAX_INPUTS_PER_TASK", "`1024`", "fuzzy dedup: files one task reads, at most (more: merge tasks combine them first)")
-    merge_bytes: int | None = setting("MARIN_FUZZY_MERGE_BYTES", "268435456", "fuzzy dedup: rows a merge task holds at once, in bytes")
+    merge_bytes: int | None = setting("MARIN_FUZZY_MERGE_BYTES", "1073741824", "fuzzy dedup: rows a merge task holds at once, in bytes (a merge task reads each of its files once per this many bytes of the group)")
     scan_records_per_task: int | None = setting("MARIN_FUZZY_SCAN_RECORDS_PER_TASK", "64000000", "fuzzy dedup, incremental: map records one task scans for the added documents' buckets")
     sources_per_publish: int | None = setting("MARIN_FUZZY_SOURCES_PER_PUBLISH", "`16`", "fuzzy dedup: sources one publish task writes")
 

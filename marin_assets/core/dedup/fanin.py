@@ -25,7 +25,7 @@ from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.runner import ShardResult, ShardTask
 
 MAX_INPUTS = 1024  # files one task reads, at most (the default of the fuzzy task sizes)
-BUDGET_BYTES = 256 << 20  # a merge task's rows held at once (one span of blocks of its group)
+BUDGET_BYTES = 1 << 30  # a merge task's rows held at once (one span of blocks of its group; fewer spans, fewer requests)
 
 
 @dataclasses.dataclass(frozen=True)
