@@ -71,9 +71,10 @@ SOURCES = 16
 SHARD_DOCS = 2_000
 CLUSTERS_1X = [1200, 300] + [50] * 3 + [10] * 10 + [3] * 40 + [2] * 100
 UNIQUE_1X = 430
-# bench-sized tasks; at most 16 input files per task (production: 1,024), so the map files of 32
-# sources are merged before the edges step, as ~25,000 are at production counts
-SCALE = FuzzyScale(records_per_partition=80_000, edges_per_task=60_000, union_find_max_edges=30_000, members_per_partition=4_000, max_inputs_per_task=16)
+# bench-sized tasks; at most 16 input files per task (production: 1,024) and 4 shards per map
+# task (a gather task reads 2 files per shard), so the map files of 32 sources are merged before
+# the edges step, as ~25,000 are at production counts
+SCALE = FuzzyScale(records_per_partition=80_000, edges_per_task=60_000, union_find_max_edges=30_000, members_per_partition=4_000, shards_per_map=4, max_inputs_per_task=16)
 IDS_PER_PARTITION = 4_000
 PROCESSES = 2
 CHANGED = "source_07"

@@ -362,6 +362,8 @@ def test_no_task_reads_more_files_than_the_bound_and_the_removals_stay_the_same(
     normalized, buckets = big_cluster_corpus(tmp_path, shards=4)
     free = dataclasses.replace(SMALL_TASKS, shards_per_map=1, edges_per_task=400)
     bound = dataclasses.replace(free, max_inputs_per_task=6, merge_bytes=4096)
+    with pytest.raises(ValueError, match="MARIN_FUZZY_MAX_INPUTS_PER_TASK"):  # a gather task reads two files per shard
+        dataclasses.replace(free, max_inputs_per_task=3)
     runner = InputCountingRunner()
     out = str(tmp_path / "bounded")
     stats = find_fuzzy_duplicates(buckets, normalized, {"gamma"}, out, scale=bound, runner=runner)

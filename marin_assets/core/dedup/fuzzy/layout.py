@@ -84,6 +84,14 @@ class FuzzyScale:
     max_inputs_per_task: int = MAX_INPUTS  # files one task reads, at most (more: merge tasks combine them first)
     merge_bytes: int = BUDGET_BYTES  # a merge task's rows held at once
 
+    def __post_init__(self) -> None:
+        # a gather task reads two files per shard of its group and at least two merged plan files
+        if self.max_inputs_per_task < 2 * self.shards_per_map + 2:
+            raise ValueError(
+                f"FuzzyScale: max_inputs_per_task={self.max_inputs_per_task} is under 2 x shards_per_map + 2 = {2 * self.shards_per_map + 2} "
+                "(MARIN_FUZZY_MAX_INPUTS_PER_TASK, MARIN_FUZZY_SHARDS_PER_MAP); raise the one or lower the other"
+            )
+
 
 def nodes_uri(map_output: str, k: int) -> str:
     """The node table (``id``, ``chars``, ``node``, bucket ``digest`` per row) of shard ``k`` of a map group."""
