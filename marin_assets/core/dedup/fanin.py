@@ -92,18 +92,9 @@ def _rows(uri: str, params: MergeFilesParams, offsets: np.ndarray, lo: int, hi: 
     if not uri.endswith(shuffle.BLOCK_SUFFIX):
         table = shuffle.read_range([uri], lo, hi)
         return table if table.num_rows else None
-    own = _input_cuts(params, offsets.size - 1)
-    spans, exact = shuffle.covering_spans(own, [(lo, hi)])
-    fs, path = storage.filesystem(uri)
-    pieces = []
-    with fs.open(path, "rb") as handle:
-        for b0, b1 in spans:
-            if offsets[b1] == offsets[b0]:
-                continue
-            handle.seek(int(offsets[b0]))
-            data = pa.py_buffer(handle.read(int(offsets[b1] - offsets[b0])))
-            rel = offsets[b0 : b1 + 1] - offsets[b0]
-            pieces += [pa.ipc.open_stream(data.slice(int(rel[k]), int(rel[k + 1] - rel[k]))).read_all() for k in np.flatnonzero(np.diff(rel) > 0).tolist()]
+    spans, exact = shuffle.covering_spans(_input_cuts(params, offsets.size - 1), [(lo, hi)])
+    spans = [(b0, b1) for b0, b1 in spans if offsets[b1] > offsets[b0]]
+    pieces = shuffle.read_known_spans(uri, offsets, spans) if spans else []
     if not pieces:
         return None
     table = pa.concat_tables(pieces)

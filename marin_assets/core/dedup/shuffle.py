@@ -189,7 +189,7 @@ READ_THREADS = 16  # files read at once by one task from an object store (reques
 def read_threads(uris: Sequence[str]) -> int:
     """Threads for reading ``uris``: READ_THREADS from a remote store, one from local disk (where
     a read waits on nothing and threads only cost CPU)."""
-    remote = any("://" in u and not u.startswith("file://") for u in uris[:1])
+    remote = bool(uris) and "://" in uris[0] and not uris[0].startswith("file://")
     return READ_THREADS if remote else 1
 
 
@@ -204,14 +204,18 @@ def concurrently(fn: Any, items: Sequence[Any], threads: int = READ_THREADS) -> 
         return list(pool.map(fn, items))
 
 
-def _read_spans(handle: Any, uri: str, count: int, spans: Sequence[tuple[int, int]]) -> list[pa.Table]:
-    """The non-empty blocks of ``spans`` of an open block file of ``count`` blocks."""
+def _read_spans(handle: Any, uri: str, count: int, spans: Sequence[tuple[int, int]], known: np.ndarray | None = None) -> list[pa.Table]:
+    """The non-empty blocks of ``spans`` of an open block file of ``count`` blocks (``known``:
+    all its block offsets, read before: no read of them per span)."""
     pieces = []
     for b0, b1 in spans:
         if not 0 <= b0 < b1 <= count:
             raise ValueError(f"{uri} holds {count} blocks, not blocks {b0}..{b1 - 1}")
-        handle.seek(-8 * (count + 2) + 8 * b0, 2)
-        offsets = np.frombuffer(handle.read(8 * (b1 - b0 + 1)), "<u8").astype(np.int64)
+        if known is not None:
+            offsets = known[b0 : b1 + 1]
+        else:
+            handle.seek(-8 * (count + 2) + 8 * b0, 2)
+            offsets = np.frombuffer(handle.read(8 * (b1 - b0 + 1)), "<u8").astype(np.int64)
         if offsets[-1] == offsets[0]:
             continue
         handle.seek(int(offsets[0]))
@@ -220,6 +224,13 @@ def _read_spans(handle: Any, uri: str, count: int, spans: Sequence[tuple[int, in
         for k in np.flatnonzero(np.diff(rel) > 0).tolist():
             pieces.append(pa.ipc.open_stream(data.slice(int(rel[k]), int(rel[k + 1] - rel[k]))).read_all())
     return pieces
+
+
+def read_known_spans(uri: str, offsets: np.ndarray, spans: Sequence[tuple[int, int]]) -> list[pa.Table]:
+    """The non-empty blocks of ``spans`` of a block file whose block offsets (``count + 1``) are known."""
+    fs, path = storage.filesystem(uri)
+    with fs.open(path, "rb") as handle:
+        return _read_spans(handle, uri, offsets.size - 1, spans, offsets)
 
 
 def _read_counted(uri: str, schema: pa.Schema, spans_of: Any) -> pa.Table:
