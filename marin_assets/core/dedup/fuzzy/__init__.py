@@ -37,6 +37,11 @@ task reads its own rows of every file, not a row group of each.
 8. removals, per id range, and publish, per group of sources (each range read once for the
    group): ``<out>/<source>/removed.parquet``.
 
+No task reads more than ``FuzzyScale.max_inputs_per_task`` files: where a step's readers would
+read more of the step before, merge tasks combine those files first, cut as their readers
+expect (:mod:`marin_assets.core.dedup.fanin`). Verification keeps a cluster's retained n-grams
+within ``verify_index_bytes`` (:mod:`marin_assets.core.dedup.retained`).
+
 Counters for the metadata (removed documents and characters per source, the cluster-size
 histogram, example pairs) come from what the tasks return; nothing re-reads the corpus.
 
