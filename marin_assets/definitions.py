@@ -12,7 +12,7 @@ from marin_assets.core import specs  # noqa: E402
 from marin_assets.defs.automation import CHECKS, SENSORS, executor_from_env, with_automation  # noqa: E402
 from marin_assets.defs.jobs import JOBS  # noqa: E402
 from marin_assets.defs.mixture.sensors import MIXTURE_SENSORS  # noqa: E402
-from marin_assets.defs.resources import CurationResource, EncoderResource, MarinResource  # noqa: E402
+from marin_assets.defs.resources import CurationResource, DedupResource, EncoderResource, MarinResource  # noqa: E402
 from marin_assets.defs.stage_assets import stage_assets  # noqa: E402
 
 # Pipeline stages run by automation; mixture studies run per study, from their own sensor.
@@ -25,5 +25,5 @@ defs = dg.Definitions(
     jobs=JOBS,
     sensors=SENSORS + MIXTURE_SENSORS,
     executor=executor_from_env(),
-    resources={"marin": MarinResource(), "encoder": EncoderResource(), "curation": CurationResource()},
+    resources={"marin": MarinResource(), "encoder": EncoderResource(), "curation": CurationResource(), "fuzzy_dedup": DedupResource()},
 )

@@ -187,7 +187,49 @@ class CurationResource(SettingsResource):
                                     tolerance=float(tolerance) if tolerance is not None else rebuild.ReportParams.tolerance)  # fmt: skip
 
 
-RESOURCES: list[type[SettingsResource]] = [MarinResource, EncoderResource, CurationResource]
+class DedupResource(SettingsResource):
+    """The fuzzy dedup rule and its task sizes. The sizes bound each task's memory and reads and
+    never change the removals (they are no part of the stage's fingerprint): an operator sizes
+    the shuffle for the cluster; the rule changes the removals."""
+
+    containment: float | None = setting("MARIN_FUZZY_CONTAINMENT", "`0.75`", "fuzzy dedup rule: a member is removed when a retained, at least as long member contains this share of its word n-grams")
+    ngram_size: int | None = setting("MARIN_FUZZY_NGRAM_SIZE", "`3`", "fuzzy dedup rule: words per n-gram")
+    max_chars_per_doc: int | None = setting("MARIN_FUZZY_MAX_CHARS_PER_DOC", "8388608", "fuzzy dedup rule: characters of a document compared")
+    records_per_task: int | None = setting("MARIN_FUZZY_RECORDS_PER_TASK", "16000000", "fuzzy dedup: bucket records per edges task")
+    edges_per_task: int | None = setting("MARIN_FUZZY_EDGES_PER_TASK", "16000000", "fuzzy dedup: edges per components task")
+    union_find_max_edges: int | None = setting("MARIN_FUZZY_UNION_FIND_MAX_EDGES", "20000000", "fuzzy dedup: up to this many edges, components in one task (above: star rounds)")
+    merge_max_edges: int | None = setting("MARIN_FUZZY_MERGE_MAX_EDGES", "20000000", "fuzzy dedup, incremental: the added documents' edges merged in one task, at most")
+    members_per_task: int | None = setting("MARIN_FUZZY_MEMBERS_PER_TASK", "1000000", "fuzzy dedup: clustered documents per plan and verify task")
+    member_chars_per_task: int | None = setting("MARIN_FUZZY_MEMBER_CHARS_PER_TASK", "1073741824", "fuzzy dedup: member text per verify task")
+    cluster_chars_in_memory: int | None = setting("MARIN_FUZZY_CLUSTER_CHARS_IN_MEMORY", "67108864", "fuzzy dedup: a cluster with more text is verified batch by batch")
+    verify_index_bytes: int | None = setting("MARIN_FUZZY_VERIFY_INDEX_BYTES", "1073741824", "fuzzy dedup: a cluster's retained n-grams held in memory (past it: spilled to local disk)")
+    shards_per_map: int | None = setting("MARIN_FUZZY_SHARDS_PER_MAP", "`16`", "fuzzy dedup: minhash shards per map task (a change rebuilds the stored map outputs)")
+    max_inputs_per_task: int | None = setting("MARIN_FUZZY_MAX_INPUTS_PER_TASK", "`1024`", "fuzzy dedup: files one task reads, at most (more: merge tasks combine them first)")
+    merge_bytes: int | None = setting("MARIN_FUZZY_MERGE_BYTES", "1073741824", "fuzzy dedup: rows a merge task holds at once, in bytes (a merge task reads each of its files once per this many bytes of the group)")
+    scan_records_per_task: int | None = setting("MARIN_FUZZY_SCAN_RECORDS_PER_TASK", "64000000", "fuzzy dedup, incremental: map records one task scans for the added documents' buckets")
+    sources_per_publish: int | None = setting("MARIN_FUZZY_SOURCES_PER_PUBLISH", "`16`", "fuzzy dedup: sources one publish task writes")
+
+    _SCALE = {
+        "records_per_task": "records_per_partition",
+        "members_per_task": "members_per_partition",
+        "member_chars_per_task": "member_chars_per_partition",
+    }
+
+    def fuzzy_rule(self) -> Any:
+        from marin_assets.core.dedup.decisions import FuzzyDedupParams
+
+        rule = {"containment_threshold": self.resolved("containment"), "ngram_size": self.resolved("ngram_size"), "max_chars_per_doc": self.resolved("max_chars_per_doc")}
+        return FuzzyDedupParams(**{k: v for k, v in rule.items() if v is not None})
+
+    def fuzzy_scale(self) -> Any:
+        from marin_assets.core.dedup.fuzzy import FuzzyScale
+
+        names = [n for n in type(self).model_fields if n not in ("containment", "ngram_size", "max_chars_per_doc")]
+        sizes = {self._SCALE.get(n, n): self.resolved(n) for n in names}
+        return FuzzyScale(**{k: v for k, v in sizes.items() if v is not None})
+
+
+RESOURCES: list[type[SettingsResource]] = [MarinResource, EncoderResource, CurationResource, DedupResource]
 
 
 def settings_table() -> str:

@@ -14,13 +14,16 @@ import pyarrow as pa
 import pytest
 
 from marin_assets.core.dedup import decisions as dedup
-from marin_assets.core.dedup import fuzzy as dedup_fuzzy
+from marin_assets.core.dedup.fuzzy import clusters as fuzzy_clusters
+from marin_assets.core.dedup.fuzzy import state as fuzzy_state
+from marin_assets.core.dedup.fuzzy import layout as fuzzy_layout
 from marin_assets.core.dedup import minhash
 from marin_assets.core.dedup import shuffle as dedup_shuffle
 from marin_assets.core.dedup.decisions import ExactDedupParams, FuzzyDedupParams
 from marin_assets.core.dedup.exact import find_exact_duplicates
 from marin_assets.core.dedup.fuzzy import FuzzyScale, find_fuzzy_duplicates
 from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.runner import ShardRunner
 from marin_assets.testing import dedup_corpus
 from marin_assets.testing.dedup_corpus import doc_id, near_copies
 from marin_assets_tests.core.test_minhash import shingle_jaccard, stdlib_documents
@@ -145,8 +148,9 @@ def test_big_clusters_of_near_copies_keep_exactly_the_pairwise_survivors(copies:
     assert survivors - greedy.exempt_kept < 10  # near-identical copies: a handful survive, as the rule says
 
 
-def test_greedy_verification_equals_the_pairwise_rule_on_mixed_clusters() -> None:
-    rng = np.random.default_rng(3)
+def mixed_cluster(seed: int) -> tuple[list[int], list[np.ndarray], list[bool]]:
+    """Four families of partial copies that borrow from each other, in processing order, and exempt flags."""
+    rng = np.random.default_rng(seed)
     members, lengths = [], []
     for family in range(4):
         base = np.arange(family * 1000, family * 1000 + 120, dtype=np.uint64)
@@ -160,13 +164,32 @@ def test_greedy_verification_equals_the_pairwise_rule_on_mixed_clusters() -> Non
     order = sorted(range(len(members)), key=lambda i: -lengths[i])
     members = [members[i] for i in order]
     lengths = [lengths[i] for i in order]
-    exempt = [bool(x) for x in rng.random(len(members)) < 0.1]
+    return lengths, members, [bool(x) for x in rng.random(len(members)) < 0.1]
+
+
+def test_greedy_verification_equals_the_pairwise_rule_on_mixed_clusters() -> None:
+    lengths, members, exempt = mixed_cluster(3)
     greedy = dedup.verify_cluster(lengths, members, exempt)
     pairwise = dedup.verify_cluster_pairwise(lengths, members, exempt)
     assert pairwise.removals and len(pairwise.removals) < len(members) - 20  # many retained: a real test of the filter
     assert [(r.index, r.representative, r.containment, r.jaccard) for r in greedy.removals] == [(r.index, r.representative, r.containment, r.jaccard) for r in pairwise.removals]
     assert greedy.exempt_kept == pairwise.exempt_kept
     assert greedy.comparisons < pairwise.comparisons
+
+
+def test_a_verifier_past_its_memory_budget_spills_its_index_and_decides_the_same() -> None:
+    """The retained members' n-grams go to memory-mapped files past the budget; the decisions
+    are those of the pairwise rule (and of an unbounded verifier)."""
+    lengths, members, exempt = mixed_cluster(8)
+    pairwise = dedup.verify_cluster_pairwise(lengths, members, exempt)
+    small = dedup.GreedyVerifier(FuzzyDedupParams(), memory_bytes=64 << 10)
+    removals = [(r.index, r.representative, r.containment) for i, g in enumerate(members) if (r := small.offer(i, lengths[i], g, exempt[i])) is not None]
+    assert small.retained.spilled > 0 and small.retained.held <= 64 << 10
+    assert len(small.retained) > 20 and pairwise.removals  # many retained (spilled), some removed
+    assert removals == [(r.index, r.representative, r.containment) for r in pairwise.removals]
+    folder = small.retained.spill.folder
+    small.close()
+    assert folder and not Path(folder).exists()
 
 
 def test_removal_ratio_helpers() -> None:
@@ -285,7 +308,7 @@ def outputs(out: str, sources) -> dict[str, set[tuple[str, str, str]]]:
     return {s: {(r["id"], r["representative_source"], r["representative_id"]) for r in read_removed(out, s)} for s in sources}
 
 
-def big_cluster_corpus(root: Path, extra: dict[str, list[str]] | None = None) -> tuple[dict, dict]:
+def big_cluster_corpus(root: Path, extra: dict[str, list[str]] | None = None, shards: int = 2) -> tuple[dict, dict]:
     """Three sources sharing a 600-copy cluster, a few small clusters and unrelated documents."""
     copies = near_copies(600, seed=11)
     small = [t for k in range(6) for t in near_copies(k + 2, seed=100 + k, words=80)]
@@ -300,7 +323,7 @@ def big_cluster_corpus(root: Path, extra: dict[str, list[str]] | None = None) ->
         texts[source] = texts.get(source, []) + more
     normalized, buckets = {}, {}
     for source, docs in texts.items():
-        normalized[source], buckets[source] = write_source(root, source, docs, 2)
+        normalized[source], buckets[source] = write_source(root, source, docs, shards)
     return normalized, buckets
 
 
@@ -320,6 +343,81 @@ def test_sharded_fuzzy_dedup_equals_the_pairwise_reference_with_a_600_copy_clust
         assert storage.read_bytes(dedup.removed_uri(streamed, source)) == storage.read_bytes(dedup.removed_uri(out, source))
 
 
+@dataclasses.dataclass(frozen=True)
+class InputCountingRunner(ShardRunner):
+    """The in-process runner, noting per task function the most input files one task was given."""
+
+    widest: dict[str, int] = dataclasses.field(default_factory=dict, compare=False)
+
+    def map(self, tasks, on_done=None):
+        for task in tasks:
+            name = task.fn.__name__
+            self.widest[name] = max(self.widest.get(name, 0), len(task.inputs))
+        return super().map(tasks, on_done)
+
+
+def test_no_task_reads_more_files_than_the_bound_and_the_removals_stay_the_same(tmp_path: Path) -> None:
+    """Twelve map files, star rounds over many partitions, a bound of six files per task: merge
+    tasks combine each step's files first, and the removals are the unbounded run's, byte for byte."""
+    normalized, buckets = big_cluster_corpus(tmp_path, shards=4)
+    free = dataclasses.replace(SMALL_TASKS, shards_per_map=1, edges_per_task=400)
+    bound = dataclasses.replace(free, max_inputs_per_task=6, merge_bytes=4096)
+    with pytest.raises(ValueError, match="MARIN_FUZZY_MAX_INPUTS_PER_TASK"):  # a gather task reads two files per shard
+        dataclasses.replace(free, max_inputs_per_task=3)
+    runner = InputCountingRunner()
+    out = str(tmp_path / "bounded")
+    stats = find_fuzzy_duplicates(buckets, normalized, {"gamma"}, out, scale=bound, runner=runner)
+    assert max(runner.widest.values()) <= 6 and stats["max_task_inputs"] == max(runner.widest.values()), runner.widest
+    assert runner.widest["merge_files"] == 6 and stats["steps"]["merge"]["tasks"] >= 3
+    assert stats["cc_method"] == "star_rounds" and stats["steps"]["map"]["tasks"] == 12
+    unbounded = str(tmp_path / "free")
+    find_fuzzy_duplicates(buckets, normalized, {"gamma"}, unbounded, scale=free, runner=(free_runner := InputCountingRunner()))
+    assert free_runner.widest["fuzzy_edges"] == 12  # what the bound replaced
+    for source in buckets:
+        assert storage.read_bytes(dedup.removed_uri(out, source)) == storage.read_bytes(dedup.removed_uri(unbounded, source))
+    assert outputs(out, buckets) == reference_fuzzy_removals(buckets, normalized, {"gamma"})
+
+
+def chained_corpus(root: Path, docs: int, copy_every: int) -> tuple[dict, dict, set[tuple[str, str]]]:
+    """One source whose candidate component is a chain of ``docs`` distinct documents (each a
+    60-word window of one random text, 20 words past the one before: neighbours share two
+    thirds of their words, under the rule's threshold), written with MinHash buckets that link
+    each document to the next (A~B, B~C, A not ~ C), plus a one-word-shorter copy of every
+    ``copy_every``-th document in the same buckets. Returns the expected (removed, representative) ids."""
+    rng = random.Random(3)
+    vocab = [f"w{k}" for k in range(50_000)]
+    words = [rng.choice(vocab) for _ in range(20 * docs + 60)]
+    texts = [" ".join(words[20 * i : 20 * i + 60]) for i in range(docs)]
+    copies = {i: " ".join(words[20 * i + 1 : 20 * i + 60]) for i in range(0, docs, copy_every)}
+    rows = [(doc_id(t), t, [i // 2, docs + (i + 1) // 2]) for i, t in enumerate(texts)] + [(doc_id(c), c, [i // 2, docs + (i + 1) // 2]) for i, c in copies.items()]
+    rows.sort()
+    normalized = dedup_corpus.write_normalized(str(root), "chain", [t for _, t, _ in rows], 1)
+    bucket_uri = str(root / "buckets" / "chain" / storage.basename(normalized[0]))
+    table = pa.table({"id": [i for i, _, _ in rows], "buckets": pa.array([b for _, _, b in rows], pa.list_(pa.uint64())), "chars": [len(t) for _, t, _ in rows]})
+    storage.write_parquet(table, bucket_uri)
+    return {"chain": normalized}, {"chain": [bucket_uri]}, {(doc_id(c), doc_id(texts[i])) for i, c in copies.items()}
+
+
+@pytest.mark.system
+def test_a_chained_component_of_20000_distinct_documents_is_verified_within_the_index_budget(tmp_path: Path) -> None:
+    normalized, buckets, expected = chained_corpus(tmp_path, 20_000, 1000)
+    scale = dataclasses.replace(FuzzyScale(), verify_index_bytes=4 << 20)
+    out = str(tmp_path / "out")
+    stats = find_fuzzy_duplicates(buckets, normalized, set(), out, scale=scale)
+    assert stats["largest_cluster"] == 20_000 + len(expected)
+    assert {(r["id"], r["representative_id"]) for r in read_removed(out, "chain")} == expected
+    assert stats["verify_spilled_bytes"] > 0 and stats["largest_verify_index_bytes"] <= 4 << 20
+
+
+def test_a_small_chained_component_keeps_exactly_the_pairwise_survivors(tmp_path: Path) -> None:
+    normalized, buckets, expected = chained_corpus(tmp_path, 400, 40)
+    out = str(tmp_path / "out")
+    stats = find_fuzzy_duplicates(buckets, normalized, set(), out, scale=dataclasses.replace(FuzzyScale(), verify_index_bytes=64 << 10))
+    assert stats["largest_cluster"] == 400 + len(expected) and stats["verify_spilled_bytes"] > 0
+    assert {(r["id"], r["representative_id"]) for r in read_removed(out, "chain")} == expected
+    assert outputs(out, buckets) == reference_fuzzy_removals(buckets, normalized, set())
+
+
 def test_verify_ranges_finer_than_the_member_blocks_read_their_covering_block(tmp_path: Path) -> None:
     """Member files are cut before their readers' count is known (from the clustered documents
     at the corpus' mean length); when the members' text is longer, verify uses more, finer key
@@ -333,7 +431,7 @@ def test_verify_ranges_finer_than_the_member_blocks_read_their_covering_block(tm
     out = str(tmp_path / "out")
     stats = find_fuzzy_duplicates(buckets, normalized, {"gamma"}, out, scale=scale)
     mean = sum(stats["chars_per_source"].values()) // stats["docs"]
-    blocks = dedup_fuzzy._verify_partitions(stats["docs_in_clusters"], stats["docs_in_clusters"] * mean, scale)
+    blocks = fuzzy_state.verify_partitions(stats["docs_in_clusters"], stats["docs_in_clusters"] * mean, scale)
     assert stats["verify_partitions"] >= 4 * blocks  # each verify range is a quarter (or less) of a member block
     assert outputs(out, buckets) == reference_fuzzy_removals(buckets, normalized, {"gamma"})
 
@@ -366,7 +464,7 @@ def test_block_spans_give_any_key_ranges_exactly_the_rows_of_a_sorted_file(tmp_p
     """Readers of block files read the spans of blocks covering their key ranges (node runs of a
     shard group, or a verify range finer or coarser than the blocks) and get the rows a sorted
     file's range read gives: no other range's rows, none missing."""
-    from marin_assets.core.dedup.fuzzy import LABEL_SCHEMA
+    from marin_assets.core.dedup.components import LABEL_SCHEMA
 
     rng = np.random.default_rng(11)
     nodes = np.unique(rng.integers(0, 50_000, 6000))
@@ -512,6 +610,25 @@ def test_incremental_rebuild_of_one_changed_source_equals_a_full_rebuild(tmp_pat
     assert again_stats["removed_ids_digest"] == full3_stats["removed_ids_digest"]
 
 
+def test_the_incremental_merge_reads_only_the_label_blocks_of_the_added_edges_endpoints(tmp_path: Path) -> None:
+    """One more near copy of a small cluster: the merge reads the blocks holding that cluster's
+    nodes (label files are cut at the shard groups' node ranges), not every previous label."""
+    scale = dataclasses.replace(SMALL_TASKS, shards_per_map=1)
+    normalized, buckets = big_cluster_corpus(tmp_path / "v1", shards=4)
+    cache, first = str(tmp_path / "cache"), str(tmp_path / "first")
+    before = find_fuzzy_duplicates(buckets, normalized, {"gamma"}, first, scale=scale, cache_uri=cache)
+    normalized2, buckets2 = big_cluster_corpus(tmp_path / "v2", extra={"gamma": near_copies(9, seed=104, words=80)[-1:]}, shards=4)
+    for source in ("alpha", "beta"):
+        normalized2[source], buckets2[source] = normalized[source], buckets[source]
+    inc, full = str(tmp_path / "inc"), str(tmp_path / "full")
+    stats = find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, inc, scale=scale, cache_uri=cache, previous_uri=first)
+    find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, full, scale=scale)
+    assert stats["cc_method"] == "incremental" and stats["changed_sources"] == ["gamma"]
+    assert 0 < stats["label_rows_read"] < before["docs_in_clusters"] // 2
+    for source in buckets2:
+        assert storage.read_bytes(dedup.removed_uri(inc, source)) == storage.read_bytes(dedup.removed_uri(full, source))
+
+
 def test_incremental_components_follow_added_and_removed_documents_like_a_full_rebuild(tmp_path: Path) -> None:
     """beta changes three ways: it gains near copies (the previous clusters merge over the added
     documents' edges), it loses an unclustered document (still incremental), and it loses a
@@ -520,7 +637,7 @@ def test_incremental_components_follow_added_and_removed_documents_like_a_full_r
     cache, first = str(tmp_path / "cache"), str(tmp_path / "first")
     first_stats = find_fuzzy_duplicates(buckets, normalized, {"gamma"}, first, scale=SMALL_TASKS, cache_uri=cache)
     state = storage.read_json(str(Path(first) / "_fuzzy_state.json"))
-    retained = {k.split("\x00", 1)[1] for f in state["verify_files"] for keys in storage.read_parquet(dedup_fuzzy.clusters_uri(f)).column("retained").to_pylist() for k in keys}
+    retained = {k.split("\x00", 1)[1] for f in state["verify_files"] for keys in storage.read_parquet(fuzzy_layout.clusters_uri(f)).column("retained").to_pylist() for k in keys}
     in_clusters = retained | {r["id"] for s in buckets for r in read_removed(first, s)}
     lonely = next(t for t in stdlib_documents(30, per_doc=4, seed=5)[10:20] if doc_id(t) not in in_clusters)
     clustered = near_copies(600, seed=11)[300]  # in the big cluster
@@ -618,7 +735,7 @@ def test_a_big_cluster_replays_from_its_record_reading_only_the_changed_sources_
     cache, first = str(tmp_path / "cache"), str(tmp_path / "first")
     find_fuzzy_duplicates(buckets, normalized, set(), first, scale=SMALL_TASKS, cache_uri=cache)
     state = storage.read_json(str(Path(first) / "_fuzzy_state.json"))
-    records = pa.concat_tables([storage.read_parquet(dedup_fuzzy.clusters_uri(f)) for f in state["verify_files"]]).to_pylist()
+    records = pa.concat_tables([storage.read_parquet(fuzzy_layout.clusters_uri(f)) for f in state["verify_files"]]).to_pylist()
     big = max(records, key=lambda r: r["size"])
     assert big["size"] >= 550 and len(big["texts"]) == len(big["retained"]) and 16 * len(big["retained"]) <= big["size"]
     assert [doc_id(t) for t in big["texts"]] == [k.split("\x00", 1)[1] for k in big["retained"]]  # each text is its member's
@@ -673,7 +790,7 @@ def test_a_cluster_whose_added_member_is_retained_is_verified_in_full(tmp_path: 
         # the first pass's verdicts are gone once the second pass holds them all
         assert len(storage.read_json(str(Path(inc) / "_fuzzy_state.json"))["verify_files"]) == inc_stats["verify_partitions"]
         assert sorted(n for n in map(storage.basename, storage.listdir(str(Path(inc) / "_work" / "verify"))) if n.endswith((".parquet", ".blocks"))) == sorted(
-            n for f in storage.read_json(str(Path(inc) / "_fuzzy_state.json"))["verify_files"] for n in (storage.basename(f), storage.basename(dedup_fuzzy.clusters_uri(f)))
+            n for f in storage.read_json(str(Path(inc) / "_fuzzy_state.json"))["verify_files"] for n in (storage.basename(f), storage.basename(fuzzy_layout.clusters_uri(f)))
         )
     assert any(r["representative_id"] == doc_id(head + " appendix footer note") for s in buckets for r in read_removed(str(tmp_path / "beta" / "incremental"), s))
 
@@ -733,22 +850,22 @@ def test_row_sums_follow_a_sources_rows_not_their_partitioning() -> None:
     ]
 
     def table(part: list[tuple]) -> pa.Table:
-        return pa.table([pa.array(list(c), type=f.type) for c, f in zip(zip(*part), dedup_fuzzy.VERDICT_SCHEMA)], schema=dedup_fuzzy.VERDICT_SCHEMA)
+        return pa.table([pa.array(list(c), type=f.type) for c, f in zip(zip(*part), fuzzy_layout.VERDICT_SCHEMA)], schema=fuzzy_layout.VERDICT_SCHEMA)
 
-    whole = dedup_fuzzy.row_sums(table(rows))
+    whole = fuzzy_clusters.row_sums(table(rows))
     assert sorted(whole) == [0, 1, 2, 3]
     shuffled = rows[:]
     rng.shuffle(shuffled)
-    parts = [dedup_fuzzy.row_sums(table(shuffled[a : a + 90])) for a in range(0, len(shuffled), 90)]
+    parts = [fuzzy_clusters.row_sums(table(shuffled[a : a + 90])) for a in range(0, len(shuffled), 90)]
     assert {r: sum(p.get(r, 0) for p in parts) % (1 << 128) for r in whole} == whole
     # the label and length are not published: a row that only moved cluster label keeps its sum
     relabelled = [(*r[:3], r[3] + 1000, *r[4:]) for r in rows]
-    assert dedup_fuzzy.row_sums(table(relabelled)) == whole
+    assert fuzzy_clusters.row_sums(table(relabelled)) == whole
     for field in range(4, 9):  # cluster id, representative id and source, containment, jaccard
         changed = rows[:]
         old = changed[17]
         changed[17] = (*old[:field], old[field] + (0.5 if isinstance(old[field], float) else "x"), *old[field + 1 :])
-        moved = dedup_fuzzy.row_sums(table(changed))
+        moved = fuzzy_clusters.row_sums(table(changed))
         assert {r for r in whole if moved[r] != whole[r]} == {old[1]}, field
 
 
@@ -760,7 +877,7 @@ def test_keyed_block_files_read_like_sorted_files_and_scan_block_by_block(tmp_pa
     rng = np.random.default_rng(21)
     keys = rng.integers(0, dedup_shuffle.KEY_SPACE, 20_000, dtype=np.int64)
     keys[:3] = [0, dedup_shuffle.KEY_SPACE - 1, dedup_shuffle.KEY_SPACE // 2]
-    table = pa.table([pa.array(keys), pa.array(np.arange(keys.size))], schema=dedup_fuzzy.RECORD_SCHEMA)
+    table = pa.table([pa.array(keys), pa.array(np.arange(keys.size))], schema=fuzzy_layout.RECORD_SCHEMA)
     sorted_uri = str(tmp_path / "records.parquet")
     dedup_shuffle.write_sorted(table, sorted_uri)
     with pytest.raises(ValueError, match="ends in .blocks"):
@@ -775,12 +892,12 @@ def test_keyed_block_files_read_like_sorted_files_and_scan_block_by_block(tmp_pa
         blocks = dedup_shuffle.equal_blocks(table.num_rows, readers)
         assert blocks & (blocks - 1) == 0 and table.num_rows // blocks >= dedup_shuffle.MIN_BLOCK_ROWS // 2
         for parts in (1, 5, 16, 64):  # coarser and finer than the blocks, and not a power of two
-            got = [dedup_shuffle.read_range([uri], lo, hi, ["node"], dedup_fuzzy.RECORD_SCHEMA) for lo, hi in dedup_shuffle.partition_bounds(parts)]
-            want = [dedup_shuffle.read_range([sorted_uri], lo, hi, ["node"], dedup_fuzzy.RECORD_SCHEMA) for lo, hi in dedup_shuffle.partition_bounds(parts)]
+            got = [dedup_shuffle.read_range([uri], lo, hi, ["node"], fuzzy_layout.RECORD_SCHEMA) for lo, hi in dedup_shuffle.partition_bounds(parts)]
+            want = [dedup_shuffle.read_range([sorted_uri], lo, hi, ["node"], fuzzy_layout.RECORD_SCHEMA) for lo, hi in dedup_shuffle.partition_bounds(parts)]
             assert [rows(g) for g in got] == [rows(w) for w in want]
             assert sum(g.num_rows for g in got) == table.num_rows
         spans = [(10, 20), (keys[5], keys[5] + 1), (dedup_shuffle.KEY_SPACE - 5, dedup_shuffle.KEY_SPACE)]
-        assert rows(dedup_shuffle.read_ranges([uri], spans, ["node"], dedup_fuzzy.RECORD_SCHEMA)) == rows(dedup_shuffle.read_ranges([sorted_uri], spans, ["node"], dedup_fuzzy.RECORD_SCHEMA))
+        assert rows(dedup_shuffle.read_ranges([uri], spans, ["node"], fuzzy_layout.RECORD_SCHEMA)) == rows(dedup_shuffle.read_ranges([sorted_uri], spans, ["node"], fuzzy_layout.RECORD_SCHEMA))
         # a scan for some keys reads the blocks holding them, each once, in runs of at most max_bytes
         wanted_keys = np.sort(keys[:50])
         for max_bytes in (1, dedup_shuffle.SCAN_BYTES):
@@ -791,3 +908,19 @@ def test_keyed_block_files_read_like_sorted_files_and_scan_block_by_block(tmp_pa
             assert sorted(got.tolist()) == sorted(k for k in keys.tolist() if np.searchsorted(cuts, np.uint64(k), side="right") - 1 in hit_blocks)
             runs = len(hit_blocks) if max_bytes == 1 else sum(1 for b in hit_blocks if b - 1 not in hit_blocks)
             assert len(seen) == runs
+
+
+def test_reads_of_many_files_in_threads_give_the_rows_of_serial_reads(tmp_path: Path, monkeypatch) -> None:
+    """Remote stores are read 16 files at a time: the same rows, in the same order, as one at a time."""
+    rng = np.random.default_rng(4)
+    files = []
+    for k in range(20):
+        keys = rng.integers(0, 2**63 - 1, 3000, dtype=np.int64)
+        files.append(str(tmp_path / f"f{k:02d}.blocks"))
+        dedup_shuffle.write_keyed(pa.table([pa.array(keys), pa.array(np.arange(keys.size) + 1000 * k)], schema=fuzzy_layout.RECORD_SCHEMA), files[-1], 8)
+    ranges = dedup_shuffle.partition_bounds(8)[2:5]
+    serial = dedup_shuffle.read_ranges(files, ranges, ["node"], fuzzy_layout.RECORD_SCHEMA)
+    blocks = dedup_shuffle.read_block_spans(files, [(2, 5)], fuzzy_layout.RECORD_SCHEMA)
+    monkeypatch.setattr(dedup_shuffle, "read_threads", lambda uris: 8)
+    assert dedup_shuffle.read_ranges(files, ranges, ["node"], fuzzy_layout.RECORD_SCHEMA).equals(serial) and serial.num_rows > 10_000
+    assert dedup_shuffle.read_block_spans(files, [(2, 5)], fuzzy_layout.RECORD_SCHEMA).equals(blocks)

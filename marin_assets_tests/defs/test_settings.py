@@ -4,6 +4,7 @@ the settings table in docs/operations.md is exactly what the code declares."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import pathlib
 import re
 
@@ -110,3 +111,24 @@ def test_encoder_and_curation_choices_follow_their_variables(monkeypatch) -> Non
     monkeypatch.setenv("MARIN_TOKEN_BUDGET", "1e9")
     assert curation.band_params().method == "fixed"
     assert curation.mixture_params().token_budget == 1e9
+
+
+def test_the_fuzzy_dedup_resource_hands_core_its_rule_and_task_sizes(monkeypatch) -> None:
+    """Unset, the rule and sizes are core's reference values (and the table shows them); set,
+    the variables size the shuffle."""
+    from marin_assets.core.dedup.decisions import FuzzyDedupParams
+    from marin_assets.core.dedup.fuzzy import FuzzyScale
+    from marin_assets.defs.resources import DedupResource
+
+    for s in DedupResource.declared_settings():
+        monkeypatch.delenv(s.env, raising=False)
+    resource = DedupResource()
+    assert resource.fuzzy_scale() == FuzzyScale() and resource.fuzzy_rule() == FuzzyDedupParams()
+    reference = dataclasses.asdict(FuzzyScale()) | dataclasses.asdict(FuzzyDedupParams())
+    names = {"records_per_task": "records_per_partition", "members_per_task": "members_per_partition", "member_chars_per_task": "member_chars_per_partition", "containment": "containment_threshold"}
+    for name, field in DedupResource.model_fields.items():
+        shown = field.json_schema_extra["shown_default"].strip("`")
+        assert float(shown) == reference[names.get(name, name)], name
+    monkeypatch.setenv("MARIN_FUZZY_MAX_INPUTS_PER_TASK", "256")
+    monkeypatch.setenv("MARIN_FUZZY_RECORDS_PER_TASK", "1000")
+    assert resource.fuzzy_scale() == dataclasses.replace(FuzzyScale(), max_inputs_per_task=256, records_per_partition=1000)

@@ -7,7 +7,7 @@ all edges and runs a union-find (scipy); above it, alternating large-star and sm
 (Kiveris et al., "Connected Components in MapReduce and Beyond") run as shuffles through
 storage until the graph is a forest of stars, whose centres are the component minima. No task
 holds more than one key range of edges. A round writes one block per destination key range
-(:func:`dedup_shuffle.write_blocks`), so each task of the next round reads exactly its own rows
+(:func:`.shuffle.write_blocks`), so each task of the next round reads exactly its own rows
 from every file, not a row group of each.
 """
 
@@ -15,18 +15,24 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 
-from marin_assets.core.dedup import shuffle
+from marin_assets.core.dedup import fanin, shuffle
 from marin_assets.core.runtime import storage
-from marin_assets.core.runtime.runner import ShardResult, ShardRunner, ShardTask
+from marin_assets.core.runtime.runner import ShardResult, ShardTask
 
 EDGE_SCHEMA = pa.schema([("key", pa.int64()), ("a", pa.int64()), ("b", pa.int64())])
 LABEL_SCHEMA = pa.schema([("key", pa.int64()), ("node", pa.int64()), ("label", pa.int64())])
 MAX_ROUNDS = 200
+
+
+class TaskMap(Protocol):
+    """What runs a step's tasks: a :class:`ShardRunner`, or a caller that counts them too."""
+
+    def map(self, tasks: list[ShardTask]) -> list[ShardResult]: ...
 
 
 def edge_table(a: np.ndarray, b: np.ndarray) -> pa.Table:
@@ -146,43 +152,54 @@ def connected_components(
     edge_files: Sequence[str],
     edges: int,
     work: str,
-    runner: ShardRunner,
+    runner: TaskMap,
     *,
     union_find_max_edges: int,
     edges_per_task: int,
     labels_dir: str | None = None,
     label_cuts: str = "",
+    max_inputs: int = fanin.MAX_INPUTS,
+    merge_bytes: int = fanin.BUDGET_BYTES,
 ) -> tuple[list[str], dict[str, Any]]:
     """Label files ``(key = node, node, label)`` for every node with an edge (under
     ``labels_dir``, default ``<work>/cc/labels``), and counters (``cc_results``: the tasks' results).
-    With ``label_cuts`` (stored node cuts, :func:`dedup_shuffle.write_cuts`) the label files are
-    block files (``.blocks``) cut there, else key-sorted Parquet."""
+    With ``label_cuts`` (stored node cuts, :func:`.shuffle.write_cuts`) the label files are
+    block files (``.blocks``) cut there, else key-sorted Parquet. No task reads more than
+    ``max_inputs`` files: more edge or round files are merged first (:func:`fanin.bounded`)."""
     labels_dir = labels_dir or storage.join(work, "cc", "labels")
     suffix = ".blocks" if label_cuts else ".parquet"
+    stats: list[ShardResult] = []
+
+    def run(tasks: list[ShardTask]) -> list[ShardResult]:
+        stats.extend(runner.map(tasks))
+        return stats[len(stats) - len(tasks) :]
+
+    def merged(files: Sequence[str], folder: str, blocks: int) -> tuple[str, ...]:
+        return tuple(fanin.bounded(run, files, folder, max_inputs, fanin.MergeFilesParams(blocks=blocks, budget_bytes=merge_bytes)))
+
     if edges <= union_find_max_edges:
-        (result,) = runner.map([ShardTask(union_find, tuple(edge_files), storage.join(labels_dir, "labels" + suffix), label_cuts or None)])
-        return [result.output], {"cc_method": "union_find", "cc_rounds": 0, "cc_results": [result]}
+        inputs = merged(edge_files, storage.join(work, "cc", "edges"), shuffle.pow2_partitions(2 * edges, edges_per_task))
+        (result,) = run([ShardTask(union_find, inputs, storage.join(labels_dir, "labels" + suffix), label_cuts or None)])
+        return [result.output], {"cc_method": "union_find", "cc_rounds": 0, "cc_results": stats}
     # Not rounded to a power of two: each round's P tasks read a block of each of P files (P^2
     # block reads, ~0.1 ms each); the first round reads the edge files' covering blocks.
     partitions = shuffle.partitions_for(2 * edges, edges_per_task)
     current = list(edge_files)
     from_blocks = False  # the first round reads the sorted edge files, later ones the rounds' block files
-    stats: list[ShardResult] = []
 
     def step(inputs: Sequence[str], folder: str, mode: str, blocks: bool) -> list[ShardResult]:
+        # the round files are cut at the partitions' bounds: merged ones too (a task reads its block of each)
+        inputs = merged(inputs, storage.join(work, "cc", storage.basename(folder) + "-in"), partitions)
         name = shuffle.block_name if mode != "labels" or label_cuts else storage.shard_name
-        return runner.map([ShardTask(star_round, tuple(inputs), storage.join(folder, name(p, partitions)), RoundParams(p, partitions, mode, blocks, label_cuts)) for p in range(partitions)])
+        return run([ShardTask(star_round, inputs, storage.join(folder, name(p, partitions)), RoundParams(p, partitions, mode, blocks, label_cuts)) for p in range(partitions)])
 
     for rnd in range(MAX_ROUNDS):
         large = step(current, storage.join(work, "cc", f"round-{rnd:03d}-large"), "large", from_blocks)
-        stats += large
         if sum(int(r.stats["unconverged"]) for r in large) == 0:
             break
         small = step([r.output for r in large], storage.join(work, "cc", f"round-{rnd:03d}-small"), "small", True)
-        stats += small
         current, from_blocks = [r.output for r in small], True
     else:  # pragma: no cover - the rounds converge in O(log^2 n)
         raise RuntimeError(f"connected components did not converge in {MAX_ROUNDS} rounds")
     labels = step(current, labels_dir, "labels", from_blocks)
-    stats += labels
     return [r.output for r in labels], {"cc_method": "star_rounds", "cc_rounds": rnd + 1, "cc_results": stats}

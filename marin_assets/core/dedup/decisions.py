@@ -7,8 +7,8 @@ Both steps read every source and write *sparse* decisions, one Parquet file per 
 decisions do. :func:`removed_ids_digest` gives the content hash of a source's removed ids.
 
 Both run as shuffles of per-partition tasks mapped with :class:`~marin_assets.core.runtime.runner.ShardRunner`
-(in-process, local processes or Ray): ``dedup_exact`` partitions ids by range,
-``dedup_fuzzy`` partitions bucket records by (band, bucket), finds connected components over
+(in-process, local processes or Ray): :mod:`.exact` partitions ids by range,
+:mod:`.fuzzy` partitions bucket records by (band, bucket), finds connected components over
 edge shards, verifies clusters in parallel and reuses the verdicts of clusters an
 incremental change did not touch. This module holds what both share: the parameters, the
 verification rule and the per-source output files.
@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from marin_assets.core.dedup.minhash import ngram_spans, xxh3_64_spans
+from marin_assets.core.dedup.retained import RetainedIndex
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.errors import BadInput
 
@@ -166,13 +167,15 @@ class GreedyVerifier:
     removed members never represent.
     """
 
-    def __init__(self, params: FuzzyDedupParams = FuzzyDedupParams()) -> None:
+    def __init__(self, params: FuzzyDedupParams = FuzzyDedupParams(), memory_bytes: int = 1 << 30) -> None:
         self.threshold = params.containment_threshold
-        self.index: dict[int, list[int]] = {}
-        self.grams: dict[int, np.ndarray] = {}
-        self.lengths: dict[int, int] = {}
+        self.retained = RetainedIndex(memory_bytes)  # past memory_bytes, spilled to memory-mapped files
         self.comparisons = 0
         self.exempt_kept = 0
+
+    def close(self) -> None:
+        """Remove the spilled index, if any."""
+        self.retained.close()
 
     def offer(self, i: int, length: int, grams: np.ndarray, exempt: bool) -> Removal | None:
         """Decide member ``i``; returns its removal, or None when it is retained."""
@@ -181,19 +184,16 @@ class GreedyVerifier:
             if not exempt:
                 return Removal(i, best[0], best[1], best[2])
             self.exempt_kept += 1
-        self.grams[i], self.lengths[i] = grams, length
-        for h in grams.tolist():
-            self.index.setdefault(h, []).append(i)
+        self.retained.add(i, length, grams)
         return None
 
     def _best(self, i: int, length: int, grams: np.ndarray) -> tuple[int, float, float] | None:
         own = int(grams.size)
-        if own == 0 or not self.grams:
+        if own == 0 or not len(self.retained):
             return None
         must_share = max(1, math.floor(self.threshold * own) - 1)  # a safe lower bound on shared n-grams
         probe = own - must_share + 1
-        values = grams.tolist()
-        df = np.fromiter((len(self.index.get(h, ())) for h in values), np.int64, own)
+        df = self.retained.counts(grams)
         if probe < own:
             chosen = np.argpartition(df, probe - 1)[:probe]
         else:
@@ -201,12 +201,11 @@ class GreedyVerifier:
         chosen = chosen[df[chosen] > 0]
         if chosen.size == 0:
             return None
-        candidates = sorted({r for c in chosen.tolist() for r in self.index[values[c]]})
         best: tuple[int, float, float] | None = None
-        for r in candidates:
-            if self.lengths[r] < length:
+        for r in self.retained.holders(grams[chosen]).tolist():
+            if self.retained.lengths[r] < length:
                 continue
-            other = self.grams[r]
+            other = self.retained.grams.get(r)
             self.comparisons += 1
             shared = int(np.intersect1d(grams, other, assume_unique=True).size)
             containment = shared / own
@@ -229,6 +228,7 @@ def verify_cluster(
         removal = verifier.offer(i, int(lengths[i]), grams[i], bool(exempt[i]))
         if removal is not None:
             verdict.removals.append(removal)
+    verifier.close()
     verdict.comparisons, verdict.exempt_kept = verifier.comparisons, verifier.exempt_kept
     return verdict
 

@@ -115,28 +115,47 @@ def write_blocks(table: pa.Table, uri: str, bounds: Sequence[tuple[int, int]] | 
     if cuts is None:
         assert bounds is not None
         cuts = [lo for lo, _ in bounds] + [bounds[-1][1]]
-    cuts = _as_cuts(cuts)
-    keys = table.column("key").to_numpy()
-    order = np.argsort(keys, kind="stable")
-    table, keys = table.take(pa.array(order)), keys[order].astype(np.uint64)
-    if keys.size and (keys[0] < cuts[0] or keys[-1] >= cuts[-1]):
-        raise ValueError(f"{uri}: keys outside the blocks' range [{cuts[0]}, {cuts[-1]})")
-    at = np.searchsorted(keys, cuts).tolist()
-    blocks = len(cuts) - 1
-    offsets = np.zeros(blocks + 1, np.uint64)
     with storage.open_atomic(uri) as handle:
-        written = 0
-        for p in range(blocks):
-            if at[p + 1] > at[p]:
-                sink = pa.BufferOutputStream()
-                with pa.ipc.new_stream(sink, table.schema, options=_BLOCK_OPTIONS) as writer:
-                    writer.write_table(table.slice(at[p], at[p + 1] - at[p]))
-                block = sink.getvalue()
-                handle.write(block)
-                written += block.size
-            offsets[p + 1] = written
-        handle.write(np.append(offsets, np.uint64(blocks)).astype("<u8").tobytes())
+        writer = BlockWriter(handle, cuts, uri)
+        writer.add(table, writer.blocks)
+        writer.finish()
     return table.num_rows
+
+
+class BlockWriter:
+    """A :func:`write_blocks` file written in pieces, in key order: :meth:`add` writes the next
+    blocks up to a given one from rows whose keys lie in them, :meth:`finish` the rest (empty)
+    and the offsets. One piece at a time is held, so a merge of many files holds one span."""
+
+    def __init__(self, handle: Any, cuts: Sequence[int] | np.ndarray, uri: str = "") -> None:
+        self.handle, self.cuts, self.uri = handle, _as_cuts(cuts), uri
+        self.blocks = len(self.cuts) - 1
+        self.offsets = np.zeros(self.blocks + 1, np.uint64)
+        self.next = self.written = 0
+
+    def add(self, table: pa.Table, upto: int) -> None:
+        """Blocks ``next .. upto - 1`` from ``table`` (its keys must lie in them)."""
+        keys = table.column("key").to_numpy()
+        order = np.argsort(keys, kind="stable")
+        table, keys = table.take(pa.array(order)), keys[order].astype(np.uint64)
+        if keys.size and (keys[0] < self.cuts[self.next] or keys[-1] >= self.cuts[upto]):
+            raise ValueError(f"{self.uri}: keys outside the blocks' range [{self.cuts[self.next]}, {self.cuts[upto]})")
+        at = np.searchsorted(keys, self.cuts[self.next : upto + 1]).tolist()
+        for p in range(self.next, upto):
+            a, b = at[p - self.next], at[p - self.next + 1]
+            if b > a:
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_stream(sink, table.schema, options=_BLOCK_OPTIONS) as stream:
+                    stream.write_table(table.slice(a, b - a))
+                block = sink.getvalue()
+                self.handle.write(block)
+                self.written += block.size
+            self.offsets[p + 1] = self.written
+        self.next = upto
+
+    def finish(self) -> None:
+        self.offsets[self.next + 1 :] = self.written
+        self.handle.write(np.append(self.offsets, np.uint64(self.blocks)).astype("<u8").tobytes())
 
 
 def read_blocks(uris: Iterable[str], block: int, schema: pa.Schema) -> pa.Table:
@@ -150,25 +169,53 @@ def read_block_spans(uris: Iterable[str], spans: Sequence[tuple[int, int]], sche
     offsets and one of its bytes. ``blocks``: how many blocks every file must hold (a file cut
     otherwise, e.g. left by a run with other task sizes, is an error, not wrong rows)."""
     spans = [(int(a), int(b)) for a, b in spans if b > a]
-    pieces: list[pa.Table] = []
-    for uri in uris if spans else ():
+
+    def read(uri: str) -> list[pa.Table]:
         fs, path = storage.filesystem(uri)
         with fs.open(path, "rb") as handle:
             count = _block_count(handle)
             if blocks is not None and count != blocks:
                 raise ValueError(f"{uri} holds {count} blocks where its readers expect {blocks}: it was written at other cuts; remove the run's _work folder and rerun")
-            pieces.extend(_read_spans(handle, uri, count, spans))
+            return _read_spans(handle, uri, count, spans)
+
+    files = list(uris) if spans else []
+    pieces = [piece for part in concurrently(read, files, read_threads(files)) for piece in part]
     return pa.concat_tables(pieces) if pieces else schema.empty_table()
 
 
-def _read_spans(handle: Any, uri: str, count: int, spans: Sequence[tuple[int, int]]) -> list[pa.Table]:
-    """The non-empty blocks of ``spans`` of an open block file of ``count`` blocks."""
+READ_THREADS = 16  # files read at once by one task from an object store (requests wait on latency, not CPU)
+
+
+def read_threads(uris: Sequence[str]) -> int:
+    """Threads for reading ``uris``: READ_THREADS from a remote store, one from local disk (where
+    a read waits on nothing and threads only cost CPU)."""
+    remote = bool(uris) and "://" in uris[0] and not uris[0].startswith("file://")
+    return READ_THREADS if remote else 1
+
+
+def concurrently(fn: Any, items: Sequence[Any], threads: int = READ_THREADS) -> list[Any]:
+    """``[fn(x) for x in items]``, up to ``threads`` at a time, results in order: a task that
+    reads many files waits for one round trip per ``threads`` files, not per file."""
+    if len(items) <= 1 or threads <= 1:
+        return [fn(x) for x in items]
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+def _read_spans(handle: Any, uri: str, count: int, spans: Sequence[tuple[int, int]], known: np.ndarray | None = None) -> list[pa.Table]:
+    """The non-empty blocks of ``spans`` of an open block file of ``count`` blocks (``known``:
+    all its block offsets, read before: no read of them per span)."""
     pieces = []
     for b0, b1 in spans:
         if not 0 <= b0 < b1 <= count:
             raise ValueError(f"{uri} holds {count} blocks, not blocks {b0}..{b1 - 1}")
-        handle.seek(-8 * (count + 2) + 8 * b0, 2)
-        offsets = np.frombuffer(handle.read(8 * (b1 - b0 + 1)), "<u8").astype(np.int64)
+        if known is not None:
+            offsets = known[b0 : b1 + 1]
+        else:
+            handle.seek(-8 * (count + 2) + 8 * b0, 2)
+            offsets = np.frombuffer(handle.read(8 * (b1 - b0 + 1)), "<u8").astype(np.int64)
         if offsets[-1] == offsets[0]:
             continue
         handle.seek(int(offsets[0]))
@@ -177,6 +224,13 @@ def _read_spans(handle: Any, uri: str, count: int, spans: Sequence[tuple[int, in
         for k in np.flatnonzero(np.diff(rel) > 0).tolist():
             pieces.append(pa.ipc.open_stream(data.slice(int(rel[k]), int(rel[k + 1] - rel[k]))).read_all())
     return pieces
+
+
+def read_known_spans(uri: str, offsets: np.ndarray, spans: Sequence[tuple[int, int]]) -> list[pa.Table]:
+    """The non-empty blocks of ``spans`` of a block file whose block offsets (``count + 1``) are known."""
+    fs, path = storage.filesystem(uri)
+    with fs.open(path, "rb") as handle:
+        return _read_spans(handle, uri, offsets.size - 1, spans, offsets)
 
 
 def _read_counted(uri: str, schema: pa.Schema, spans_of: Any) -> pa.Table:
@@ -266,7 +320,7 @@ def _read_keyed(uri: str, spans: Sequence[tuple[int, int]], schema: pa.Schema | 
     """Rows of a :func:`write_keyed` file whose key lies in the sorted, disjoint ``spans``
     (its cuts follow from its block count)."""
     full = schema if schema is not None else pa.schema([("key", pa.int64())])
-    table = _keep_ranges(_read_counted(uri, full, lambda count: covering_spans(partition_cuts(count), spans)[0]), spans)
+    table = keep_ranges(_read_counted(uri, full, lambda count: covering_spans(partition_cuts(count), spans)[0]), spans)
     return table if columns is None else table.select(list(dict.fromkeys(["key", *columns])))
 
 
@@ -301,10 +355,10 @@ def read_ranges_blocks(uris: Iterable[str], cuts: np.ndarray, ranges: Sequence[t
     than its blocks (the same rows as :func:`read_ranges` of the same rows in sorted files)."""
     spans, exact = covering_spans(cuts, ranges)
     table = read_block_spans(uris, spans, schema, len(cuts) - 1)
-    return table if exact else _keep_ranges(table, ranges)
+    return table if exact else keep_ranges(table, ranges)
 
 
-def _keep_ranges(table: pa.Table, ranges: Sequence[tuple[int, int]]) -> pa.Table:
+def keep_ranges(table: pa.Table, ranges: Sequence[tuple[int, int]]) -> pa.Table:
     """The rows of ``table`` whose ``key`` lies in any of ``ranges``."""
     if table.num_rows == 0:
         return table
@@ -350,48 +404,45 @@ def read_ranges(uris: Iterable[str], ranges: Sequence[tuple[int, int]], columns:
     """Rows whose ``key`` lies in any of the disjoint ``[lo, hi)`` ``ranges``, from key-sorted
     files: each file is opened once and each overlapping row group read once (not once per range)."""
     spans = sorted((int(lo), int(hi)) for lo, hi in ranges if lo < hi)
-    pieces: list[pa.Table] = []
-    if not spans:
-        uris = ()
-    for uri in uris:
-        if uri.endswith(BLOCK_SUFFIX):  # equal-range blocks (write_keyed): the blocks covering the spans
-            table = _read_keyed(uri, spans, schema, columns)
-            if table.num_rows:
-                pieces.append(table)
-            continue
-        fs, path = storage.filesystem(uri)
-        with fs.open(path, "rb") as handle:
-            reader = pq.ParquetFile(handle)
-            meta = reader.metadata
-            key_col = reader.schema_arrow.get_field_index("key")
-            groups = []
-            for g in range(meta.num_row_groups):
-                stats = meta.row_group(g).column(key_col).statistics
-                if meta.row_group(g).num_rows == 0:
-                    continue
-                if stats is None or not stats.has_min_max or any(stats.max >= lo and stats.min < hi for lo, hi in spans):
-                    groups.append(g)
-            if not groups:
-                continue
-            cols = None if columns is None else list(dict.fromkeys(["key", *columns]))
-            table = reader.read_row_groups(groups, columns=cols, use_threads=False)
-        keys = table.column("key").to_numpy()
-        if len(spans) == 1:
-            lo, hi = spans[0]
-            mask = keys >= lo
-            if hi < KEY_SPACE:
-                mask &= keys < hi
-        else:
-            bounds = np.asarray(spans, np.uint64).ravel()  # sorted, disjoint: odd positions are inside a range (KEY_SPACE fits unsigned)
-            mask = (np.searchsorted(bounds, keys.astype(np.uint64), side="right") % 2) == 1
-        table = table.filter(pa.array(mask))
-        if table.num_rows:
-            pieces.append(table)
+    files = list(uris) if spans else []
+    pieces = [table for table in concurrently(lambda uri: _read_file_ranges(uri, spans, columns, schema), files, read_threads(files)) if table is not None and table.num_rows]
     if pieces:
         return pa.concat_tables(pieces, promote_options="default")
     if schema is not None:
         return schema.empty_table() if columns is None else pa.schema([schema.field(c) for c in dict.fromkeys(["key", *columns])]).empty_table()
     return pa.table({"key": pa.array([], pa.int64())})
+
+
+def _read_file_ranges(uri: str, spans: Sequence[tuple[int, int]], columns: Sequence[str] | None, schema: pa.Schema | None) -> pa.Table | None:
+    """One file's rows of :func:`read_ranges` (None: no row group overlaps)."""
+    if uri.endswith(BLOCK_SUFFIX):  # equal-range blocks (write_keyed): the blocks covering the spans
+        return _read_keyed(uri, spans, schema, columns)
+    fs, path = storage.filesystem(uri)
+    with fs.open(path, "rb") as handle:
+        reader = pq.ParquetFile(handle)
+        meta = reader.metadata
+        key_col = reader.schema_arrow.get_field_index("key")
+        groups = []
+        for g in range(meta.num_row_groups):
+            stats = meta.row_group(g).column(key_col).statistics
+            if meta.row_group(g).num_rows == 0:
+                continue
+            if stats is None or not stats.has_min_max or any(stats.max >= lo and stats.min < hi for lo, hi in spans):
+                groups.append(g)
+        if not groups:
+            return None
+        cols = None if columns is None else list(dict.fromkeys(["key", *columns]))
+        table = reader.read_row_groups(groups, columns=cols, use_threads=False)
+    keys = table.column("key").to_numpy()
+    if len(spans) == 1:
+        lo, hi = spans[0]
+        mask = keys >= lo
+        if hi < KEY_SPACE:
+            mask &= keys < hi
+    else:
+        bounds = np.asarray(spans, np.uint64).ravel()  # sorted, disjoint: odd positions are inside a range (KEY_SPACE fits unsigned)
+        mask = (np.searchsorted(bounds, keys.astype(np.uint64), side="right") % 2) == 1
+    return table.filter(pa.array(mask))
 
 
 def copy_file(source_uri: str, target_uri: str) -> None:

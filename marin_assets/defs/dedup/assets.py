@@ -9,7 +9,7 @@ from marin_assets.core.dedup.fuzzy import find_fuzzy_duplicates
 from marin_assets.core.runtime import stages, storage
 from marin_assets.core.specs import EXACT_DUPLICATES, FUZZY_DUPLICATES, MINHASH_BUCKETS, NORMALIZED
 from marin_assets.defs.metadata import markdown_table, materialized
-from marin_assets.defs.resources import MarinResource, source_or_fail
+from marin_assets.defs.resources import DedupResource, MarinResource, source_or_fail
 from marin_assets.defs.stage_assets import stage_asset
 
 MAX_REMOVAL_RATIO = 0.5
@@ -123,7 +123,7 @@ def exact_duplicates(context: dg.AssetExecutionContext, marin: MarinResource) ->
     check_specs=[dg.AssetCheckSpec("removal_ratio", asset=FUZZY_DUPLICATES.name, blocking=True)],
     description="Verified near-duplicates across all sources (word 3-gram containment >= 0.75 in a retained, at least as long copy).",
 )
-def fuzzy_duplicates(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
+def fuzzy_duplicates(context: dg.AssetExecutionContext, marin: MarinResource, fuzzy_dedup: DedupResource) -> dg.MaterializeResult:
     layout = marin.layout()
     catalog = marin.catalog()
     buckets, missing = stages.current_inputs(layout, MINHASH_BUCKETS, catalog.names)
@@ -131,7 +131,7 @@ def fuzzy_duplicates(context: dg.AssetExecutionContext, marin: MarinResource) ->
         raise dg.Failure("no source has minhash_buckets yet; materialize minhash_buckets for some partitions first")
     norm = {s: stages.current_input(layout, NORMALIZED, s) for s in buckets}
     exempt = sorted(s.name for s in catalog if s.fuzzy_exempt and s.name in buckets)
-    params = dedup.FuzzyDedupParams()
+    params = fuzzy_dedup.fuzzy_rule()
     group = FUZZY_DUPLICATES.group_uri(layout)
     previous = storage.read_current(group)  # its verdicts are reused where clusters did not change
     manifest = stages.run_global(
@@ -146,6 +146,7 @@ def fuzzy_duplicates(context: dg.AssetExecutionContext, marin: MarinResource) ->
             exempt,
             out,
             params,
+            scale=fuzzy_dedup.fuzzy_scale(),
             runner=marin.runner(),
             cache_uri=storage.join(group, "_cache"),
             fingerprints={s: i.fingerprint for s, i in buckets.items()},

@@ -1,0 +1,140 @@
+"""Bounded fan-in: no shuffle task reads more than a configured number of files.
+
+A step whose tasks each read a key range of every file the step before wrote reads, with M
+writers, M files per task (at production counts tens of thousands). Where M is above the
+bound, merge tasks combine the files in groups of at most the bound into one file each, cut
+like the files they merge, until at most the bound remain (one level per factor of the bound:
+~25,000 map files are one level at 1,024). A merge task holds one span of blocks of its group
+at a time (about ``budget_bytes``), reads the group's files concurrently, and writes its file
+through a local spool. Readers then read the merged files exactly as they read the originals.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from marin_assets.core.dedup import shuffle
+from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.runner import ShardResult, ShardTask
+
+MAX_INPUTS = 1024  # files one task reads, at most (the default of the fuzzy task sizes)
+BUDGET_BYTES = 1 << 30  # a merge task's rows held at once (one span of blocks of its group; fewer spans, fewer requests)
+
+
+@dataclasses.dataclass(frozen=True)
+class MergeFilesParams:
+    """How the merged file is cut: ``cuts`` (stored cuts every input shares), ``ranks`` (one
+    block per source rank, :func:`shuffle.write_sorted_by_rank`: this many ranks), else
+    ``blocks`` equal key ranges (inputs: keyed block files of any equal cut, or sorted Parquet)."""
+
+    blocks: int = 1
+    cuts: str = ""
+    ranks: int = 0
+    budget_bytes: int = BUDGET_BYTES
+
+
+def _output_cuts(params: MergeFilesParams) -> np.ndarray:
+    if params.cuts:
+        return shuffle.read_cuts(params.cuts)
+    if params.ranks:
+        return np.asarray([*range(params.ranks), shuffle.KEY_SPACE], np.uint64)
+    return shuffle.partition_cuts(params.blocks)
+
+
+def _input_cuts(params: MergeFilesParams, count: int) -> np.ndarray:
+    """An input file's cuts from its block count (stored cuts: the same as the output's)."""
+    if params.cuts:
+        return _output_cuts(params)
+    if params.ranks:
+        return np.asarray([*range(count), shuffle.KEY_SPACE], np.uint64)
+    return shuffle.partition_cuts(count)
+
+
+def _footer(uri: str) -> np.ndarray:
+    """A block file's block offsets (``count + 1`` of them); a sorted Parquet file: its size as one block."""
+    fs, path = storage.filesystem(uri)
+    if not uri.endswith(shuffle.BLOCK_SUFFIX):
+        return np.asarray([0, int(fs.size(path))], np.int64)
+    with fs.open(path, "rb") as handle:
+        handle.seek(-8, 2)
+        count = int(np.frombuffer(handle.read(8), "<u8")[0])
+        handle.seek(-8 * (count + 2), 2)
+        return np.frombuffer(handle.read(8 * (count + 1)), "<u8").astype(np.int64)
+
+
+def _spans(params: MergeFilesParams, cuts: np.ndarray, footers: Sequence[np.ndarray]) -> list[tuple[int, int]]:
+    """Consecutive output blocks ``[b0, b1)`` whose rows (estimated from the inputs' block
+    sizes, spread evenly over each input block's key range) stay within the budget."""
+    weight = np.zeros(cuts.size - 1)
+    for offsets in footers:
+        own = _input_cuts(params, offsets.size - 1).astype(np.float64)
+        # the bytes below each output cut, the bytes of each input block spread evenly over its key range
+        weight += np.diff(np.interp(cuts.astype(np.float64), own, (offsets - offsets[0]).astype(np.float64)))
+    spans, start, held = [], 0, 0.0
+    for b in range(weight.size):
+        if b > start and held + weight[b] > params.budget_bytes:
+            spans.append((start, b))
+            start, held = b, 0.0
+        held += weight[b]
+    spans.append((start, weight.size))
+    return spans
+
+
+def _rows(uri: str, params: MergeFilesParams, offsets: np.ndarray, lo: int, hi: int) -> pa.Table | None:
+    """One input file's rows with ``lo <= key < hi``."""
+    if not uri.endswith(shuffle.BLOCK_SUFFIX):
+        table = shuffle.read_range([uri], lo, hi)
+        return table if table.num_rows else None
+    spans, exact = shuffle.covering_spans(_input_cuts(params, offsets.size - 1), [(lo, hi)])
+    spans = [(b0, b1) for b0, b1 in spans if offsets[b1] > offsets[b0]]
+    pieces = shuffle.read_known_spans(uri, offsets, spans) if spans else []
+    if not pieces:
+        return None
+    table = pa.concat_tables(pieces)
+    return table if exact else shuffle.keep_ranges(table, [(lo, hi)])
+
+
+@shuffle.measured
+def merge_files(inputs: list[str], output: str, params: MergeFilesParams) -> dict[str, Any]:
+    """One file of the rows of ``inputs`` (in input order within a key), cut as ``params`` says."""
+    cuts = _output_cuts(params)
+    threads = shuffle.read_threads(inputs)
+    footers = shuffle.concurrently(_footer, inputs, threads)
+    rows = 0
+    spans = _spans(params, cuts, footers)
+    with tempfile.TemporaryDirectory(prefix="dedup-merge-") as tmp:
+        local = os.path.join(tmp, "merged" + shuffle.BLOCK_SUFFIX)
+        with open(local, "wb") as handle:
+            writer = shuffle.BlockWriter(handle, cuts, output)
+            for b0, b1 in spans:
+                lo, hi = int(cuts[b0]), int(cuts[b1])
+                parts = [t for t in shuffle.concurrently(lambda k: _rows(inputs[k], params, footers[k], lo, hi), range(len(inputs)), threads) if t is not None]
+                if parts:
+                    table = pa.concat_tables(parts, promote_options="default")
+                    writer.add(table, b1)
+                    rows += table.num_rows
+            writer.finish()
+        storage.put_file(local, output)
+    return {"rows": rows, "files": len(inputs), "spans": len(spans)}
+
+
+def bounded(run: Callable[[list[ShardTask]], list[ShardResult]], files: Sequence[str], folder: str, limit: int, params: MergeFilesParams) -> list[str]:
+    """``files`` merged (levels of :func:`merge_files` tasks under ``folder``) until at most
+    ``limit`` remain; ``files`` themselves when they are few enough."""
+    files = list(files)
+    limit = max(2, int(limit))
+    level = 0
+    while len(files) > limit:
+        groups = -(-len(files) // limit)
+        size = -(-len(files) // groups)
+        tasks = [ShardTask(merge_files, tuple(files[g * size : (g + 1) * size]), storage.join(folder, f"merged-{level}", shuffle.block_name(g, groups)), params) for g in range(groups)]
+        files = [r.output for r in run(tasks)]
+        level += 1
+    return files

@@ -1,0 +1,165 @@
+"""Step 6, gather: the requested rows' texts of a group of normalized shards, keyed by cluster."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from marin_assets.core.dedup import shuffle
+from marin_assets.core.dedup.decisions import (
+    VERIFY_BATCH_CHARS,
+    DedupError,
+)
+from marin_assets.core.dedup.fuzzy.layout import REQUEST_SCHEMA, TEXT_SCHEMA, merge_runs, rows_of, section_uri, shard_runs, streamed_uri
+from marin_assets.core.dedup.fuzzy.state import FuzzyRun, Mapped
+from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.runner import ShardResult, ShardTask
+
+
+@dataclasses.dataclass(frozen=True)
+class GatherParams:
+    source: str
+    first_node: int
+    rows: int
+    max_chars: int
+    batch_chars: int = VERIFY_BATCH_CHARS
+    runs: tuple[tuple[int, int], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class GatherGroupParams:
+    shards: tuple[GatherParams, ...]
+    request_cuts: str  # the plan files are block files cut at these stored node cuts
+    text_blocks: int  # verify partitions: one block of gathered texts each
+    hold_chars: int = 1 << 30  # texts of small clusters held before they are written (a further block file, :func:`section_uri`)
+
+
+@shuffle.measured
+def fuzzy_gather_group(inputs: list[str], output: str, params: GatherGroupParams) -> dict[str, Any]:
+    """The requested rows' text of a group of normalized shards (the inputs: normalized shard and
+    node table per shard, then the plan files, whose blocks of the group's node ranges are read
+    once for the whole group). The texts go to one block per verify partition, but those of big
+    clusters, which go to :func:`streamed_uri` shard by shard, sorted by cluster and place (all
+    that slice reads need). Memory holds one shard and about ``hold_chars`` of small clusters'
+    texts: past that, the texts held so far go to a further block file (:func:`section_uri`)."""
+    k = len(params.shards)
+    plan_files = inputs[2 * k :]
+    runs = [shard_runs(p.first_node, p.rows, p.runs) for p in params.shards]
+    merged = merge_runs([r for rs in runs for r in rs])
+    requests = shuffle.read_ranges_blocks(plan_files, shuffle.read_cuts(params.request_cuts), merged, REQUEST_SCHEMA)
+    keys = requests.column("key").to_numpy()
+    gathered = shards = streamed = held = 0
+    streamed_parts: set[int] = set()  # the verify partitions whose big clusters' texts this task streamed
+    small: list[pa.Table] = []
+    sections: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="dedup-gather-") as tmp:
+        local = os.path.join(tmp, "texts.parquet")
+        writer = None
+        try:
+            for j, shard in enumerate(params.shards):
+                bounds = np.asarray(runs[j], np.int64).ravel()
+                mine = requests.filter(pa.array((np.searchsorted(bounds, keys, side="right") % 2) == 1)) if keys.size else requests
+                out = _gather_shard(inputs[2 * j], inputs[2 * j + 1], mine, shard)
+                if out is None:
+                    continue
+                table, big = out[0].drop_columns(["big"]), out[0].column("big")
+                gathered += table.num_rows
+                shards += 1
+                small.append(table.filter(pc.invert(big)))
+                held += int(pc.sum(pc.binary_length(small[-1].column("text"))).as_py() or 0)
+                if held > params.hold_chars and j < k - 1:
+                    sections.append(section_uri(output, len(sections)))
+                    shuffle.write_blocks(pa.concat_tables(small), sections[-1], cuts=shuffle.partition_cuts(params.text_blocks))
+                    small, held = [], 0
+                if pc.any(big).as_py():
+                    writer = writer or pq.ParquetWriter(local, TEXT_SCHEMA, compression=storage.PARQUET_COMPRESSION)
+                    writer.write_table(table.filter(big), row_group_size=out[1])
+                    streamed += int(pc.sum(big.cast(pa.int64())).as_py())
+                    lkeys = table.filter(big).column("key").to_numpy().astype(np.uint64)
+                    streamed_parts.update((np.searchsorted(shuffle.partition_cuts(params.text_blocks), lkeys, side="right") - 1).tolist())
+        finally:
+            if writer is not None:
+                writer.close()
+        if writer is not None:
+            storage.put_file(local, streamed_uri(output))
+    texts = pa.concat_tables(small) if small else TEXT_SCHEMA.empty_table()
+    shuffle.write_blocks(texts, output, cuts=shuffle.partition_cuts(params.text_blocks))
+    return {"gathered": gathered, "shard_read": shards, "streamed": streamed, "streamed_parts": sorted(streamed_parts), "sections": sections}
+
+
+def _gather_shard(normalized_uri: str, nodes_file: str, requests: pa.Table, params: GatherParams) -> tuple[pa.Table, int] | None:
+    """Texts of one shard's requested rows, sorted by (cluster key, place), with their ``big``
+    flag, and a row group size of about ``batch_chars``; None when the shard has no requested
+    row (it is not read)."""
+    nodes_table = None
+    if requests.num_rows and params.runs:
+        nodes_table = storage.read_parquet(nodes_file, columns=["id", "node"])
+        requests = requests.filter(pa.array(np.isin(requests.column("key").to_numpy(), nodes_table.column("node").to_numpy())))
+    if requests.num_rows == 0:
+        return None
+    node = requests.column("key").to_numpy()
+    if nodes_table is not None:
+        take = pa.array(rows_of(nodes_table.column("node").to_numpy(), node))
+    else:
+        nodes_table = storage.read_parquet(nodes_file, columns=["id"])
+        take = pa.array(node - params.first_node)
+    table = storage.read_parquet(normalized_uri, columns=["id", "text"])
+    ids = table.column("id").take(take).combine_chunks().cast(pa.string())
+    expected = nodes_table.column("id").take(take).combine_chunks().cast(pa.string())
+    if not ids.equals(expected):
+        raise DedupError(f"source {params.source!r}: row order of its minhash buckets differs from {normalized_uri}; rematerialize minhash_buckets for {params.source!r}")
+    texts = pc.utf8_slice_codeunits(pc.fill_null(table.column("text").take(take).combine_chunks().cast(pa.large_string()), ""), 0, params.max_chars)
+    out = pa.table([requests.column("lkey"), requests.column("pos"), pa.array(node), texts, requests.column("big")], schema=TEXT_SCHEMA.append(pa.field("big", pa.bool_())))
+    out = out.take(pc.sort_indices(out, sort_keys=[("key", "ascending"), ("pos", "ascending")]))
+    mean_chars = max(1, int(pc.sum(pc.utf8_length(texts)).as_py() or 0) // max(1, out.num_rows))
+    return out, min(shuffle.ROW_GROUP_ROWS, max(16, params.batch_chars // mean_chars))
+
+
+# --------------------------------------------------------------------------- scheduling
+
+
+def _gather_groups(run: FuzzyRun, mapped: Mapped, plans: Sequence[ShardResult], incremental: bool) -> list[list[int]]:
+    """The shards that hold a requested row, in groups: incremental (few rows requested), one
+    task per ``shards_per_map`` of them; full, one per members group (it reads exactly its blocks)."""
+    wanted = [tuple(x) for r in plans for x in r.stats.get("requested_runs", [[0, shuffle.KEY_SPACE]])]
+
+    def requested(first: int, rows: int, runs: Sequence[tuple[int, int]]) -> bool:
+        return any(a < hi and lo < b for a, b in runs or ((first, first + rows),) for lo, hi in wanted)
+
+    chosen = [i for i, (_, _, _, first, rows, runs) in enumerate(mapped.shards) if requested(first, rows, runs)]
+    if incremental:
+        per = run.scale.shards_per_map
+        return [chosen[g : g + per] for g in range(0, len(chosen), per)]
+    keep = set(chosen)
+    return [idx for idx in ([i for i in group if i in keep] for group in mapped.groups) if idx]
+
+
+def run_gather(run: FuzzyRun, mapped: Mapped, plans: Sequence[ShardResult], incremental: bool, verify_parts: int, prefix: str) -> list[ShardResult]:
+    """Gather tasks over the shards with requested rows; each reads its shards and the plan files' blocks of their node ranges."""
+    scale = run.scale
+
+    def shard(i: int) -> GatherParams:
+        source, _, _, first, rows, runs = mapped.shards[i]
+        return GatherParams(source, first, rows, run.rule.max_chars_per_doc, scale.verify_batch_chars, runs)
+
+    # a gather task reads its shards' normalized files and node tables, and every plan file
+    plan_files = tuple(run.merged([r.output for r in plans], storage.join(run.work, "gather", prefix + "plans"), scale.max_inputs_per_task - 2 * scale.shards_per_map, cuts=mapped.node_cuts))
+    return run.run(
+        [
+            ShardTask(
+                fuzzy_gather_group,
+                (*(u for i in idx for u in mapped.shards[i][1:3]), *plan_files),
+                storage.join(run.work, "gather", f"{prefix}g{g:06d}.blocks"),
+                GatherGroupParams(tuple(shard(i) for i in idx), mapped.node_cuts, verify_parts, scale.member_chars_per_partition),
+            )
+            for g, idx in enumerate(_gather_groups(run, mapped, plans, incremental))
+        ]
+    )
