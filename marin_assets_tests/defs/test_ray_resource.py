@@ -21,11 +21,13 @@ def test_local_and_cluster_addresses_become_dagster_ray_resources(monkeypatch) -
     cluster = ray_cluster("ray://head.example:10001")
     assert isinstance(cluster, RayClusterAddress) and cluster.host == "head.example"
     assert runner_address(cluster) == "ray://head.example:10001"
-    runner = MarinResource(ray_address=LOCAL, ray_retries=5, ray_max_in_flight=7, task_cpus=2, task_memory_bytes=1 << 30).runner()
-    assert (runner.ray_address, runner.retries, runner.max_in_flight) == (LOCAL, 5, 7)
+    runner = MarinResource(ray_address=LOCAL, ray_retries=5, ray_max_in_flight=7, ray_target_in_flight=3, task_cpus=2,
+                           task_memory_bytes=1 << 30).runner()
+    assert (runner.ray_address, runner.retries, runner.max_in_flight, runner.target_in_flight) == (LOCAL, 5, 7, 3)
     assert runner.task_resources == TaskResources(cpus=2, memory_bytes=1 << 30)
     monkeypatch.setenv("MARIN_RAY_ADDRESS", "auto")
-    assert MarinResource().runner().ray_address == "auto"
+    monkeypatch.setenv("MARIN_RAY_TARGET_IN_FLIGHT", "2000")
+    assert (MarinResource().runner().ray_address, MarinResource().runner().target_in_flight) == ("auto", 2000)
 
 
 def test_a_step_with_a_lazy_ray_resource_starts_no_cluster(tmp_path) -> None:
