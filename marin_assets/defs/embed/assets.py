@@ -9,6 +9,7 @@ from marin_assets.core.specs import EMBEDDINGS, NORMALIZED, TOPIC_MODEL, TOPICS
 from marin_assets.defs.metadata import markdown_table, materialized
 from marin_assets.defs.resources import EncoderResource, MarinResource, source_or_fail
 from marin_assets.defs.stage_assets import stage_asset
+from marin_assets.defs.ray import step_log
 
 
 @stage_asset(
@@ -30,7 +31,7 @@ def embeddings(context: dg.AssetExecutionContext, marin: MarinResource, encoder:
         shard_fn=embed.embed_shard,
         params=params,
         runner=marin.runner(),
-        progress=context.log.info,
+        progress=step_log(context),
     )
     shards = manifest["per_shard"]
     rows = int(manifest["totals"].get("rows", 0))
@@ -122,7 +123,7 @@ def topics(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.Materi
         extra_fingerprint={TOPIC_MODEL.name: model.fingerprint},
         fingerprint_params={},
         runner=marin.runner(),
-        progress=context.log.info,
+        progress=step_log(context),
     )
     counts: dict[int, int] = {}
     for shard in manifest["per_shard"]:

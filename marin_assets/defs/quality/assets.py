@@ -16,6 +16,7 @@ from marin_assets.core.specs import (
 from marin_assets.defs.metadata import markdown_table, materialized
 from marin_assets.defs.resources import CurationResource, EncoderResource, MarinResource, source_or_fail
 from marin_assets.defs.stage_assets import stage_asset
+from marin_assets.defs.ray import step_log
 
 
 def _annotation_files(curation: CurationResource, marin: MarinResource, params: quality.QualityParams) -> tuple[list[str], str]:
@@ -101,7 +102,7 @@ def quality_scores(context: dg.AssetExecutionContext, marin: MarinResource) -> d
         fingerprint_params={},
         extra_fingerprint={QUALITY_MODEL.name: model.fingerprint},
         runner=marin.runner(),
-        progress=context.log.info,
+        progress=step_log(context),
     )
     totals = manifest["totals"]
     return materialized(manifest, rows=int(totals.get("rows", 0)), counters=totals)
