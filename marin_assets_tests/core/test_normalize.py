@@ -313,3 +313,23 @@ def test_flushes_are_cut_into_chunks_of_about_equal_count() -> None:
     assert chunks == [((0, 0, 3),), ((2, 0, 3),), ((2, 3, 2), (3, 0, 1))]
     assert normalize.plan_slots([10**9] * 3, 100, normalize.NormalizeParams(gather_fan_in=1024)) == 100
     assert normalize.plan_slots([10**12] * 3, 11_000, normalize.NormalizeParams()) == 105  # ~sqrt(shards) buckets
+
+
+def test_a_source_of_many_files_is_sized_by_tasks_not_by_the_step(tmp_path, monkeypatch) -> None:
+    files = [_write(tmp_path / f"in{i}.jsonl", "jsonl", [{"id": j, "text": TEXTS[j % 40] + f" copy {j}"} for j in range(i, 400, 20)])
+             for i in range(20)]  # fmt: skip
+    params = normalize.NormalizeParams(target_shard_bytes=8_000)
+    kinds: list[str] = []
+
+    class Recording(ShardRunner):
+        def map(self, tasks, on_done=None):
+            kinds.extend(t.fn.__name__ for t in tasks)
+            return super().map(tasks, on_done)
+
+    by_tasks = normalize.normalize_source("s", files, str(tmp_path / "a"), params, runner=Recording())
+    assert kinds.count("measure_files") == 1 and kinds.count("scatter_file") == 20
+    monkeypatch.setattr(normalize, "SIZES_IN_DRIVER", 100)
+    in_step = normalize.normalize_source("s", files, str(tmp_path / "b"), params)
+    assert by_tasks["shards"] == in_step["shards"] and len(in_step["shards"]) > 2
+    for name in in_step["shards"]:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()

@@ -623,6 +623,32 @@ def _write_shard(frames: list[pl.DataFrame], output_uri: str, exact_dedup: bool,
 # --------------------------------------------------------------------------- one source
 
 
+SIZES_IN_DRIVER = 16  # at most this many files are sized by the step itself; more by tasks
+FILES_PER_SIZING_TASK = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class SizingParams:
+    fmt: str | None
+
+
+def measure_files(input_uris: list[str], output_uri: str, params: SizingParams) -> dict[str, Any]:
+    """The uncompressed sizes of a batch of input files (their footers and headers), as a task."""
+    return {"sizes": [uncompressed_bytes(u, params.fmt) for u in input_uris]}
+
+
+def input_sizes(input_uris: Sequence[str], fmt: str | None, work_uri: str, runner: ShardRunner) -> list[int]:
+    """Each input's uncompressed bytes, which plan the shards. A few files are sized here; a source
+    of many files by tasks of ``FILES_PER_SIZING_TASK`` each, so the step reads no file per input
+    (a source of 10^4 files would cost the step 10^4 footer reads one after another)."""
+    if len(input_uris) <= SIZES_IN_DRIVER:
+        return [uncompressed_bytes(u, fmt) for u in input_uris]
+    step = FILES_PER_SIZING_TASK
+    tasks = [ShardTask(measure_files, tuple(input_uris[i:i + step]), storage.join(work_uri, f"files-{i:07d}"), SizingParams(fmt))
+             for i in range(0, len(input_uris), step)]  # fmt: skip
+    return [size for result in runner.map(tasks) for size in result.stats["sizes"]]
+
+
 def _gather_tasks(layout_root: str, flushes: list[int], out_dir: str, scatter: ScatterParams, runner: ShardRunner,
                   say: Callable[[str], None]) -> list[ShardTask]:  # fmt: skip
     """One task per shard, reading its record batch of every flush (few flushes) or of every chunk
@@ -670,9 +696,9 @@ def normalize_source(
         raise NormalizeError(f"source '{source}': no input files to normalize; check the catalog entry's file selection")
     runner = runner or ShardRunner()
     say = progress or log.info
-    sizes = [uncompressed_bytes(u, fmt) for u in input_uris]
-    shards = plan_shards(sizes, params.target_shard_bytes)
     scatter_root = storage.join(out_dir, SCATTER_DIR)
+    sizes = input_sizes(input_uris, fmt, storage.join(scatter_root, "sizes"), runner)
+    shards = plan_shards(sizes, params.target_shard_bytes)
     scatter_params = ScatterParams(params, shards, source, fmt, transform, plan_slots(sizes, shards, params))
     wrote = lambda r: say(f"{source}: wrote {storage.basename(r.output)} rows={r.stats['rows']}")  # noqa: E731
     if shards == 1:
