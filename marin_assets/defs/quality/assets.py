@@ -130,7 +130,7 @@ def quality_bands(context: dg.AssetExecutionContext, marin: MarinResource, curat
     inputs = {f"{s}/topics": topic_inputs[s] for s in sources} | {f"{s}/quality": score_inputs[s] for s in sources}
 
     def build(out: str) -> dict:
-        hist, counters = quality.score_histogram(pairs, params)
+        hist, counters = quality.score_histogram_by_tasks(pairs, storage.join(out, "_histograms"), params, marin.runner())
         edges = quality.band_edges(hist, params)
         quality.save_band_edges(edges, out)
         return {**counters, "band_summary": quality.band_summary(hist, edges)}
