@@ -43,6 +43,7 @@ from bench.harness import MIB, QUICK, pick  # noqa: E402
 from marin_assets.catalog.sources import load_catalog
 from marin_assets.core import specs
 from marin_assets.core.dedup import minhash
+from marin_assets.core.embed import quality, topics
 from marin_assets.core.ingest import normalize
 from marin_assets.core.runtime import stages, storage
 from marin_assets.core.runtime.runner import ShardResult, ShardRunner, ShardTask, _execute, finished_before, peak_rss_bytes, reset_peak_rss
@@ -219,6 +220,66 @@ def rehearse_per_shard(root: str, sources: list[SourceSize], instance: dg.Dagste
     return seen
 
 
+def _global_step(instance: dg.DagsterInstance, name: str, body: Any, seen: dict[str, Any]) -> None:
+    before = slow_store.SlowStore.total()
+    rows, cpu, peak = _step(instance, name, body)
+    seen.update(rows=rows, cpu=cpu, peak=peak, requests=slow_store.SlowStore.total() - before)
+
+
+def _shard_names(root: str, stage: str, src: SourceSize) -> list[str]:
+    for _ in range(1 + src.shards // 1000):  # listing the source's shards: a page per 1,000
+        slow_store.SlowStore.request("list")
+    return [storage.join(root, stage, src.name, storage.shard_name(i, src.shards)) for i in range(src.shards)]
+
+
+def rehearse_quality_bands(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
+    """The histogram of every shard's (topic, score) pairs, by tasks; the step adds up their parts."""
+    seen = {"tasks": 0, "spec": 0, "inputs": 0}
+    params = quality.BandParams()
+    real_load = quality.ScoreHistogram.load
+
+    def load(uri: str) -> quality.ScoreHistogram:
+        slow_store.SlowStore.request("get")
+        return quality.ScoreHistogram(params.n_topics, params.histogram_bins)
+
+    def body(context: Any) -> None:
+        pairs = [(t, q) for src in sources for t, q in zip(_shard_names(root, "topics", src), _shard_names(root, "quality", src))]
+        answer = lambda task: {"shards": len(task.inputs) // 2, "rows": DOCS_PER_SHARD * len(task.inputs) // 2, "invalid": 0}  # noqa: E731
+        quality.score_histogram_by_tasks(pairs, f"{root}/bands/_histograms", params, DryRunner(answer, seen, progress=step_progress()))
+
+    quality.ScoreHistogram.load = load
+    try:
+        _global_step(instance, specs.QUALITY_BANDS.name, body, seen)
+    finally:
+        quality.ScoreHistogram.load = real_load
+    return seen
+
+
+def rehearse_topic_sample(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
+    """topic_model's sample of 10^7 rows: quotas from the embedding tasks' row counts, rows drawn by tasks."""
+    seen = {"tasks": 0, "spec": 0, "inputs": 0}
+    import numpy as np  # noqa: PLC0415
+
+    def answer(task: ShardTask) -> dict[str, Any]:  # a part as a sample task writes it (1-dim vectors)
+        q = sum(p[2] for p in task.params.picks)
+        import io  # noqa: PLC0415
+
+        buf = io.BytesIO()
+        np.savez(buf, vectors=np.zeros((q, 1), np.float16), ids=np.zeros(q, "S32"), rows=np.zeros(q, np.int64))
+        path = Path(slow_store.SlowStore._strip_protocol(task.output))  # written by the task, not the step: not counted
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(buf.getvalue())
+        return {"rows": q}
+
+    def body(context: Any) -> None:
+        shards = [topics.SourceShards(src.name, tuple(_shard_names(root, "embeddings", src)), rows=(DOCS_PER_SHARD,) * src.shards)
+                  for src in sources]  # fmt: skip
+        topics.sample_embeddings(shards, topics.TopicParams(), DryRunner(answer, seen, progress=step_progress()), f"{root}/topic_model/_sample")
+
+    _global_step(instance, specs.TOPIC_MODEL.name, body, seen)
+    return seen
+
+
 def event_log_before_after(root: str, src: SourceSize, instance: dg.DagsterInstance) -> None:
     """One source's per-shard map in a Dagster step, with the wiring before this change (a log line
     per task, an observation every 10 tasks) and with the bounded one: event rows and step CPU per task."""
@@ -250,9 +311,11 @@ def verdict(value: float, limit: float) -> str:
 
 
 def print_drivers(stage: str, seen: dict[str, Any], sources: int) -> bool:
+    """A stage's row; a global stage's driver requests are per source of the pool it reads."""
+    per_source = seen["requests"] / sources if stage in ("quality_bands", "topic_model sample") else seen["requests"]
     figures = {
         "driver_peak_mib": seen["peak"] / MIB, "planning_cpu_min": seen["cpu"] / 60, "largest_spec_kib": seen["spec"] / 1024,
-        "event_rows": seen["rows"], "driver_requests_per_source": seen["requests"], "most_inputs": seen["inputs"],
+        "event_rows": seen["rows"], "driver_requests_per_source": per_source, "most_inputs": seen["inputs"],
     }  # fmt: skip
     cells = " ".join(f"{k}={verdict(v, GOALS[k])}" for k, v in figures.items())
     print(f"rehearse driver {stage}: sources={sources} tasks={seen['tasks']:,} {cells}", flush=True)
@@ -322,11 +385,12 @@ def main() -> int:
     ok = True
     with tempfile.TemporaryDirectory(prefix="rehearse-") as tmp, dg.DagsterInstance.ephemeral() as instance:
         root = f"{slow_store.PROTOCOL}://{tmp}"
-        drivers = {"normalize": rehearse_normalize(root, sources, instance), "per_shard_map": rehearse_per_shard(root, sources, instance)}
+        drivers = {"normalize": rehearse_normalize(root, sources, instance), "per_shard_map": rehearse_per_shard(root, sources, instance),
+                   "quality_bands": rehearse_quality_bands(root, sources, instance), "topic_model sample": rehearse_topic_sample(root, sources, instance)}
         for stage, seen in drivers.items():
             ok &= print_drivers(stage, seen, len(sources))
         event_log_before_after(root, SourceSize("probe", pick(2000, 500)), instance)
-        for stage in ("exact_duplicates", "fuzzy_duplicates", "topic_model", "quality_bands", "pool compaction", "sampling_groups", "mixture"):
+        for stage in ("exact_duplicates", "fuzzy_duplicates", "topic_model fit and labels", "pool compaction", "sampling_groups", "mixture"):
             print(f"rehearse driver {stage}: not measured", flush=True)
         scales = pick([1, 4, 16], [1, 4])
         runs = {s: normalize_at(Path(tmp), s) for s in scales}
