@@ -9,12 +9,14 @@ file, and let a killed run resume without redoing finished work:
 1. *scatter*: each input file is read in batches of bounded bytes, passed through the source's
    transform (if any), cleaned, hashed, and its rows are routed by ``id`` to one of N shards.
    Routed rows are buffered up to ``scatter_buffer_bytes`` and then written out as one Arrow
-   IPC file (uncompressed: it is read back once) with a run of record batches per shard, so a
-   1 GB file never sits in memory and the number of files does not grow with the number of
-   shards. The task's counters say where each shard's runs are.
-2. *gather*: each shard reads only its own record batches, sorts by ``id`` (stable, so the first copy
-   in input order wins), keeps the first row of every ``id`` and sets later copies aside under
-   ``dups/``.
+   IPC file (uncompressed: it is read back once) of exactly one record batch per *slot*, so a
+   1 GB file never sits in memory, the number of files does not grow with the number of shards,
+   and where a shard's rows are is arithmetic (nothing records runs). A slot is a shard, or, for
+   a source of more flushes than a task may read (``gather_fan_in``), a bucket of adjacent shards
+   that a middle level (*regroup*) splits into shards, chunk of flushes by chunk.
+2. *gather*: each shard reads only its own record batch of every flush (or of every regrouped
+   chunk of its bucket), sorts by ``id`` (stable, so the first copy in input order wins), keeps
+   the first row of every ``id`` and sets later copies aside under ``dups/``.
 
 N = ceil(uncompressed input bytes / target shard bytes), estimated before reading from file
 metadata (Parquet row groups, gzip and zstd headers), so a shard holds about the target in
@@ -67,7 +69,7 @@ class NormalizeParams:
     batch_rows: int = 50_000
     batch_bytes: int = 64 * 1024 * 1024
     scatter_buffer_bytes: int = 128 * 1024 * 1024
-    # Most files one task reads: a source with more flushes gets a middle level (see ``plan_scatter``).
+    # Most files one task reads: a source with more flushes gets a middle level (see ``plan_slots``).
     gather_fan_in: int = 1024
 
     def fingerprint_params(self) -> dict[str, Any]:
@@ -299,7 +301,7 @@ def plan_slots(input_sizes: Sequence[int], shards: int, params: NormalizeParams)
     """Record batches per flush file: one per shard when a shard's gather can read every flush of the
     source (at most ``gather_fan_in``), else ~sqrt(shards) buckets of adjacent shards, which a middle
     level (``regroup_chunk``) splits into shards chunk by chunk of flushes. Either way no task reads
-    more than the fan-in of files (up to fan-in^2 flushes: 128 PiB at the defaults), and the plan is
+    more than the fan-in of files (up to fan-in^2 flushes: 128 TiB per source at the defaults), and the plan is
     arithmetic: nobody records where each shard's rows are."""
     flushes = sum(max(1, -(-size // flush_bytes(params))) for size in input_sizes)
     return shards if flushes <= params.gather_fan_in else math.isqrt(shards - 1) + 1
@@ -395,10 +397,11 @@ def flush_name(sequence: int) -> str:
 
 def _one_batch(table: pa.Table) -> pa.RecordBatch:
     """A table's rows as exactly one record batch (an empty one when it has no rows)."""
-    batches = table.combine_chunks().to_batches()
-    if len(batches) == 1:
-        return batches[0]
-    return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in table.schema], schema=table.schema)
+    batches = table.combine_chunks().to_batches()  # one chunk per column: one batch, none when empty
+    if not batches:
+        return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in table.schema], schema=table.schema)
+    (batch,) = batches
+    return batch
 
 
 def _write_slots(frames: list[pl.DataFrame], slots: int, names: list[str], source: str, uri: str) -> None:
