@@ -318,7 +318,8 @@ def print_drivers(stage: str, seen: dict[str, Any], sources: int) -> bool:
         "event_rows": seen["rows"], "driver_requests_per_source": per_source, "most_inputs": seen["inputs"],
     }  # fmt: skip
     cells = " ".join(f"{k}={verdict(v, GOALS[k])}" for k, v in figures.items())
-    print(f"rehearse driver {stage}: sources={sources} tasks={seen['tasks']:,} {cells}", flush=True)
+    phases = " (" + ", ".join(f"{k} {v:,}" for k, v in seen.get("phases", {}).items()) + ")"
+    print(f"rehearse driver {stage}: sources={sources} tasks={seen['tasks']:,}{phases} {cells}", flush=True)
     return all(v <= GOALS[k] for k, v in figures.items())
 
 
