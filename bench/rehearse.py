@@ -23,6 +23,7 @@ request (requests per task x full-pool tasks) beside the CPU core-hours measured
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import math
 import os
@@ -35,18 +36,27 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import slow_store  # noqa: E402
-from bench.harness import MIB, QUICK, pick  # noqa: E402
+from bench import slow_store
+from bench.harness import MIB, QUICK, pick
 from marin_assets.catalog.sources import load_catalog
 from marin_assets.core import specs
 from marin_assets.core.dedup import minhash
 from marin_assets.core.embed import quality, topics
 from marin_assets.core.ingest import normalize
 from marin_assets.core.runtime import stages, storage
-from marin_assets.core.runtime.runner import ShardResult, ShardRunner, ShardTask, _execute, finished_before, peak_rss_bytes, reset_peak_rss
+from marin_assets.core.runtime.runner import (
+    ShardResult,
+    ShardRunner,
+    ShardTask,
+    _execute,
+    finished_before,
+    peak_rss_bytes,
+    reset_peak_rss,
+)
 from marin_assets.defs.ray import step_log, step_progress
 
 POOL_SHARDS = 372_529
@@ -144,7 +154,7 @@ def _step(instance: dg.DagsterInstance, name: str, body: Any) -> tuple[int, floa
     figures: dict[str, Any] = {}
 
     @dg.asset(name=name)
-    def step(context) -> None:  # noqa: ANN001 (Dagster checks the annotation, a string here)
+    def step(context) -> None:  # unannotated: Dagster checks the annotation, a string under __future__
         reset_peak_rss()
         cpu = time.process_time()
         body(context)
@@ -192,7 +202,7 @@ def rehearse_per_shard(root: str, sources: list[SourceSize], instance: dg.Dagste
     seen = {"tasks": 0, "spec": 0, "inputs": 0, "rows": 0, "cpu": 0.0, "peak": 0, "requests": 0}
     layout = storage.Layout(f"{root}/prefix")
     real_list = storage.list_shards
-    answer = lambda task: {"docs": DOCS_PER_SHARD, "buckets": DOCS_PER_SHARD * 20}  # noqa: E731
+    answer = lambda task: {"docs": DOCS_PER_SHARD, "buckets": DOCS_PER_SHARD * 20}
     for src in sources:
         names = [storage.join(root, "normalized", src.name, storage.shard_name(i, src.shards)) for i in range(src.shards)]
 
@@ -244,7 +254,7 @@ def rehearse_quality_bands(root: str, sources: list[SourceSize], instance: dg.Da
 
     def body(context: Any) -> None:
         pairs = [(t, q) for src in sources for t, q in zip(_shard_names(root, "topics", src), _shard_names(root, "quality", src))]
-        answer = lambda task: {"shards": len(task.inputs) // 2, "rows": DOCS_PER_SHARD * len(task.inputs) // 2, "invalid": 0}  # noqa: E731
+        answer = lambda task: {"shards": len(task.inputs) // 2, "rows": DOCS_PER_SHARD * len(task.inputs) // 2, "invalid": 0}
         quality.score_histogram_by_tasks(pairs, f"{root}/bands/_histograms", params, DryRunner(answer, seen, progress=step_progress()))
 
     quality.ScoreHistogram.load = load
@@ -258,12 +268,9 @@ def rehearse_quality_bands(root: str, sources: list[SourceSize], instance: dg.Da
 def rehearse_topic_sample(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
     """topic_model's sample of 10^7 rows: quotas from the embedding tasks' row counts, rows drawn by tasks."""
     seen = {"tasks": 0, "spec": 0, "inputs": 0}
-    import numpy as np  # noqa: PLC0415
 
     def answer(task: ShardTask) -> dict[str, Any]:  # a part as a sample task writes it (1-dim vectors)
         q = sum(p[2] for p in task.params.picks)
-        import io  # noqa: PLC0415
-
         buf = io.BytesIO()
         np.savez(buf, vectors=np.zeros((q, 1), np.float16), ids=np.zeros(q, "S32"), rows=np.zeros(q, np.int64))
         path = Path(slow_store.SlowStore._strip_protocol(task.output))  # written by the task, not the step: not counted
@@ -289,7 +296,7 @@ def event_log_before_after(root: str, src: SourceSize, instance: dg.DagsterInsta
     for label, bounded in (("before", False), ("after", True), ("before", False), ("after", True)):
         seen = {"tasks": 0, "spec": 0, "inputs": 0}
 
-        def body(context: Any, bounded: bool = bounded, seen: dict = seen) -> None:
+        def body(context: Any, bounded: bool = bounded, seen: dict = seen, label: str = label) -> None:
             progress = step_progress() if bounded else step_progress(every=10, seconds=math.inf, most=10**9)
             runner = DryRunner(lambda task: {"docs": DOCS_PER_SHARD}, seen, progress=progress)
             upstream = stages.StageInput(storage.join(root, "normalized", src.name), "0" * 16, specs.NORMALIZED.name)
