@@ -333,3 +333,29 @@ def test_a_source_of_many_files_is_sized_by_tasks_not_by_the_step(tmp_path, monk
     assert by_tasks["shards"] == in_step["shards"] and len(in_step["shards"]) > 2
     for name in in_step["shards"]:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_a_killed_run_with_a_middle_level_resumes_without_redoing_it(tmp_path, monkeypatch) -> None:
+    files = [_write(tmp_path / f"in{i}.jsonl", "jsonl", [{"id": j, "text": TEXTS[j % 40] + f" copy {j}"} for j in range(i, 600, 6)])
+             for i in range(6)]  # fmt: skip
+    params = normalize.NormalizeParams(target_shard_bytes=4_000, scatter_buffer_bytes=1_500, gather_fan_in=4)
+    expected = normalize.normalize_source("s", files, str(tmp_path / "whole"), params)
+    real_gather, real_regroup = normalize.gather_shard, normalize.regroup_chunk
+
+    def dying_gather(inputs, output, gp):
+        if gp.shard == 3:
+            raise _Killed("worker killed")
+        return real_gather(inputs, output, gp)
+
+    monkeypatch.setattr(normalize, "gather_shard", dying_gather)
+    out = str(tmp_path / "out")
+    with pytest.raises(_Killed):
+        normalize.normalize_source("s", files, out, params)
+    regrouped: list[str] = []
+    monkeypatch.setattr(normalize, "gather_shard", real_gather)
+    monkeypatch.setattr(normalize, "regroup_chunk", lambda i, o, p: regrouped.append(o) or real_regroup(i, o, p))
+    resumed = normalize.normalize_source("s", files, out, params)
+    assert regrouped == []  # every middle task had finished
+    assert resumed["resumed_tasks"] == len(files) + 3  # every scatter, and shards 0-2
+    for name in expected["shards"]:
+        assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "out" / name).read_bytes()
