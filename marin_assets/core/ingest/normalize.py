@@ -507,6 +507,9 @@ def _require_rows(source: str, files: int, counters: Mapping[str, int]) -> None:
         )
 
 
+FOOTER_READ_BYTES = 64 * 1024  # a footer: 24 bytes per record batch (at most ~1,024 slots) plus the schema
+
+
 def _read_batch(uri: str, index: int) -> pa.Table:
     """Record batch ``index`` of an Arrow IPC file as a table (only its bytes and the footer are read)."""
     path = storage.local_path(uri)
@@ -514,7 +517,12 @@ def _read_batch(uri: str, index: int) -> pa.Table:
         reader = pa.ipc.open_file(pa.memory_map(path))
         return pa.Table.from_batches([reader.get_batch(index)], reader.schema)
     fs, remote = storage.filesystem(uri)
-    with fs.open(remote, "rb") as handle:
+    with fs.open(remote, "rb", cache_type="bytes") as handle:
+        # One ranged read of the file's tail holds the footer and its length: the reader's two
+        # reads of them are served from it (else a request each on an object store).
+        handle.seek(max(0, handle.size - FOOTER_READ_BYTES))
+        handle.read(FOOTER_READ_BYTES)
+        handle.seek(0)
         reader = pa.ipc.open_file(handle)
         return pa.Table.from_batches([reader.get_batch(index)], reader.schema)
 
