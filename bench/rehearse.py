@@ -17,7 +17,8 @@ same factor so each scale has the production's ratios of flushes to shards. Per 
 of the largest task and their ratio 16x/1x, and the full-pool latency projected at 30 ms per
 request (requests per task x full-pool tasks) beside the CPU core-hours measured here.
 
-``BENCH_QUICK=1``: the 5 largest and 5 smallest sources, scales 1x and 4x.
+``BENCH_QUICK=1``: the 5 largest and 5 smallest sources (pool compaction: 2,000 shards of the
+largest), scales 1x and 4x.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from marin_assets.core import specs
 from marin_assets.core.dedup import minhash
 from marin_assets.core.embed import quality, topics
 from marin_assets.core.ingest import normalize
+from marin_assets.core.pool import curated as pool
 from marin_assets.core.runtime import stages, storage
 from marin_assets.core.runtime.runner import (
     ShardResult,
@@ -287,6 +289,46 @@ def rehearse_topic_sample(root: str, sources: list[SourceSize], instance: dg.Dag
     return seen
 
 
+def rehearse_compaction(root: str, src: SourceSize, instance: dg.DagsterInstance) -> dict[str, Any]:
+    """pool's compaction of one source (its ~200 group files per shard merged), as its step runs it:
+    the step reads every shard index (counted), plans the merged files, submits merges and deletes."""
+    import pyarrow as pa
+
+    seen = {"tasks": 0, "spec": 0, "inputs": 0}
+    groups = quality.all_groups()
+    docs, tokens = DOCS_PER_SHARD // len(groups), SHARD_BYTES // 4 // len(groups)
+    real_read = pool.read_pool_index
+
+    def read_index(uris: Any) -> pa.Table:  # what the shard indexes hold: a row per group and shard
+        import pyarrow.compute as pc
+
+        for _ in uris:
+            slow_store.SlowStore.request("get")
+        n = len(uris) * len(groups)
+        group = pa.array(groups).take(pa.array(np.tile(np.arange(len(groups)), len(uris))))
+        shard = pa.array([storage.basename(u) for u in uris]).take(pa.array(np.repeat(np.arange(len(uris)), len(groups))))
+        files = pc.binary_join_element_wise(group, pa.scalar(f"/{pool.source_slug(src.name)}-"), shard, "")  # pool.pool_file
+        return pa.table([group, files, pa.array([src.name] * n), pa.array(np.full(n, docs)), pa.array(np.full(n, tokens))],
+                        schema=pool.INDEX_SCHEMA)  # fmt: skip
+
+    def answer(task: ShardTask) -> dict[str, Any]:
+        if task.fn.__name__ == "merge_group_files":
+            return {"rows": [count * docs for _, count in task.params.merged], "inputs": len(task.inputs)}
+        return {"removed": len(task.inputs)}
+
+    def body(context: Any) -> None:
+        uris = _shard_names(root, "pool_index", src)
+        pool.compact_pool(uris, f"{root}/pool_index/{src.name}", f"{root}/pool", src.name, pool.CompactParams(),
+                          DryRunner(answer, seen, progress=step_progress()))  # fmt: skip
+
+    pool.read_pool_index = read_index
+    try:
+        _global_step(instance, specs.POOL.name, body, seen)
+    finally:
+        pool.read_pool_index = real_read
+    return seen
+
+
 def event_log_before_after(root: str, src: SourceSize, instance: dg.DagsterInstance) -> None:
     """One source's per-shard map in a Dagster step, with the wiring before this change (a log line
     per task, an observation every 10 tasks) and with the bounded one: event rows and step CPU per task."""
@@ -394,11 +436,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rehearse-") as tmp, dg.DagsterInstance.ephemeral() as instance:
         root = f"{slow_store.PROTOCOL}://{tmp}"
         drivers = {"normalize": rehearse_normalize(root, sources, instance), "per_shard_map": rehearse_per_shard(root, sources, instance),
-                   "quality_bands": rehearse_quality_bands(root, sources, instance), "topic_model sample": rehearse_topic_sample(root, sources, instance)}
+                   "quality_bands": rehearse_quality_bands(root, sources, instance), "topic_model sample": rehearse_topic_sample(root, sources, instance),
+                   "pool compaction (largest source)": rehearse_compaction(root, pick(sources[0], SourceSize(sources[0].name, 2000)), instance)}
         for stage, seen in drivers.items():
-            ok &= print_drivers(stage, seen, len(sources))
+            ok &= print_drivers(stage, seen, 1 if stage.startswith("pool compaction") else len(sources))
         event_log_before_after(root, SourceSize("probe", pick(2000, 500)), instance)
-        for stage in ("exact_duplicates", "fuzzy_duplicates", "topic_model fit and labels", "pool compaction", "sampling_groups", "mixture"):
+        for stage in ("exact_duplicates", "fuzzy_duplicates", "topic_model fit and labels", "sampling_groups", "mixture"):
             print(f"rehearse driver {stage}: not measured", flush=True)
         scales = pick([1, 4, 16], [1, 4])
         runs = {s: normalize_at(Path(tmp), s) for s in scales}
