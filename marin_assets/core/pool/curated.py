@@ -25,7 +25,7 @@ import dataclasses
 import functools
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -462,6 +462,24 @@ def _merge_rows(input_uris: Sequence[str], sink: Any, row_group_size: int) -> in
     return rows
 
 
+@dataclasses.dataclass(frozen=True)
+class FilesUnder(Sequence[str]):
+    """Files by their names under one folder: a task's input list without the folder repeated in
+    its spec (a merge of up to 1,024 group files stays well under 64 KiB)."""
+
+    root: str
+    names: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __iter__(self) -> Iterator[str]:
+        return (storage.join(self.root, name) for name in self.names)
+
+    def __getitem__(self, index: Any) -> Any:
+        return list(self)[index]
+
+
 def compact_pool(index_uris: Sequence[str], index_dir: str, pool_dir: str, source: str, params: CompactParams, runner: Any) -> dict[str, Any]:
     """Merge a source's per-shard group files into a bounded number per group and index them.
 
@@ -483,7 +501,7 @@ def compact_pool(index_uris: Sequence[str], index_dir: str, pool_dir: str, sourc
     tasks = [
         ShardTask(
             merge_group_files,
-            tuple(storage.join(pool_dir, f) for i in batch for f in plan[i][1]),
+            FilesUnder(pool_dir, tuple(f for i in batch for f in plan[i][1])),
             storage.join(index_dir, "_merges", f"{k:06d}.json"),
             MergeParams(tuple((storage.join(pool_dir, plan[i][4]), len(plan[i][1])) for i in batch), params.row_group_size),
         )
