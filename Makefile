@@ -11,7 +11,7 @@ export GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT = false
 export HF_HUB_DISABLE_TELEMETRY = 1
 PORT ?= 3000
 
-.PHONY: install demo dev test test-fast faults bench bench-scale check clean home
+.PHONY: install demo dev test test-fast faults bench bench-scale rehearse check clean home
 
 install: $(VENV)/.installed
 
@@ -73,3 +73,7 @@ bench-scale: install
 
 clean:
 	rm -rf $(DAGSTER_HOME) $(MARIN_PREFIX) $(MARIN_DEMO_HUB)
+
+## The full pool's shape on this machine: drivers at 372,529 shards on metadata, tasks on a request-counting store (BENCH_QUICK=1: 10 sources, 1x/4x).
+rehearse: install
+	$(BIN)/python bench/rehearse.py

@@ -40,6 +40,7 @@ NOT_RUN = {
     "make install": "installs into the virtualenv (the copy shares the project's)",
     "make check": "depends on make install (same as dg check defs, run as a system test)",
     "make bench": "the benchmarks",
+    "make rehearse": "a benchmark (minutes); its parts run in the normalize, runner and event-log tests",
     "make dev": "a long-running server (the browser test runs it)",
     "make dev PORT=3001": "a long-running server (the browser test runs it)",
     "export HF_TOKEN=hf_...": "real provider credentials",

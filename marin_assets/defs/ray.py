@@ -72,14 +72,20 @@ def runner_address(cluster: RayResource | None) -> str | None:
 
 
 PROGRESS_EVERY = 10  # finished shard tasks between two progress observations (and the last one)
+PROGRESS_SECONDS = 60.0  # ... or this long since the last one, whichever comes first
+MAX_PROGRESS_EVENTS = 40  # observations per map besides its last: a 10^5-task map logs a bounded number
+MAX_LOG_LINES = 40  # per-task log lines per step (the first ones, then one a minute); the rest are counted
 
 
-def step_progress(every: int = PROGRESS_EVERY) -> Callable[[int, int, ShardResult], None] | None:
+def step_progress(every: int = PROGRESS_EVERY, seconds: float = PROGRESS_SECONDS,
+                  most: int = MAX_PROGRESS_EVENTS) -> Callable[[int, int, ShardResult], None] | None:  # fmt: skip
     """Progress of the running step's shard tasks as ``AssetObservation`` events, so the UI shows
-    how far a long step is while it runs (the log gets a line per task already).
+    how far a long step is while it runs.
 
-    Every ``every`` finished tasks and at the last one: tasks finished and total, shards reused,
-    CPU seconds and the largest task peak so far. None outside a Dagster step.
+    Every ``every`` finished tasks (more apart in a long map: at most ``most`` observations per
+    map) or ``seconds`` after the last one, and always at the last task (the map's summary): tasks
+    finished and total, shards reused, CPU seconds and the largest task peak so far. The event log
+    (a database row per event) grows with the steps, not with the shards. None outside a Dagster step.
     """
     try:
         context = dg.AssetExecutionContext.get()
@@ -88,17 +94,23 @@ def step_progress(every: int = PROGRESS_EVERY) -> Callable[[int, int, ShardResul
     keys = sorted(context.selected_asset_keys, key=lambda k: k.to_user_string())
     partition = context.partition_key if context.has_partition_key else None
     every = max(1, int(every))
-    seen = {"reused": 0, "cpu": 0.0, "peak": 0, "maps": 0}
-    started = time.monotonic()
+    seen = {"reused": 0, "cpu": 0.0, "peak": 0, "maps": 0, "emitted": 0}
+    started = last = time.monotonic()
 
     def report(finished: int, total: int, result: ShardResult) -> None:
+        nonlocal last
         seen["reused"] += int(result.reused)
         seen["cpu"] += result.cpu_seconds
         seen["peak"] = max(seen["peak"], result.peak_rss_bytes)
         if finished == 1:
             seen["maps"] += 1  # normalize maps twice (read files, then write shards)
-        if finished % every and finished != total:
+            seen["emitted"] = 0
+        now = time.monotonic()
+        stride = max(every, -(-total // max(1, most)))
+        if finished != total and (seen["emitted"] >= most or (finished % stride and now - last < seconds)):
             return
+        seen["emitted"] += 1
+        last = now
         metadata = {
             "shard_tasks_finished": dg.MetadataValue.int(finished),
             "shard_tasks_total": dg.MetadataValue.int(total),
@@ -107,9 +119,37 @@ def step_progress(every: int = PROGRESS_EVERY) -> Callable[[int, int, ShardResul
             "shard_map": dg.MetadataValue.int(seen["maps"]),
             "task_cpu_seconds": dg.MetadataValue.float(round(seen["cpu"], 3)),
             "largest_task_peak_mib": dg.MetadataValue.float(round(seen["peak"] / (1 << 20), 1)),
-            "elapsed_seconds": dg.MetadataValue.float(round(time.monotonic() - started, 1)),
+            "elapsed_seconds": dg.MetadataValue.float(round(now - started, 1)),
         }
         for key in keys:
             context.log_event(dg.AssetObservation(asset_key=key, partition=partition, metadata=metadata))
 
     return report
+
+
+class StepLog:
+    """A step's per-task log lines, bounded: the first ``head`` lines, then at most one every
+    ``every_s`` seconds, at most ``most`` in all; a line logged after a gap says how many were
+    left out (the progress observations carry the counts). Called like ``context.log.info``."""
+
+    def __init__(self, log: Callable[[str], None], head: int = 10, every_s: float = 60.0, most: int = MAX_LOG_LINES) -> None:
+        self._log, self._head, self._every_s, self._most = log, head, every_s, most
+        self.logged = self.left_out = 0
+        self._last = -float("inf")
+
+    def __call__(self, message: str) -> None:
+        now = time.monotonic()
+        if self.logged >= self._most or (self.logged >= self._head and now - self._last < self._every_s):
+            self.left_out += 1
+            return
+        if self.left_out:
+            message = f"{message} ({self.left_out} lines like this one left out of the log since the last)"
+            self.left_out = 0
+        self._log(message)
+        self.logged += 1
+        self._last = now
+
+
+def step_log(context: dg.AssetExecutionContext) -> StepLog:
+    """The step's info log, bounded for per-task lines (see ``StepLog``)."""
+    return StepLog(context.log.info)

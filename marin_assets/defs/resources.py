@@ -36,7 +36,8 @@ class MarinResource(SettingsResource):
     hf_token: str | None = setting("HF_TOKEN", "unset", "Hugging Face token for gated sources; never logged or written anywhere")
     shard_processes: int | None = setting("MARIN_SHARD_PROCESSES", "`1`", "local processes per step for per-shard work")
     ray_address: str | None = setting("MARIN_RAY_ADDRESS", "unset", "run per-shard work as Ray tasks: `local` (a Ray on this machine), `auto` or `ray://head:10001` (a cluster); unset: in-process")
-    ray_max_in_flight: int | None = setting("MARIN_RAY_MAX_IN_FLIGHT", "twice the cluster's CPUs", "Ray tasks submitted and not yet finished, at most")
+    ray_target_in_flight: int | None = setting("MARIN_RAY_TARGET_IN_FLIGHT", "`256`", "Ray tasks a step keeps submitted however small the cluster is now, so an autoscaling cluster sees the demand (set it to twice the CPUs the cluster may grow to); twice the cluster's CPUs once that is more")
+    ray_max_in_flight: int | None = setting("MARIN_RAY_MAX_IN_FLIGHT", "no cap", "Ray tasks submitted and not yet finished, at most (caps the target and twice the cluster's CPUs)")
     ray_retries: int | None = setting("MARIN_RAY_RETRIES", "`2`", "times one failed Ray task (or lost worker) is run again")
     task_cpus: float | None = setting("MARIN_TASK_CPUS", "`1`", "CPUs a shard task reserves on Ray")
     task_memory_bytes: int | None = setting("MARIN_TASK_MEMORY_BYTES", "none", "memory a shard task reserves on Ray, in bytes")
@@ -81,6 +82,7 @@ class MarinResource(SettingsResource):
             processes=self.resolved("shard_processes") or 1,
             ray_address=runner_address(self.ray_cluster()),
             max_in_flight=self.resolved("ray_max_in_flight") or 0,
+            target_in_flight=self.resolved("ray_target_in_flight") or ShardRunner.target_in_flight,
             retries=2 if self.resolved("ray_retries") is None else self.resolved("ray_retries"),
             task_resources=TaskResources(cpus=self.resolved("task_cpus") or 1.0, memory_bytes=self.resolved("task_memory_bytes") or 0),
             progress=step_progress(self.resolved("progress_every") or PROGRESS_EVERY),

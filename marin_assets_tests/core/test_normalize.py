@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import gzip
 import json
 
@@ -262,19 +264,98 @@ def test_shards_follow_uncompressed_bytes_not_compressed_size(tmp_path) -> None:
 
 
 def test_scatter_writes_one_file_per_flush_not_one_per_shard(tmp_path) -> None:
-    """Files grow with the input, not with inputs x shards; each shard's runs hold exactly its rows."""
+    """Files grow with the input, not with inputs x shards; record batch k of a flush holds exactly shard k's rows."""
     rows = [{"id": j, "text": TEXTS[j % 40] + f" copy {j}"} for j in range(300)]
     src = _write(tmp_path / "in.jsonl", "jsonl", rows)
     params = normalize.ScatterParams(normalize.NormalizeParams(scatter_buffer_bytes=10**9), 40, "s", None)
     out = tmp_path / "scatter"
     counters = normalize.scatter_file([src], str(out), params)
-    assert sorted(p.name for p in out.glob("*.arrow")) == ["flush-00000.arrow"]
-    seen = 0
-    for shard, runs in counters["pieces"].items():
-        batches = tuple((first, count) for _, first, count in runs)
-        uris = [str(out / normalize.flush_name(flush)) for flush, _, _ in runs]
-        got = normalize.gather_shard(uris, str(tmp_path / "g" / f"{shard}.parquet"), normalize.GatherParams(int(shard), False, batches))
+    assert sorted(p.name for p in out.glob("*.arrow")) == ["flush-00000.arrow"] and counters["flushes"] == 1
+    seen = nonempty = 0
+    for shard in range(40):
+        got = normalize.gather_shard([str(out / "flush-00000.arrow")], str(tmp_path / "g" / f"{shard}.parquet"), normalize.GatherParams(shard, False))
         ids = pl.read_parquet(str(tmp_path / "g" / f"{shard}.parquet"))["id"]
-        assert (normalize.shard_of(ids, 40) == int(shard)).all()
-        seen += got["rows"]
-    assert len(counters["pieces"]) > 20 and seen == counters["rows_out"] == 300
+        assert (normalize.shard_of(ids, 40) == shard).all()
+        seen, nonempty = seen + got["rows"], nonempty + bool(got["rows"])
+    assert nonempty > 20 and seen == counters["rows_out"] == 300
+
+
+def test_a_source_with_more_flushes_than_the_fan_in_gets_a_middle_level_with_the_same_shards(tmp_path) -> None:
+    """Gathers (and the middle level) read at most the fan-in of files; the shards are byte-identical."""
+    files = [_write(tmp_path / f"in{i}.jsonl", "jsonl", [{"id": j, "text": TEXTS[j % 40] + f" copy {j}"} for j in range(i, 600, 6)])
+             for i in range(6)]  # fmt: skip
+    direct = normalize.NormalizeParams(target_shard_bytes=4_000, scatter_buffer_bytes=1_500)
+    fanned = dataclasses.replace(direct, gather_fan_in=4)
+    read: list[int] = []
+    real_read_slot = normalize._read_slot
+
+    def counting(uris, slot):
+        uris = list(uris)
+        read.append(len(uris))
+        return real_read_slot(uris, slot)
+
+    a = normalize.normalize_source("s", files, str(tmp_path / "a"), direct)
+    normalize._read_slot = counting
+    try:
+        b = normalize.normalize_source("s", files, str(tmp_path / "b"), fanned)
+    finally:
+        normalize._read_slot = real_read_slot
+    shards = len(a["shards"])
+    assert shards > 9 and a["shards"] == b["shards"] and a["counters"] == b["counters"]
+    assert len(read) >= shards + 4  # regroup tasks (4 buckets at least), then one gather per shard
+    assert max(read) <= 4  # the fan-in, not the ~30 flushes of the source
+    for name in a["shards"]:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_flushes_are_cut_into_chunks_of_about_equal_count() -> None:
+    chunks = normalize.chunk_flushes([3, 0, 5, 1], 3)
+    assert chunks == [((0, 0, 3),), ((2, 0, 3),), ((2, 3, 2), (3, 0, 1))]
+    assert normalize.plan_slots([10**9] * 3, 100, normalize.NormalizeParams(gather_fan_in=1024)) == 100
+    assert normalize.plan_slots([10**12] * 3, 11_000, normalize.NormalizeParams()) == 105  # ~sqrt(shards) buckets
+
+
+def test_a_source_of_many_files_is_sized_by_tasks_not_by_the_step(tmp_path, monkeypatch) -> None:
+    files = [_write(tmp_path / f"in{i}.jsonl", "jsonl", [{"id": j, "text": TEXTS[j % 40] + f" copy {j}"} for j in range(i, 400, 20)])
+             for i in range(20)]  # fmt: skip
+    params = normalize.NormalizeParams(target_shard_bytes=8_000)
+    kinds: list[str] = []
+
+    class Recording(ShardRunner):
+        def map(self, tasks, on_done=None):
+            kinds.extend(t.fn.__name__ for t in tasks)
+            return super().map(tasks, on_done)
+
+    by_tasks = normalize.normalize_source("s", files, str(tmp_path / "a"), params, runner=Recording())
+    assert kinds.count("measure_files") == 1 and kinds.count("scatter_file") == 20
+    monkeypatch.setattr(normalize, "SIZES_IN_DRIVER", 100)
+    in_step = normalize.normalize_source("s", files, str(tmp_path / "b"), params)
+    assert by_tasks["shards"] == in_step["shards"] and len(in_step["shards"]) > 2
+    for name in in_step["shards"]:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_a_killed_run_with_a_middle_level_resumes_without_redoing_it(tmp_path, monkeypatch) -> None:
+    files = [_write(tmp_path / f"in{i}.jsonl", "jsonl", [{"id": j, "text": TEXTS[j % 40] + f" copy {j}"} for j in range(i, 600, 6)])
+             for i in range(6)]  # fmt: skip
+    params = normalize.NormalizeParams(target_shard_bytes=4_000, scatter_buffer_bytes=1_500, gather_fan_in=4)
+    expected = normalize.normalize_source("s", files, str(tmp_path / "whole"), params)
+    real_gather, real_regroup = normalize.gather_shard, normalize.regroup_chunk
+
+    def dying_gather(inputs, output, gp):
+        if gp.shard == 3:
+            raise _Killed("worker killed")
+        return real_gather(inputs, output, gp)
+
+    monkeypatch.setattr(normalize, "gather_shard", dying_gather)
+    out = str(tmp_path / "out")
+    with pytest.raises(_Killed):
+        normalize.normalize_source("s", files, out, params)
+    regrouped: list[str] = []
+    monkeypatch.setattr(normalize, "gather_shard", real_gather)
+    monkeypatch.setattr(normalize, "regroup_chunk", lambda i, o, p: regrouped.append(o) or real_regroup(i, o, p))
+    resumed = normalize.normalize_source("s", files, out, params)
+    assert regrouped == []  # every middle task had finished
+    assert resumed["resumed_tasks"] == len(files) + 3  # every scatter, and shards 0-2
+    for name in expected["shards"]:
+        assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "out" / name).read_bytes()

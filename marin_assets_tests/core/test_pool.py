@@ -346,7 +346,15 @@ def test_group_files_are_merged_into_a_bounded_number_per_source(tmp_path) -> No
     merged_files = 0
     for source, uris in sorted(by_source.items()):
         out = storage.join(index_dir, pool.source_slug(source))
-        stats = pool.compact_pool(uris, out, b.pool_dir, source, pool.CompactParams(), ShardRunner())
+        kinds: list[str] = []
+
+        class Recording(ShardRunner):
+            def map(self, tasks, on_done=None):
+                kinds.extend(t.fn.__name__ for t in tasks)
+                return super().map(tasks, on_done)
+
+        stats = pool.compact_pool(uris, out, b.pool_dir, source, pool.CompactParams(), Recording())
+        assert kinds == ["merge_group_files", "remove_files"]  # the shard files go in a batched delete, as a task
         groups = set(pool.read_pool_index(uris).column("group").to_pylist())
         assert stats["group_files"] == len(groups)  # one per group: everything fits one file
         assert pool.pool_index_uris(out) == [storage.join(out, pool.GROUP_FILES)]

@@ -266,6 +266,37 @@ def test_band_edges_round_trip_and_histogram_alignment_check(tmp_path) -> None:
     assert np.array_equal(back.counts, hist.counts) and back.invalid == 1
 
 
+def test_the_histogram_built_by_tasks_adds_up_to_the_serial_one(tmp_path, monkeypatch) -> None:
+    from marin_assets.core.runtime.runner import ShardRunner
+
+    rng = np.random.default_rng(3)
+    pairs = []
+    for shard in range(5):
+        ids = [f"{shard:04d}{i:028x}" for i in range(50)]
+        t, q = str(tmp_path / f"t{shard}.parquet"), str(tmp_path / f"q{shard}.parquet")
+        storage.write_parquet(pa.table({"id": ids, "topic": pa.array(rng.integers(0, 4, 50), pa.int16())}), t)
+        scores = [None if i % 17 == 0 else float(v) for i, v in enumerate(rng.random(50))]
+        storage.write_parquet(pa.table({"id": ids, "score": pa.array(scores, pa.float32())}), q)
+        pairs.append((t, q))
+    params = quality.BandParams(n_topics=4)
+    serial, serial_stats = quality.score_histogram(pairs, params)
+    kinds: list[int] = []
+
+    class Counting(ShardRunner):
+        def map(self, tasks, on_done=None):
+            kinds.append(len(tasks))
+            return super().map(tasks, on_done)
+
+    monkeypatch.setattr(quality, "PAIRS_PER_HISTOGRAM_TASK", 2)
+    work = tmp_path / "work"
+    by_tasks, stats, topics_of = quality.score_histogram_by_tasks({"a": pairs[:3], "b": pairs[3:]}, str(work), params, Counting())
+    assert kinds == [3] and stats == serial_stats  # a: 2 tasks of 3 pairs, b: 1 of 2 and stats["invalid"] == 15
+    assert topics_of == {s: sorted(int(t) for t in quality.score_histogram(own, params)[0].documents().nonzero()[0])
+                         for s, own in (("a", pairs[:3]), ("b", pairs[3:]))}
+    assert np.array_equal(by_tasks.counts, serial.counts) and by_tasks.invalid == serial.invalid
+    assert not work.exists()  # the parts are removed once added up
+
+
 def test_group_names() -> None:
     groups = quality.all_groups()
     assert len(groups) == len(set(groups)) == 200

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 
 import numpy as np
@@ -163,6 +165,30 @@ def test_sample_follows_quotas_and_per_shard_seeds(tmp_path):
 
     train = topics.training_rows(sample, 30, seed=42)
     assert len(train) == 30 and set(sample.source[train].tolist()) == {0, 1, 2}
+
+
+def test_the_sample_drawn_by_tasks_with_counted_rows_is_the_same_and_reads_no_footer(tmp_path, monkeypatch):
+    from marin_assets.core.runtime.runner import ShardRunner
+
+    sizes = {"web": [700, 800, 600], "books": [1200], "small": [300, 250]}
+    sources = _random_sources(str(tmp_path / "a"), sizes)
+    params = topics.TopicParams(sample_size=900)
+    whole = topics.sample_embeddings(sources, params)
+    counted = [dataclasses.replace(s, rows=tuple(sizes[s.source])) for s in sources]
+    kinds: list[int] = []
+
+    class Counting(ShardRunner):
+        def map(self, tasks, on_done=None):
+            kinds.append(len(tasks))
+            return super().map(tasks, on_done)
+
+    monkeypatch.setattr(topics, "SHARDS_PER_SAMPLE_TASK", 2)
+    monkeypatch.setattr(storage, "parquet_num_rows", lambda uri: pytest.fail(f"read the footer of {uri}"))
+    work = tmp_path / "work"
+    by_tasks = topics.sample_embeddings(counted, params, Counting(), str(work))
+    assert kinds == [3] and not work.exists()
+    for field in ("vectors", "ids", "source", "shard", "row"):
+        assert np.array_equal(getattr(by_tasks, field), getattr(whole, field)), field
 
 
 def _lopsided(heavy_weight: float) -> tuple[np.ndarray, np.ndarray]:

@@ -613,6 +613,46 @@ def score_histogram(pairs: Iterable[tuple[str, str]], params: BandParams = BandP
     return hist, {"shards": shards, "rows": rows, "invalid": hist.invalid}
 
 
+PAIRS_PER_HISTOGRAM_TASK = 128  # a task's spec names its shards: 128 pairs is ~30 KiB
+
+
+def histogram_part(input_uris: list[str], output_uri: str, params: BandParams) -> dict[str, int]:
+    """A task: the histogram of a chunk of (topics shard, quality scores shard) pairs, given as
+    alternating inputs, stored as ``.npz`` at ``output_uri``."""
+    hist, counters = score_histogram(zip(input_uris[0::2], input_uris[1::2]), params)
+    hist.save(output_uri)
+    return counters
+
+
+def score_histogram_by_tasks(
+    pairs: Mapping[str, Sequence[tuple[str, str]]], work_uri: str, params: BandParams, runner: Any
+) -> tuple[ScoreHistogram, dict[str, int], dict[str, list[int]]]:
+    """:func:`score_histogram` over the whole pool (``source -> (topics, scores) shard pairs``) as
+    shard tasks of at most ``PAIRS_PER_HISTOGRAM_TASK`` pairs of one source; the step adds up one
+    partial histogram per task (the same counts: sums of integers) and notes, per source, the
+    topics it has documents in (a source's slice of the band edges)."""
+    from marin_assets.core.runtime.runner import ShardTask  # noqa: PLC0415
+
+    step = PAIRS_PER_HISTOGRAM_TASK
+    tasks, source_of = [], {}
+    for source, own in pairs.items():
+        for i in range(0, len(own), step):
+            output = storage.join(work_uri, f"part-{len(tasks):06d}.npz")
+            tasks.append(ShardTask(histogram_part, tuple(u for pair in own[i:i + step] for u in pair), output, params))
+            source_of[output] = source
+    hist = ScoreHistogram(params.n_topics, params.histogram_bins)
+    counters = {"shards": 0, "rows": 0, "invalid": 0}
+    topics: dict[str, set[int]] = {source: set() for source in pairs}
+    for result in runner.map(tasks):
+        part = ScoreHistogram.load(result.output)
+        hist.merge(part)
+        topics[source_of[result.output]].update(int(t) for t in part.documents().nonzero()[0])
+        for key in counters:
+            counters[key] += int(result.stats[key])
+    storage.remove(work_uri, recursive=True)  # added up: the parts are not needed again
+    return hist, counters, {source: sorted(found) for source, found in topics.items()}
+
+
 @dataclasses.dataclass(frozen=True)
 class BandEdges:
     """Per topic, the ``n_bands - 1`` ascending edges; band = number of edges <= score."""

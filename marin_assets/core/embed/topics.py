@@ -46,6 +46,7 @@ import dataclasses
 import functools
 import hashlib
 import io
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -99,6 +100,7 @@ class SourceShards:
     source: str
     embeddings: tuple[str, ...]
     texts: tuple[str, ...] = ()
+    rows: tuple[int, ...] = ()  # rows per embeddings shard, as the embedding tasks counted them (empty: read the footers)
 
 
 # --------------------------------------------------------------------------- 1. sample
@@ -202,8 +204,33 @@ class EmbeddingSample:
             yield np.ascontiguousarray(self.vectors[rows[start : start + batch_rows]], dtype=np.float32)
 
 
-def sample_embeddings(sources: Sequence[SourceShards], params: TopicParams) -> EmbeddingSample:
-    """Draw the training sample from all sources (step 1)."""
+SHARDS_PER_SAMPLE_TASK = 128  # a sample task's spec names its shards: ~15 KiB
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleParams:
+    seed: int
+    picks: tuple[tuple[str, int, int], ...]  # per input shard: its source, its rows, rows to draw
+
+
+def sample_shards(input_uris: list[str], output_uri: str, params: SampleParams) -> dict[str, Any]:
+    """A task: the sampled rows of a chunk of embedding shards (each read only in the row groups
+    that hold them), stored as ``.npz`` (float16 vectors, ids, row numbers) at ``output_uri``."""
+    vectors, ids, rows_drawn = [], [], []
+    for uri, (source, n, q) in zip(input_uris, params.picks, strict=True):
+        rng = np.random.default_rng(shard_seed(params.seed, source, uri))
+        rows = np.sort(rng.choice(n, size=q, replace=False))
+        table = read_rows(uri, rows, ["id", "embedding"])
+        vectors.append(vectors_from_table(table).astype(np.float16))
+        ids.append(np.asarray(table.column("id").to_pylist(), dtype="S32"))
+        rows_drawn.append(rows.astype(np.int64))
+    buf = io.BytesIO()
+    np.savez(buf, vectors=np.concatenate(vectors), ids=np.concatenate(ids), rows=np.concatenate(rows_drawn))
+    storage.write_bytes(output_uri, buf.getvalue())
+    return {"rows": int(sum(len(r) for r in rows_drawn))}
+
+
+def _shards_and_rows(sources: Sequence[SourceShards]) -> tuple[list[tuple[int, str, str | None]], list[int]]:
     shard_list: list[tuple[int, str, str | None]] = []
     shard_rows: list[int] = []
     for si, src in enumerate(sources):
@@ -213,7 +240,7 @@ def sample_embeddings(sources: Sequence[SourceShards], params: TopicParams) -> E
                 "shards; they must be co-partitioned (rebuild the embeddings for this source)"
             )
         text_by_name = {storage.basename(u): u for u in src.texts}
-        for uri in src.embeddings:
+        for k, uri in enumerate(src.embeddings):
             text_uri = text_by_name.get(storage.basename(uri)) if src.texts else None
             if src.texts and text_uri is None:
                 raise ValueError(
@@ -221,37 +248,50 @@ def sample_embeddings(sources: Sequence[SourceShards], params: TopicParams) -> E
                     "rebuild the embeddings for this source"
                 )
             shard_list.append((si, uri, text_uri))
-            shard_rows.append(storage.parquet_num_rows(uri))
+            shard_rows.append(src.rows[k] if len(src.rows) == len(src.embeddings) else storage.parquet_num_rows(uri))
+    return shard_list, shard_rows
+
+
+def sample_embeddings(sources: Sequence[SourceShards], params: TopicParams, runner: Any = None, work_uri: str = "") -> EmbeddingSample:
+    """Draw the training sample from all sources (step 1): row counts from the embedding tasks'
+    counters, the rows drawn by tasks of ``SHARDS_PER_SAMPLE_TASK`` shards (``runner``; in this
+    process when None), put together in shard order."""
+    from marin_assets.core.runtime.runner import ShardRunner, ShardTask  # noqa: PLC0415
+
+    shard_list, shard_rows = _shards_and_rows(sources)
     per_source = {src.source: 0 for src in sources}
     for (si, _, _), n in zip(shard_list, shard_rows):
         per_source[sources[si].source] += n
     quotas = source_quotas(per_source, params.sample_size, params.small_source_rows)
-
-    vectors, ids, src_idx, shard_idx, row_idx = [], [], [], [], []
+    picks: list[tuple[int, int]] = []  # (shard index, rows to draw) in source order, then shard order
     for si, src in enumerate(sources):
         members = [k for k, (s, _, _) in enumerate(shard_list) if s == si]
         counts = [shard_rows[k] for k in members]
-        for k, q in zip(members, largest_remainder(quotas[src.source], counts, counts)):
-            if q == 0:
-                continue
-            uri = shard_list[k][1]
-            rng = np.random.default_rng(shard_seed(params.seed, src.source, uri))
-            rows = np.sort(rng.choice(shard_rows[k], size=q, replace=False))
-            table = read_rows(uri, rows, ["id", "embedding"])
-            vectors.append(vectors_from_table(table).astype(np.float16))
-            ids.append(np.asarray(table.column("id").to_pylist(), dtype="S32"))
-            src_idx.append(np.full(q, si, dtype=np.int32))
-            shard_idx.append(np.full(q, k, dtype=np.int32))
-            row_idx.append(rows.astype(np.int64))
-    if not vectors:
+        picks += [(k, q) for k, q in zip(members, largest_remainder(quotas[src.source], counts, counts)) if q]
+    if not picks:
         names = ", ".join(s.source for s in sources) or "none"
         raise ValueError(f"no embedded documents to train topics on (sources: {names}); materialize embeddings first")
+    step, work = SHARDS_PER_SAMPLE_TASK, work_uri or tempfile.mkdtemp(prefix="topic-sample-")
+    chunks = [picks[i:i + step] for i in range(0, len(picks), step)]
+    tasks = [
+        ShardTask(sample_shards, tuple(shard_list[k][1] for k, _ in chunk), storage.join(work, f"part-{c:06d}.npz"),
+                  SampleParams(params.seed, tuple((sources[shard_list[k][0]].source, shard_rows[k], q) for k, q in chunk)))
+        for c, chunk in enumerate(chunks)
+    ]  # fmt: skip
+    vectors, ids, rows = [], [], []
+    for result in (runner or ShardRunner()).map(tasks):
+        part = np.load(io.BytesIO(storage.read_bytes(result.output)), allow_pickle=False)
+        vectors.append(part["vectors"])
+        ids.append(part["ids"])
+        rows.append(part["rows"])
+    storage.remove(work, recursive=True)  # put together: the parts are not needed again
+    shard_idx = np.concatenate([np.full(q, k, dtype=np.int32) for k, q in picks])
     return EmbeddingSample(
         vectors=np.concatenate(vectors),
         ids=np.concatenate(ids),
-        source=np.concatenate(src_idx),
-        shard=np.concatenate(shard_idx),
-        row=np.concatenate(row_idx),
+        source=np.concatenate([np.full(q, shard_list[k][0], dtype=np.int32) for k, q in picks]),
+        shard=shard_idx,
+        row=np.concatenate(rows),
         sources=list(sources),
         shards=shard_list,
     )
@@ -795,13 +835,14 @@ def fit_topic_model(sample: EmbeddingSample, params: TopicParams) -> tuple[Topic
     return model, stats
 
 
-def train_topic_model(sources: Sequence[SourceShards], output_uri: str, params: TopicParams) -> dict[str, Any]:
-    """Sample, fit and save the topic model under ``output_uri``; returns training stats.
+def train_topic_model(sources: Sequence[SourceShards], output_uri: str, params: TopicParams, runner: Any = None) -> dict[str, Any]:
+    """Sample (by shard tasks on ``runner``), fit and save the topic model under ``output_uri``;
+    returns training stats.
 
     The caller writes the output's manifest once this returns (files here are written first).
     """
     started = time.perf_counter()
-    sample = sample_embeddings(sources, params)
+    sample = sample_embeddings(sources, params, runner, storage.join(output_uri, "_sample"))
     per_source = {s.source: int((sample.source == i).sum()) for i, s in enumerate(sources)}
     stats = {"sample_seconds": round(time.perf_counter() - started, 3), "sample_rows_per_source": per_source}
     model, fit_stats = fit_topic_model(sample, params)

@@ -9,12 +9,14 @@ file, and let a killed run resume without redoing finished work:
 1. *scatter*: each input file is read in batches of bounded bytes, passed through the source's
    transform (if any), cleaned, hashed, and its rows are routed by ``id`` to one of N shards.
    Routed rows are buffered up to ``scatter_buffer_bytes`` and then written out as one Arrow
-   IPC file (uncompressed: it is read back once) with a run of record batches per shard, so a
-   1 GB file never sits in memory and the number of files does not grow with the number of
-   shards. The task's counters say where each shard's runs are.
-2. *gather*: each shard reads only its own record batches, sorts by ``id`` (stable, so the first copy
-   in input order wins), keeps the first row of every ``id`` and sets later copies aside under
-   ``dups/``.
+   IPC file (uncompressed: it is read back once) of exactly one record batch per *slot*, so a
+   1 GB file never sits in memory, the number of files does not grow with the number of shards,
+   and where a shard's rows are is arithmetic (nothing records runs). A slot is a shard, or, for
+   a source of more flushes than a task may read (``gather_fan_in``), a bucket of adjacent shards
+   that a middle level (*regroup*) splits into shards, chunk of flushes by chunk.
+2. *gather*: each shard reads only its own record batch of every flush (or of every regrouped
+   chunk of its bucket), sorts by ``id`` (stable, so the first copy in input order wins), keeps
+   the first row of every ``id`` and sets later copies aside under ``dups/``.
 
 N = ceil(uncompressed input bytes / target shard bytes), estimated before reading from file
 metadata (Parquet row groups, gzip and zstd headers), so a shard holds about the target in
@@ -26,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import logging
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -44,7 +47,7 @@ log = logging.getLogger(__name__)
 
 CODE_VERSION = "2"  # 2: shards planned from uncompressed bytes, pieces streamed
 SCATTER_DIR = "_scatter"
-SCATTER_LAYOUT = "batches"  # scatter files with one record-batch run per shard (older layouts are not reused)
+SCATTER_LAYOUT = "slots-{}"  # scatter files with one record batch per slot, by slot count (older layouts are not reused)
 DUPS_DIR = "dups"
 SUPPORTED_FORMATS = formats.SUPPORTED_FORMATS
 
@@ -66,10 +69,12 @@ class NormalizeParams:
     batch_rows: int = 50_000
     batch_bytes: int = 64 * 1024 * 1024
     scatter_buffer_bytes: int = 128 * 1024 * 1024
+    # Most files one task reads: a source with more flushes gets a middle level (see ``plan_slots``).
+    gather_fan_in: int = 1024
 
     def fingerprint_params(self) -> dict[str, Any]:
-        """Parameters that change the output (batch and buffer sizes only change memory)."""
-        memory_only = ("batch_rows", "batch_bytes", "scatter_buffer_bytes")
+        """Parameters that change the output (batch and buffer sizes and the fan-in only change memory and tasks)."""
+        memory_only = ("batch_rows", "batch_bytes", "scatter_buffer_bytes", "gather_fan_in")
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in memory_only}
 
 
@@ -319,13 +324,59 @@ def plan_shards(input_sizes: Sequence[int], target_shard_bytes: int) -> int:
     return max(1, -(-sum(input_sizes) // target_shard_bytes))
 
 
+def flush_bytes(params: NormalizeParams) -> int:
+    """Rows a scatter task buffers before it writes them out (one flush file)."""
+    return min(params.scatter_buffer_bytes, params.target_shard_bytes)
+
+
+def plan_slots(input_sizes: Sequence[int], shards: int, params: NormalizeParams) -> int:
+    """Record batches per flush file: one per shard when a shard's gather can read every flush of the
+    source (at most ``gather_fan_in``), else ~sqrt(shards) buckets of adjacent shards, which a middle
+    level (``regroup_chunk``) splits into shards chunk by chunk of flushes. Either way no task reads
+    more than the fan-in of files (up to fan-in^2 flushes: 128 TiB per source at the defaults), and the plan is
+    arithmetic: nobody records where each shard's rows are."""
+    flushes = sum(max(1, -(-size // flush_bytes(params))) for size in input_sizes)
+    return shards if flushes <= params.gather_fan_in else math.isqrt(shards - 1) + 1
+
+
+def chunk_flushes(flushes: Sequence[int], chunks: int) -> list[tuple[tuple[int, int, int], ...]]:
+    """The flushes of the scatter tasks (task i wrote ``flushes[i]``) cut into ``chunks`` consecutive
+    runs of about equal count, each as ``(task, first flush, flushes)`` spans."""
+    total = sum(flushes)
+    size = -(-total // max(1, chunks))
+    out: list[tuple[tuple[int, int, int], ...]] = []
+    current: list[tuple[int, int, int]] = []
+    room = size
+    for task, count in enumerate(flushes):
+        first = 0
+        while count - first > 0:
+            take = min(room, count - first)
+            current.append((task, first, take))
+            first, room = first + take, room - take
+            if room == 0:
+                out.append(tuple(current))
+                current, room = [], size
+    if current:
+        out.append(tuple(current))
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class ScatterParams:
+    """``slots`` record batches per flush file (0: one per shard); slot k holds shards
+    ``k * per_slot ..``: every flush has the same batches, so a reader finds a shard's rows by
+    arithmetic and nobody records runs."""
+
     normalize: NormalizeParams
     shards: int
     source: str
     fmt: str | None
     transform: BatchTransform | None = None
+    slots: int = 0
+
+    @property
+    def per_slot(self) -> int:
+        return -(-self.shards // self.slots) if self.slots else 1
 
 
 def _file_rows(uri: str, params: ScatterParams, counters: dict[str, int]) -> Iterator[pl.DataFrame]:
@@ -357,18 +408,18 @@ def _file_rows(uri: str, params: ScatterParams, counters: dict[str, int]) -> Ite
         counters[f"bad_rows.{reason}"] = counters.get(f"bad_rows.{reason}", 0) + n
 
 
-def _shard_order_columns(frames: list[pl.DataFrame]) -> list[str]:
-    """The columns (no ``_shard``) in first-appearance order over the rows taken shard by shard,
+def _slot_order_columns(frames: list[pl.DataFrame]) -> list[str]:
+    """The columns (no ``_slot``) in first-appearance order over the rows taken slot by slot,
     batch by batch: the order a flush has always written when batches differ in their columns."""
-    columns = [c for c in frames[0].columns if c != "_shard"]
+    columns = [c for c in frames[0].columns if c != "_slot"]
     if all(f.columns == frames[0].columns for f in frames[1:]):
         return columns
-    shards_of = [set(f["_shard"].unique().to_list()) for f in frames]
+    slots_of = [set(f["_slot"].unique().to_list()) for f in frames]
     seen: dict[str, None] = {}
-    for shard in sorted(set().union(*shards_of)):
-        for frame, shards in zip(frames, shards_of, strict=True):
-            if shard in shards:
-                seen.update((c, None) for c in frame.columns if c != "_shard")
+    for slot in sorted(set().union(*slots_of)):
+        for frame, slots in zip(frames, slots_of, strict=True):
+            if slot in slots:
+                seen.update((c, None) for c in frame.columns if c != "_slot")
     return list(seen)
 
 
@@ -376,57 +427,54 @@ def flush_name(sequence: int) -> str:
     return f"flush-{sequence:05d}.arrow"
 
 
-def _write_flush(frames: list[pl.DataFrame], uri: str, source: str, flush_uri: str) -> list[tuple[int, int, int]]:
-    """One flush: the buffered batches as one Arrow IPC file, record batches grouped by shard (in
-    shard order, input order within a shard); returns ``(shard, first_batch, batches)`` runs."""
-    # One concat and one stable sort by shard per flush (not one frame per batch and shard:
-    # with many shards that per-piece overhead grew the CPU per row with the corpus).
-    names = _shard_order_columns(frames)
-    frame = formats.concat_rows(frames, [uri] * len(frames), source, rechunk=False).sort("_shard", maintain_order=True)
+def _one_batch(table: pa.Table) -> pa.RecordBatch:
+    """A table's rows as exactly one record batch (an empty one when it has no rows)."""
+    batches = table.combine_chunks().to_batches()  # one chunk per column: one batch, none when empty
+    if not batches:
+        return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in table.schema], schema=table.schema)
+    (batch,) = batches
+    return batch
+
+
+def _write_slots(frames: list[pl.DataFrame], slots: int, names: list[str], source: str, uri: str) -> None:
+    """Rows tagged with ``_slot`` as one Arrow IPC file of exactly ``slots`` record batches, batch k
+    holding slot k's rows in input order (empty batches for empty slots)."""
+    # One concat and one stable sort by slot per file (not one frame per batch and slot:
+    # with many slots that per-piece overhead grew the CPU per row with the corpus).
+    columns = _slot_order_columns(frames)
+    frame = formats.concat_rows(frames, names, source, rechunk=False).sort("_slot", maintain_order=True)
     frames.clear()
-    order, heights = np.unique(frame["_shard"].to_numpy(), return_counts=True)
-    table = frame.select(names).to_arrow()
+    heights = np.bincount(frame["_slot"].to_numpy(), minlength=slots)
+    table = frame.select(columns).to_arrow()
     del frame
-    runs = []
-    with storage.open_atomic(flush_uri) as handle:
+    with storage.open_atomic(uri) as handle:
         with pa.ipc.new_file(handle, table.schema) as writer:
             offset = 0
-            for shard, height in zip(order.tolist(), heights.tolist()):
-                first = writer.stats.num_record_batches
-                writer.write_table(table.slice(offset, height))
-                runs.append((shard, first, writer.stats.num_record_batches - first))
+            for height in heights.tolist():
+                writer.write_batch(_one_batch(table.slice(offset, height)))
                 offset += height
-    return runs
 
 
 def scatter_file(input_uris: list[str], output_uri: str, params: ScatterParams) -> dict[str, Any]:
     """Phase 1 for one input file: write its rows routed to shards under ``output_uri``.
 
     Rows are buffered until ``scatter_buffer_bytes`` (at most the shard target), then written as
-    one Arrow IPC file whose record batches are grouped by shard. One file per flush, not one
+    one Arrow IPC file of one record batch per slot (``ScatterParams``). One file per flush, not one
     per shard: the number of files stays linear in the input whatever the number of shards, and
-    a shard reads its own record batches only (a memory map locally, range reads on object
-    stores). ``pieces`` in the counters maps each shard to its ``[flush, first_batch, batches]``
-    runs. A flush is written by a second thread while the next rows are read and hashed (the
-    writer releases the interpreter lock), at most one at a time: one more buffer of memory.
+    a shard reads its own record batch only (a memory map locally, range reads on object stores).
+    ``flushes`` in the counters is how many files it wrote. A flush is written by a second thread
+    while the next rows are read and hashed (the writer releases the interpreter lock), at most
+    one at a time: one more buffer of memory.
     """
     from concurrent.futures import Future, ThreadPoolExecutor  # noqa: PLC0415
 
     (uri,) = input_uris
     counters: dict[str, Any] = {"rows_in": 0, "rows_out": 0}
-    buffered: list[pl.DataFrame] = []  # read batches with their ``_shard`` column, in input order
-    pieces: dict[int, list[list[int]]] = {}
+    buffered: list[pl.DataFrame] = []  # read batches with their ``_slot`` column, in input order
     flushes = 0
     held = 0
-    writing: tuple[int, Future] | None = None  # the flush being written: its number and its runs
-
-    def wait_for_write() -> None:
-        nonlocal writing
-        if writing is not None:
-            number, runs = writing
-            writing = None
-            for shard, first, count in runs.result():
-                pieces.setdefault(shard, []).append([number, first, count])
+    slots = params.slots or params.shards
+    writing: Future | None = None
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="scatter-flush") as writer:  # exit waits for a write
 
@@ -434,23 +482,27 @@ def scatter_file(input_uris: list[str], output_uri: str, params: ScatterParams) 
             nonlocal flushes, writing
             if not buffered:
                 return
-            wait_for_write()
+            if writing is not None:
+                writing.result()
             frames = list(buffered)
             buffered.clear()
-            writing = flushes, writer.submit(_write_flush, frames, uri, params.source, storage.join(output_uri, flush_name(flushes)))
+            target = storage.join(output_uri, flush_name(flushes))
+            writing = writer.submit(_write_slots, frames, slots, [uri] * len(frames), params.source, target)
             flushes += 1
 
         for rows in _file_rows(uri, params, counters):
-            rows = rows.with_columns(shard_of(rows["id"], params.shards).alias("_shard"))
+            slot = shard_of(rows["id"], params.shards) // params.per_slot
+            rows = rows.with_columns(slot.alias("_slot"))
             buffered.append(rows)
             held += int(rows.estimated_size())
             del rows
-            if held >= min(params.normalize.scatter_buffer_bytes, params.normalize.target_shard_bytes):
+            if held >= flush_bytes(params.normalize):
                 flush()
                 held = 0
         flush()
-        wait_for_write()
-    counters["pieces"] = {str(k): v for k, v in sorted(pieces.items())}
+        if writing is not None:
+            writing.result()
+    counters["flushes"] = flushes
     storage.write_json(storage.join(output_uri, "_done.json"), counters)
     return counters
 
@@ -487,36 +539,64 @@ def _require_rows(source: str, files: int, counters: Mapping[str, int]) -> None:
         )
 
 
-def _read_batches(uri: str, first: int, count: int) -> Any:
-    """Record batches ``first .. first + count`` of a scatter file as an Arrow table (only those bytes are read)."""
+FOOTER_READ_BYTES = 64 * 1024  # a footer: 24 bytes per record batch (at most ~1,024 slots) plus the schema
 
+
+def _read_batch(uri: str, index: int) -> pa.Table:
+    """Record batch ``index`` of an Arrow IPC file as a table (only its bytes and the footer are read)."""
     path = storage.local_path(uri)
     if path is not None:
         reader = pa.ipc.open_file(pa.memory_map(path))
-        return pa.Table.from_batches([reader.get_batch(i) for i in range(first, first + count)], reader.schema)
+        return pa.Table.from_batches([reader.get_batch(index)], reader.schema)
     fs, remote = storage.filesystem(uri)
-    with fs.open(remote, "rb") as handle:
+    with fs.open(remote, "rb", cache_type="bytes") as handle:
+        # One ranged read of the file's tail holds the footer and its length: the reader's two
+        # reads of them are served from it (else a request each on an object store).
+        handle.seek(max(0, handle.size - FOOTER_READ_BYTES))
+        handle.read(FOOTER_READ_BYTES)
+        handle.seek(0)
         reader = pa.ipc.open_file(handle)
-        return pa.Table.from_batches([reader.get_batch(i) for i in range(first, first + count)], reader.schema)
+        return pa.Table.from_batches([reader.get_batch(index)], reader.schema)
 
 
 @dataclasses.dataclass(frozen=True)
-class GatherParams:
-    shard: int
-    exact_dedup: bool
-    batches: tuple[tuple[int, int], ...] = ()  # per input file: (first record batch, batches)
+class NumberedFiles(Sequence[str]):
+    """Files named by numbers, ``root/template.format(group, k)`` for each ``(group, first, count)``
+    span, in order: a task's input list in a few numbers (its spec stays small whatever the fan-in)."""
+
+    root: str
+    template: str
+    spans: tuple[tuple[int, int, int], ...]
+
+    def __len__(self) -> int:
+        return sum(count for _, _, count in self.spans)
+
+    def __iter__(self) -> Iterator[str]:
+        for group, first, count in self.spans:
+            for k in range(first, first + count):
+                yield storage.join(self.root, self.template.format(group, k))
+
+    def __getitem__(self, index: Any) -> Any:
+        items = list(self)
+        return items[index]
 
 
-def gather_shard(input_uris: list[str], output_uri: str, params: GatherParams) -> dict[str, Any]:
-    """Phase 2 for one shard: read its record batches (in input order), sort by id, split off duplicates."""
+SCATTER_TASK = "file-{0:05d}"  # a scatter task's folder, under the layout's folder
+SCATTERED = SCATTER_TASK + "/flush-{1:05d}.arrow"  # its flushes (``flush_name``)
+REGROUPED = "bucket-{0:05d}-chunk-{1:05d}.arrow"  # a regroup task's output, under its folder
 
+
+def _read_slot(input_uris: Iterable[str], slot: int) -> tuple[list[pl.DataFrame], list[str]]:
+    """Slot ``slot`` of each file, in input order, empty ones left out; runs of one schema become one frame."""
     # Pieces with one schema (usually all of them) become one frame: a frame per piece costs a
-    # fixed overhead per piece, and pieces grow as inputs x shards.
+    # fixed overhead per piece.
     frames: list[pl.DataFrame] = []
     names: list[str] = []
     run: list[Any] = []
-    for uri, (first, count) in zip(input_uris, params.batches, strict=True):
-        table = _read_batches(uri, first, count)
+    for uri in input_uris:
+        table = _read_batch(uri, slot)
+        if not table.num_rows:
+            continue
         if run and not table.schema.equals(run[0].schema):
             frames.append(pl.from_arrow(pa.concat_tables(run)))  # type: ignore[arg-type]
             run = []
@@ -525,6 +605,42 @@ def gather_shard(input_uris: list[str], output_uri: str, params: GatherParams) -
         run.append(table)
     if run:
         frames.append(pl.from_arrow(pa.concat_tables(run)))  # type: ignore[arg-type]
+    return frames, names
+
+
+@dataclasses.dataclass(frozen=True)
+class RegroupParams:
+    """A bucket's rows from a chunk of flushes, split into the bucket's ``per_bucket`` shards."""
+
+    bucket: int
+    shards: int
+    per_bucket: int
+    source: str
+
+
+def regroup_chunk(input_uris: list[str], output_uri: str, params: RegroupParams) -> dict[str, Any]:
+    """The middle level of a large source: one bucket's rows from a chunk of flush files, written as
+    one file with a record batch per shard of the bucket (in input order within each)."""
+    frames, names = _read_slot(input_uris, params.bucket)
+    first = params.bucket * params.per_bucket
+    frames = [f.with_columns((shard_of(f["id"], params.shards) - first).alias("_slot")) for f in frames]
+    rows = sum(f.height for f in frames)
+    if not frames:
+        frames, names = [pl.DataFrame({"id": [], "_slot": []}, schema={"id": pl.Utf8, "_slot": pl.Int32})], [""]
+    _write_slots(frames, params.per_bucket, names, params.source, output_uri)
+    return {"rows": rows}
+
+
+@dataclasses.dataclass(frozen=True)
+class GatherParams:
+    shard: int
+    exact_dedup: bool
+    slot: int = -1  # the record batch of every input that holds the shard's rows (-1: the shard's number)
+
+
+def gather_shard(input_uris: list[str], output_uri: str, params: GatherParams) -> dict[str, Any]:
+    """Phase 2 for one shard: read its record batch of every input (in input order), sort by id, split off duplicates."""
+    frames, names = _read_slot(input_uris, params.shard if params.slot < 0 else params.slot)
     return _write_shard(frames, output_uri, params.exact_dedup, names)
 
 
@@ -550,6 +666,59 @@ def _write_shard(frames: list[pl.DataFrame], output_uri: str, exact_dedup: bool,
 # --------------------------------------------------------------------------- one source
 
 
+SIZES_IN_DRIVER = 16  # at most this many files are sized by the step itself; more by tasks
+FILES_PER_SIZING_TASK = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class SizingParams:
+    fmt: str | None
+
+
+def measure_files(input_uris: list[str], output_uri: str, params: SizingParams) -> dict[str, Any]:
+    """The uncompressed sizes of a batch of input files (their footers and headers), as a task."""
+    return {"sizes": [uncompressed_bytes(u, params.fmt) for u in input_uris]}
+
+
+def input_sizes(input_uris: Sequence[str], fmt: str | None, work_uri: str, runner: ShardRunner) -> list[int]:
+    """Each input's uncompressed bytes, which plan the shards. A few files are sized here; a source
+    of many files by tasks of ``FILES_PER_SIZING_TASK`` each, so the step reads no file per input
+    (a source of 10^4 files would cost the step 10^4 footer reads one after another)."""
+    if len(input_uris) <= SIZES_IN_DRIVER:
+        return [uncompressed_bytes(u, fmt) for u in input_uris]
+    step = FILES_PER_SIZING_TASK
+    tasks = [ShardTask(measure_files, tuple(input_uris[i:i + step]), storage.join(work_uri, f"files-{i:07d}"), SizingParams(fmt))
+             for i in range(0, len(input_uris), step)]  # fmt: skip
+    return [size for result in runner.map(tasks) for size in result.stats["sizes"]]
+
+
+def _gather_tasks(layout_root: str, flushes: list[int], out_dir: str, scatter: ScatterParams, runner: ShardRunner,
+                  say: Callable[[str], None]) -> list[ShardTask]:  # fmt: skip
+    """One task per shard, reading its record batch of every flush (few flushes) or of every chunk
+    its bucket was regrouped into (runs the regroup level first when the source needs it)."""
+    params, shards = scatter.normalize, scatter.shards
+    if scatter.slots == shards and sum(flushes) <= params.gather_fan_in:
+        inputs = NumberedFiles(layout_root, SCATTERED, tuple((i, 0, n) for i, n in enumerate(flushes) if n))
+        return [ShardTask(gather_shard, inputs, storage.join(out_dir, storage.shard_name(s, shards)), GatherParams(s, params.exact_dedup))
+                for s in range(shards)]  # fmt: skip
+    per_bucket = scatter.per_slot
+    chunks = chunk_flushes(flushes, min(sum(flushes), max(per_bucket, -(-sum(flushes) // params.gather_fan_in))))
+    regroup_root = storage.join(layout_root, f"regroup-{len(chunks)}")
+    regroup = [
+        ShardTask(regroup_chunk, NumberedFiles(layout_root, SCATTERED, spans), storage.join(regroup_root, REGROUPED.format(b, c)),
+                  RegroupParams(b, shards, per_bucket, scatter.source))
+        for b in range(scatter.slots) for c, spans in enumerate(chunks)
+    ]  # fmt: skip
+    runner.map(regroup, on_done=lambda r: say(f"{scatter.source}: regrouped {storage.basename(r.output)} rows={r.stats['rows']}"))
+    del regroup
+    buckets = [NumberedFiles(regroup_root, REGROUPED, ((b, 0, len(chunks)),)) for b in range(scatter.slots)]
+    return [
+        ShardTask(gather_shard, buckets[s // per_bucket], storage.join(out_dir, storage.shard_name(s, shards)),
+                  GatherParams(s, params.exact_dedup, slot=s % per_bucket))
+        for s in range(shards)
+    ]  # fmt: skip
+
+
 def normalize_source(
     source: str,
     input_uris: Sequence[str],
@@ -570,36 +739,24 @@ def normalize_source(
         raise NormalizeError(f"source '{source}': no input files to normalize; check the catalog entry's file selection")
     runner = runner or ShardRunner()
     say = progress or log.info
-    sizes = [uncompressed_bytes(u, fmt) for u in input_uris]
-    shards = plan_shards(sizes, params.target_shard_bytes)
     scatter_root = storage.join(out_dir, SCATTER_DIR)
-    scatter_params = ScatterParams(params, shards, source, fmt, transform)
+    sizes = input_sizes(input_uris, fmt, storage.join(scatter_root, "sizes"), runner)
+    shards = plan_shards(sizes, params.target_shard_bytes)
+    scatter_params = ScatterParams(params, shards, source, fmt, transform, plan_slots(sizes, shards, params))
     wrote = lambda r: say(f"{source}: wrote {storage.basename(r.output)} rows={r.stats['rows']}")  # noqa: E731
     if shards == 1:
         single = ShardTask(single_shard, tuple(input_uris), storage.join(out_dir, storage.shard_name(0, 1)), scatter_params)
         scattered = gathered = runner.map([single], on_done=wrote)
     else:
+        layout_root = storage.join(scatter_root, SCATTER_LAYOUT.format(scatter_params.slots))
         scatter_tasks = [
-            ShardTask(scatter_file, (uri,), storage.join(scatter_root, SCATTER_LAYOUT, f"file-{i:05d}"), scatter_params)
+            ShardTask(scatter_file, (uri,), storage.join(layout_root, SCATTER_TASK.format(i)), scatter_params)
             for i, uri in enumerate(input_uris)
         ]
         scattered = runner.map(scatter_tasks, on_done=lambda r: say(f"{source}: read {storage.basename(r.output)} rows={r.stats.get('rows_in')}"))
         _require_rows(source, len(input_uris), _sum_ints(r.stats for r in scattered))
-        runs: list[list[tuple[str, int, int]]] = [[] for _ in range(shards)]  # per shard, in input order
-        for task, done in zip(scatter_tasks, scattered):
-            for shard, shard_runs in done.stats.get("pieces", {}).items():
-                for flush, first, count in shard_runs:
-                    runs[int(shard)].append((storage.join(task.output, flush_name(flush)), first, count))
-        gather_tasks = [
-            ShardTask(
-                gather_shard,
-                tuple(uri for uri, _, _ in sorted_runs),
-                storage.join(out_dir, storage.shard_name(s, shards)),
-                GatherParams(s, params.exact_dedup, tuple((first, count) for _, first, count in sorted_runs)),
-            )
-            for s, sorted_runs in enumerate(runs)
-        ]
-        gathered = runner.map(gather_tasks, on_done=wrote)
+        flushes = [int(r.stats["flushes"]) for r in scattered]
+        gathered = runner.map(_gather_tasks(layout_root, flushes, out_dir, scatter_params, runner, say), on_done=wrote)
     totals = _sum_ints(r.stats for r in scattered)
     rows = sum(r.stats["rows"] for r in gathered)
     duplicates = sum(r.stats["duplicates"] for r in gathered)

@@ -25,7 +25,7 @@ import dataclasses
 import functools
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -460,6 +460,24 @@ def _merge_rows(input_uris: Sequence[str], sink: Any, row_group_size: int) -> in
     return rows
 
 
+@dataclasses.dataclass(frozen=True)
+class FilesUnder(Sequence[str]):
+    """Files by their names under one folder: a task's input list without the folder repeated in
+    its spec (a merge of up to 1,024 group files stays well under 64 KiB)."""
+
+    root: str
+    names: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __iter__(self) -> Iterator[str]:
+        return (storage.join(self.root, name) for name in self.names)
+
+    def __getitem__(self, index: Any) -> Any:
+        return list(self)[index]
+
+
 def compact_pool(index_uris: Sequence[str], index_dir: str, pool_dir: str, source: str, params: CompactParams, runner: Any) -> dict[str, Any]:
     """Merge a source's per-shard group files into a bounded number per group and index them.
 
@@ -481,7 +499,7 @@ def compact_pool(index_uris: Sequence[str], index_dir: str, pool_dir: str, sourc
     tasks = [
         ShardTask(
             merge_group_files,
-            tuple(storage.join(pool_dir, f) for i in batch for f in plan[i][1]),
+            FilesUnder(pool_dir, tuple(f for i in batch for f in plan[i][1])),
             storage.join(index_dir, "_merges", f"{k:06d}.json"),
             MergeParams(tuple((storage.join(pool_dir, plan[i][4]), len(plan[i][1])) for i in batch), params.row_group_size),
         )
@@ -498,9 +516,28 @@ def compact_pool(index_uris: Sequence[str], index_dir: str, pool_dir: str, sourc
         if int(rows) != documents:
             raise PoolError(f"source {source!r}: merged group file {name} holds {rows} rows, its shard files {documents}; rerun pool for this source")
     storage.write_parquet(merged, storage.join(index_dir, GROUP_FILES))
-    for file in index.column("file").to_pylist():
-        storage.remove(storage.join(pool_dir, file))
+    # The merged shard files go by tasks, one batched delete each (not a request or two per file
+    # from this process: ~200 files per shard).
+    removals = storage.join(index_dir, "_removals")
+    runner.map([ShardTask(remove_files, task.inputs, storage.join(removals, f"{k:06d}.json")) for k, task in enumerate(tasks)])
+    storage.remove(removals, recursive=True)
     return {"group_files": len(plan), "shard_group_files": len(index), "merge_tasks": len(tasks), "resumed_merges": sum(r.reused for r in results)}
+
+
+def remove_files(input_uris: list[str], output_uri: str, params: Any = None) -> dict[str, int]:
+    """A task: delete these files in one batched call (an object store deletes up to 100 per request);
+    files already gone (a retried task) are skipped."""
+    if not input_uris:
+        return {"removed": 0}
+    fs, _ = storage.filesystem(input_uris[0])
+    paths = [storage.filesystem(u)[1] for u in input_uris]
+    try:
+        fs.rm(paths)
+    except FileNotFoundError:
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                fs.rm_file(path)
+    return {"removed": len(paths)}
 
 
 def pool_index_uris(index_dir: str) -> list[str]:

@@ -6,11 +6,13 @@ counters. The runner adds resumability: after a shard succeeds its counters are 
 to it (``_shards/<basename>.json``), and a rerun returns those counters instead of redoing
 the shard.
 
-On Ray each shard is one task that carries its resources (CPUs, memory, GPUs), at most
-``max_in_flight`` tasks are submitted at once (a corpus of 10^5 shards never floods the
-scheduler), a failed task is retried ``retries`` times when a retry can help (a lost worker, a
-worker killed for memory, a dropped connection or timed-out I/O: ``TRANSIENT_ERRORS``), never for
-a deterministic error (bad input, a bug), which would only fail again,
+On Ray each shard is one task that carries its resources (CPUs, memory, GPUs). The runner keeps
+``target_in_flight`` tasks submitted whatever the cluster's size now, so an autoscaling cluster
+that starts with no workers sees the demand and grows; once the cluster has more than half as
+many CPUs, twice its CPUs (re-read as it grows); never more than ``max_in_flight`` (a corpus of
+10^5 shards never floods the scheduler). A failed task is retried ``retries`` times when a retry
+can help (a lost worker, a worker killed for memory, a dropped connection or timed-out I/O:
+``TRANSIENT_ERRORS``), never for a deterministic error (bad input, a bug), which would only fail again,
 and ``on_done`` sees every task as soon as it finishes, not when the whole map ends.
 
 The runner never starts or owns a cluster by itself unless asked to (``ray_address="local"``):
@@ -20,6 +22,8 @@ the orchestrator connects to one (a local Ray, an address, KubeRay) and hands ov
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import resource
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -124,10 +128,32 @@ def _reused(task: ShardTask) -> ShardResult | None:
     return None
 
 
-def _run_one(task: ShardTask) -> ShardResult:
-    done = _reused(task)
-    if done is not None:
-        return done
+def finished_before(tasks: Sequence[ShardTask]) -> list[ShardResult | None]:
+    """Each task's stored result where it finished in an earlier run (None: still to do).
+
+    One listing per folder of completion records (the tasks of a map share one or a few), then
+    the records found read in one batched call (concurrent requests on an object store), not an
+    existence check per task: a map of 10^5 shards costs ~10^2 listing pages, not 10^5 requests.
+    """
+    markers = [storage.shard_stats_uri(t.output) for t in tasks]
+    by_folder: dict[str, list[int]] = {}
+    for i, marker in enumerate(markers):
+        by_folder.setdefault(marker.rsplit("/", 1)[0], []).append(i)
+    results: list[ShardResult | None] = [None] * len(tasks)
+    for folder, members in by_folder.items():
+        present = {storage.basename(u) for u in storage.listdir(folder)}
+        found = [i for i in members if storage.basename(markers[i]) in present]
+        if not found:
+            continue
+        fs, _ = storage.filesystem(markers[found[0]])
+        paths = [storage.filesystem(markers[i])[1] for i in found]
+        blobs = {fs._strip_protocol(k): v for k, v in fs.cat(paths, on_error="raise").items()}
+        for i, path in zip(found, paths):
+            results[i] = ShardResult(tasks[i].output, json.loads(blobs[fs._strip_protocol(path)]), reused=True)
+    return results
+
+
+def _execute(task: ShardTask) -> ShardResult:
     started, cpu = time.perf_counter(), _cpu_seconds()
     stats = dict(task.fn(list(task.inputs), task.output, task.params))
     storage.write_json(storage.shard_stats_uri(task.output), stats)
@@ -139,6 +165,11 @@ def _run_one(task: ShardTask) -> ShardResult:
         cpu_seconds=_cpu_seconds() - cpu,
         peak_rss_bytes=peak_rss_bytes(),
     )
+
+
+def _run_one(task: ShardTask) -> ShardResult:
+    """A task, unless its output was finished meanwhile (a retried or duplicated task is idempotent)."""
+    return _reused(task) or _execute(task)
 
 
 def _run_in_worker(task: ShardTask) -> ShardResult:
@@ -160,6 +191,14 @@ def describe_task(task: ShardTask, limit: int = 5) -> str:
 def _with_shard_note(exc: BaseException, task: ShardTask, attempts: int) -> BaseException:
     exc.add_note(f"while running {describe_task(task)} [{getattr(task.fn, '__name__', task.fn)}, {attempts} attempt(s)]")
     return exc
+
+
+def in_flight_limit(target: int, cap: int, cluster_cpus: float) -> int:
+    """Submitted-but-unfinished tasks to keep: ``target`` at least (an idle autoscaling cluster has
+    no CPUs yet, and grows only for demand it sees), twice the cluster's CPUs once that is more
+    (every CPU busy with a task queued behind it), at most ``cap`` (0: no cap)."""
+    wanted = max(1, target, int(2 * cluster_cpus))
+    return min(wanted, cap) if cap > 0 else wanted
 
 
 def _counting(
@@ -184,7 +223,9 @@ class ShardRunner:
     ``ray_address`` sends each shard to Ray as a task: ``"local"`` starts (or reuses) a Ray
     instance on this machine, any other value is passed to ``ray.init`` (``"auto"``,
     ``"ray://head:10001"``); a process already connected to Ray keeps its connection.
-    ``max_in_flight`` bounds submitted-but-unfinished tasks (0: twice the cluster's CPUs);
+    ``target_in_flight`` tasks are kept submitted from the start (an autoscaler sizes the cluster
+    from the demand it sees), or twice the cluster's CPUs once that is more (re-read every
+    ``cluster_refresh_s`` seconds while a map runs); ``max_in_flight`` caps both (0: no cap);
     ``retries`` is how often one failed task is run again; ``task_resources`` is the default
     reservation of a task; ``local_cpus`` sizes a Ray started with ``"local"`` (0: all);
     ``worker_max_tasks`` recycles worker processes (1: a fresh process per task, so memory a
@@ -194,6 +235,8 @@ class ShardRunner:
     processes: int = 1
     ray_address: str | None = None
     max_in_flight: int = 0
+    target_in_flight: int = 256
+    cluster_refresh_s: float = 10.0
     retries: int = 2
     task_resources: TaskResources = TaskResources()
     local_cpus: int = 0
@@ -204,6 +247,8 @@ class ShardRunner:
     # Called after every finished task of a map with (finished, total, result): how the
     # orchestrator shows progress while a step runs (core never knows who listens).
     progress: Callable[[int, int, ShardResult], None] | None = dataclasses.field(default=None, compare=False)
+    # The module that talks to Ray (None: ``ray`` itself); a stand-in drives a cluster of any size in tests.
+    ray_api: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def resources_for(self, task: ShardTask) -> TaskResources:
         if task.resources is not None:
@@ -219,34 +264,34 @@ class ShardRunner:
         """
         if self.progress is not None:
             on_done = _counting(on_done, self.progress, len(tasks))
+        earlier = finished_before(tasks)  # finished shards are not even submitted
         if self.ray_address:
-            return self._map_ray(tasks, on_done)
+            return self._map_ray(tasks, earlier, on_done)
         results: list[ShardResult] = []
-        if self.processes <= 1 or not tasks:  # with a pool, even a lone task runs in a worker: its peak is its own
-            for task in tasks:
-                try:
-                    result = _run_one(task)
-                except Exception as exc:
-                    raise _with_shard_note(exc, task, 1) from None
+        todo = [t for t, done in zip(tasks, earlier) if done is None]
+        pool = ProcessPoolExecutor(max_workers=self.processes) if self.processes > 1 and todo else None
+        # with a pool, even a lone task runs in a worker: its peak is its own
+        futures = iter([pool.submit(_run_in_worker, t) for t in todo] if pool else [])
+        try:
+            for task, done in zip(tasks, earlier):
+                if done is None:
+                    try:
+                        done = next(futures).result() if pool else _execute(task)
+                    except Exception as exc:
+                        raise _with_shard_note(exc, task, 1) from None
                 if on_done:
-                    on_done(result)
-                results.append(result)
-            return results
-        with ProcessPoolExecutor(max_workers=self.processes) as pool:
-            futures = [pool.submit(_run_in_worker, task) for task in tasks]
-            for task, future in zip(tasks, futures):
-                try:
-                    result = future.result()
-                except Exception as exc:
-                    raise _with_shard_note(exc, task, 1) from None
-                if on_done:
-                    on_done(result)
-                results.append(result)
+                    on_done(done)
+                results.append(done)
+        finally:
+            if pool:
+                pool.shutdown(cancel_futures=True)
         return results
 
     # ------------------------------------------------------------------ Ray
 
     def _connect(self) -> Any:
+        if self.ray_api is not None:
+            return self.ray_api
         try:
             import ray  # noqa: PLC0415  (optional; only imported when configured)
         except ImportError as exc:  # pragma: no cover - depends on the deployment
@@ -264,33 +309,30 @@ class ShardRunner:
                 ray.init(address=self.ray_address, log_to_driver=False)
         return ray
 
-    def in_flight_limit(self, ray: Any) -> int:
-        if self.max_in_flight > 0:
-            return self.max_in_flight
-        cpus = float(ray.cluster_resources().get("CPU", 1.0))
-        return max(1, int(2 * cpus))
+    def in_flight_limit(self, cluster_cpus: float) -> int:
+        """Tasks to keep submitted on a cluster with ``cluster_cpus`` CPUs now."""
+        return in_flight_limit(self.target_in_flight, self.max_in_flight, cluster_cpus)
 
-    def _map_ray(self, tasks: Sequence[ShardTask], on_done: Callable[[ShardResult], None] | None) -> list[ShardResult]:
+    def _map_ray(self, tasks: Sequence[ShardTask], earlier: list[ShardResult | None],
+                 on_done: Callable[[ShardResult], None] | None) -> list[ShardResult]:  # fmt: skip
         ray = self._connect()
-        from ray.exceptions import RayTaskError  # noqa: PLC0415
+        RayTaskError = ray.exceptions.RayTaskError  # noqa: N806
 
-        results: list[ShardResult | None] = [None] * len(tasks)
+        results = list(earlier)
         todo: list[int] = []
-        for i, task in enumerate(tasks):  # finished shards are not even submitted
-            done = _reused(task)
+        for i, done in enumerate(earlier):
             if done is None:
                 todo.append(i)
-                continue
-            results[i] = done
-            if on_done:
+            elif on_done:
                 on_done(done)
         remote = ray.remote(max_calls=self.worker_max_tasks)(_run_in_worker) if self.worker_max_tasks else ray.remote(_run_in_worker)
-        limit = self.in_flight_limit(ray)
+        cluster = _ClusterSize(ray, self.cluster_refresh_s)
         pending: dict[Any, int] = {}
         queue = iter(todo)
         exhausted = False
         try:
             while True:
+                limit = self.in_flight_limit(cluster.cpus())
                 while not exhausted and len(pending) < limit:
                     i = next(queue, None)
                     if i is None:
@@ -325,3 +367,18 @@ class ShardRunner:
             for ref in pending:  # a failed map stops the rest; finished shards stay for the rerun
                 ray.cancel(ref)
         return [r for r in results if r is not None]
+
+
+class _ClusterSize:
+    """The cluster's CPUs, re-read at most every ``refresh_s`` seconds (an autoscaler adds and
+    removes nodes while a map runs; one request per finished task would be a request per shard)."""
+
+    def __init__(self, ray: Any, refresh_s: float) -> None:
+        self._ray, self._refresh_s = ray, refresh_s
+        self._value, self._read_at = 0.0, -math.inf
+
+    def cpus(self) -> float:
+        now = time.monotonic()
+        if now - self._read_at >= self._refresh_s:
+            self._value, self._read_at = float(self._ray.cluster_resources().get("CPU", 0.0)), now
+        return self._value

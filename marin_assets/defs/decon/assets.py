@@ -11,6 +11,7 @@ from marin_assets.core.specs import BOILERPLATE_NGRAMS, CONTAMINATION, EVAL_NGRA
 from marin_assets.defs.metadata import markdown_table, materialized
 from marin_assets.defs.resources import MarinResource, source_or_fail
 from marin_assets.defs.stage_assets import stage_asset
+from marin_assets.defs.ray import step_log
 
 GLOBAL_DROP = "global_drop.parquet"
 GLOBAL_COVERAGE_DROP = "global_coverage_drop.parquet"
@@ -175,7 +176,7 @@ def contamination(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
         extra_fingerprint={"index": index.fingerprint,
                            "drop_sets": drop_set_digests(drops.uri, source.name)},
         runner=marin.runner(),
-        progress=context.log.info,
+        progress=step_log(context),
     )
     summary = decon.summarize_contamination(manifest["per_shard"])
     rows = int(summary["documents"])

@@ -11,6 +11,7 @@ from marin_assets.core.specs import EXACT_DUPLICATES, FUZZY_DUPLICATES, MINHASH_
 from marin_assets.defs.metadata import markdown_table, materialized
 from marin_assets.defs.resources import DedupResource, MarinResource, source_or_fail
 from marin_assets.defs.stage_assets import stage_asset
+from marin_assets.defs.ray import step_log
 
 MAX_REMOVAL_RATIO = 0.5
 
@@ -31,7 +32,7 @@ def minhash_buckets(context: dg.AssetExecutionContext, marin: MarinResource) -> 
         shard_fn=minhash.minhash_shard,
         params=minhash.MinHashParams(),
         runner=marin.runner(),
-        progress=context.log.info,
+        progress=step_log(context),
     )
     totals = manifest["totals"]
     return materialized(manifest, rows=int(totals.get("docs", 0)), counters=totals)  # one row per document

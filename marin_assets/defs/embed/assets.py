@@ -9,6 +9,7 @@ from marin_assets.core.specs import EMBEDDINGS, NORMALIZED, TOPIC_MODEL, TOPICS
 from marin_assets.defs.metadata import markdown_table, materialized
 from marin_assets.defs.resources import EncoderResource, MarinResource, source_or_fail
 from marin_assets.defs.stage_assets import stage_asset
+from marin_assets.defs.ray import step_log
 
 
 @stage_asset(
@@ -30,7 +31,7 @@ def embeddings(context: dg.AssetExecutionContext, marin: MarinResource, encoder:
         shard_fn=embed.embed_shard,
         params=params,
         runner=marin.runner(),
-        progress=context.log.info,
+        progress=step_log(context),
     )
     shards = manifest["per_shard"]
     rows = int(manifest["totals"].get("rows", 0))
@@ -66,6 +67,12 @@ def _labels_table(model_uri: str) -> list[dict]:
     ]
 
 
+def _per_shard(output_uri: str) -> tuple[list[str], list[dict]]:
+    """A per-shard stage output's shard names and each shard's counters, from its manifest."""
+    manifest = storage.read_manifest(output_uri) or {}
+    return list(manifest.get("shards", [])), list(manifest.get("per_shard", []))
+
+
 @stage_asset(
     TOPIC_MODEL,
     kinds={"faiss"},
@@ -81,13 +88,16 @@ def topic_model(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.M
     for name, inp in sorted(found.items()):
         texts_dir = stages.current_input(layout, NORMALIZED, name).uri
         emb = storage.list_shards(inp.uri)
-        shards.append(topic_core.SourceShards(name, tuple(emb), tuple(storage.join(texts_dir, storage.basename(u)) for u in emb)))
+        counted = {shard: stats.get("rows") for shard, stats in zip(*_per_shard(inp.uri))}  # the embedding tasks' row counts
+        rows = tuple(counted.get(storage.basename(u)) for u in emb)
+        shards.append(topic_core.SourceShards(name, tuple(emb), tuple(storage.join(texts_dir, storage.basename(u)) for u in emb),
+                                              rows=rows if all(isinstance(r, int) for r in rows) else ()))
     manifest = stages.run_global(
         TOPIC_MODEL,
         layout,
         inputs=found,
         params=params,
-        build=lambda out: topic_core.train_topic_model(shards, out, params),
+        build=lambda out: topic_core.train_topic_model(shards, out, params, marin.runner()),
     )
     labels = _labels_table(manifest["uri"])
     stats = manifest["stats"]
@@ -122,7 +132,7 @@ def topics(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.Materi
         extra_fingerprint={TOPIC_MODEL.name: model.fingerprint},
         fingerprint_params={},
         runner=marin.runner(),
-        progress=context.log.info,
+        progress=step_log(context),
     )
     counts: dict[int, int] = {}
     for shard in manifest["per_shard"]:

@@ -10,6 +10,7 @@ from marin_assets.defs.metadata import materialized
 from marin_assets.defs.partitions import source_partitions
 from marin_assets.defs.resources import MarinResource, source_or_fail
 from marin_assets.defs.stage_assets import stage_asset, tags_for
+from marin_assets.defs.ray import step_log
 
 REMOVED = "removed-from-catalog"
 INVALID = "invalid-catalog-entry"
@@ -102,7 +103,7 @@ def _copy(context: dg.AssetExecutionContext, marin: MarinResource, source) -> di
                 **hub_access,
             ),
             resolve=lambda repo, rev, repo_type: hub.resolve_revision(repo, rev, repo_type, policy=policy, **hub_access),
-            progress=context.log.info,
+            progress=step_log(context),
             access=access,
         ),
     )

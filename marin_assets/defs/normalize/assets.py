@@ -10,6 +10,7 @@ from marin_assets.core.specs import NORMALIZED, RAW_FILES
 from marin_assets.defs.metadata import markdown_table, materialized
 from marin_assets.defs.resources import MarinResource, source_or_fail
 from marin_assets.defs.stage_assets import stage_asset
+from marin_assets.defs.ray import step_log
 
 
 @stage_asset(
@@ -46,7 +47,7 @@ def normalized(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.Ma
             fmt=ingest.input_format(source),
             transform=transform,
             runner=marin.runner(),
-            progress=context.log.info,
+            progress=step_log(context),
         ),
     )
     bad = manifest.get("bad_rows", {})

@@ -27,6 +27,7 @@ from marin_assets.defs.metadata import markdown_table, materialized
 from marin_assets.defs.quality.assets import band_slices
 from marin_assets.defs.resources import CurationResource, MarinResource, source_or_fail
 from marin_assets.defs.stage_assets import stage_asset
+from marin_assets.defs.ray import step_log
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +107,7 @@ def pool(context: dg.AssetExecutionContext, marin: MarinResource, curation: Cura
         fingerprint_params={},
         extra_fingerprint=extra,
         runner=marin.runner(),
-        progress=context.log.info,
+        progress=step_log(context),
         # a bounded number of files per group for the source, not one per group per shard
         finish=lambda out, results: pool_core.compact_pool(
             [r.output for r in results], out.uri, out.data_uri, name, pool_core.CompactParams(), marin.runner()

@@ -16,6 +16,7 @@ from marin_assets.core.specs import (
 from marin_assets.defs.metadata import markdown_table, materialized
 from marin_assets.defs.resources import CurationResource, EncoderResource, MarinResource, source_or_fail
 from marin_assets.defs.stage_assets import stage_asset
+from marin_assets.defs.ray import step_log
 
 
 def _annotation_files(curation: CurationResource, marin: MarinResource, params: quality.QualityParams) -> tuple[list[str], str]:
@@ -101,7 +102,7 @@ def quality_scores(context: dg.AssetExecutionContext, marin: MarinResource) -> d
         fingerprint_params={},
         extra_fingerprint={QUALITY_MODEL.name: model.fingerprint},
         runner=marin.runner(),
-        progress=context.log.info,
+        progress=step_log(context),
     )
     totals = manifest["totals"]
     return materialized(manifest, rows=int(totals.get("rows", 0)), counters=totals)
@@ -128,12 +129,7 @@ def quality_bands(context: dg.AssetExecutionContext, marin: MarinResource, curat
     inputs = {f"{s}/topics": topic_inputs[s] for s in sources} | {f"{s}/quality": score_inputs[s] for s in sources}
 
     def build(out: str) -> dict:
-        hist, counters, topics_of = None, {}, {}
-        for source in sources:  # one histogram per source: which topics it has documents in
-            own, own_counters = quality.score_histogram(pairs[source], params)
-            topics_of[source] = [int(t) for t in own.documents().nonzero()[0]]
-            hist = own if hist is None else hist.merge(own)
-            counters = {k: counters.get(k, 0) + v for k, v in own_counters.items()}
+        hist, counters, topics_of = quality.score_histogram_by_tasks(pairs, storage.join(out, "_histograms"), params, marin.runner())
         edges = quality.band_edges(hist, params)
         quality.save_band_edges(edges, out)
         topic_digest = {str(t): storage.fingerprint("band_edges", [edges.method, list(row)]) for t, row in enumerate(edges.edges)}
