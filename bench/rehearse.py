@@ -185,16 +185,11 @@ def rehearse_normalize(root: str, sources: list[SourceSize], instance: dg.Dagste
             runner = DryRunner(normalize_answer(file_bytes, params), seen, progress=step_progress())
             normalize.normalize_source(src.name, files, f"{root}/normalized/{src.name}", params, runner=runner, progress=step_log(context))
 
-        before = slow_store.SlowStore.total()
         normalize.uncompressed_bytes = footer
         try:
-            rows, cpu, peak = _step(instance, specs.NORMALIZED.name, body)
+            _source_step(instance, specs.NORMALIZED.name, body, seen)
         finally:
             normalize.uncompressed_bytes = real_sizes
-        seen["requests"] = max(seen["requests"], slow_store.SlowStore.total() - before)
-        seen["rows"] += rows
-        seen["cpu"] += cpu
-        seen["peak"] = max(seen["peak"], peak)
     return seen
 
 
@@ -219,17 +214,22 @@ def rehearse_per_shard(root: str, sources: list[SourceSize], instance: dg.Dagste
             stages.run_shards(specs.MINHASH_BUCKETS, layout, source=src.name, inputs=[upstream], shard_fn=minhash.minhash_shard,
                               params=minhash.MinHashParams(), runner=runner, progress=step_log(context))  # fmt: skip
 
-        before = slow_store.SlowStore.total()
         storage.list_shards = listing
         try:
-            rows, cpu, peak = _step(instance, specs.MINHASH_BUCKETS.name, body)
+            _source_step(instance, specs.MINHASH_BUCKETS.name, body, seen)
         finally:
             storage.list_shards = real_list
-        seen["requests"] = max(seen["requests"], slow_store.SlowStore.total() - before)
-        seen["rows"] += rows
-        seen["cpu"] += cpu
-        seen["peak"] = max(seen["peak"], peak)
     return seen
+
+
+def _source_step(instance: dg.DagsterInstance, name: str, body: Any, seen: dict[str, Any]) -> None:
+    """One source's step: event rows and CPU add up over sources; peak and requests are the largest."""
+    before = slow_store.SlowStore.total()
+    rows, cpu, peak = _step(instance, name, body)
+    seen["requests"] = max(seen["requests"], slow_store.SlowStore.total() - before)
+    seen["rows"] += rows
+    seen["cpu"] += cpu
+    seen["peak"] = max(seen["peak"], peak)
 
 
 def _global_step(instance: dg.DagsterInstance, name: str, body: Any, seen: dict[str, Any]) -> None:
