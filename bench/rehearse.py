@@ -23,13 +23,8 @@ largest), scales 1x and 4x.
 
 from __future__ import annotations
 
-import dataclasses
 import io
-import json
 import math
-import os
-import pickle
-import random
 import sys
 import tempfile
 import time
@@ -42,96 +37,32 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import slow_store
-from bench.harness import MIB, QUICK, pick
-from marin_assets.catalog.sources import load_catalog
+from bench.harness import MIB, pick
+from bench.rehearse_kit import (
+    DOCS_PER_SHARD,
+    FILE_BYTES,
+    POOL_MIB,
+    REQUEST_S,
+    SHARD_BYTES,
+    CountingRunner,
+    DryRunner,
+    SourceSize,
+    global_step,
+    pool_sources,
+    print_drivers,
+    shard_names,
+    source_step,
+    step,
+    write_corpus,
+)  # fmt: skip
 from marin_assets.core import specs
 from marin_assets.core.dedup import minhash
 from marin_assets.core.embed import quality, topics
 from marin_assets.core.ingest import normalize
 from marin_assets.core.pool import curated as pool
 from marin_assets.core.runtime import stages, storage
-from marin_assets.core.runtime.runner import (
-    ShardResult,
-    ShardRunner,
-    ShardTask,
-    _execute,
-    finished_before,
-    peak_rss_bytes,
-    reset_peak_rss,
-)
+from marin_assets.core.runtime.runner import ShardTask
 from marin_assets.defs.ray import step_log, step_progress
-
-POOL_SHARDS = 372_529
-SHARD_BYTES = 256 * MIB
-DOCS_PER_SHARD = 26_800
-POOL_MIB = POOL_SHARDS * 256
-FILE_BYTES = int(float(os.environ.get("REHEARSE_FILE_GIB", "1")) * 1024 * MIB)
-REQUEST_S = 0.030
-GOALS = {  # acceptance 1 of the rehearsal, per stage
-    "driver_peak_mib": 2048, "planning_cpu_min": 10, "largest_spec_kib": 64,
-    "event_rows": 20_000, "driver_requests_per_source": 100, "most_inputs": 2048,
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class SourceSize:
-    name: str
-    shards: int
-
-    @property
-    def files(self) -> int:
-        return max(1, -(-self.shards * SHARD_BYTES // FILE_BYTES))
-
-
-def pool_sources() -> list[SourceSize]:
-    """The catalog's sources with their share of the pool's shards (each at least one)."""
-    catalog = load_catalog(None, strict=False)
-    tokens = {s.name: s.rough_tokens_b for s in catalog.sources}
-    total = math.fsum(tokens.values())
-    sized = sorted((SourceSize(n, max(1, round(POOL_SHARDS * t / total))) for n, t in tokens.items()), key=lambda s: -s.shards)
-    return sized[:5] + sized[-5:] if QUICK else sized
-
-
-# --------------------------------------------------------------------------- part 1: drivers
-
-
-class DryRunner(ShardRunner):
-    """Runs no task: answers each with the counters its stage returns, and measures the specs."""
-
-    def __init__(self, answer: Any, seen: dict[str, Any], **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        object.__setattr__(self, "_answer", answer)
-        object.__setattr__(self, "_seen", seen)
-
-    def map(self, tasks: Any, on_done: Any = None) -> list[ShardResult]:
-        seen = self._seen
-        finished_before(tasks)  # the real check for finished shards (listings against the store)
-        results = []
-        done = _counting_progress(on_done, self.progress, len(tasks))
-        for task in tasks:
-            seen["tasks"] += 1
-            seen.setdefault("phases", {}).setdefault(task.fn.__name__, 0)
-            seen["phases"][task.fn.__name__] += 1
-            seen["spec"] = max(seen["spec"], len(pickle.dumps(task)))
-            seen["inputs"] = max(seen["inputs"], len(task.inputs))
-            result = ShardResult(task.output, self._answer(task), reused=False)
-            done(result)
-            results.append(result)
-        return results
-
-
-def _counting_progress(on_done: Any, progress: Any, total: int) -> Any:
-    count = 0
-
-    def done(result: ShardResult) -> None:
-        nonlocal count
-        count += 1
-        if on_done:
-            on_done(result)
-        if progress:
-            progress(count, total, result)
-
-    return done
 
 
 def normalize_answer(file_bytes: int, params: normalize.NormalizeParams) -> Any:
@@ -149,23 +80,6 @@ def normalize_answer(file_bytes: int, params: normalize.NormalizeParams) -> Any:
         return {"rows": DOCS_PER_SHARD, "duplicates": 0, "bytes_out": SHARD_BYTES // 3, "rows_in": DOCS_PER_SHARD, "rows_out": DOCS_PER_SHARD}
 
     return answer
-
-
-def _step(instance: dg.DagsterInstance, name: str, body: Any) -> tuple[int, float, int]:
-    """``body(context)`` as a Dagster step; its event-log rows, driver CPU seconds and peak."""
-    figures: dict[str, Any] = {}
-
-    @dg.asset(name=name)
-    def step(context) -> None:  # unannotated: Dagster checks the annotation, a string under __future__
-        reset_peak_rss()
-        cpu = time.process_time()
-        body(context)
-        figures["cpu"], figures["peak"] = time.process_time() - cpu, peak_rss_bytes()
-
-    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
-    result = dg.materialize([step], instance=instance, run_config=quiet)
-    assert result.success
-    return len(instance.all_logs(result.run_id)), figures["cpu"], figures["peak"]
 
 
 def rehearse_normalize(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
@@ -187,7 +101,7 @@ def rehearse_normalize(root: str, sources: list[SourceSize], instance: dg.Dagste
 
         normalize.uncompressed_bytes = footer
         try:
-            _source_step(instance, specs.NORMALIZED.name, body, seen)
+            source_step(instance, specs.NORMALIZED.name, body, seen)
         finally:
             normalize.uncompressed_bytes = real_sizes
     return seen
@@ -216,32 +130,10 @@ def rehearse_per_shard(root: str, sources: list[SourceSize], instance: dg.Dagste
 
         storage.list_shards = listing
         try:
-            _source_step(instance, specs.MINHASH_BUCKETS.name, body, seen)
+            source_step(instance, specs.MINHASH_BUCKETS.name, body, seen)
         finally:
             storage.list_shards = real_list
     return seen
-
-
-def _source_step(instance: dg.DagsterInstance, name: str, body: Any, seen: dict[str, Any]) -> None:
-    """One source's step: event rows and CPU add up over sources; peak and requests are the largest."""
-    before = slow_store.SlowStore.total()
-    rows, cpu, peak = _step(instance, name, body)
-    seen["requests"] = max(seen["requests"], slow_store.SlowStore.total() - before)
-    seen["rows"] += rows
-    seen["cpu"] += cpu
-    seen["peak"] = max(seen["peak"], peak)
-
-
-def _global_step(instance: dg.DagsterInstance, name: str, body: Any, seen: dict[str, Any]) -> None:
-    before = slow_store.SlowStore.total()
-    rows, cpu, peak = _step(instance, name, body)
-    seen.update(rows=rows, cpu=cpu, peak=peak, requests=slow_store.SlowStore.total() - before)
-
-
-def _shard_names(root: str, stage: str, src: SourceSize) -> list[str]:
-    for _ in range(1 + src.shards // 1000):  # listing the source's shards: a page per 1,000
-        slow_store.SlowStore.request("list")
-    return [storage.join(root, stage, src.name, storage.shard_name(i, src.shards)) for i in range(src.shards)]
 
 
 def rehearse_quality_bands(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
@@ -255,13 +147,13 @@ def rehearse_quality_bands(root: str, sources: list[SourceSize], instance: dg.Da
         return quality.ScoreHistogram(params.n_topics, params.histogram_bins)
 
     def body(context: Any) -> None:
-        pairs = {src: list(zip(_shard_names(root, "topics", src), _shard_names(root, "quality", src))) for src in sources}
+        pairs = {src: list(zip(shard_names(root, "topics", src), shard_names(root, "quality", src))) for src in sources}
         answer = lambda task: {"shards": len(task.inputs) // 2, "rows": DOCS_PER_SHARD * len(task.inputs) // 2, "invalid": 0}
         quality.score_histogram_by_tasks(pairs, f"{root}/bands/_histograms", params, DryRunner(answer, seen, progress=step_progress()))
 
     quality.ScoreHistogram.load = load
     try:
-        _global_step(instance, specs.QUALITY_BANDS.name, body, seen)
+        global_step(instance, specs.QUALITY_BANDS.name, body, seen)
     finally:
         quality.ScoreHistogram.load = real_load
     return seen
@@ -281,11 +173,11 @@ def rehearse_topic_sample(root: str, sources: list[SourceSize], instance: dg.Dag
         return {"rows": q}
 
     def body(context: Any) -> None:
-        shards = [topics.SourceShards(src.name, tuple(_shard_names(root, "embeddings", src)), rows=(DOCS_PER_SHARD,) * src.shards)
+        shards = [topics.SourceShards(src.name, tuple(shard_names(root, "embeddings", src)), rows=(DOCS_PER_SHARD,) * src.shards)
                   for src in sources]  # fmt: skip
         topics.sample_embeddings(shards, topics.TopicParams(), DryRunner(answer, seen, progress=step_progress()), f"{root}/topic_model/_sample")
 
-    _global_step(instance, specs.TOPIC_MODEL.name, body, seen)
+    global_step(instance, specs.TOPIC_MODEL.name, body, seen)
     return seen
 
 
@@ -317,13 +209,13 @@ def rehearse_compaction(root: str, src: SourceSize, instance: dg.DagsterInstance
         return {"removed": len(task.inputs)}
 
     def body(context: Any) -> None:
-        uris = _shard_names(root, "pool_index", src)
+        uris = shard_names(root, "pool_index", src)
         pool.compact_pool(uris, f"{root}/pool_index/{src.name}", f"{root}/pool", src.name, pool.CompactParams(),
                           DryRunner(answer, seen, progress=step_progress()))  # fmt: skip
 
     pool.read_pool_index = read_index
     try:
-        _global_step(instance, specs.POOL.name, body, seen)
+        global_step(instance, specs.POOL.name, body, seen)
     finally:
         pool.read_pool_index = real_read
     return seen
@@ -348,66 +240,11 @@ def event_log_before_after(root: str, src: SourceSize, instance: dg.DagsterInsta
 
         storage.list_shards = lambda uri: names
         try:
-            rows, cpu, _ = _step(instance, specs.MINHASH_BUCKETS.name, body)
+            rows, cpu, _ = step(instance, specs.MINHASH_BUCKETS.name, body)
         finally:
             storage.list_shards = real_list
         print(f"rehearse event log {label}: {src.name} {src.shards:,} tasks in one Dagster step: {rows:,} event rows "
               f"({rows / src.shards:.3f} per task), step CPU {1000 * cpu / src.shards:.2f} ms per task", flush=True)  # fmt: skip
-
-
-def verdict(value: float, limit: float) -> str:
-    return f"{value:,.1f} {'PASS' if value <= limit else 'MISS'}"
-
-
-def print_drivers(stage: str, seen: dict[str, Any], sources: int) -> bool:
-    """A stage's row; a global stage's driver requests are per source of the pool it reads."""
-    per_source = seen["requests"] / sources if stage in ("quality_bands", "topic_model sample") else seen["requests"]
-    figures = {
-        "driver_peak_mib": seen["peak"] / MIB, "planning_cpu_min": seen["cpu"] / 60, "largest_spec_kib": seen["spec"] / 1024,
-        "event_rows": seen["rows"], "driver_requests_per_source": per_source, "most_inputs": seen["inputs"],
-    }  # fmt: skip
-    cells = " ".join(f"{k}={verdict(v, GOALS[k])}" for k, v in figures.items())
-    phases = " (" + ", ".join(f"{k} {v:,}" for k, v in seen.get("phases", {}).items()) + ")"
-    print(f"rehearse driver {stage}: sources={sources} tasks={seen['tasks']:,}{phases} {cells}", flush=True)
-    return all(v <= GOALS[k] for k, v in figures.items())
-
-
-# --------------------------------------------------------------------------- part 2: tasks on a slow store
-
-
-def write_corpus(directory: Path, files: int, file_bytes: int, seed: int) -> list[str]:
-    rng = random.Random(seed)
-    words = [f"w{i}" for i in range(5000)]
-    uris = []
-    for f in range(files):
-        lines, held = [], 0
-        while held < file_bytes:
-            text = " ".join(rng.choice(words) for _ in range(rng.randint(40, 400)))
-            lines.append(json.dumps({"id": f"{f}-{len(lines)}", "text": text}))
-            held += len(lines[-1])
-        path = directory / f"part-{f:05d}.jsonl"
-        path.write_text("\n".join(lines) + "\n")
-        uris.append(f"{slow_store.PROTOCOL}://{path}")
-    return uris
-
-
-def counted_map(tasks: list[ShardTask], per_phase: dict[str, list[int]]) -> list[ShardResult]:
-    """Each task in this process (the store's counts are its own), its requests by phase."""
-    results = []
-    for task in tasks:
-        before = slow_store.SlowStore.total()
-        results.append(_execute(task))
-        per_phase.setdefault(task.fn.__name__, []).append(slow_store.SlowStore.total() - before)
-    return results
-
-
-class CountingRunner(ShardRunner):
-    def __init__(self, per_phase: dict[str, list[int]]) -> None:
-        super().__init__()
-        object.__setattr__(self, "_per_phase", per_phase)
-
-    def map(self, tasks: Any, on_done: Any = None) -> list[ShardResult]:
-        return counted_map(list(tasks), self._per_phase)
 
 
 def normalize_at(work: Path, scale: int) -> tuple[dict[str, list[int]], float, float]:
@@ -439,7 +276,7 @@ def main() -> int:
                    "quality_bands": rehearse_quality_bands(root, sources, instance), "topic_model sample": rehearse_topic_sample(root, sources, instance),
                    "pool compaction (largest source)": rehearse_compaction(root, pick(sources[0], SourceSize(sources[0].name, 2000)), instance)}
         for stage, seen in drivers.items():
-            ok &= print_drivers(stage, seen, 1 if stage.startswith("pool compaction") else len(sources))
+            ok &= print_drivers(stage, seen, 1 if stage.startswith("pool compaction") else len(sources), per_source=stage in ("quality_bands", "topic_model sample"))
         event_log_before_after(root, SourceSize("probe", pick(2000, 500)), instance)
         for stage in ("exact_duplicates", "fuzzy_duplicates", "topic_model fit and labels", "sampling_groups", "mixture"):
             print(f"rehearse driver {stage}: not measured", flush=True)
