@@ -1,9 +1,9 @@
 """Global exact and fuzzy dedup at 1x, 4x, 16x and 64x a generated corpus, and an incremental
 rebuild after one source changed, on the shared harness (``bench/harness.py``).
 
-Run: ``python -m bench.bench_dedup [--scales 1,4,16,64] [--rounds N] [--incremental-only] [--ray]
-[--corpus real|lab]``, or ``python -m bench --only dedup`` (``--quick``: 1x and 4x, incremental
-at 4x, one round).
+Run: ``python -m bench.bench_dedup [--scales 1,4,16,64] [--rounds N] [--incremental-only]
+[--local-workers] [--store slow|local] [--latency-ms MS] [--corpus real|lab]``, or ``python -m
+bench --only dedup`` (``--quick``: 1x and 4x, incremental at 4x, one round).
 
 The corpus, by default of the production shape (:func:`real_shape_sources`, ~2,450 documents
 per 1x): a Zipf vocabulary, boilerplate shared by unrelated documents, heavy-tailed lengths (~200
@@ -15,10 +15,12 @@ words: near-duplicate clusters of 1,200, 300, 3 x 50, 10 x 10, 40 x 3 and 100 x 
 unrelated documents, 3% exact copies; the largest cluster stays at ~1,200 at every scale.
 
 Every run is a fresh child process (one case per scale, interleaved over rounds); inside it
-both steps run as tasks in two local worker processes (``ShardRunner(processes=2)``; with
-``--ray``, the scale cases on a local Ray cluster of two workers, never recycled, as in
-production), each task reporting its own CPU time and its process's peak RSS
-(``VmHWM``, reset when the task starts). A worker process's one-time
+both steps run as tasks on a local Ray cluster of two workers, never recycled, as in production
+(``--local-workers``: two local worker processes, ``ShardRunner(processes=2)``), each task
+reporting its own CPU time, its process's peak RSS (``VmHWM``, reset when the task starts) and
+the requests it made. Inputs, scratch and outputs are on the latency store (``bench/slow_store.py``:
+the local disk behind an object store's request model, ``--latency-ms`` per request; ``--store
+local``: plain local paths, no requests counted). A worker process's one-time
 library loads (pyarrow's pandas shim, Parquet readers, polars kernels, the n-gram kernels: ~0.3-0.6 s per
 process, and the local runner starts fresh processes for every step) run before a task's clock
 and are printed apart as warm-up CPU; a long-lived worker (Ray) pays them once. The goals (issue 13):
@@ -29,17 +31,21 @@ and are printed apart as warm-up CPU; a long-lived worker (Ray) pays them once. 
   exact step, a plain dict of ids);
 * no fuzzy task reads more input files than the configured bound (16 here: merge tasks combine
   a step's files first);
+* the largest task's requests (exact and fuzzy apart) grow at most 1.3x from 1x to the largest
+  scale: a task's reads follow its configured size and bound, not the corpus;
 * after one source changes (3% more documents, near copies of its own), the incremental
   rebuild costs at most a quarter of a full rebuild's task CPU, with byte-identical removal
   files (full and incremental rebuilds interleaved, each in its own child). The changed source
   keeps the nodes of its unchanged documents, so the previous components only merge over the
   added documents' edges (``cc: incremental``) and only the clusters they touch are read and
-  verified; the rest is carried over.
+  verified; the rest is carried over. The rebuilds run on the same workers and store as the
+  scale cases.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import multiprocessing
 import os
@@ -48,6 +54,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
@@ -55,7 +62,7 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import harness  # noqa: E402
+from bench import harness, slow_store  # noqa: E402
 from marin_assets.core.dedup import decisions as dedup  # noqa: E402
 from marin_assets.core.dedup import minhash
 from marin_assets.core.dedup.exact import find_exact_duplicates
@@ -78,6 +85,7 @@ SCALE = FuzzyScale(records_per_partition=80_000, edges_per_task=60_000, union_fi
 IDS_PER_PARTITION = 4_000
 PROCESSES = 2
 CHANGED = "source_07"
+LATENCY_MS = 2  # per request: waits ~x15 shorter than an object store's (~30 ms) keep 16x within minutes on two cores
 
 
 def _minhash(args: tuple[str, str]) -> None:
@@ -96,6 +104,20 @@ def write_corpus(root: str, texts: dict[str, list[str]]) -> dict[str, dict[str, 
     with ProcessPoolExecutor(PROCESSES) as pool:
         list(pool.map(_minhash, jobs))
     return layout
+
+
+def on_store(layout: dict[str, dict[str, list[str]]], store: str) -> dict[str, dict[str, list[str]]]:
+    """The corpus' URIs as the steps read them: through the latency store (``slow``) or as written."""
+    return {kind: {s: [at_store(u, store) for u in uris] for s, uris in by_source.items()} for kind, by_source in layout.items()}
+
+
+def at_store(path: str, store: str) -> str:
+    """A local path as the steps address it: through the latency store (``slow``) or as it is."""
+    return slow_store.uri(path) if store == "slow" else path
+
+
+def workers_text(ray: bool) -> str:
+    return "a local Ray cluster of 2 unrecycled workers" if ray else "2 worker processes"
 
 
 def exact_reference(texts: dict[str, list[str]]) -> dict[str, set[str]]:
@@ -175,25 +197,47 @@ def real_shape_sources(scale: int, seed: int) -> dict[str, list[str]]:
 RAY_WORKER_TASKS = 0  # Ray: workers are never recycled (as in production); a task's peak is its own (VmHWM reset when it starts)
 
 
-def scale_run(root: str, scale: int, check: bool, ray: bool = False, corpus: str = "real") -> dict:
-    """One scale: corpus, then exact and fuzzy dedup (the measured part), on two local worker
-    processes or (``ray``) a local Ray cluster of two workers started for this run."""
+@contextlib.contextmanager
+def workers(ray: bool) -> Iterator[None]:
+    """A local Ray cluster of ``PROCESSES`` workers for the run (nothing without ``ray``)."""
+    if not ray:
+        yield
+        return
+    import ray as ray_lib  # noqa: PLC0415
+
+    ray_lib.init(num_cpus=PROCESSES, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray_lib.shutdown()
+
+
+def make_runner(ray: bool) -> slow_store.RequestCountingRunner:
+    """Tasks on the cluster of :func:`workers`, its workers never recycled, or two local worker
+    processes; either way each task's store requests are counted in its worker."""
+    if ray:
+        return slow_store.RequestCountingRunner(ray_address=LOCAL, max_in_flight=2 * PROCESSES, worker_max_tasks=RAY_WORKER_TASKS)
+    return slow_store.RequestCountingRunner(processes=PROCESSES)
+
+
+def largest_requests(runner: slow_store.RequestCountingRunner) -> dict[str, list[int]]:
+    """Per task function, the most requests one of its tasks made and the most input files one read."""
+    return {name: [max(counts), runner.widest[name]] for name, counts in runner.per_task.items()}
+
+
+def scale_run(root: str, scale: int, check: bool, ray: bool = True, corpus: str = "real", store: str = "slow") -> dict:
+    """One scale: corpus, then exact and fuzzy dedup (the measured part), on a local Ray cluster
+    of two workers started for this run (or two local worker processes), through the store."""
     multiprocessing.set_start_method("spawn", force=True)  # no fork of a parent with arrow/polars threads
     texts = _texts(scale, corpus)
-    layout = write_corpus(storage.join(root, "corpus"), texts)
-    runner = ShardRunner(processes=PROCESSES)
-    if ray:
-        import ray as ray_lib  # noqa: PLC0415
-
-        ray_lib.init(num_cpus=PROCESSES, include_dashboard=False, log_to_driver=False)
-        runner = ShardRunner(ray_address=LOCAL, max_in_flight=2 * PROCESSES, worker_max_tasks=RAY_WORKER_TASKS)
-    try:
-        with harness.timed():
-            exact = find_exact_duplicates(layout["normalized"], storage.join(root, "exact"), ids_per_partition=IDS_PER_PARTITION, runner=runner, lengths=layout["buckets"])
-            fuzzy = find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), storage.join(root, "fuzzy"), scale=SCALE, runner=runner)
-    finally:
-        if ray:
-            ray_lib.shutdown()
+    layout = on_store(write_corpus(storage.join(root, "corpus"), texts), store)
+    base = at_store(root, store)
+    runners = {"exact": make_runner(ray), "fuzzy": make_runner(ray)}
+    before = slow_store.SlowStore.total()
+    with workers(ray), harness.timed():
+        exact = find_exact_duplicates(layout["normalized"], storage.join(base, "exact"), ids_per_partition=IDS_PER_PARTITION, runner=runners["exact"], lengths=layout["buckets"])
+        fuzzy = find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), storage.join(base, "fuzzy"), scale=SCALE, runner=runners["fuzzy"])
+    driver_requests = slow_store.SlowStore.total() - before
     result = {
         "items": fuzzy["docs"],
         "exact_cpu_s": exact["task_cpu_s"],
@@ -211,20 +255,22 @@ def scale_run(root: str, scale: int, check: bool, ray: bool = False, corpus: str
         "edges": fuzzy["candidate_edges"],
         "steps": fuzzy["steps"],
         "inputs": [fuzzy["max_task_inputs"], fuzzy["max_inputs_per_task"]],
+        "requests": {step: largest_requests(r) for step, r in runners.items()},
+        "driver_requests": driver_requests,
     }
     if check:
         from marin_assets_tests.dedup_reference import reference_fuzzy_removals  # noqa: PLC0415
 
         ref = reference_fuzzy_removals(layout["buckets"], layout["normalized"], set())
-        out = storage.join(root, "fuzzy")
+        out = storage.join(base, "fuzzy")
         got = {s: {(r["id"], r["representative_source"], r["representative_id"]) for r in storage.read_parquet(dedup.removed_uri(out, s)).to_pylist()} for s in texts}
-        exact_got = {s: {r["id"] for r in storage.read_parquet(dedup.removed_uri(storage.join(root, "exact"), s)).to_pylist()} for s in texts}
+        exact_got = {s: {r["id"] for r in storage.read_parquet(dedup.removed_uri(storage.join(base, "exact"), s)).to_pylist()} for s in texts}
         result["equal"] = got == ref and exact_got == exact_reference(texts)
     shutil.rmtree(root, ignore_errors=True)
     return result
 
 
-def rebuild(root: str, layout: dict, mode: str) -> dict:
+def rebuild(root: str, layout: dict, mode: str, ray: bool = True, store: str = "slow") -> dict:
     """A full rebuild, or an incremental one against the first run (its cache copied first, so
     every round starts from the same state)."""
     multiprocessing.set_start_method("spawn", force=True)
@@ -232,10 +278,11 @@ def rebuild(root: str, layout: dict, mode: str) -> dict:
     kwargs = {}
     if mode == "incremental":
         shutil.copytree(storage.join(root, "cache"), storage.join(work, "cache"))
-        kwargs = {"cache_uri": storage.join(work, "cache"), "previous_uri": storage.join(root, "first")}
-    out = storage.join(work, "out")
-    with harness.timed():
-        stats = find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), out, scale=SCALE, runner=ShardRunner(processes=PROCESSES), **kwargs)
+        kwargs = {"cache_uri": at_store(storage.join(work, "cache"), store), "previous_uri": at_store(storage.join(root, "first"), store)}
+    out = at_store(storage.join(work, "out"), store)
+    runner = make_runner(ray)
+    with workers(ray), harness.timed():
+        stats = find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), out, scale=SCALE, runner=runner, **kwargs)
     files = {s: hashlib.sha256(storage.read_bytes(dedup.removed_uri(out, s))).hexdigest() for s in layout["buckets"]}
     shutil.rmtree(work, ignore_errors=True)
     return {
@@ -249,23 +296,25 @@ def rebuild(root: str, layout: dict, mode: str) -> dict:
         "verified": stats["verified_clusters"],
         "republished": stats["sources_republished"],
         "steps": stats["steps"],
+        "requests": sum(sum(counts) for counts in runner.per_task.values()),
     }
 
 
 # --------------------------------------------------------------------------- in the parent
 
 
-def scales_bench(scales: list[int], rounds: int, ray: bool = False, corpus: str = "real") -> None:
+def scales_bench(scales: list[int], rounds: int, ray: bool = True, corpus: str = "real", store: str = "slow") -> None:
     roots = []
     cases = []
     for scale in scales:
         root = tempfile.mkdtemp(prefix=f"bench-dedup-{scale}x-")
         roots.append(root)
-        cases.append(harness.Case(f"{scale}x", "bench.bench_dedup:scale_run", {"root": root, "scale": scale, "check": scale <= 4, "ray": ray, "corpus": corpus}, timeout_s=3600))
-    workers = "a local Ray cluster of 2 unrecycled workers" if ray else "2 worker processes"
+        kwargs = {"root": root, "scale": scale, "check": scale <= 4, "ray": ray, "corpus": corpus, "store": store}
+        cases.append(harness.Case(f"{scale}x", "bench.bench_dedup:scale_run", kwargs, timeout_s=3600))
     try:
         result = harness.compare(
-            f"Global exact + fuzzy dedup, {', '.join(f'{s}x' for s in scales)} ({corpus} corpus; {workers}; time = both steps; load {os.getloadavg()[0]:.1f})",
+            f"Global exact + fuzzy dedup, {', '.join(f'{s}x' for s in scales)} ({corpus} corpus; {workers_text(ray)}; {store} store, "
+            f"{slow_store.SlowStore.latency_s * 1000:g} ms per request; time = both steps; load {os.getloadavg()[0]:.1f})",
             cases,
             rounds=rounds,
             unit="docs",
@@ -291,6 +340,8 @@ def scales_bench(scales: list[int], rounds: int, ray: bool = False, corpus: str 
         for step in ("fuzzy", "exact"):
             harness.growth_goal(lo, hi, 1.3, f"{step} dedup: largest task's peak RSS {hi} <= 1.3x {lo}", key=f"{step}_task_kib").check(result)
             harness.cost_growth_goal(lo, hi, 1.3, f"{step} dedup: task CPU per document {hi} <= 1.3x {lo}", key=f"{step}_cpu_s").check(result)
+    if store == "slow":
+        requests_goals(result, cases)
     for case in cases:
         widest, bound = result[case.label].runs[0]["inputs"]
         harness.absolute_goal(f"fuzzy dedup at {case.label}: input files per task <= the configured bound", f"{widest} <= {bound}", widest <= bound)
@@ -300,24 +351,52 @@ def scales_bench(scales: list[int], rounds: int, ray: bool = False, corpus: str 
             harness.absolute_goal(f"removals at {case.label} equal the one-process pairwise reference", str(equal), equal)
 
 
-def incremental_bench(scale: int, rounds: int, corpus: str = "real") -> None:
+def requests_goals(result: harness.Result, cases: list[harness.Case]) -> None:
+    """The largest task's store requests per task function at each scale, the driver's, and per
+    step the goal: the largest task's requests at the largest scale <= 1.3x those at the smallest."""
+    largest: dict[str, dict[str, dict[str, int]]] = {c.label: {"exact": {}, "fuzzy": {}} for c in cases}
+    inputs: dict[str, int] = {}
+    for case in cases:
+        for run in result[case.label].runs:
+            for step, by_fn in run["requests"].items():
+                for fn, (n, widest) in by_fn.items():
+                    largest[case.label][step][fn] = max(n, largest[case.label][step].get(fn, 0))
+                    inputs[fn] = max(widest, inputs.get(fn, 0))
+    labels = [c.label for c in cases]
+    print(f"  store requests of the largest task ({' / '.join(labels)}; most input files of a task, any scale):")
+    for step in ("exact", "fuzzy"):
+        for fn in sorted({fn for c in labels for fn in largest[c][step]}):
+            print(f"    {step} {fn:24s} " + " / ".join(f"{largest[c][step].get(fn, '-')}" for c in labels) + f"  ({inputs[fn]} files)")
+    print("    driver (all steps)          " + " / ".join(f"{result[c].runs[0]['driver_requests']:,}" for c in labels))
+    lo, hi = labels[0], labels[-1]
+    if lo == hi:
+        return
+    for step in ("exact", "fuzzy"):
+        a, b = max(largest[lo][step].values()), max(largest[hi][step].values())
+        harness.absolute_goal(f"{step} dedup: largest task's store requests {hi} <= 1.3x {lo}", f"{b} / {a} = {b / a:.2f}x", b <= 1.3 * a)
+
+
+def incremental_bench(scale: int, rounds: int, corpus: str = "real", ray: bool = True, store: str = "slow") -> None:
     """First run, then one source changes; full and incremental rebuilds interleaved."""
     multiprocessing.set_start_method("spawn", force=True)
     root = tempfile.mkdtemp(prefix="bench-dedup-inc-")
     try:
         texts = _texts(scale, corpus)
-        layout = write_corpus(storage.join(root, "v1"), texts)
-        find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), storage.join(root, "first"), scale=SCALE, runner=ShardRunner(processes=PROCESSES), cache_uri=storage.join(root, "cache"))
+        layout = on_store(write_corpus(storage.join(root, "v1"), texts), store)
+        previous, cache = at_store(storage.join(root, "first"), store), at_store(storage.join(root, "cache"), store)
+        find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), previous, scale=SCALE, runner=ShardRunner(processes=PROCESSES), cache_uri=cache)
         rng = random.Random(99)
         extra = [t + " " + rng.choice(["appendix", "note", "footer"]) for t in rng.sample(texts[CHANGED], len(texts[CHANGED]) * 3 // 100)]
-        changed = write_corpus(storage.join(root, "v2"), {CHANGED: texts[CHANGED] + extra})
+        changed = on_store(write_corpus(storage.join(root, "v2"), {CHANGED: texts[CHANGED] + extra}), store)
         layout2 = {k: dict(layout[k]) | {CHANGED: changed[k][CHANGED]} for k in ("buckets", "normalized")}
+        common = {"root": root, "layout": layout2, "ray": ray, "store": store}
         cases = [
-            harness.Case("full rebuild", "bench.bench_dedup:rebuild", {"root": root, "layout": layout2, "mode": "full"}, timeout_s=3600),
-            harness.Case("incremental", "bench.bench_dedup:rebuild", {"root": root, "layout": layout2, "mode": "incremental"}, timeout_s=3600),
+            harness.Case("full rebuild", "bench.bench_dedup:rebuild", common | {"mode": "full"}, timeout_s=3600),
+            harness.Case("incremental", "bench.bench_dedup:rebuild", common | {"mode": "incremental"}, timeout_s=3600),
         ]
         result = harness.compare(
-            f"Fuzzy dedup rebuild after {CHANGED} (1 of {len(texts)} sources) grew by 3% near copies, {scale}x, {corpus} corpus ({len(extra)} new docs; load {os.getloadavg()[0]:.1f})",
+            f"Fuzzy dedup rebuild after {CHANGED} (1 of {len(texts)} sources) grew by 3% near copies, {scale}x, {corpus} corpus; {workers_text(ray)}, {store} store "
+            f"({len(extra)} new docs; load {os.getloadavg()[0]:.1f})",
             cases,
             rounds=rounds,
             unit="docs",
@@ -329,7 +408,8 @@ def incremental_bench(scale: int, rounds: int, corpus: str = "real") -> None:
     same = all(f["files"] == i["files"] for f, i in zip(full, inc))
     first = inc[0]
     print(
-        f"  incremental: cc {first['cc']}, clusters reused {first['reused']}, verified {first['verified']}, sources republished {first['republished']}; "
+        f"  incremental: cc {first['cc']}, clusters reused {first['reused']}, verified {first['verified']}, sources republished {first['republished']}, "
+        f"task requests {first['requests']:,} (full rebuild {full[0]['requests']:,}); "
         f"worker warm-up (not in task CPU) {statistics.median(i['warmup_cpu_s'] for i in inc):.1f} s incremental, {statistics.median(f['warmup_cpu_s'] for f in full):.1f} s full"
     )
     for step, c in first["steps"].items():
@@ -351,13 +431,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--incremental-rounds", type=int, default=harness.pick(3, 1))
     parser.add_argument("--no-incremental", action="store_true")
     parser.add_argument("--incremental-only", action="store_true")
-    parser.add_argument("--ray", action="store_true", help="run the scale cases on a local Ray cluster of 2 workers (started per case)")
+    parser.add_argument("--local-workers", action="store_true", help="two local worker processes instead of a local Ray cluster of 2 workers (started per run)")
+    parser.add_argument("--store", choices=("slow", "local"), default="slow", help="slow: inputs and outputs through the latency store (requests counted); local: plain paths")
+    parser.add_argument("--latency-ms", type=float, default=float(os.environ.get("REHEARSE_LATENCY_MS", LATENCY_MS)), help="the latency store's wait per request")
     parser.add_argument("--corpus", choices=("real", "lab"), default="real", help="real: the production shape (real_shape_sources); lab: the earlier uniform corpus")
     args = parser.parse_args(argv)
+    os.environ["REHEARSE_LATENCY_MS"] = str(args.latency_ms)  # read by the store in every child and worker
+    slow_store.SlowStore.latency_s = args.latency_ms / 1000
+    ray = not args.local_workers
     if not args.incremental_only:
-        scales_bench([int(x) for x in args.scales.split(",")], args.rounds, args.ray, args.corpus)
+        scales_bench([int(x) for x in args.scales.split(",")], args.rounds, ray, args.corpus, args.store)
     if not args.no_incremental:
-        incremental_bench(args.incremental_scale, args.incremental_rounds, args.corpus)
+        incremental_bench(args.incremental_scale, args.incremental_rounds, args.corpus, ray, args.store)
     return 0
 
 

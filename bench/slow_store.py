@@ -5,23 +5,32 @@ read fetches blocks by range, ``info``/``ls``/``rm`` are requests of their own, 
 objects is one request per 100 (a batch, as Cloud Storage's JSON API allows). ``fs.protocol`` also
 names ``s3a`` so the storage layer treats it as an object store (atomic single uploads, no rename).
 
-Counts live in the filesystem instance (``SlowStore.requests``, by kind), so the task code under
-measurement runs unchanged; ``SlowStore.latency_s`` is slept once per request.
+Counts live in the filesystem class (``SlowStore.requests``, by kind), so the task code under
+measurement runs unchanged; ``SlowStore.latency_s`` is slept once per request. They are the
+counts of one process: a task run by Ray or a process pool makes its requests in its worker, so
+:class:`RequestCountingRunner` wraps each task function in :class:`CountedTask`, which returns the
+task's own requests with its counters (and, unpickled in the worker, registers the store there).
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
+import threading
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 
+from marin_assets.core.runtime.runner import ShardResult, ShardRunner, ShardTask
+
 PROTOCOL = "slowstore"
 DELETE_BATCH = 100
+_COUNTING = threading.Lock()  # a task reads many files at once from a thread pool
 
 
 class SlowFile(AbstractBufferedFile):
@@ -64,7 +73,8 @@ class SlowStore(AbstractFileSystem):
 
     @classmethod
     def request(cls, kind: str) -> None:
-        cls.requests[kind] += 1
+        with _COUNTING:
+            cls.requests[kind] += 1
         if cls.latency_s:
             time.sleep(cls.latency_s)
 
@@ -137,3 +147,47 @@ class SlowStore(AbstractFileSystem):
 
 
 fsspec.register_implementation(PROTOCOL, SlowStore, clobber=True)
+
+
+def uri(path: str) -> str:
+    """The store's URI of a local path (the same bytes, read and written through the store)."""
+    return f"{PROTOCOL}://{os.path.abspath(path)}"
+
+
+class CountedTask:
+    """A shard task function that adds ``requests``, the store requests it made, to its counters.
+
+    A worker process runs one task at a time, so the change of its counter over the call is the
+    task's own (the runner's check for a finished shard and its write of the counters, two
+    requests per task, fall outside).
+    """
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+
+    def __call__(self, inputs: list[str], output: str, params: Any) -> dict[str, Any]:
+        before = SlowStore.total()
+        stats = dict(self.fn(inputs, output, params))
+        stats["requests"] = SlowStore.total() - before
+        return stats
+
+
+class RequestCountingRunner(ShardRunner):
+    """A :class:`ShardRunner` that runs every task as a :class:`CountedTask` and keeps, per task
+    function, the requests of each task it ran (``per_task``; shards reused from an earlier run
+    are not counted) and the most input files one was given (``widest``)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        object.__setattr__(self, "per_task", {})
+        object.__setattr__(self, "widest", {})
+
+    def map(self, tasks: Sequence[ShardTask], on_done: Callable[[ShardResult], None] | None = None) -> list[ShardResult]:
+        results = super().map([dataclasses.replace(t, fn=CountedTask(t.fn)) for t in tasks], on_done)
+        for task, result in zip(tasks, results):
+            name = task.fn.__name__
+            self.widest[name] = max(self.widest.get(name, 0), len(task.inputs))
+            if not result.reused:
+                self.per_task.setdefault(name, []).append(int(result.stats["requests"]))
+        return results
