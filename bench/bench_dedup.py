@@ -256,6 +256,8 @@ def scale_run(root: str, scale: int, check: bool, ray: bool = True, corpus: str 
         "steps": fuzzy["steps"],
         "inputs": [fuzzy["max_task_inputs"], fuzzy["max_inputs_per_task"]],
         "requests": {step: largest_requests(r) for step, r in runners.items()},
+        "own_peak_kib": {step: max(r.own_peak_kb.values(), default=0) for step, r in runners.items()},
+        "start_rss_kib": {step: max(r.start_kb.values(), default=0) for step, r in runners.items()},
         "driver_requests": driver_requests,
     }
     if check:
@@ -333,8 +335,13 @@ def scales_bench(scales: list[int], rounds: int, ray: bool = True, corpus: str =
             f"largest task {max(m.values('exact_task_kib')) / 1024:.0f} MiB, scratch {run['exact_scratch'] / docs:.0f} B/doc; removed exact {run['removed'][0]}, fuzzy {run['removed'][1]}; "
             f"worker warm-up {statistics.median(m.values('warmup_cpu_s')):.1f} s (not in task CPU)"
         )
-    big = result[cases[-1].label].runs[0]
-    print(f"  per-step fuzzy CPU at {cases[-1].label} (us per document): " + ", ".join(f"{k} {1e6 * v['cpu_s'] / big['items']:.0f}" for k, v in big["steps"].items()))
+        if "own_peak_kib" in run:
+            own, start = ({k: max(r[key][k] for r in m.runs) / 1024 for k in ("fuzzy", "exact")} for key in ("own_peak_kib", "start_rss_kib"))
+            print(
+                f"        a task's peak above its worker's size at its start, at most: fuzzy {own['fuzzy']:.0f} MiB, exact {own['exact']:.0f} MiB; "
+                f"the largest worker size at a task's start: fuzzy {start['fuzzy']:.0f} MiB, exact {start['exact']:.0f} MiB"
+            )
+    steps_table(result, cases)
     lo, hi = cases[0].label, cases[-1].label
     if lo != hi:
         for step in ("fuzzy", "exact"):
@@ -349,6 +356,16 @@ def scales_bench(scales: list[int], rounds: int, ray: bool = True, corpus: str =
         if "equal" in result[case.label].runs[0]:
             equal = all(run["equal"] for run in result[case.label].runs)
             harness.absolute_goal(f"removals at {case.label} equal the one-process pairwise reference", str(equal), equal)
+
+
+def steps_table(result: harness.Result, cases: list[harness.Case]) -> None:
+    """Per fuzzy step: its CPU per document at the largest scale, its largest task's peak at each."""
+    labels = [c.label for c in cases]
+    big = result[labels[-1]].runs[0]
+    print(f"  per fuzzy step: task CPU at {labels[-1]} (us per document); largest task's peak RSS, MiB ({' / '.join(labels)}):")
+    for step, cost in big["steps"].items():
+        peaks = [max((r["steps"].get(step, {}).get("max_rss_kb", 0) for r in result[c].runs), default=0) / 1024 for c in labels]
+        print(f"    {step:10s} {1e6 * cost['cpu_s'] / big['items']:5.0f}  " + " / ".join(f"{p:.0f}" if p else "-" for p in peaks))
 
 
 def requests_goals(result: harness.Result, cases: list[harness.Case]) -> None:

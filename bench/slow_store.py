@@ -155,11 +155,13 @@ def uri(path: str) -> str:
 
 
 class CountedTask:
-    """A shard task function that adds ``requests``, the store requests it made, to its counters.
+    """A shard task function that adds ``requests``, the store requests it made, to its counters,
+    and ``start_rss_kb``, its worker's resident size when it started.
 
     A worker process runs one task at a time, so the change of its counter over the call is the
     task's own (the runner's check for a finished shard and its write of the counters, two
-    requests per task, fall outside).
+    requests per task, fall outside). A worker that is never recycled starts a task with what
+    earlier tasks left resident: the task's peak less that is its own working set.
     """
 
     def __init__(self, fn: Callable[..., Any]) -> None:
@@ -167,21 +169,34 @@ class CountedTask:
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
 
     def __call__(self, inputs: list[str], output: str, params: Any) -> dict[str, Any]:
-        before = SlowStore.total()
+        before, start_kb = SlowStore.total(), _resident_kb()
         stats = dict(self.fn(inputs, output, params))
         stats["requests"] = SlowStore.total() - before
+        stats["start_rss_kb"] = start_kb
         return stats
+
+
+def _resident_kb() -> int:
+    """This process's resident size now (VmRSS), KiB; 0 where /proc is not available."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            return next((int(line.split()[1]) for line in status if line.startswith("VmRSS:")), 0)
+    except OSError:
+        return 0
 
 
 class RequestCountingRunner(ShardRunner):
     """A :class:`ShardRunner` that runs every task as a :class:`CountedTask` and keeps, per task
     function, the requests of each task it ran (``per_task``; shards reused from an earlier run
-    are not counted) and the most input files one was given (``widest``)."""
+    are not counted), the most input files one was given (``widest``), and the most a task's
+    peak rose above its worker's size at its start (``own_peak_kb``) and that size (``start_kb``)."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         object.__setattr__(self, "per_task", {})
         object.__setattr__(self, "widest", {})
+        object.__setattr__(self, "own_peak_kb", {})
+        object.__setattr__(self, "start_kb", {})
 
     def map(self, tasks: Sequence[ShardTask], on_done: Callable[[ShardResult], None] | None = None) -> list[ShardResult]:
         results = super().map([dataclasses.replace(t, fn=CountedTask(t.fn)) for t in tasks], on_done)
@@ -190,4 +205,7 @@ class RequestCountingRunner(ShardRunner):
             self.widest[name] = max(self.widest.get(name, 0), len(task.inputs))
             if not result.reused:
                 self.per_task.setdefault(name, []).append(int(result.stats["requests"]))
+                own = result.peak_rss_bytes // 1024 - int(result.stats["start_rss_kb"])
+                self.own_peak_kb[name] = max(self.own_peak_kb.get(name, 0), own)
+                self.start_kb[name] = max(self.start_kb.get(name, 0), int(result.stats["start_rss_kb"]))
         return results
