@@ -256,6 +256,7 @@ def scale_run(root: str, scale: int, check: bool, ray: bool = True, corpus: str 
         "steps": fuzzy["steps"],
         "inputs": [fuzzy["max_task_inputs"], fuzzy["max_inputs_per_task"]],
         "requests": {step: largest_requests(r) for step, r in runners.items()},
+        "task_requests": {step: sum(sum(counts) for counts in r.per_task.values()) for step, r in runners.items()},
         "own_peak_kib": {step: max(r.own_peak_kb.values(), default=0) for step, r in runners.items()},
         "start_rss_kib": {step: max(r.start_kb.values(), default=0) for step, r in runners.items()},
         "driver_requests": driver_requests,
@@ -384,7 +385,9 @@ def requests_goals(result: harness.Result, cases: list[harness.Case]) -> None:
     for step in ("exact", "fuzzy"):
         for fn in sorted({fn for c in labels for fn in largest[c][step]}):
             print(f"    {step} {fn:24s} " + " / ".join(f"{largest[c][step].get(fn, '-')}" for c in labels) + f"  ({inputs[fn]} files)")
-    print("    driver (all steps)          " + " / ".join(f"{result[c].runs[0]['driver_requests']:,}" for c in labels))
+    for step in ("exact", "fuzzy"):
+        print(f"    {step} all tasks, per document  " + " / ".join(f"{result[c].runs[0]['task_requests'][step] / result[c].runs[0]['items']:.3f}" for c in labels))
+    print("    driver (both steps)         " + " / ".join(f"{result[c].runs[0]['driver_requests']:,}" for c in labels))
     lo, hi = labels[0], labels[-1]
     if lo == hi:
         return
