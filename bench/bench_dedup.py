@@ -80,8 +80,14 @@ CLUSTERS_1X = [1200, 300] + [50] * 3 + [10] * 10 + [3] * 40 + [2] * 100
 UNIQUE_1X = 430
 # bench-sized tasks; at most 16 input files per task (production: 1,024) and 4 shards per map
 # task (a gather task reads 2 files per shard), so the map files of 32 sources are merged before
-# the edges step, as ~25,000 are at production counts
-SCALE = FuzzyScale(records_per_partition=80_000, edges_per_task=60_000, union_find_max_edges=30_000, members_per_partition=4_000, shards_per_map=4, max_inputs_per_task=16)
+# the edges step, as ~25,000 are at production counts; the byte budgets ~1/128 of production's,
+# so that the bench's larger scales reach them (at production's 1 GiB a merge or verify task of
+# the bench holds everything it is given, and its peak grows with the corpus)
+MIB = 1 << 20
+SCALE = FuzzyScale(
+    records_per_partition=80_000, edges_per_task=60_000, union_find_max_edges=30_000, members_per_partition=4_000, shards_per_map=4, max_inputs_per_task=16,
+    merge_bytes=8 * MIB, member_chars_per_partition=8 * MIB, cluster_chars_in_memory=4 * MIB, verify_index_bytes=8 * MIB,
+)  # fmt: skip
 IDS_PER_PARTITION = 4_000
 PROCESSES = 2
 CHANGED = "source_07"
