@@ -17,8 +17,8 @@ same factor so each scale has the production's ratios of flushes to shards. Per 
 of the largest task and their ratio 16x/1x, and the full-pool latency projected at 30 ms per
 request (requests per task x full-pool tasks) beside the CPU core-hours measured here.
 
-``BENCH_QUICK=1``: the 5 largest and 5 smallest sources (pool compaction: 2,000 shards of the
-largest), scales 1x and 4x.
+``BENCH_QUICK=1``: the 5 largest and 5 smallest sources (pool compaction: the largest, at its
+full count), scales 1x and 4x.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from marin_assets.core.embed import quality, topics
 from marin_assets.core.ingest import normalize
 from marin_assets.core.pool import curated as pool
 from marin_assets.core.runtime import stages, storage
-from marin_assets.core.runtime.runner import ShardTask
+from marin_assets.core.runtime.runner import ShardResult, ShardTask
 from marin_assets.defs.ray import step_log, step_progress
 
 
@@ -182,42 +182,37 @@ def rehearse_topic_sample(root: str, sources: list[SourceSize], instance: dg.Dag
 
 
 def rehearse_compaction(root: str, src: SourceSize, instance: dg.DagsterInstance) -> dict[str, Any]:
-    """pool's compaction of one source (its ~200 group files per shard merged), as its step runs it:
-    the step reads every shard index (counted), plans the merged files, submits merges and deletes."""
-    import pyarrow as pa
-
+    """pool's compaction of one source (its ~200 group files per shard merged), as its step runs it
+    after the map: merges planned from the shards' names, the index written from what the merges
+    return, then the batched deletes. The shards' results are the map's (kept documents, tokens)."""
     seen = {"tasks": 0, "spec": 0, "inputs": 0}
     groups = quality.all_groups()
-    docs, tokens = DOCS_PER_SHARD // len(groups), SHARD_BYTES // 4 // len(groups)
-    real_read = pool.read_pool_index
+    docs, tokens = DOCS_PER_SHARD // len(groups), SHARD_BYTES // 4 // len(groups)  # per group and shard
+    params = pool.CompactParams()
 
-    def read_index(uris: Any) -> pa.Table:  # what the shard indexes hold: a row per group and shard
-        import pyarrow.compute as pc
-
-        for _ in uris:
-            slow_store.SlowStore.request("get")
-        n = len(uris) * len(groups)
-        group = pa.array(groups).take(pa.array(np.tile(np.arange(len(groups)), len(uris))))
-        shard = pa.array([storage.basename(u) for u in uris]).take(pa.array(np.repeat(np.arange(len(uris)), len(groups))))
-        files = pc.binary_join_element_wise(group, pa.scalar(f"/{pool.source_slug(src.name)}-"), shard, "")  # pool.pool_file
-        return pa.table([group, files, pa.array([src.name] * n), pa.array(np.full(n, docs)), pa.array(np.full(n, tokens))],
-                        schema=pool.INDEX_SCHEMA)  # fmt: skip
-
-    def answer(task: ShardTask) -> dict[str, Any]:
-        if task.fn.__name__ == "merge_group_files":
-            return {"rows": [count * docs for _, count in task.params.merged], "inputs": len(task.inputs)}
-        return {"removed": len(task.inputs)}
+    def answer(task: ShardTask) -> dict[str, Any]:  # what a merge returns: its files of at most 2^28 tokens
+        if task.fn is not pool.merge_group_files:
+            return {"removed": len(task.inputs)}
+        shards, merged = task.inputs.stop - task.inputs.first, []
+        for group in task.params.groups:
+            left_docs, left_tokens = shards * docs, shards * tokens
+            for part in range(-(-left_tokens // params.group_file_tokens)):
+                size = min(left_tokens, params.group_file_tokens)
+                count = left_docs if size == left_tokens else left_docs * size // left_tokens
+                merged.append([group, pool.merged_file(group, src.name, task.params.number, part), count, size])
+                left_docs, left_tokens = left_docs - count, left_tokens - size
+        return {"merged": merged, "inputs": len(task.inputs), "read": len(task.inputs)}
 
     def body(context: Any) -> None:
-        uris = shard_names(root, "pool_index", src)
-        pool.compact_pool(uris, f"{root}/pool_index/{src.name}", f"{root}/pool", src.name, pool.CompactParams(),
-                          DryRunner(answer, seen, progress=step_progress()))  # fmt: skip
+        index_dir = f"{root}/pool_index/{src.name}"
+        counters = {"source": src.name, "documents": DOCS_PER_SHARD, "dropped_contaminated": 0, "dropped_fuzzy_duplicate": 0, "dropped_exact_duplicate": 0,
+                    "bad_rows_null_text": 0, "bad_rows_missing_attributes": 0, "kept": docs * len(groups), "tokens": tokens * len(groups),
+                    "tokenizer": f"{pool.MARIN_TOKENIZER}@{'0' * 40}", "fuzzy_exempt": False}  # a pool task's counters
+        shards = [ShardResult(storage.join(index_dir, name := storage.shard_name(i, src.shards)), {**counters, "shard": name}, False)
+                  for i in range(src.shards)]  # fmt: skip
+        pool.compact_pool(shards, index_dir, f"{root}/pool", src.name, groups, params, DryRunner(answer, seen, progress=step_progress()))
 
-    pool.read_pool_index = read_index
-    try:
-        global_step(instance, specs.POOL.name, body, seen)
-    finally:
-        pool.read_pool_index = real_read
+    global_step(instance, specs.POOL.name, body, seen)
     return seen
 
 
@@ -274,7 +269,7 @@ def main() -> int:
         root = f"{slow_store.PROTOCOL}://{tmp}"
         drivers = {"normalize": rehearse_normalize(root, sources, instance), "per_shard_map": rehearse_per_shard(root, sources, instance),
                    "quality_bands": rehearse_quality_bands(root, sources, instance), "topic_model sample": rehearse_topic_sample(root, sources, instance),
-                   "pool compaction (largest source)": rehearse_compaction(root, pick(sources[0], SourceSize(sources[0].name, 2000)), instance)}
+                   "pool compaction (largest source)": rehearse_compaction(root, sources[0], instance)}
         for stage, seen in drivers.items():
             ok &= print_drivers(stage, seen, 1 if stage.startswith("pool compaction") else len(sources), per_source=stage in ("quality_bands", "topic_model sample"))
         event_log_before_after(root, SourceSize("probe", pick(2000, 500)), instance)

@@ -330,7 +330,6 @@ def pool_shard(input_uris: list[str], output_uri: str, params: PoolParams) -> di
     code = topic_kept * edges.n_bands + band.astype(np.int64)
     order = np.argsort(code, kind="stable")  # within a group, the shard's id order
     index_rows: list[tuple[str, str, str, int, int]] = []
-    groups: dict[str, dict[str, int]] = {}
     if len(order):
         sorted_code = code[order]
         starts = np.flatnonzero(np.r_[True, sorted_code[1:] != sorted_code[:-1]])
@@ -343,7 +342,6 @@ def pool_shard(input_uris: list[str], output_uri: str, params: PoolParams) -> di
             storage.write_parquet(part, storage.join(params.pool_dir, relative), row_group_size=params.row_group_size)
             group_tokens = int(tokens[take].sum())
             index_rows.append((group, relative, source, int(len(take)), group_tokens))
-            groups[group] = {"documents": int(len(take)), "tokens": group_tokens}
     index = pa.table([pa.array(col, type=f.type) for col, f in zip(zip(*index_rows), INDEX_SCHEMA)], schema=INDEX_SCHEMA) if index_rows else INDEX_SCHEMA.empty_table()
     storage.write_parquet(index, output_uri)
     counters.update(
@@ -351,7 +349,6 @@ def pool_shard(input_uris: list[str], output_uri: str, params: PoolParams) -> di
         tokens=int(tokens.sum()),
         tokenizer=tokenizer_label,
         fuzzy_exempt=params.fuzzy_exempt,
-        groups=groups,
     )
     return counters
 
@@ -531,7 +528,7 @@ def merge_tasks(source: str, pool_dir: str, index_dir: str, groups: Sequence[str
             tasks.append(ShardTask(
                 merge_group_files,
                 ShardGroupFiles(pool_dir, source, chosen, first, min(first + per_range, shards), shards),
-                storage.join(index_dir, "_merges", f"{number:06d}.json"),
+                storage.join(index_dir, "_merged", f"{number:06d}.json"),
                 MergeParams(source, pool_dir, chosen, number, params.group_file_tokens, params.row_group_size),
             ))  # fmt: skip
     return tasks
