@@ -13,9 +13,10 @@ A survivor gets its band within its topic from the global band edges and its tok
 a pinned tokenizer, and is written to ``<pool dir>/<group>/<source slug>-<shard basename>``
 with ``id``, ``text``, ``source``, ``source_id``, ``topic``, ``band``, ``score``, ``tokens``.
 The shard's *index* (group, file, documents, tokens), written last at the task's output URI,
-says which group files the shard produced; the sampling groups are counted from the indexes.
-Output files depend only on the inputs, so a rerun rewrites identical files, and the runner's
-per-shard marker makes a resumed run skip finished shards.
+says which group files the shard produced. Output files depend only on the inputs, so a rerun
+rewrites identical files, and the runner's per-shard marker makes a resumed run skip finished
+shards. After the map, :func:`compact_pool` merges a source's group files into a bounded number
+per group, indexed in ``group_files.parquet`` (what the sampling groups are counted from).
 """
 
 from __future__ import annotations
