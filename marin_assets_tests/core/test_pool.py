@@ -413,8 +413,8 @@ def test_merges_are_planned_by_name_and_close_files_at_the_token_and_file_limits
         ("c00q0", "c00q0/s-group-00000-1.parquet", 2, 40),
         ("c00q0", "c00q0/s-group-00001.parquet", 1, 5),  # shard 3 has no row in c00q0
         ("c00q0", "c00q0/s-group-00002.parquet", 1, 10),
-        ("c01q1", "c01q1/s-group-00003.parquet", 1, 60),  # one document over the limit goes alone
-        ("c01q1", "c01q1/s-group-00003-1.parquet", 1, 10),
+        ("c01q1", "c01q1/s-group-00000.parquet", 1, 60),  # one document over the limit goes alone
+        ("c01q1", "c01q1/s-group-00000-1.parquet", 1, 10),
     ]
     rows = [storage.read_parquet(storage.join(pool_dir, f), columns=["id"]).column("id").to_pylist() for f in index.column("file").to_pylist()]
     assert rows == [["c00q0-0-0", "c00q0-0-1"], ["c00q0-1-0", "c00q0-1-1"], ["c00q0-2-0"], ["c00q0-4-0"], ["c01q1-0-0"], ["c01q1-0-1"]]

@@ -377,8 +377,8 @@ class CompactParams:
 
 
 def merged_file(group: str, source: str, number: int, part: int = 0) -> str:
-    """Merge ``number``'s file of ``group`` relative to the pool directory (``part`` > 0: the
-    continuations of a merge whose rows pass the token limit)."""
+    """The merged file of ``group`` from the source's shard range ``number``, relative to the pool
+    directory (``part`` > 0: the continuations of a merge whose rows pass the token limit)."""
     return pool_file(group, source, f"group-{number:05d}" + (f"-{part}" if part else "") + ".parquet")
 
 
@@ -410,7 +410,7 @@ class ShardGroupFiles(Sequence[str]):
 @dataclasses.dataclass(frozen=True)
 class MergeParams:
     """One merge task: its groups (its inputs are an equal run of names per group, in this order),
-    its number (which names its files, :func:`merged_file`) and the limits."""
+    its shard range's number k (which names its files, :func:`merged_file`) and the limits."""
 
     source: str
     pool_dir: str
@@ -525,12 +525,11 @@ def merge_tasks(source: str, pool_dir: str, index_dir: str, groups: Sequence[str
     for g in range(0, len(groups), per_task):
         chosen = tuple(groups[g : g + per_task])
         for first in range(0, shards, per_range):
-            number = len(tasks)
             tasks.append(ShardTask(
                 merge_group_files,
                 ShardGroupFiles(pool_dir, source, chosen, first, min(first + per_range, shards), shards),
-                storage.join(index_dir, "_merged", f"{number:06d}.json"),
-                MergeParams(source, pool_dir, chosen, number, params.group_file_tokens, params.row_group_size),
+                storage.join(index_dir, "_merged", f"{len(tasks):06d}.json"),
+                MergeParams(source, pool_dir, chosen, first // per_range, params.group_file_tokens, params.row_group_size),
             ))  # fmt: skip
     return tasks
 
