@@ -285,7 +285,7 @@ def pipeline(work: Path, scale: int, runner: ShardRunner, corpus: list[str]) -> 
     stages["pool"] = run_stage(runner, "pool", label, pool_tasks, docs, text_bytes)
     collected = []
     started = time.perf_counter()
-    merged = pool.compact_pool(stages["pool"].results, str(root / "pool_index"), str(root / "pool"), "bench", quality.all_groups(edges.n_topics, edges.n_bands),
+    merged = pool.compact_pool(stages["pool"].results, str(root / "pool_index"), str(root / "pool"), "bench", pool.group_names(edges_uri),
                                pool.CompactParams(), _Recording(for_stage(runner, "pool_group_files", label), collected))
     stages["pool_group_files"] = Stage("pool_group_files", label, collected, docs, text_bytes, time.perf_counter() - started)
     print(f"{stages['pool_group_files'].line()} group_files={merged['group_files']} from_shard_files={merged['shard_group_files']}", flush=True)

@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from marin_assets.core.embed.embeddings import OFFLINE_MODEL, OFFLINE_MODEL_REVISION
-from marin_assets.core.embed.quality import BandEdges, band_of, group_name, load_band_edges
+from marin_assets.core.embed.quality import BandEdges, all_groups, band_of, group_name, load_band_edges
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.errors import BadInput
 
@@ -512,6 +512,12 @@ def _fill(sink: Any, table: pa.Table, tables: Iterator[pa.Table], params: MergeP
     finally:
         if writer is not None:
             writer.close()
+
+
+def group_names(band_edges_uri: str) -> list[str]:
+    """The sampling groups the band edges make (c00q0 .. c39q4 at the reference 40 topics x 5 bands)."""
+    edges = _cached_band_edges(band_edges_uri)
+    return all_groups(edges.n_topics, edges.n_bands)
 
 
 def merge_tasks(source: str, pool_dir: str, index_dir: str, groups: Sequence[str], shards: int, params: CompactParams) -> list[Any]:

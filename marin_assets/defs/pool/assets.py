@@ -5,7 +5,6 @@ import dataclasses
 import dagster as dg
 
 from marin_assets.core.dedup import decisions as dedup
-from marin_assets.core.embed import quality
 from marin_assets.core.embed import topics as topic_core
 from marin_assets.core.pool import curated as pool_core
 from marin_assets.core.pool import groups as mixture
@@ -76,12 +75,6 @@ def stale_pools(layout: storage.Layout, pools: dict[str, stages.StageInput], cat
     return stale
 
 
-def pool_groups(band_edges_uri: str) -> list[str]:
-    """The sampling groups the band edges make (c00q0 .. c39q4 at the reference 40 topics x 5 bands)."""
-    edges = quality.load_band_edges(band_edges_uri)
-    return quality.all_groups(edges.n_topics, edges.n_bands)
-
-
 @stage_asset(
     POOL,
     kinds={"parquet"},
@@ -117,7 +110,7 @@ def pool(context: dg.AssetExecutionContext, marin: MarinResource, curation: Cura
         progress=step_log(context),
         # a bounded number of files per group for the source, not one per group per shard
         finish=lambda out, results: pool_core.compact_pool(
-            results, out.uri, out.data_uri, name, pool_groups(decisions.bands.uri), pool_core.CompactParams(), marin.runner()
+            results, out.uri, out.data_uri, name, pool_core.group_names(decisions.bands.uri), pool_core.CompactParams(), marin.runner()
         ),
     )
     totals = manifest["totals"]
