@@ -17,13 +17,13 @@ from marin_assets.core.dedup import decisions as dedup
 from marin_assets.core.dedup.fuzzy import clusters as fuzzy_clusters
 from marin_assets.core.dedup.fuzzy import state as fuzzy_state
 from marin_assets.core.dedup.fuzzy import layout as fuzzy_layout
-from marin_assets.core.dedup import minhash
+from marin_assets.core.dedup import manifest, minhash
 from marin_assets.core.dedup import shuffle as dedup_shuffle
 from marin_assets.core.dedup.decisions import ExactDedupParams, FuzzyDedupParams
 from marin_assets.core.dedup.exact import find_exact_duplicates
 from marin_assets.core.dedup.fuzzy import FuzzyScale, find_fuzzy_duplicates
 from marin_assets.core.runtime import storage
-from marin_assets.core.runtime.runner import ShardRunner
+from marin_assets.core.runtime.runner import ShardRunner, ShardTask
 from marin_assets.testing import dedup_corpus
 from marin_assets.testing.dedup_corpus import doc_id, near_copies
 from marin_assets_tests.core.test_minhash import shingle_jaccard, stdlib_documents
@@ -352,7 +352,7 @@ class InputCountingRunner(ShardRunner):
     def map(self, tasks, on_done=None):
         for task in tasks:
             name = task.fn.__name__
-            self.widest[name] = max(self.widest.get(name, 0), len(task.inputs))
+            self.widest[name] = max(self.widest.get(name, 0), manifest.count(task.inputs))
         return super().map(tasks, on_done)
 
 
@@ -376,6 +376,50 @@ def test_no_task_reads_more_files_than_the_bound_and_the_removals_stay_the_same(
     for source in buckets:
         assert storage.read_bytes(dedup.removed_uri(out, source)) == storage.read_bytes(dedup.removed_uri(unbounded, source))
     assert outputs(out, buckets) == reference_fuzzy_removals(buckets, normalized, {"gamma"})
+
+
+def test_task_specs_name_a_manifest_not_every_input_at_production_counts(tmp_path: Path) -> None:
+    """25,000 map files merged in 25 groups of 1,000, 16,384 edges tasks over the merged files,
+    2,048 verify tasks of 1,024 files each (member files, texts, streamed texts): each spec
+    pickles to at most 64 KiB (listed, the merge and verify specs are over 64 KiB), one
+    manifest per step, and each task reads back exactly its inputs, in order."""
+    import pickle
+
+    from marin_assets.core.dedup.fanin import MergeFilesParams, merge_files
+    from marin_assets.core.dedup.fuzzy.edges import RangeParams, fuzzy_edges
+    from marin_assets.core.dedup.fuzzy.verify import fuzzy_verify
+
+    work = "gs://marin-us-central2/global/fuzzy_duplicates/0123456789abcdef/_work"
+    maps = [f"{work}/map/source-{s:03d}/{dedup_shuffle.block_name(k, 200)}" for s in range(125) for k in range(200)]
+    merged = [f"{work}/edges/merged-0/{dedup_shuffle.block_name(g, 25)}" for g in range(25)]
+    member = [f"{work}/members/merged/{dedup_shuffle.block_name(g, 256)}" for g in range(256)]
+    texts = [f"{work}/gather/texts/{dedup_shuffle.block_name(g, 256)}" for g in range(256)]
+    streamed = [f"{work}/gather/g{g:06d}.streamed.parquet" for g in range(25_000)]
+    rule = FuzzyDedupParams()
+    steps = {
+        "merge": [ShardTask(merge_files, tuple(maps[g * 1000 : (g + 1) * 1000]), merged[g], MergeFilesParams(blocks=16_384)) for g in range(25)],
+        "edges": [ShardTask(fuzzy_edges, tuple(merged), f"{work}/edges/{dedup_shuffle.block_name(p, 16_384)}", RangeParams(p, p + 1, 16_384)) for p in range(16_384)],
+        "verify": [
+            ShardTask(
+                fuzzy_verify,
+                (*member, *texts, *streamed[p * 7 % 24_000 : p * 7 % 24_000 + 512]),
+                f"{work}/verify/{dedup_shuffle.block_name(p, 2048)}",
+                fuzzy_clusters.VerifyParams(p, p + 1, tuple(f"source-{s:03d}" for s in range(125)), (), (), rule, member_files=256, text_files=256),
+            )
+            for p in range(2048)
+        ],
+    }
+    for step, tasks in steps.items():
+        folder = str(tmp_path / step)
+        named = manifest.name_inputs(tasks, folder)
+        assert max(len(pickle.dumps(t)) for t in named) <= 64 << 10, step
+        assert len(list((tmp_path / step).iterdir())) == 1
+        for task, original in list(zip(named, tasks))[:: max(1, len(tasks) // 50)]:
+            assert len(task.inputs) == 1 and manifest.count(task.inputs) == len(original.inputs)
+            assert manifest.expand(task.inputs) == list(original.inputs)
+    assert min(len(pickle.dumps(t)) for t in steps["merge"] + steps["verify"]) > 64 << 10
+    few = ShardTask(fuzzy_edges, tuple(merged[:3]), "out", None)
+    assert manifest.name_inputs([few], str(tmp_path / "few")) == [few] and not (tmp_path / "few").exists()
 
 
 def chained_corpus(root: Path, docs: int, copy_every: int) -> tuple[dict, dict, set[tuple[str, str]]]:
