@@ -742,8 +742,15 @@ def test_the_incremental_merge_reads_only_the_label_blocks_of_the_added_edges_en
     find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, full, scale=scale)
     assert stats["cc_method"] == "incremental" and stats["changed_sources"] == ["gamma"]
     assert 0 < stats["label_rows_read"] < before["docs_in_clusters"] // 2
+    # at a bound of 6 files per task, lookup tasks keep the needed rows of each few label files first
+    runner, bounded = InputCountingRunner(), str(tmp_path / "bounded")
+    bounded_stats = find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, bounded, scale=dataclasses.replace(scale, max_inputs_per_task=6), cache_uri=cache, previous_uri=first, runner=runner)
+    assert bounded_stats["cc_method"] == "incremental" and len(storage.read_json(storage.join(first, fuzzy_layout.STATE_FILE))["label_files"]) > 6
+    assert runner.widest["fuzzy_label_lookup"] <= 6 and max(runner.widest.values()) <= 6, str(runner.widest)
+    assert bounded_stats["label_rows_read"] == stats["label_rows_read"]
     for source in buckets2:
         assert storage.read_bytes(dedup.removed_uri(inc, source)) == storage.read_bytes(dedup.removed_uri(full, source))
+        assert storage.read_bytes(dedup.removed_uri(bounded, source)) == storage.read_bytes(dedup.removed_uri(full, source))
 
 
 def test_incremental_components_follow_added_and_removed_documents_like_a_full_rebuild(tmp_path: Path) -> None:
