@@ -360,7 +360,8 @@ def test_no_task_reads_more_files_than_the_bound_and_the_removals_stay_the_same(
     """Twelve map files, star rounds over many partitions, a bound of six files per task: merge
     tasks combine each step's files first, and the removals are the unbounded run's, byte for byte."""
     normalized, buckets = big_cluster_corpus(tmp_path, shards=4)
-    free = dataclasses.replace(SMALL_TASKS, shards_per_map=1, edges_per_task=400)
+    # the big cluster's texts streamed by each of the 12 gather tasks: their files merged too
+    free = dataclasses.replace(SMALL_TASKS, shards_per_map=1, edges_per_task=400, cluster_chars_in_memory=50_000, verify_batch_chars=20_000)
     bound = dataclasses.replace(free, max_inputs_per_task=6, merge_bytes=4096)
     with pytest.raises(ValueError, match="MARIN_FUZZY_MAX_INPUTS_PER_TASK"):  # a gather task reads two files per shard
         dataclasses.replace(free, max_inputs_per_task=3)
@@ -368,7 +369,8 @@ def test_no_task_reads_more_files_than_the_bound_and_the_removals_stay_the_same(
     out = str(tmp_path / "bounded")
     stats = find_fuzzy_duplicates(buckets, normalized, {"gamma"}, out, scale=bound, runner=runner)
     assert max(runner.widest.values()) <= 6 and stats["max_task_inputs"] == max(runner.widest.values()), runner.widest
-    assert runner.widest["merge_files"] == 6 and stats["steps"]["merge"]["tasks"] >= 3
+    assert runner.widest["merge_files"] == 6 and stats["steps"]["merge"]["tasks"] >= 3 and stats["streamed_clusters"] == 1
+    assert 2 <= runner.widest["merge_row_groups"] <= 6
     assert stats["cc_method"] == "star_rounds" and stats["steps"]["map"]["tasks"] == 12
     unbounded = str(tmp_path / "free")
     find_fuzzy_duplicates(buckets, normalized, {"gamma"}, unbounded, scale=free, runner=(free_runner := InputCountingRunner()))
