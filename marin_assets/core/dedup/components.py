@@ -6,7 +6,8 @@ range sees every neighbour of the nodes it owns. Below ``union_find_max_edges`` 
 all edges and runs a union-find (scipy); above it, alternating large-star and small-star rounds
 (Kiveris et al., "Connected Components in MapReduce and Beyond") run as shuffles through
 storage until the graph is a forest of stars, whose centres are the component minima. No task
-holds more than one key range of edges. A round writes one block per destination key range
+holds more than one key range of edges, nor more than its row bound of one: a range past it (a
+heavy centre) runs as slices (:mod:`.star_rounds`). A round writes one block per destination key range
 (:func:`.shuffle.write_blocks`), so each task of the next round reads exactly its own rows
 from every file, not a row group of each.
 """
