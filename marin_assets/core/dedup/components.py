@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
-import pyarrow as pa
 
 from marin_assets.core.dedup import fanin, shuffle
 from marin_assets.core.dedup.star_rounds import EDGE_SCHEMA, LABEL_SCHEMA, RoundParams, edge_table, star_round
