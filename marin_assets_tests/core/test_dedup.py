@@ -382,9 +382,10 @@ def test_no_task_reads_more_files_than_the_bound_and_the_removals_stay_the_same(
 
 def test_task_specs_name_a_manifest_not_every_input_at_production_counts(tmp_path: Path) -> None:
     """25,000 map files merged in 25 groups of 1,000, 16,384 edges tasks over the merged files,
-    2,048 verify tasks of 1,024 files each (member files, texts, streamed texts): each spec
-    pickles to at most 64 KiB (listed, the merge and verify specs are over 64 KiB), one
-    manifest per step, and each task reads back exactly its inputs, in order."""
+    2,048 verify tasks of 1,024 files each (member files, texts, streamed texts), gather tasks
+    of their own 32 files and the shared plan files: each spec pickles to at most 64 KiB
+    (listed, the merge and verify specs are over 64 KiB), one manifest per step, and each task
+    reads back exactly its inputs, in order."""
     import pickle
 
     from marin_assets.core.dedup.fanin import MergeFilesParams, merge_files
@@ -411,17 +412,22 @@ def test_task_specs_name_a_manifest_not_every_input_at_production_counts(tmp_pat
             for p in range(2048)
         ],
     }
+    # a gather task: its own 16 shards (and node tables) listed, the plan files shared by every task
+    steps["gather"] = [ShardTask(fuzzy_edges, (*maps[32 * g : 32 * g + 32], *merged), f"{work}/gather/g{g:06d}.blocks") for g in range(700)]
     for step, tasks in steps.items():
         folder = str(tmp_path / step)
         named = manifest.name_inputs(tasks, folder)
         assert max(len(pickle.dumps(t)) for t in named) <= 64 << 10, step
         assert len(list((tmp_path / step).iterdir())) == 1
         for task, original in list(zip(named, tasks))[:: max(1, len(tasks) // 50)]:
-            assert len(task.inputs) == 1 and manifest.count(task.inputs) == len(original.inputs)
+            assert manifest.count(task.inputs) == len(original.inputs) and len(task.inputs) <= (33 if step == "gather" else 1 + manifest.OWN_LISTED)
             assert manifest.expand(task.inputs) == list(original.inputs)
+    assert (tmp_path / "gather").iterdir().__next__().read_text().split() == merged  # only the shared names
     assert min(len(pickle.dumps(t)) for t in steps["merge"] + steps["verify"]) > 64 << 10
-    few = ShardTask(fuzzy_edges, tuple(merged[:3]), "out", None)
-    assert manifest.name_inputs([few], str(tmp_path / "few")) == [few] and not (tmp_path / "few").exists()
+    # a map task's 32 inputs are its own: listed, no manifest; nor for a task of few inputs
+    own = [ShardTask(fuzzy_edges, tuple(maps[32 * g : 32 * g + 32]), f"out-{g}") for g in range(10)]
+    few = [ShardTask(fuzzy_edges, tuple(merged[:3]), "out", None)]
+    assert manifest.name_inputs(own + few, str(tmp_path / "own")) == own + few and not (tmp_path / "own").exists()
 
 
 def chained_corpus(root: Path, docs: int, copy_every: int) -> tuple[dict, dict, set[tuple[str, str]]]:
