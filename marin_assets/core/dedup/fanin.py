@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from marin_assets.core.dedup import shuffle
 from marin_assets.core.runtime import storage
@@ -138,3 +139,30 @@ def bounded(run: Callable[[list[ShardTask]], list[ShardResult]], files: Sequence
         files = [r.output for r in run(tasks)]
         level += 1
     return files
+
+
+@shuffle.measured
+def merge_row_groups(inputs: list[str], output: str, params: Any = None) -> dict[str, Any]:
+    """One Parquet file of the row groups of ``inputs`` (files whose readers pick row groups by
+    their statistics, e.g. big clusters' streamed texts sorted by cluster and place), each group
+    copied as it is, so its statistics still narrow a read; one group held at a time."""
+    groups = rows = 0
+    with tempfile.TemporaryDirectory(prefix="dedup-groups-") as tmp:
+        local = os.path.join(tmp, "merged.parquet")
+        writer = None
+        try:
+            for uri in inputs:
+                fs, path = storage.filesystem(uri)
+                with fs.open(path, "rb") as handle:
+                    reader = pq.ParquetFile(handle)
+                    for g in range(reader.metadata.num_row_groups):
+                        table = reader.read_row_group(g)
+                        writer = writer or pq.ParquetWriter(local, table.schema, compression=storage.PARQUET_COMPRESSION)
+                        writer.write_table(table, row_group_size=max(1, table.num_rows))
+                        groups, rows = groups + 1, rows + table.num_rows
+        finally:
+            if writer is not None:
+                writer.close()
+        if writer is not None:
+            storage.put_file(local, output)
+    return {"rows": rows, "row_groups": groups, "files": len(inputs)}

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from marin_assets.core.dedup import manifest
 from marin_assets.core.runtime import storage
 
 KEY_SPACE = 1 << 63
@@ -525,7 +526,7 @@ def measured(fn: Any = None, *, warm: Sequence[Any] = ()) -> Any:
                 step()
                 _WARMED.add(step)
         warmed = time.process_time()
-        stats = dict(fn(inputs, output, params))
+        stats = dict(fn(manifest.expand(inputs), output, params))
         stats["cpu_s"] = time.process_time() - warmed
         stats["warmup_cpu_s"] = warmed - start
         stats["rss_kb"] = vm_hwm_kb()
