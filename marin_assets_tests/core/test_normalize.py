@@ -335,6 +335,9 @@ def test_the_tree_has_a_level_per_power_of_the_fan_in_and_buckets_of_about_one_s
         assert deep.per_bucket(level - 1) * deep.chunk(level) / deep.files(level - 1) <= 1.1
     more = dataclasses.replace(few, flushes=1025)  # the scatter wrote more flushes than planned: one more level
     assert more.levels == 1 and more.per_bucket(0) == 1 and more.chunk(1) <= 1024 and more.chunk(2) == 2
+    fewer = dataclasses.replace(deep, flushes=1024**2)  # fewer than planned: one level splits the planned buckets into shards
+    assert fewer.levels == 1 and fewer.per_bucket(0) == deep.per_bucket(0) and fewer.split(1) == deep.per_bucket(0)
+    assert dataclasses.replace(large, flushes=1000).levels == 1  # the scatter's slots hold 100 shards: one level still
 
 
 def test_a_source_of_many_files_is_sized_by_tasks_not_by_the_step(tmp_path, monkeypatch) -> None:

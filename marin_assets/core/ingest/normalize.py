@@ -382,17 +382,20 @@ class GatherTree:
 
     shards: int
     planned: int  # flushes estimated before the scatter: they size the buckets (the scatter's slots follow them)
-    flushes: int  # flushes the scatter wrote: they cut each level's chunks
+    flushes: int  # flushes the scatter wrote: they set the levels and cut each level's chunks
     fan_in: int
 
     @property
     def levels(self) -> int:
-        """Middle levels: enough for the flushes written, and for the buckets planned to reach single shards."""
-        return max(_levels_for(self.planned, self.fan_in), _levels_for(self.flushes, self.fan_in))
+        """Middle levels for the flushes written; at least one where the scatter's slots hold several shards."""
+        return max(_levels_for(self.flushes, self.fan_in), min(1, _levels_for(self.planned, self.fan_in)))
 
     def per_bucket(self, level: int) -> int:
-        """Shards per bucket of ``level``: ~planned / F^(level+1), a multiple of the next level's
-        (so buckets nest) and not past the shards; 1 from the last level on."""
+        """Shards per bucket of ``level``: ~planned / F^(level+1), a multiple of the next level's (so
+        buckets nest) and not past the shards; 1 from the last level on (where the scatter wrote
+        fewer flushes than planned, the last level splits its buckets into shards in one go)."""
+        if level >= self.levels:
+            return 1
         per = 1
         for deeper in range(_levels_for(self.planned, self.fan_in) - 1, level - 1, -1):
             target = -(-self.planned // self.fan_in ** (deeper + 1))
