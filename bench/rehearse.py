@@ -90,17 +90,23 @@ def phase_of(task: ShardTask) -> str:
 
 
 class PhaseDryRunner(DryRunner):
-    """The dry runner, also counting tasks by phase and middle level (``seen['levels']``)."""
+    """The dry runner, also counting tasks and their inputs by phase and middle level (``seen['levels']``)."""
 
     def map(self, tasks: Any, on_done: Any = None) -> list[Any]:
         levels = self._seen.setdefault("levels", {})
         for task in tasks:
-            levels[phase_of(task)] = levels.get(phase_of(task), 0) + 1
+            tasks_inputs = levels.setdefault(phase_of(task), [0, 0])
+            tasks_inputs[0] += 1
+            tasks_inputs[1] += len(task.inputs)
         return super().map(tasks, on_done)
 
 
 class PhaseCountingRunner(CountingRunner):
-    """Each task in this process, its requests by phase and middle level."""
+    """Each task in this process, its requests by phase and middle level (and ``inputs``: its inputs)."""
+
+    def __init__(self, per_phase: dict[str, list[int]], inputs: dict[str, list[int]]) -> None:
+        super().__init__(per_phase)
+        object.__setattr__(self, "inputs", inputs)
 
     def map(self, tasks: Any, on_done: Any = None) -> list[Any]:
         results = []
@@ -108,6 +114,7 @@ class PhaseCountingRunner(CountingRunner):
             counts: dict[str, list[int]] = {}
             results += counted_map([task], counts)
             self._per_phase.setdefault(phase_of(task), []).extend(counts[task.fn.__name__])
+            self.inputs.setdefault(phase_of(task), []).append(len(task.inputs))
         return results
 
 
@@ -276,8 +283,9 @@ def event_log_before_after(root: str, src: SourceSize, instance: dg.DagsterInsta
               f"({rows / src.shards:.3f} per task), step CPU {1000 * cpu / src.shards:.2f} ms per task", flush=True)  # fmt: skip
 
 
-def normalize_at(work: Path, scale: int) -> tuple[dict[str, list[int]], float, float]:
-    """normalize at ``scale`` x 1x: its requests per task by phase and level, driver requests, CPU seconds per MiB."""
+def normalize_at(work: Path, scale: int) -> tuple[dict[str, list[int]], float, float, dict[str, list[int]]]:
+    """normalize at ``scale`` x 1x: its requests per task by phase and level, driver requests, CPU
+    seconds per MiB, and each task's inputs by phase and level."""
     base_files, file_mib = 8, 1
     corpus = work / f"in-{scale}x"
     corpus.mkdir(parents=True, exist_ok=True)
@@ -288,35 +296,41 @@ def normalize_at(work: Path, scale: int) -> tuple[dict[str, list[int]], float, f
     # flushes, 100 chunks of 1,024); a second level from 256 flushes on (16x: 1,024 flushes).
     params = normalize.NormalizeParams(target_shard_bytes=256 * 1024, scatter_buffer_bytes=128 * 1024, batch_bytes=64 * 1024, gather_fan_in=16)
     per_phase: dict[str, list[int]] = {}
+    inputs: dict[str, list[int]] = {}
     # Files sized per task scaled with the fan-in (1,024 -> 16: 256 -> 4), and by tasks from 1x on as a large source's are.
     real_sizing = normalize.SIZES_IN_DRIVER, normalize.FILES_PER_SIZING_TASK
     normalize.SIZES_IN_DRIVER, normalize.FILES_PER_SIZING_TASK = 4, 4
     before, cpu = slow_store.SlowStore.total(), time.process_time()
     try:
-        normalize.normalize_source("s", files, f"{slow_store.PROTOCOL}://{work}/out-{scale}x", params, runner=PhaseCountingRunner(per_phase))
+        normalize.normalize_source("s", files, f"{slow_store.PROTOCOL}://{work}/out-{scale}x", params, runner=PhaseCountingRunner(per_phase, inputs))
     finally:
         normalize.SIZES_IN_DRIVER, normalize.FILES_PER_SIZING_TASK = real_sizing
     cpu = time.process_time() - cpu
     driver = slow_store.SlowStore.total() - before - sum(sum(v) for v in per_phase.values())
-    return per_phase, driver, cpu / (base_files * scale * file_mib)
+    return per_phase, driver, cpu / (base_files * scale * file_mib), inputs
 
 
 PHASES = ("measure_files", "scatter_file", "regroup_chunk", "gather_shard", "single_shard")
 
 
-def print_normalize_tasks(runs: dict[int, tuple[dict[str, list[int]], float, float]], full: dict[str, int]) -> bool:
-    """A row per phase and middle level (largest task's requests at each scale, full-pool tasks and
-    their projected request latency), then the stage's largest task over all phases against its goal."""
+def print_normalize_tasks(runs: dict[int, tuple[dict[str, list[int]], float, float, dict[str, list[int]]]],
+                          full: dict[str, list[int]]) -> bool:  # fmt: skip
+    """A row per phase and middle level: the largest task's requests at each scale, then the
+    full-pool tasks and inputs (``full``: phase -> [tasks, inputs]) and their request latency
+    projected at this run's requests per input; then the stage's largest task over all phases against its goal."""
     scales = sorted(runs)
     top = max(scales)
     phases = sorted({p for s in scales for p in runs[s][0]} | set(full), key=lambda p: (PHASES.index(p.split()[0]), p))
     largest = {p: {s: max(runs[s][0].get(p, [0])) for s in scales} for p in phases}
-    hours = {p: full.get(p, 0) * largest[p][top] * REQUEST_S / 3600 for p in phases}
+    per_input = {p: sum(runs[top][0].get(p, [0])) / max(1, sum(runs[top][3].get(p, [0]))) for p in phases}
+    hours = {p: full.get(p, [0, 0])[1] * per_input[p] * REQUEST_S / 3600 for p in phases}
     where = pick("full pool", "rehearsed sources")
     for p in phases:
+        tasks, inputs = full.get(p, [0, 0])
         print(f"rehearse tasks normalize.{p}: largest task requests " + " ".join(f"{s}x={largest[p][s]}" for s in scales)
-              + f"; {where} {full.get(p, 0):,} tasks x {largest[p][top]} requests x 30 ms = {hours[p]:,.0f} task-hours of "
-              f"request latency (projected{'; not run here' if not largest[p][top] else ''})", flush=True)  # fmt: skip
+              + f" (most inputs {max(runs[top][3].get(p, [0]))} at {top}x); {where} {tasks:,} tasks reading {inputs:,} files x "
+              f"{per_input[p]:.1f} requests per file x 30 ms = {hours[p]:,.0f} task-hours of request latency "
+              f"(projected{'; not run here' if not largest[p][top] else ''})", flush=True)  # fmt: skip
     stage = {s: max(largest[p][s] for p in phases) for s in scales}
     ratio = stage[top] / max(1, stage[scales[0]])
     cpu_per_mib = runs[top][2]
