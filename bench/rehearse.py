@@ -12,10 +12,12 @@ names, driver-side requests (to a store that counts them) and event-log rows (al
 
 Part 2, tasks against a slow store: normalize on a generated corpus at 1x, 4x and 16x, its input
 and output on ``slowstore://`` (``bench/slow_store.py``: the local disk behind an object store's
-request model, counting requests), with the shard target, buffers and fan-in scaled down by the
-same factor so each scale has the production's ratios of flushes to shards. Per phase: requests
-of the largest task and their ratio 16x/1x, and the full-pool latency projected at 30 ms per
-request (requests per task x full-pool tasks) beside the CPU core-hours measured here.
+request model, counting requests), with the production's sizes / 1024 and a fan-in of 16, so that
+1x already has a middle level whose tasks read the full fan-in, as the pool's large sources do.
+Per phase and middle level: requests of the largest task at each scale, and the full pool's
+request latency projected at 30 ms per request (the full pool's files read in that phase x the
+requests per file measured here); then the stage's largest task over every phase, whose ratio
+16x/1x is the goal (<= 1.3), beside the CPU core-hours measured here.
 
 ``BENCH_QUICK=1``: the 5 largest and 5 smallest sources (pool compaction: 2,000 shards of the
 largest), scales 1x and 4x.
@@ -47,13 +49,13 @@ from bench.rehearse_kit import (
     CountingRunner,
     DryRunner,
     SourceSize,
+    counted_map,
     global_step,
     pool_sources,
     print_drivers,
     shard_names,
     source_step,
     step,
-    counted_map,
     write_corpus,
 )  # fmt: skip
 from marin_assets.core import specs
@@ -334,7 +336,7 @@ def print_normalize_tasks(runs: dict[int, tuple[dict[str, list[int]], float, flo
     stage = {s: max(largest[p][s] for p in phases) for s in scales}
     ratio = stage[top] / max(1, stage[scales[0]])
     cpu_per_mib = runs[top][2]
-    print(f"rehearse tasks normalize (largest task of every phase): requests " + " ".join(f"{s}x={stage[s]}" for s in scales)
+    print("rehearse tasks normalize (largest task of every phase): requests " + " ".join(f"{s}x={stage[s]}" for s in scales)
           + f" ratio {top}x/1x={ratio:.2f} {'PASS' if ratio <= 1.3 else 'MISS'}; {where}: {sum(hours.values()):,.0f} task-hours of "
           f"request latency at 30 ms (projected) beside CPU {cpu_per_mib * POOL_MIB / 3600:,.0f} core-hours at {cpu_per_mib:.3f} s/MiB "
           f"here (256 KiB shards: per-task costs dominate; at 32 MiB shards, make bench-scale, 0.015 s/MiB: ~410 core-hours); "

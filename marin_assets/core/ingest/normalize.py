@@ -29,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import logging
-import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
