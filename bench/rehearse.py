@@ -315,23 +315,33 @@ def normalize_at(work: Path, scale: int) -> tuple[dict[str, list[int]], float, f
 PHASES = ("measure_files", "scatter_file", "regroup_chunk", "gather_shard", "single_shard")
 
 
+def requests_fit(requests: list[int], inputs: list[int]) -> tuple[float, float]:
+    """Requests of a task as (per task, per file read), fitted over a phase's tasks (all per file
+    where every task read as many files)."""
+    if len(set(inputs)) > 1:
+        per_file, per_task = np.polyfit(inputs, requests, 1)
+        return max(0.0, float(per_task)), float(per_file)
+    return 0.0, sum(requests) / max(1, sum(inputs))
+
+
 def print_normalize_tasks(runs: dict[int, tuple[dict[str, list[int]], float, float, dict[str, list[int]]]],
                           full: dict[str, list[int]]) -> bool:  # fmt: skip
     """A row per phase and middle level: the largest task's requests at each scale, then the
     full-pool tasks and inputs (``full``: phase -> [tasks, inputs]) and their request latency
-    projected at this run's requests per input; then the stage's largest task over all phases against its goal."""
+    projected at the requests per task and per file read fitted over every scale's tasks; then the stage's largest task over all phases against its goal."""
     scales = sorted(runs)
     top = max(scales)
     phases = sorted({p for s in scales for p in runs[s][0]} | set(full), key=lambda p: (PHASES.index(p.split()[0]), p))
     largest = {p: {s: max(runs[s][0].get(p, [0])) for s in scales} for p in phases}
-    per_input = {p: sum(runs[top][0].get(p, [0])) / max(1, sum(runs[top][3].get(p, [0]))) for p in phases}
-    hours = {p: full.get(p, [0, 0])[1] * per_input[p] * REQUEST_S / 3600 for p in phases}
+    fits = {p: requests_fit([r for s in scales for r in runs[s][0].get(p, [])], [n for s in scales for n in runs[s][3].get(p, [])])
+            for p in phases}  # fmt: skip
+    hours = {p: (fits[p][0] * full.get(p, [0, 0])[0] + fits[p][1] * full.get(p, [0, 0])[1]) * REQUEST_S / 3600 for p in phases}
     where = pick("full pool", "rehearsed sources")
     for p in phases:
         tasks, inputs = full.get(p, [0, 0])
         print(f"rehearse tasks normalize.{p}: largest task requests " + " ".join(f"{s}x={largest[p][s]}" for s in scales)
-              + f" (most inputs {max(runs[top][3].get(p, [0]))} at {top}x); {where} {tasks:,} tasks reading {inputs:,} files x "
-              f"{per_input[p]:.1f} requests per file x 30 ms = {hours[p]:,.0f} task-hours of request latency "
+              + f" (most inputs {max(runs[top][3].get(p, [0]))} at {top}x); {where} {tasks:,} tasks x {fits[p][0]:.1f} + {inputs:,} "
+              f"files read x {fits[p][1]:.1f} requests x 30 ms = {hours[p]:,.0f} task-hours of request latency "
               f"(projected{'; not run here' if not largest[p][top] else ''})", flush=True)  # fmt: skip
     stage = {s: max(largest[p][s] for p in phases) for s in scales}
     ratio = stage[top] / max(1, stage[scales[0]])
