@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import os
+import threading
 import time
 from typing import Any
 
@@ -22,6 +23,7 @@ from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 
 PROTOCOL = "slowstore"
 DELETE_BATCH = 100
+_COUNT_LOCK = threading.Lock()
 
 
 class SlowFile(AbstractBufferedFile):
@@ -64,7 +66,8 @@ class SlowStore(AbstractFileSystem):
 
     @classmethod
     def request(cls, kind: str) -> None:
-        cls.requests[kind] += 1
+        with _COUNT_LOCK:  # tasks read with threads: a count must not lose an increment
+            cls.requests[kind] += 1
         if cls.latency_s:
             time.sleep(cls.latency_s)
 

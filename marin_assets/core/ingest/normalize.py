@@ -27,7 +27,6 @@ metadata (Parquet row groups, gzip and zstd headers), so a shard holds about the
 from __future__ import annotations
 
 import dataclasses
-import io
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -647,14 +646,16 @@ REGROUPED = "bucket-{0:05d}-chunk-{1:05d}.arrow"  # a regroup task's output, und
 
 
 def _read_slot(input_uris: Iterable[str], slot: int) -> tuple[list[pl.DataFrame], list[str]]:
-    """Slot ``slot`` of each file, in input order, empty ones left out; runs of one schema become one frame."""
+    """Slot ``slot`` of each file, in input order, empty ones left out; runs of one schema become one frame.
+    From an object store the files are read ``storage.READ_THREADS`` at a time (a middle task reads up
+    to the fan-in of small batches: waiting for them one by one would be its whole run time)."""
     # Pieces with one schema (usually all of them) become one frame: a frame per piece costs a
     # fixed overhead per piece.
     frames: list[pl.DataFrame] = []
     names: list[str] = []
     run: list[Any] = []
-    for uri in input_uris:
-        table = _read_batch(uri, slot)
+    uris = list(input_uris)
+    for uri, table in zip(uris, storage.concurrently(lambda uri: _read_batch(uri, slot), uris, storage.read_threads(uris))):
         if not table.num_rows:
             continue
         if run and not table.schema.equals(run[0].schema):
