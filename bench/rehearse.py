@@ -36,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import slow_store
+from bench import rehearse_tasks, slow_store
 from bench.harness import MIB, pick
 from bench.rehearse_kit import (
     DOCS_PER_SHARD,
@@ -296,6 +296,7 @@ def main() -> int:
     print(f"rehearse tasks normalize: CPU {cpu_per_mib:.3f} s/MiB here (128 KiB shards: per-task costs dominate) -> "
           f"{cpu_per_mib * POOL_MIB / 3600:,.0f} core-hours; at 32 MiB shards (make bench-scale, docs/scale.md) 0.015 s/MiB -> "
           f"~410 core-hours; driver-side requests at {top}x: {runs[top][1]:.0f}", flush=True)  # fmt: skip
+    ok &= rehearse_tasks.every_stage()
     print(f"rehearse: {time.perf_counter() - started:.0f} s; {'every goal met' if ok else 'some goals MISSED'}", flush=True)
     return 0
 
