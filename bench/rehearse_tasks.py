@@ -62,6 +62,7 @@ MERGE_FILES = 16  # group files per merge task (production: 1,024)
 # corpus; a shard per map task and 4 inputs per task at most (production: 16 and 1,024): 1x's 4 map files fill it
 FUZZY = FuzzyScale(records_per_partition=512, edges_per_task=256, union_find_max_edges=0, members_per_partition=64, shards_per_map=1, max_inputs_per_task=4)
 IDS_PER_PARTITION = 32  # exact dedup's reduce tasks (production: 8,000,000 ids each)
+EXACT_INPUTS = 2  # files one exact task reads, at most (production: 1,024): 1x's 2 map files and 2 reduce parts fill it
 GOAL = 1.3
 POOL_DOCS = POOL_SHARDS * DOCS_PER_SHARD
 PROD_FAN_IN = {"histogram": getattr(quality, "PAIRS_PER_HISTOGRAM_TASK", 128), "sample": getattr(topics, "SHARDS_PER_SAMPLE_TASK", 128)}
@@ -202,7 +203,7 @@ def dedup(root: str, normalized: dict[str, list[str]], buckets: dict[str, list[s
     """Both dedup stages through their drivers, every step's tasks counted."""
     exact = storage.join(root, "exact")
     find_exact_duplicates(normalized, exact, ids_per_partition=IDS_PER_PARTITION, runner=StageRunner(stage["exact_duplicates"]),
-                          lengths=buckets, shards_per_map=FAN_IN)  # fmt: skip
+                          lengths=buckets, shards_per_map=FAN_IN, max_inputs=EXACT_INPUTS)  # fmt: skip
     fuzzy = storage.join(root, "fuzzy")
     find_fuzzy_duplicates(buckets, normalized, set(), fuzzy, scale=FUZZY, runner=StageRunner(stage["fuzzy_duplicates"]))
     for name in ("exact_duplicates", "fuzzy_duplicates"):
