@@ -10,10 +10,14 @@ issued (requests on one thread are a serial chain: ``chain`` is that count, a lo
 longest chain and equal to it when the task used one thread).
 
 Per stage, one row: the largest task's requests at each scale and the largest growth of any of
-its phases from 1x to the top scale against the goal (<= 1.3x: PASS), the serial chain, the
-full-pool latency projected at 30 ms per request (full-pool tasks x the largest task's requests)
-and beside it the CPU core-hours (task CPU here per MiB of text, or per document for stages that
-read vectors or rows, times the pool: 372,529 shards of 256 MiB, ~26,800 documents each).
+its phases from 1x (or the first scale it runs at) to the top scale against the goal (<= 1.3x:
+PASS), the serial chain, the full-pool latency projected at 30 ms per request and beside it the
+CPU core-hours. The full pool's tasks times their requests are the requests its shards cause:
+the stage's requests per shard at the top scale (all its tasks') x 372,529 shards, which also
+holds where a task's fan-in is scaled down here (128 shards per histogram task in production
+make 64x the requests of a task here, in 1/64 as many tasks). CPU: task CPU here per MiB of text,
+or per document for stages that read vectors or rows, times the pool (256 MiB and ~26,800
+documents per shard).
 ``sampling_groups`` has no tasks: its step reads each source's compacted index; its row counts
 that step's requests per source.
 
@@ -29,7 +33,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import math
 import random
 import tempfile
 import threading
@@ -42,7 +45,7 @@ from bench import bench_stages, slow_store
 from bench.harness import MIB, pick
 from bench.rehearse_kit import DOCS_PER_SHARD, POOL_MIB, POOL_SHARDS, REQUEST_S, counted_map, pool_sources
 from marin_assets.core.decon import rules as decon
-from marin_assets.core.dedup import minhash, shuffle
+from marin_assets.core.dedup import minhash
 from marin_assets.core.dedup.decisions import removed_uri
 from marin_assets.core.dedup.exact import find_exact_duplicates
 from marin_assets.core.dedup.fuzzy import FuzzyScale, find_fuzzy_duplicates
@@ -65,7 +68,16 @@ IDS_PER_PARTITION = 32  # exact dedup's reduce tasks (production: 8,000,000 ids 
 EXACT_INPUTS = 2  # files one exact task reads, at most (production: 1,024): 1x's 2 map files and 2 reduce parts fill it
 GOAL = 1.3
 POOL_DOCS = POOL_SHARDS * DOCS_PER_SHARD
-PROD_FAN_IN = {"histogram": getattr(quality, "PAIRS_PER_HISTOGRAM_TASK", 128), "sample": getattr(topics, "SHARDS_PER_SAMPLE_TASK", 128)}
+
+
+@dataclasses.dataclass
+class Run:
+    """Every stage at one scale, and what the corpus held."""
+
+    stages: dict[str, Counts]
+    docs: int
+    mib: float
+    group_requests: int  # sampling_groups' step, per source
 
 
 @dataclasses.dataclass
@@ -234,12 +246,12 @@ def curated_pool(root: str, normalized: dict[str, list[str]], attrs: dict[str, d
 
 STAGES = ("minhash_buckets", "contamination", "embeddings", "topics", "quality_scores", "quality_bands", "topic_model sample",
           "exact_duplicates", "fuzzy_duplicates", "pool", "pool group files")  # fmt: skip
-GPU_NOTE = " (this machine's CPU; production embeds on GPUs)"
-BY_MIB = {"minhash_buckets", "contamination", "embeddings", "exact_duplicates", "fuzzy_duplicates", "pool", "pool group files"}
+GPU_NOTE = " (this machine's CPU at 128 tokens; production embeds up to 512 on GPUs)"
+BY_MIB = {"minhash_buckets", "contamination", "exact_duplicates", "fuzzy_duplicates", "pool", "pool group files"}
 
 
-def pipeline(work: Path, scale: int) -> tuple[dict[str, Counts], int, int, float]:
-    """Every stage's tasks at ``scale``: their counts, sampling_groups' requests per source, documents and MiB of text."""
+def pipeline(work: Path, scale: int) -> Run:
+    """Every stage's tasks at ``scale``."""
     root = f"{slow_store.PROTOCOL}://{work}/{scale}x"
     stage = {name: Counts() for name in STAGES}
     normalized = write_sources(root, scale)
@@ -249,36 +261,17 @@ def pipeline(work: Path, scale: int) -> tuple[dict[str, Counts], int, int, float
     edges = curation(root, attrs, stage)
     removals = dedup(root, normalized, attrs["buckets"], stage)
     groups = curated_pool(root, normalized, attrs, edges, removals, stage)
-    return stage, -(-groups // len(SOURCES)), docs, mib
+    return Run(stage, docs, mib, -(-groups // len(SOURCES)))
 
 
 # --------------------------------------------------------------------------- the rows
 
 
-def full_pool_tasks(stage: str, phase: str, counts: Counts) -> tuple[float, str]:
-    """Tasks of ``phase`` at the full pool's counts, and ``~`` where extrapolated from the tasks per shard here."""
-    sources = pool_sources()
-    known = {
-        "histogram_part": sum(-(-s.shards // PROD_FAN_IN["histogram"]) for s in sources),
-        "sample_shards": -(-POOL_SHARDS // PROD_FAN_IN["sample"]),
-        "merge_group_files": POOL_SHARDS * 200 / pool.CompactParams().max_files_per_task,  # ~200 group files per shard
-        "remove_files": POOL_SHARDS * 200 / pool.CompactParams().max_files_per_task,
-        "exact_map": sum(-(-s.shards // 16) for s in sources),
-        "exact_reduce": shuffle.pow2_partitions(POOL_DOCS, 8_000_000),
-        "exact_publish": -(-len(sources) // 16),
-    }
-    if stage in ("minhash_buckets", "contamination", "embeddings", "topics", "quality_scores", "pool"):
-        return POOL_SHARDS, ""
-    if phase in known:
-        return known[phase], ""
-    return len(counts.requests[phase]) * POOL_SHARDS / max(1, counts.shards), "~"
-
-
-def stage_row(name: str, runs: dict[int, tuple[dict[str, Counts], int, float]]) -> bool:
+def stage_row(name: str, runs: dict[int, Run]) -> bool:
     """Print one stage's row (and its phases when it has several); True when no phase grows past the goal."""
     scales = sorted(runs)
     low, top = scales[0], scales[-1]
-    at = {s: runs[s][0][name] for s in scales}
+    at = {s: runs[s].stages[name] for s in scales}
     phases = list(at[top].requests)
     largest = {s: max((max(v) for v in at[s].requests.values()), default=0) for s in scales}
     # a phase that starts past 1x (merges once a step's files exceed the fan-in): against its first scale
@@ -287,18 +280,15 @@ def stage_row(name: str, runs: dict[int, tuple[dict[str, Counts], int, float]]) 
     worst = max(phases, key=lambda p: growth[p], default="")
     ratio = growth.get(worst, 0.0)
     chain = max((max(v) for v in at[top].chains.values()), default=0)
-    hours, mark = 0.0, ""
-    for p in phases:
-        tasks, extrapolated = full_pool_tasks(name, p, at[top])
-        hours += tasks * max(at[top].requests[p]) * REQUEST_S / 3600
-        mark = mark or extrapolated
-    docs, mib = runs[top][1], runs[top][2]
-    unit, pool_units, here = ("MiB", POOL_MIB, mib) if name in BY_MIB else ("document", POOL_DOCS, docs)
+    # the full pool's tasks x their requests = the requests its shards cause at the task sizes here
+    per_shard = sum(sum(v) for v in at[top].requests.values()) / max(1, at[top].shards)
+    hours = per_shard * POOL_SHARDS * REQUEST_S / 3600
+    unit, pool_units, here = ("MiB", POOL_MIB, runs[top].mib) if name in BY_MIB else ("document", POOL_DOCS, runs[top].docs)
     per_unit = at[top].cpu / max(here, 1e-9)
-    worst_note = f" (worst phase {worst})" if len(phases) > 1 else ""
+    worst_note = f" (phase {worst})" if len(phases) > 1 and ratio > 1 else ""
     print(f"rehearse tasks {name}: largest task requests " + " ".join(f"{s}x={largest[s]}" for s in scales)
           + f" ratio {top}x/{low}x={ratio:.2f} {'PASS' if ratio <= GOAL else 'MISS'}{worst_note}; serial chain {chain} (one thread's);"
-          f" full pool {mark}{hours:,.1f} task-hours of request latency at 30 ms (projected) beside CPU {per_unit:.4f} s/{unit} here"
+          f" full pool {hours:,.1f} task-hours of request latency at 30 ms (projected: {per_shard:.1f} requests per shard) beside CPU {per_unit:.4f} s/{unit} here"
           f" -> {per_unit * pool_units / 3600:,.0f} core-hours{GPU_NOTE if name == 'embeddings' else ''}", flush=True)  # fmt: skip
     if len(phases) > 1:
         print("    phases (largest task's requests by scale, tasks at top): " + "; ".join(
@@ -311,19 +301,15 @@ def every_stage(scales: Sequence[int] | None = None) -> bool:
     scales = list(scales or pick([1, 4, 16], [1, 4]))
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="rehearse-tasks-") as tmp:
-        runs = {}
-        for s in scales:
-            stage, groups, docs, mib = pipeline(Path(tmp), s)
-            runs[s] = (stage, docs, mib, groups)
-    ok = all([stage_row(name, {s: runs[s][:3] for s in scales}) for name in STAGES])
-    groups = {s: runs[s][3] for s in scales}
-    ratio = groups[scales[-1]] / max(1, groups[scales[0]])
-    print(f"rehearse tasks sampling_groups (its step, no tasks): requests per source " + " ".join(f"{s}x={groups[s]}" for s in scales)
-          + f" ratio {ratio:.2f} {'PASS' if ratio <= GOAL else 'MISS'}; full pool {len(pool_sources())} sources x {groups[scales[-1]]} x 30 ms"
-          f" = {len(pool_sources()) * groups[scales[-1]] * REQUEST_S:.0f} s serial in the step", flush=True)  # fmt: skip
-    per_shard_docs = SHARD_DOCS
-    print(f"rehearse tasks: {len(SOURCES)} sources, {SHARDS_1X} shards each at 1x of ~{per_shard_docs} documents "
-          f"(~{runs[scales[0]][2] * 1024 / runs[scales[0]][1]:.1f} KiB each), scales {scales}; CPU per MiB or document measured here "
-          f"(tiny shards: per-task costs dominate), times the pool ({POOL_MIB:,} MiB, {POOL_DOCS:,} documents); "
-          f"~ = tasks extrapolated from the tasks per shard here; {time.perf_counter() - started:.0f} s", flush=True)  # fmt: skip
+        runs = {s: pipeline(Path(tmp), s) for s in scales}
+    ok = all([stage_row(name, runs) for name in STAGES])
+    low, top = runs[scales[0]], runs[scales[-1]]
+    ratio = top.group_requests / max(1, low.group_requests)
+    sources = len(pool_sources())
+    print("rehearse tasks sampling_groups (its step, no tasks): requests per source " + " ".join(f"{s}x={runs[s].group_requests}" for s in scales)
+          + f" ratio {ratio:.2f} {'PASS' if ratio <= GOAL else 'MISS'}; full pool {sources} sources x {top.group_requests} requests x 30 ms"
+          f" = {sources * top.group_requests * REQUEST_S:.0f} s, one after another in the step", flush=True)  # fmt: skip
+    print(f"rehearse tasks: {len(SOURCES)} sources of {SHARDS_1X} shards at 1x, {SHARD_DOCS} documents of ~{low.mib * 1024 / low.docs:.1f} KiB per "
+          f"shard, scales {scales}; CPU per MiB or document here (tiny shards: per-task costs dominate) x the pool ({POOL_MIB:,} MiB, "
+          f"{POOL_DOCS:,} documents); latency: requests per shard here x {POOL_SHARDS:,} shards; {time.perf_counter() - started:.0f} s", flush=True)  # fmt: skip
     return ok and ratio <= GOAL

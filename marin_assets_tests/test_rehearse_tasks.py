@@ -27,11 +27,12 @@ def test_minhash_requests_per_task_do_not_grow_with_the_corpus(tmp_path) -> None
 
 
 def test_a_phase_whose_tasks_grow_is_a_miss(capsys) -> None:
-    def counts(reads: int) -> dict[str, rt.Counts]:
-        stage = rt.Counts(requests={"exact_map": [10, 10], "exact_reduce": [reads]}, chains={"exact_map": [10, 10], "exact_reduce": [reads]}, cpu=1.0, shards=4)
-        return {"exact_duplicates": stage}
+    def run(scale: int, reads: int) -> rt.Run:
+        phases = {"exact_map": [10] * scale, "exact_reduce": [reads] * scale}
+        return rt.Run({"exact_duplicates": rt.Counts(requests=phases, chains=phases, cpu=1.0, shards=4 * scale)}, 64 * scale, 0.1 * scale, 3)
 
-    assert rt.stage_row("exact_duplicates", {1: (counts(10), 64, 0.1), 4: (counts(12), 256, 0.4)})
-    assert not rt.stage_row("exact_duplicates", {1: (counts(10), 64, 0.1), 4: (counts(34), 256, 0.4)})
+    assert rt.stage_row("exact_duplicates", {1: run(1, 10), 4: run(4, 12)})
+    assert not rt.stage_row("exact_duplicates", {1: run(1, 10), 4: run(4, 34)})
     out = capsys.readouterr().out.splitlines()
-    assert "ratio 4x/1x=1.20 PASS" in out[0] and "ratio 4x/1x=3.40 MISS (worst phase exact_reduce)" in out[2]
+    assert "ratio 4x/1x=1.20 PASS (phase exact_reduce)" in out[0] and "ratio 4x/1x=3.40 MISS (phase exact_reduce)" in out[2]
+    assert "(projected: 11.0 requests per shard)" in out[2]  # 4 tasks x (10 + 34) requests over 16 shards
