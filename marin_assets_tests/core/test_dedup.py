@@ -118,6 +118,31 @@ def test_exact_merges_map_files_and_parts_past_the_input_bound_into_identical_fi
     assert not storage.exists(storage.join(bounded, "_work", "map-merged"))
 
 
+def test_a_merge_at_stored_cuts_reads_the_cuts_once_and_keeps_every_row(tmp_path: Path, monkeypatch) -> None:
+    """Merging block files cut at stored cuts: the cuts file is read once per task, not once per
+    input and span (at the pool's counts 1,024 inputs x ~170 spans)."""
+    from marin_assets.core.dedup import fanin
+
+    cuts_uri = str(tmp_path / "cuts.bin")
+    cuts = [0, 100, 250, 900, dedup_shuffle.KEY_SPACE]
+    dedup_shuffle.write_cuts(cuts_uri, cuts)
+    inputs = []
+    for k in range(3):
+        keys = np.arange(k, 1000, 7, dtype=np.int64)
+        inputs.append(str(tmp_path / f"in-{k}.blocks"))
+        with open(inputs[-1], "wb") as handle:
+            writer = dedup_shuffle.BlockWriter(handle, cuts, inputs[-1])
+            writer.add(pa.table({"key": keys, "node": keys}), len(cuts) - 1)
+            writer.finish()
+    reads = []
+    monkeypatch.setattr(dedup_shuffle, "read_cuts", lambda uri, real=dedup_shuffle.read_cuts: reads.append(uri) or real(uri))
+    out = str(tmp_path / "merged.blocks")
+    stats = fanin.merge_files(inputs, out, fanin.MergeFilesParams(cuts=cuts_uri, budget_bytes=512))
+    assert reads == [cuts_uri] and stats["spans"] > 1
+    merged = dedup_shuffle.read_whole(out, pa.schema([("key", pa.int64()), ("node", pa.int64())]))
+    assert sorted(merged.column("node").to_pylist()) == sorted(k for i in range(3) for k in range(i, 1000, 7))
+
+
 def test_exact_names_the_source_and_file_when_id_is_missing(tmp_path: Path) -> None:
     uri = str(tmp_path / "bad" / storage.shard_name(0, 1))
     storage.write_parquet(pa.table({"text": ["no id here"]}), uri)
