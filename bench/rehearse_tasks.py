@@ -79,6 +79,7 @@ class Run:
     docs: int
     mib: float
     group_requests: int  # sampling_groups' step, per source
+    group_files: float  # per shard (production: up to 200, 40 topics x 5 bands)
 
 
 @dataclasses.dataclass
@@ -225,10 +226,11 @@ def dedup(root: str, normalized: dict[str, list[str]], buckets: dict[str, list[s
 
 
 def curated_pool(root: str, normalized: dict[str, list[str]], attrs: dict[str, dict[str, list[str]]], edges: str, removals: tuple[str, str],
-                 stage: dict[str, Counts]) -> int:  # fmt: skip
+                 stage: dict[str, Counts]) -> tuple[int, int]:  # fmt: skip
     """pool's per-shard tasks and each source's group-file merges; then sampling_groups' step
-    (no tasks: each source's compacted index read by the step). Returns its requests per source."""
-    sources = []
+    (no tasks: each source's compacted index read by the step). Returns the step's requests (all
+    sources) and the group files the pool tasks wrote."""
+    sources, group_files = [], 0
     for source, shards in normalized.items():
         params = pool.PoolParams(source=source, pool_dir=storage.join(root, "pool", source), band_edges_uri=edges,
                                  exact_removed_uri=removed_uri(removals[0], source), fuzzy_removed_uri=removed_uri(removals[1], source),
@@ -236,18 +238,23 @@ def curated_pool(root: str, normalized: dict[str, list[str]], attrs: dict[str, d
         inputs = list(zip(shards, attrs["topics"][source], attrs["quality"][source], attrs["contamination"][source]))
         index_dir = storage.join(root, "pool_index", source)
         results = per_shard(stage["pool"], pool.pool_shard, inputs, index_dir, params)
-        pool.compact_pool([r.output for r in results], index_dir, params.pool_dir, source, pool.CompactParams(max_files_per_task=MERGE_FILES),
-                          StageRunner(stage["pool group files"]))  # fmt: skip
+        merged = pool.compact_pool([r.output for r in results], index_dir, params.pool_dir, source, pool.CompactParams(max_files_per_task=MERGE_FILES),
+                                   StageRunner(stage["pool group files"]))  # fmt: skip
+        group_files += int(merged.get("shard_group_files", 0))
         stage["pool group files"].shards += len(results)
         sources.append((source, pool.pool_index_uris(index_dir), params.pool_dir))
     before = slow_store.SlowStore.total()
     pool.group_counts_and_files(sources, storage.join(root, "sampling_groups", "pool_files.parquet"))
-    return slow_store.SlowStore.total() - before
+    return slow_store.SlowStore.total() - before, group_files
 
 
 STAGES = ("minhash_buckets", "contamination", "embeddings", "topics", "quality_scores", "quality_bands", "topic_model sample",
           "exact_duplicates", "fuzzy_duplicates", "pool", "pool group files")  # fmt: skip
-GPU_NOTE = " (this machine's CPU at 128 tokens; production embeds up to 512 on GPUs)"
+NOTES = {
+    "embeddings": " (this machine's CPU at 128 tokens; production embeds up to 512 on GPUs)",
+    "exact_duplicates": " (ids per task scaled down ~10^5x here: tasks per shard, latency and CPU indicative only)",
+    "fuzzy_duplicates": " (records, edges and members per task scaled down 10^4-10^6x here: tasks per shard, latency and CPU indicative only)",
+}
 BY_MIB = {"minhash_buckets", "contamination", "exact_duplicates", "fuzzy_duplicates", "pool", "pool group files"}
 
 
@@ -261,8 +268,8 @@ def pipeline(work: Path, scale: int) -> Run:
     attrs = attributes(root, normalized, stage)
     edges = curation(root, attrs, stage)
     removals = dedup(root, normalized, attrs["buckets"], stage)
-    groups = curated_pool(root, normalized, attrs, edges, removals, stage)
-    return Run(stage, docs, mib, -(-groups // len(SOURCES)))
+    requests, group_files = curated_pool(root, normalized, attrs, edges, removals, stage)
+    return Run(stage, docs, mib, -(-requests // len(SOURCES)), group_files / len(texts))
 
 
 # --------------------------------------------------------------------------- the rows
@@ -290,7 +297,7 @@ def stage_row(name: str, runs: dict[int, Run]) -> bool:
     print(f"rehearse tasks {name}: largest task requests " + " ".join(f"{s}x={largest[s]}" for s in scales)
           + f" ratio {top}x/{low}x={ratio:.2f} {'PASS' if ratio <= GOAL else 'MISS'}{worst_note}; serial chain {chain} (one thread's);"
           f" full pool {hours:,.1f} task-hours of request latency at 30 ms (projected: {per_shard:.1f} requests per shard) beside CPU {per_unit:.4f} s/{unit} here"
-          f" -> {per_unit * pool_units / 3600:,.0f} core-hours{GPU_NOTE if name == 'embeddings' else ''}", flush=True)  # fmt: skip
+          f" -> {per_unit * pool_units / 3600:,.0f} core-hours{NOTES.get(name, '')}", flush=True)  # fmt: skip
     if len(phases) > 1:
         print("    phases (largest task's requests by scale, tasks at top): " + "; ".join(
             f"{p} {'/'.join(str(max(at[s].requests.get(p, [0]))) for s in scales)} x{len(at[top].requests[p])}" for p in phases), flush=True)  # fmt: skip
@@ -311,6 +318,7 @@ def every_stage(scales: Sequence[int] | None = None) -> bool:
           + f" ratio {ratio:.2f} {'PASS' if ratio <= GOAL else 'MISS'}; full pool {sources} sources x {top.group_requests} requests x 30 ms"
           f" = {sources * top.group_requests * REQUEST_S:.0f} s, one after another in the step", flush=True)  # fmt: skip
     print(f"rehearse tasks: {len(SOURCES)} sources of {SHARDS_1X} shards at 1x, {SHARD_DOCS} documents of ~{low.mib * 1024 / low.docs:.1f} KiB per "
-          f"shard, scales {scales}; CPU per MiB or document here (tiny shards: per-task costs dominate) x the pool ({POOL_MIB:,} MiB, "
+          f"shard ({top.group_files:.1f} group files of the 200 per pool shard: a production pool task writes up to ~200, its merges read "
+          f"~200 per shard), scales {scales}; CPU per MiB or document here (tiny shards: per-task costs dominate) x the pool ({POOL_MIB:,} MiB, "
           f"{POOL_DOCS:,} documents); latency: requests per shard here x {POOL_SHARDS:,} shards; {time.perf_counter() - started:.0f} s", flush=True)  # fmt: skip
     return ok and ratio <= GOAL

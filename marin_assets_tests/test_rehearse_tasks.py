@@ -29,7 +29,7 @@ def test_minhash_requests_per_task_do_not_grow_with_the_corpus(tmp_path) -> None
 def test_a_phase_whose_tasks_grow_is_a_miss(capsys) -> None:
     def run(scale: int, reads: int) -> rt.Run:
         phases = {"exact_map": [10] * scale, "exact_reduce": [reads] * scale}
-        return rt.Run({"exact_duplicates": rt.Counts(requests=phases, chains=phases, cpu=1.0, shards=4 * scale)}, 64 * scale, 0.1 * scale, 3)
+        return rt.Run({"exact_duplicates": rt.Counts(requests=phases, chains=phases, cpu=1.0, shards=4 * scale)}, 64 * scale, 0.1 * scale, 3, 12.0)
 
     assert rt.stage_row("exact_duplicates", {1: run(1, 10), 4: run(4, 12)})
     assert not rt.stage_row("exact_duplicates", {1: run(1, 10), 4: run(4, 34)})
