@@ -91,7 +91,7 @@ class Run:
 
 @dataclasses.dataclass
 class Counts:
-    """One stage at one scale: each task's requests and serial chain by phase, task CPU, what it read."""
+    """One stage at one scale: each task's requests and serial chain by phase, its tasks' CPU, the shards they cover."""
 
     requests: dict[str, list[int]] = dataclasses.field(default_factory=dict)
     chains: dict[str, list[int]] = dataclasses.field(default_factory=dict)
