@@ -38,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import slow_store
+from bench import rehearse_tasks, slow_store
 from bench.harness import MIB, pick
 from bench.rehearse_kit import (
     DOCS_PER_SHARD,
@@ -368,6 +368,7 @@ def main() -> int:
         scales = pick([1, 4, 16], [1, 4])
         runs = {s: normalize_at(Path(tmp), s) for s in scales}
     ok &= print_normalize_tasks(runs, drivers["normalize"]["levels"])
+    ok &= rehearse_tasks.every_stage()
     print(f"rehearse: {time.perf_counter() - started:.0f} s; {'every goal met' if ok else 'some goals MISSED'}", flush=True)
     return 0
 

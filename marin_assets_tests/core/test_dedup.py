@@ -96,6 +96,53 @@ def test_exact_spilled_partitions_and_shard_counts_give_identical_files(tmp_path
         assert storage.read_bytes(dedup.removed_uri(one, source)) == storage.read_bytes(dedup.removed_uri(many, source))
 
 
+class InputsSeen(ShardRunner):
+    """The default runner, noting the most input files any task was given."""
+
+    def map(self, tasks, on_done=None):
+        tasks = list(tasks)
+        object.__setattr__(self, "most", max([getattr(self, "most", 0), *(len(t.inputs) for t in tasks)]))
+        return ShardRunner.map(self, tasks, on_done)
+
+
+def test_exact_merges_map_files_and_parts_past_the_input_bound_into_identical_files(tmp_path: Path) -> None:
+    one = str(tmp_path / "one")
+    bounded = str(tmp_path / "bounded")
+    find_exact_duplicates(exact_corpus(tmp_path / "s1", shards=1), one)
+    runner = InputsSeen()
+    stats = find_exact_duplicates(exact_corpus(tmp_path / "s3", shards=3), bounded, ids_per_partition=2, shards_per_map=1, max_inputs=3, runner=runner)
+    assert stats["partitions"] > 3 and runner.most == 3  # 12 map files and the reduce parts, merged to at most 3 per task
+    assert stats["tasks"] > 12 + stats["partitions"] + 1
+    for source in ("a_src", "b_src", "c_src", "d_src"):
+        assert storage.read_bytes(dedup.removed_uri(one, source)) == storage.read_bytes(dedup.removed_uri(bounded, source))
+    assert not storage.exists(storage.join(bounded, "_work", "map-merged"))
+
+
+def test_a_merge_at_stored_cuts_reads_the_cuts_once_and_keeps_every_row(tmp_path: Path, monkeypatch) -> None:
+    """Merging block files cut at stored cuts: the cuts file is read once per task, not once per
+    input and span (at the pool's counts 1,024 inputs x ~170 spans)."""
+    from marin_assets.core.dedup import fanin
+
+    cuts_uri = str(tmp_path / "cuts.bin")
+    cuts = [0, 100, 250, 900, dedup_shuffle.KEY_SPACE]
+    dedup_shuffle.write_cuts(cuts_uri, cuts)
+    inputs = []
+    for k in range(3):
+        keys = np.arange(k, 1000, 7, dtype=np.int64)
+        inputs.append(str(tmp_path / f"in-{k}.blocks"))
+        with open(inputs[-1], "wb") as handle:
+            writer = dedup_shuffle.BlockWriter(handle, cuts, inputs[-1])
+            writer.add(pa.table({"key": keys, "node": keys}), len(cuts) - 1)
+            writer.finish()
+    reads = []
+    monkeypatch.setattr(dedup_shuffle, "read_cuts", lambda uri, real=dedup_shuffle.read_cuts: reads.append(uri) or real(uri))
+    out = str(tmp_path / "merged.blocks")
+    stats = fanin.merge_files(inputs, out, fanin.MergeFilesParams(cuts=cuts_uri, budget_bytes=512))
+    assert reads == [cuts_uri] and stats["spans"] > 1
+    merged = dedup_shuffle.read_whole(out, pa.schema([("key", pa.int64()), ("node", pa.int64())]))
+    assert sorted(merged.column("node").to_pylist()) == sorted(k for i in range(3) for k in range(i, 1000, 7))
+
+
 def test_exact_names_the_source_and_file_when_id_is_missing(tmp_path: Path) -> None:
     uri = str(tmp_path / "bad" / storage.shard_name(0, 1))
     storage.write_parquet(pa.table({"text": ["no id here"]}), uri)

@@ -49,10 +49,11 @@ def _output_cuts(params: MergeFilesParams) -> np.ndarray:
     return shuffle.partition_cuts(params.blocks)
 
 
-def _input_cuts(params: MergeFilesParams, count: int) -> np.ndarray:
-    """An input file's cuts from its block count (stored cuts: the same as the output's)."""
+def _input_cuts(params: MergeFilesParams, count: int, cuts: np.ndarray) -> np.ndarray:
+    """An input file's cuts from its block count (stored cuts: the output's, ``cuts``, read once
+    per task: not a read of the cuts file per input and span)."""
     if params.cuts:
-        return _output_cuts(params)
+        return cuts
     if params.ranks:
         return np.asarray([*range(count), shuffle.KEY_SPACE], np.uint64)
     return shuffle.partition_cuts(count)
@@ -75,7 +76,7 @@ def _spans(params: MergeFilesParams, cuts: np.ndarray, footers: Sequence[np.ndar
     sizes, spread evenly over each input block's key range) stay within the budget."""
     weight = np.zeros(cuts.size - 1)
     for offsets in footers:
-        own = _input_cuts(params, offsets.size - 1).astype(np.float64)
+        own = _input_cuts(params, offsets.size - 1, cuts).astype(np.float64)
         # the bytes below each output cut, the bytes of each input block spread evenly over its key range
         weight += np.diff(np.interp(cuts.astype(np.float64), own, (offsets - offsets[0]).astype(np.float64)))
     spans, start, held = [], 0, 0.0
@@ -88,12 +89,12 @@ def _spans(params: MergeFilesParams, cuts: np.ndarray, footers: Sequence[np.ndar
     return spans
 
 
-def _rows(uri: str, params: MergeFilesParams, offsets: np.ndarray, lo: int, hi: int) -> pa.Table | None:
+def _rows(uri: str, params: MergeFilesParams, cuts: np.ndarray, offsets: np.ndarray, lo: int, hi: int) -> pa.Table | None:
     """One input file's rows with ``lo <= key < hi``."""
     if not uri.endswith(shuffle.BLOCK_SUFFIX):
         table = shuffle.read_range([uri], lo, hi)
         return table if table.num_rows else None
-    spans, exact = shuffle.covering_spans(_input_cuts(params, offsets.size - 1), [(lo, hi)])
+    spans, exact = shuffle.covering_spans(_input_cuts(params, offsets.size - 1, cuts), [(lo, hi)])
     spans = [(b0, b1) for b0, b1 in spans if offsets[b1] > offsets[b0]]
     pieces = shuffle.read_known_spans(uri, offsets, spans) if spans else []
     if not pieces:
@@ -116,7 +117,7 @@ def merge_files(inputs: list[str], output: str, params: MergeFilesParams) -> dic
             writer = shuffle.BlockWriter(handle, cuts, output)
             for b0, b1 in spans:
                 lo, hi = int(cuts[b0]), int(cuts[b1])
-                parts = [t for t in shuffle.concurrently(lambda k: _rows(inputs[k], params, footers[k], lo, hi), range(len(inputs)), threads) if t is not None]
+                parts = [t for t in shuffle.concurrently(lambda k: _rows(inputs[k], params, cuts, footers[k], lo, hi), range(len(inputs)), threads) if t is not None]
                 if parts:
                     table = pa.concat_tables(parts, promote_options="default")
                     writer.add(table, b1)
