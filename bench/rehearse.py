@@ -55,6 +55,7 @@ from bench.rehearse_kit import (
     step,
     write_corpus,
 )  # fmt: skip
+from bench.rehearse_global import local_path, per_shard_output, uncounted
 from marin_assets.core import specs
 from marin_assets.core.dedup import minhash
 from marin_assets.core.embed import quality, topics
@@ -137,18 +138,25 @@ def rehearse_per_shard(root: str, sources: list[SourceSize], instance: dg.Dagste
 
 
 def rehearse_quality_bands(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
-    """The histogram of every shard's (topic, score) pairs, by tasks; the step adds up their parts."""
+    """The histogram of every shard's (topic, score) pairs, by tasks; tasks add up their parts, the
+    step adds up those. Shards named by the quality_scores manifests, as the step reads them."""
     seen = {"tasks": 0, "spec": 0, "inputs": 0}
     params = quality.BandParams()
     real_load = quality.ScoreHistogram.load
+    scores = {src.name: per_shard_output(root, specs.QUALITY_SCORES.name, src) for src in sources}
+    topics_dir = {src.name: storage.join(root, specs.TOPICS.name, src.name) for src in sources}
 
     def load(uri: str) -> quality.ScoreHistogram:
         slow_store.SlowStore.request("get")
         return quality.ScoreHistogram(params.n_topics, params.histogram_bins)
 
+    def answer(task: ShardTask) -> dict[str, Any]:
+        if task.fn is quality.add_histograms:
+            return {"parts": len(task.inputs)}
+        return {"shards": len(task.inputs) // 2, "rows": DOCS_PER_SHARD * len(task.inputs) // 2, "invalid": 0, "topics": list(range(params.n_topics))}
+
     def body(context: Any) -> None:
-        pairs = {src: list(zip(shard_names(root, "topics", src), shard_names(root, "quality", src))) for src in sources}
-        answer = lambda task: {"shards": len(task.inputs) // 2, "rows": DOCS_PER_SHARD * len(task.inputs) // 2, "invalid": 0}
+        pairs = {s: [(storage.join(topics_dir[s], storage.basename(u)), u) for u in stages.shards_of(inp)[0]] for s, inp in scores.items()}
         quality.score_histogram_by_tasks(pairs, f"{root}/bands/_histograms", params, DryRunner(answer, seen, progress=step_progress()))
 
     quality.ScoreHistogram.load = load
@@ -160,22 +168,26 @@ def rehearse_quality_bands(root: str, sources: list[SourceSize], instance: dg.Da
 
 
 def rehearse_topic_sample(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
-    """topic_model's sample of 10^7 rows: quotas from the embedding tasks' row counts, rows drawn by tasks."""
+    """topic_model's sample of 10^7 rows: shards and quotas from the embeddings manifests (the
+    embedding tasks' row counts), rows drawn by tasks, their parts put together by tasks."""
     seen = {"tasks": 0, "spec": 0, "inputs": 0}
+    embedded = {src.name: per_shard_output(root, specs.EMBEDDINGS.name, src) for src in sources}
 
     def answer(task: ShardTask) -> dict[str, Any]:  # a part as a sample task writes it (1-dim vectors)
+        if task.fn is topics.concat_sample_parts:
+            return topics.concat_sample_parts(list(task.inputs), task.output)  # its reads and write are the task's: not counted
         q = sum(p[2] for p in task.params.picks)
         buf = io.BytesIO()
         np.savez(buf, vectors=np.zeros((q, 1), np.float16), ids=np.zeros(q, "S32"), rows=np.zeros(q, np.int64))
-        path = Path(slow_store.SlowStore._strip_protocol(task.output))  # written by the task, not the step: not counted
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(buf.getvalue())
+        local_path(task.output).write_bytes(buf.getvalue())  # written by the task, not the step: not counted
         return {"rows": q}
 
     def body(context: Any) -> None:
-        shards = [topics.SourceShards(src.name, tuple(shard_names(root, "embeddings", src)), rows=(DOCS_PER_SHARD,) * src.shards)
-                  for src in sources]  # fmt: skip
-        topics.sample_embeddings(shards, topics.TopicParams(), DryRunner(answer, seen, progress=step_progress()), f"{root}/topic_model/_sample")
+        shards = []
+        for name, inp in embedded.items():
+            uris, per_shard = stages.shards_of(inp)
+            shards.append(topics.SourceShards(name, tuple(uris), rows=tuple(s["rows"] for s in per_shard)))
+        topics.sample_embeddings(shards, topics.TopicParams(), DryRunner(uncounted(answer), seen, progress=step_progress()), f"{root}/topic_model/_sample")
 
     global_step(instance, specs.TOPIC_MODEL.name, body, seen)
     return seen

@@ -183,10 +183,11 @@ def test_the_sample_drawn_by_tasks_with_counted_rows_is_the_same_and_reads_no_fo
             return super().map(tasks, on_done)
 
     monkeypatch.setattr(topics, "SHARDS_PER_SAMPLE_TASK", 2)
+    monkeypatch.setattr(topics, "PARTS_PER_COMBINE_TASK", 2)
     monkeypatch.setattr(storage, "parquet_num_rows", lambda uri: pytest.fail(f"read the footer of {uri}"))
     work = tmp_path / "work"
     by_tasks = topics.sample_embeddings(counted, params, Counting(), str(work))
-    assert kinds == [3] and not work.exists()
+    assert kinds == [3, 2] and not work.exists()  # 6 shards by 3 tasks, their parts put together by 2
     for field in ("vectors", "ids", "source", "shard", "row"):
         assert np.array_equal(getattr(by_tasks, field), getattr(whole, field)), field
 

@@ -230,6 +230,18 @@ def sample_shards(input_uris: list[str], output_uri: str, params: SampleParams) 
     return {"rows": int(sum(len(r) for r in rows_drawn))}
 
 
+PARTS_PER_COMBINE_TASK = 64  # the step reads ~1/64 of the sample's parts (~50 for the pool)
+
+
+def concat_sample_parts(input_uris: list[str], output_uri: str, params: None = None) -> dict[str, Any]:
+    """A task: sample parts (``.npz``) put together in order, stored at ``output_uri``."""
+    parts = [np.load(io.BytesIO(storage.read_bytes(uri)), allow_pickle=False) for uri in input_uris]
+    buf = io.BytesIO()
+    np.savez(buf, **{key: np.concatenate([part[key] for part in parts]) for key in ("vectors", "ids", "rows")})
+    storage.write_bytes(output_uri, buf.getvalue())
+    return {"rows": int(sum(len(part["rows"]) for part in parts))}
+
+
 def _shards_and_rows(sources: Sequence[SourceShards]) -> tuple[list[tuple[int, str, str | None]], list[int]]:
     shard_list: list[tuple[int, str, str | None]] = []
     shard_rows: list[int] = []
@@ -255,8 +267,9 @@ def _shards_and_rows(sources: Sequence[SourceShards]) -> tuple[list[tuple[int, s
 def sample_embeddings(sources: Sequence[SourceShards], params: TopicParams, runner: Any = None, work_uri: str = "") -> EmbeddingSample:
     """Draw the training sample from all sources (step 1): row counts from the embedding tasks'
     counters, the rows drawn by tasks of ``SHARDS_PER_SAMPLE_TASK`` shards (``runner``; in this
-    process when None), put together in shard order."""
-    from marin_assets.core.runtime.runner import ShardRunner, ShardTask  # noqa: PLC0415
+    process when None), their parts put together ``PARTS_PER_COMBINE_TASK`` at a time by tasks,
+    then here, in shard order."""
+    from marin_assets.core.runtime.runner import ShardRunner, ShardTask, combined_by_tasks  # noqa: PLC0415
 
     shard_list, shard_rows = _shards_and_rows(sources)
     per_source = {src.source: 0 for src in sources}
@@ -278,9 +291,11 @@ def sample_embeddings(sources: Sequence[SourceShards], params: TopicParams, runn
                   SampleParams(params.seed, tuple((sources[shard_list[k][0]].source, shard_rows[k], q) for k, q in chunk)))
         for c, chunk in enumerate(chunks)
     ]  # fmt: skip
+    runner = runner or ShardRunner()
+    parts = [r.output for r in runner.map(tasks)]
     vectors, ids, rows = [], [], []
-    for result in (runner or ShardRunner()).map(tasks):
-        part = np.load(io.BytesIO(storage.read_bytes(result.output)), allow_pickle=False)
+    for uri in combined_by_tasks(parts, storage.join(work, "combined"), concat_sample_parts, None, runner, PARTS_PER_COMBINE_TASK):
+        part = np.load(io.BytesIO(storage.read_bytes(uri)), allow_pickle=False)
         vectors.append(part["vectors"])
         ids.append(part["ids"])
         rows.append(part["rows"])
