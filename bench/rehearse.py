@@ -36,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import slow_store
+from bench import rehearse_global, slow_store
 from bench.harness import MIB, pick
 from bench.rehearse_kit import (
     DOCS_PER_SHARD,
@@ -55,7 +55,7 @@ from bench.rehearse_kit import (
     step,
     write_corpus,
 )  # fmt: skip
-from bench.rehearse_global import local_path, per_shard_output, uncounted
+from bench.rehearse_global import per_shard_output, sample_answer, uncounted
 from marin_assets.core import specs
 from marin_assets.core.dedup import minhash
 from marin_assets.core.embed import quality, topics
@@ -173,21 +173,9 @@ def rehearse_topic_sample(root: str, sources: list[SourceSize], instance: dg.Dag
     seen = {"tasks": 0, "spec": 0, "inputs": 0}
     embedded = {src.name: per_shard_output(root, specs.EMBEDDINGS.name, src) for src in sources}
 
-    def answer(task: ShardTask) -> dict[str, Any]:  # a part as a sample task writes it (1-dim vectors)
-        if task.fn is topics.concat_sample_parts:
-            return topics.concat_sample_parts(list(task.inputs), task.output)  # its reads and write are the task's: not counted
-        q = sum(p[2] for p in task.params.picks)
-        buf = io.BytesIO()
-        np.savez(buf, vectors=np.zeros((q, 1), np.float16), ids=np.zeros(q, "S32"), rows=np.zeros(q, np.int64))
-        local_path(task.output).write_bytes(buf.getvalue())  # written by the task, not the step: not counted
-        return {"rows": q}
-
     def body(context: Any) -> None:
-        shards = []
-        for name, inp in embedded.items():
-            uris, per_shard = stages.shards_of(inp)
-            shards.append(topics.SourceShards(name, tuple(uris), rows=tuple(s["rows"] for s in per_shard)))
-        topics.sample_embeddings(shards, topics.TopicParams(), DryRunner(uncounted(answer), seen, progress=step_progress()), f"{root}/topic_model/_sample")
+        shards = rehearse_global.embedded_sources(embedded, root)
+        topics.sample_embeddings(shards, topics.TopicParams(), DryRunner(uncounted(sample_answer), seen, progress=step_progress()), f"{root}/topic_model/_sample")
 
     global_step(instance, specs.TOPIC_MODEL.name, body, seen)
     return seen
@@ -287,11 +275,12 @@ def main() -> int:
         drivers = {"normalize": rehearse_normalize(root, sources, instance), "per_shard_map": rehearse_per_shard(root, sources, instance),
                    "quality_bands": rehearse_quality_bands(root, sources, instance), "topic_model sample": rehearse_topic_sample(root, sources, instance),
                    "pool compaction (largest source)": rehearse_compaction(root, pick(sources[0], SourceSize(sources[0].name, 2000)), instance)}
+        drivers |= rehearse_global.rehearse_global_stages(root, sources, instance)
         for stage, seen in drivers.items():
-            ok &= print_drivers(stage, seen, 1 if stage.startswith("pool compaction") else len(sources), per_source=stage in ("quality_bands", "topic_model sample"))
+            ok &= print_drivers(stage, seen, 1 if stage.startswith("pool compaction") else len(sources), per_source=stage not in ("normalize", "per_shard_map"))
         event_log_before_after(root, SourceSize("probe", pick(2000, 500)), instance)
-        for stage in ("exact_duplicates", "fuzzy_duplicates", "topic_model fit and labels", "sampling_groups", "mixture"):
-            print(f"rehearse driver {stage}: not measured", flush=True)
+        for stage, why in rehearse_global.NOT_MEASURED.items():
+            print(f"rehearse driver {stage}: not measured ({why})", flush=True)
         scales = pick([1, 4, 16], [1, 4])
         runs = {s: normalize_at(Path(tmp), s) for s in scales}
     full = drivers["normalize"]["phases"]  # tasks per phase at the rehearsed sources' counts
