@@ -15,11 +15,13 @@ import dagster as dg
 import numpy as np
 
 from bench import slow_store
-from bench.rehearse_kit import DOCS_PER_SHARD, DryRunner, SourceSize, global_step, shard_names
+from bench.rehearse_kit import DOCS_PER_SHARD, SHARD_BYTES, DryRunner, SourceSize, global_step, shard_names
 from marin_assets.core import specs
 from marin_assets.core.dedup import exact
 from marin_assets.core.dedup.decisions import ExactDedupParams
-from marin_assets.core.embed import topics
+from marin_assets.core.embed import quality, topics
+from marin_assets.core.mixture import swarm
+from marin_assets.core.pool import curated, groups
 from marin_assets.core.runtime import stages, storage
 from marin_assets.core.runtime.runner import ShardTask
 from marin_assets.defs.ray import step_progress
@@ -146,12 +148,73 @@ def rehearse_topic_labels(root: str, sources: list[SourceSize], instance: dg.Dag
     return seen
 
 
+def compacted_index(root: str, src: SourceSize) -> str:
+    """A source's compacted pool index as pool compaction leaves it: per group, one merged file
+    per ``group_file_tokens`` tokens or ``max_files_per_task`` shards (4 bytes of text a token)."""
+    import pyarrow as pa  # noqa: PLC0415
+
+    params, names = curated.CompactParams(), quality.all_groups()
+    tokens = src.shards * SHARD_BYTES // 4 // len(names)
+    per_group = max(1, -(-tokens // params.group_file_tokens), -(-src.shards // params.max_files_per_task))
+    rows = [(g, f"{g}/{curated.source_slug(src.name)}-{k:05d}.parquet") for g in names for k in range(per_group)]
+    n = len(rows)
+    table = pa.table([pa.array([g for g, _ in rows]), pa.array([f for _, f in rows]), pa.array([src.name] * n),
+                      pa.array([src.shards * DOCS_PER_SHARD // n] * n, pa.int64()), pa.array([tokens // per_group] * n, pa.int64())],
+                     schema=curated.INDEX_SCHEMA)  # fmt: skip
+    index_dir = storage.join(root, specs.POOL.name, src.name)
+    pa.parquet.write_table(table, local_path(storage.join(index_dir, curated.GROUP_FILES)))
+    return index_dir
+
+
+def rehearse_sampling_groups(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
+    """sampling_groups as its step runs it: per source, the current pool and the four inputs its
+    staleness check reads (their ``_current.json`` and manifests) and the pool's manifest, then
+    each compacted index read once into the counts and the pool's file list, the groups and
+    their weights written."""
+    import pyarrow.parquet  # noqa: F401, PLC0415  (pa.parquet above)
+
+    seen = {"tasks": 0, "spec": 0, "inputs": 0}
+    index_dirs = {src.name: compacted_index(root, src) for src in sources}
+    out = storage.join(root, specs.SAMPLING_GROUPS.name)
+
+    def body(context: Any) -> None:
+        for _ in range(5):  # the pool, then normalized, topics, quality_scores, contamination
+            find_current_outputs(sources)
+        for _ in sources:  # the pool's manifest (its counters)
+            for kind in ("stat", "get"):
+                slow_store.SlowStore.request(kind)
+        per_source = [(name, curated.pool_index_uris(d), storage.join(root, "pool_data", name)) for name, d in sorted(index_dirs.items())]
+        counts = curated.group_counts_and_files(per_source, storage.join(out, "pool_files.parquet"))
+        result = groups.sampling_groups(counts, {t: f"topic {t}" for t in range(40)}, groups.MixtureParams())
+        groups.write_sampling_groups(result, out)
+
+    global_step(instance, specs.SAMPLING_GROUPS.name, body, seen)
+    return seen
+
+
+def rehearse_mixture(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
+    """mixture_swarm of a study with the default parameters (64 mixtures and 4 replicate runs)
+    on the sampling groups and pool file list that sampling_groups wrote: the proposals, then
+    one trainer config per run (JSON and YAML), each naming its groups' pool files."""
+    seen = {"tasks": 0, "spec": 0, "inputs": 0}
+    out = storage.join(root, specs.SAMPLING_GROUPS.name)
+
+    def body(context: Any) -> None:
+        table, _ = groups.read_sampling_groups(out)
+        pool_files = curated.read_pool_files(storage.join(out, "pool_files.parquet"))
+        params = swarm.StudyParams("rehearsal", trainer="external")
+        built = swarm.build_swarm(table, pool_files, params, storage.join(root, "studies", "results"))
+        swarm.write_swarm(built, storage.join(root, "studies", "swarm"), pool_files)
+
+    global_step(instance, specs.MIXTURE_SWARM.name, body, seen)
+    return seen
+
+
 NOT_MEASURED = {
     "fuzzy_duplicates": "its task specs are being changed to name manifests; the run's many steps read back state files of their own",
-    "sampling_groups": "reads each pool's shard index, whose layout pool compaction is changing",
-    "mixture": "the study launcher submits one training run per swarm member: no per-shard driver",
 }
 
 
 def rehearse_global_stages(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, dict[str, Any]]:
-    return {"exact_duplicates": rehearse_exact(root, sources, instance), "topic_model labels": rehearse_topic_labels(root, sources, instance)}
+    return {"exact_duplicates": rehearse_exact(root, sources, instance), "topic_model labels": rehearse_topic_labels(root, sources, instance),
+            "sampling_groups": rehearse_sampling_groups(root, sources, instance), "mixture_swarm": rehearse_mixture(root, sources, instance)}
