@@ -23,7 +23,6 @@ largest), scales 1x and 4x.
 
 from __future__ import annotations
 
-import io
 import math
 import sys
 import tempfile
@@ -38,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import rehearse_global, slow_store
 from bench.harness import MIB, pick
+from bench.rehearse_global import per_shard_output, sample_answer, uncounted
 from bench.rehearse_kit import (
     DOCS_PER_SHARD,
     FILE_BYTES,
@@ -55,7 +55,6 @@ from bench.rehearse_kit import (
     step,
     write_corpus,
 )  # fmt: skip
-from bench.rehearse_global import per_shard_output, sample_answer, uncounted
 from marin_assets.core import specs
 from marin_assets.core.dedup import minhash
 from marin_assets.core.embed import quality, topics

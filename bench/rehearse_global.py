@@ -15,7 +15,14 @@ import dagster as dg
 import numpy as np
 
 from bench import slow_store
-from bench.rehearse_kit import DOCS_PER_SHARD, SHARD_BYTES, DryRunner, SourceSize, global_step, shard_names
+from bench.rehearse_kit import (
+    DOCS_PER_SHARD,
+    SHARD_BYTES,
+    DryRunner,
+    SourceSize,
+    global_step,
+    shard_names,
+)
 from marin_assets.core import specs
 from marin_assets.core.dedup import exact
 from marin_assets.core.dedup.decisions import ExactDedupParams
@@ -210,11 +217,58 @@ def rehearse_mixture(root: str, sources: list[SourceSize], instance: dg.DagsterI
     return seen
 
 
+def rehearse_fuzzy_map(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
+    """fuzzy_duplicates' first step as its step runs it: both inputs' current outputs found and
+    listed, every bucket shard paired with its normalized one and counted (``pair_shards``: a
+    footer per shard, 2 requests), the documents numbered and the map tasks planned and
+    submitted. The later steps (components, members, plan, gather, verify, publish) are not
+    rehearsed: each reads back files of the steps before it."""
+    from marin_assets.core.dedup.decisions import FuzzyDedupParams  # noqa: PLC0415
+    from marin_assets.core.dedup.fuzzy import map as fuzzy_map  # noqa: PLC0415
+    from marin_assets.core.dedup.fuzzy import state  # noqa: PLC0415
+    from marin_assets.core.dedup.fuzzy.layout import FuzzyScale  # noqa: PLC0415
+
+    seen = {"tasks": 0, "spec": 0, "inputs": 0}
+    real_rows = storage.parquet_num_rows
+
+    def footer(uri: str) -> int:
+        for kind in ("stat", "get"):
+            slow_store.SlowStore.request(kind)
+        return DOCS_PER_SHARD
+
+    def answer(task: ShardTask) -> dict[str, Any]:
+        docs = DOCS_PER_SHARD * len(task.inputs) // 2
+        return {"bands": 20, "docs": docs, "chars": 4 * docs, "records": 20 * docs, "runs": None}
+
+    def body(context: Any) -> None:
+        find_current_outputs(sources)  # minhash_buckets, then normalized
+        find_current_outputs(sources)
+        buckets = {src.name: shard_names(root, specs.MINHASH_BUCKETS.name, src) for src in sources}
+        normalized = {src.name: shard_names(root, specs.NORMALIZED.name, src) for src in sources}
+        shards = state.pair_shards(buckets, normalized)
+        fps = {s: state.source_fingerprint([b for b, _, _ in shards[s]]) for s in shards}
+        run = state.FuzzyRun(shards, fps, (), f"{root}/fuzzy", f"{root}/fuzzy/_cache", FuzzyDedupParams(), FuzzyScale(),
+                             DryRunner(answer, seen, progress=step_progress()), 5, 240, None)  # fmt: skip
+        state.number_documents(run)
+        fuzzy_map.run_map(run)
+
+    storage.parquet_num_rows = footer
+    try:
+        global_step(instance, specs.FUZZY_DUPLICATES.name, body, seen)
+    finally:
+        storage.parquet_num_rows = real_rows
+    return seen
+
+
 NOT_MEASURED = {
-    "fuzzy_duplicates": "its task specs are being changed to name manifests; the run's many steps read back state files of their own",
+    "fuzzy_duplicates after its map": "components, members, plan, gather, verify and publish each read back files of the steps before them",
+    "topic_model fit": "the step's own k-means over the sample: CPU and memory sized by its pod, no tasks, no requests",
 }
 
 
 def rehearse_global_stages(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, dict[str, Any]]:
-    return {"exact_duplicates": rehearse_exact(root, sources, instance), "topic_model labels": rehearse_topic_labels(root, sources, instance),
-            "sampling_groups": rehearse_sampling_groups(root, sources, instance), "mixture_swarm": rehearse_mixture(root, sources, instance)}
+    """Each global stage's row, the step that holds the most (topic_model's labels, on the
+    sample) last: a step's peak includes what the rehearsal's process still holds when it starts."""
+    return {"exact_duplicates": rehearse_exact(root, sources, instance), "fuzzy_duplicates (pairing, map)": rehearse_fuzzy_map(root, sources, instance),
+            "sampling_groups": rehearse_sampling_groups(root, sources, instance), "mixture_swarm": rehearse_mixture(root, sources, instance),
+            "topic_model labels": rehearse_topic_labels(root, sources, instance)}

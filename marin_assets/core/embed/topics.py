@@ -269,7 +269,11 @@ def sample_embeddings(sources: Sequence[SourceShards], params: TopicParams, runn
     counters, the rows drawn by tasks of ``SHARDS_PER_SAMPLE_TASK`` shards (``runner``; in this
     process when None), their parts put together ``PARTS_PER_COMBINE_TASK`` at a time by tasks,
     then here, in shard order."""
-    from marin_assets.core.runtime.runner import ShardRunner, ShardTask, combined_by_tasks  # noqa: PLC0415
+    from marin_assets.core.runtime.runner import (  # noqa: PLC0415
+        ShardRunner,
+        ShardTask,
+        combined_by_tasks,
+    )
 
     shard_list, shard_rows = _shards_and_rows(sources)
     per_source = {src.source: 0 for src in sources}
@@ -734,7 +738,11 @@ def _read_texts(sample: EmbeddingSample, rows: np.ndarray, max_chars: int | None
     Cutting as they are read caps the label step at rows x ``max_chars`` characters; the ~10^5
     shards that hold the label rows are read by tasks, not one after another by the step.
     """
-    from marin_assets.core.runtime.runner import ShardRunner, ShardTask, combined_by_tasks  # noqa: PLC0415
+    from marin_assets.core.runtime.runner import (  # noqa: PLC0415
+        ShardRunner,
+        ShardTask,
+        combined_by_tasks,
+    )
 
     shard_of = sample.shard[rows]
     order = np.argsort(shard_of, kind="stable")  # rows by shard, in row order within one: no pass over all rows per shard
