@@ -6,6 +6,8 @@ written where the step looks for it, uncounted, as the upstream steps and the ta
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import io
 import json
 from pathlib import Path
@@ -266,9 +268,19 @@ NOT_MEASURED = {
 }
 
 
+def released() -> None:
+    """What earlier rehearsals freed, handed back to the system (a step's peak starts from what
+    the process holds: without this, the heap an earlier stage left behind would count as this one's)."""
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 def rehearse_global_stages(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, dict[str, Any]]:
-    """Each global stage's row, the step that holds the most (topic_model's labels, on the
-    sample) last: a step's peak includes what the rehearsal's process still holds when it starts."""
-    return {"exact_duplicates": rehearse_exact(root, sources, instance), "fuzzy_duplicates (pairing, map)": rehearse_fuzzy_map(root, sources, instance),
-            "sampling_groups": rehearse_sampling_groups(root, sources, instance), "mixture_swarm": rehearse_mixture(root, sources, instance),
-            "topic_model labels": rehearse_topic_labels(root, sources, instance)}
+    """Each global stage's row, each started on a process that has handed back what the stages before it freed."""
+    stages_ = {"exact_duplicates": rehearse_exact, "fuzzy_duplicates (pairing, map)": rehearse_fuzzy_map, "sampling_groups": rehearse_sampling_groups,
+               "mixture_swarm": rehearse_mixture, "topic_model labels": rehearse_topic_labels}  # fmt: skip
+    rows = {}
+    for name, rehearse in stages_.items():
+        released()
+        rows[name] = rehearse(root, sources, instance)
+    return rows
