@@ -15,6 +15,8 @@ from typing import Any
 
 import dagster as dg
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from bench import slow_store
 from bench.rehearse_kit import (
@@ -43,12 +45,12 @@ def local_path(uri: str) -> Path:
     return path
 
 
-def per_shard_output(root: str, stage: str, src: SourceSize, stats: dict[str, Any] | None = None) -> stages.StageInput:
+def per_shard_output(root: str, stage: str, src: SourceSize) -> stages.StageInput:
     """A per-shard stage's finished output for ``src`` as ``run_shards`` records it: a manifest
-    naming every shard with its counters (``rows`` by default)."""
+    naming every shard with its counters (its rows)."""
     uri = storage.join(root, stage, src.name)
     names = [storage.shard_name(i, src.shards) for i in range(src.shards)]
-    per_shard = [stats or {"rows": DOCS_PER_SHARD}] * src.shards
+    per_shard = [{"rows": DOCS_PER_SHARD}] * src.shards
     local_path(storage.manifest_uri(uri)).write_text(json.dumps({"stage": stage, "shards": names, "per_shard": per_shard}))
     return stages.StageInput(uri, "0" * 16, stage)
 
@@ -160,7 +162,6 @@ def rehearse_topic_labels(root: str, sources: list[SourceSize], instance: dg.Dag
 def compacted_index(root: str, src: SourceSize) -> str:
     """A source's compacted pool index as pool compaction leaves it: per group, one merged file
     per ``group_file_tokens`` tokens or ``max_files_per_task`` shards (4 bytes of text a token)."""
-    import pyarrow as pa  # noqa: PLC0415
 
     params, names = curated.CompactParams(), quality.all_groups()
     tokens = src.shards * SHARD_BYTES // 4 // len(names)
@@ -171,7 +172,7 @@ def compacted_index(root: str, src: SourceSize) -> str:
                       pa.array([src.shards * DOCS_PER_SHARD // n] * n, pa.int64()), pa.array([tokens // per_group] * n, pa.int64())],
                      schema=curated.INDEX_SCHEMA)  # fmt: skip
     index_dir = storage.join(root, specs.POOL.name, src.name)
-    pa.parquet.write_table(table, local_path(storage.join(index_dir, curated.GROUP_FILES)))
+    pq.write_table(table, local_path(storage.join(index_dir, curated.GROUP_FILES)))
     return index_dir
 
 
@@ -180,8 +181,6 @@ def rehearse_sampling_groups(root: str, sources: list[SourceSize], instance: dg.
     staleness check reads (their ``_current.json`` and manifests) and the pool's manifest, then
     each compacted index read once into the counts and the pool's file list, the groups and
     their weights written."""
-    import pyarrow.parquet  # noqa: F401, PLC0415  (pa.parquet above)
-
     seen = {"tasks": 0, "spec": 0, "inputs": 0}
     index_dirs = {src.name: compacted_index(root, src) for src in sources}
     out = storage.join(root, specs.SAMPLING_GROUPS.name)
