@@ -390,8 +390,9 @@ def combined_by_tasks(parts: Sequence[str], work_uri: str, fn: ShardFn, params: 
     one per task (a second level of the same tree; ``width`` parts or fewer are returned as they are)."""
     if len(parts) <= width:
         return list(parts)
+    suffix = "." + parts[0].rsplit(".", 1)[-1]  # the parts' format, kept
     tasks = [
-        ShardTask(fn, tuple(parts[i : i + width]), storage.join(work_uri, f"combined-{i // width:06d}.npz"), params)
+        ShardTask(fn, tuple(parts[i : i + width]), storage.join(work_uri, f"combined-{i // width:06d}{suffix}"), params)
         for i in range(0, len(parts), width)
     ]
     return [r.output for r in runner.map(tasks)]
