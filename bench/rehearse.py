@@ -25,7 +25,6 @@ full count), scales 1x and 4x.
 
 from __future__ import annotations
 
-import io
 import math
 import sys
 import tempfile
@@ -38,8 +37,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import rehearse_tasks, slow_store
+from bench import rehearse_global, rehearse_tasks, slow_store
 from bench.harness import MIB, pick
+from bench.rehearse_global import per_shard_output, sample_answer, uncounted
 from bench.rehearse_kit import (
     DOCS_PER_SHARD,
     FILE_BYTES,
@@ -53,7 +53,6 @@ from bench.rehearse_kit import (
     global_step,
     pool_sources,
     print_drivers,
-    shard_names,
     source_step,
     step,
     write_corpus,
@@ -175,18 +174,25 @@ def rehearse_per_shard(root: str, sources: list[SourceSize], instance: dg.Dagste
 
 
 def rehearse_quality_bands(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
-    """The histogram of every shard's (topic, score) pairs, by tasks; the step adds up their parts."""
+    """The histogram of every shard's (topic, score) pairs, by tasks; tasks add up their parts, the
+    step adds up those. Shards named by the quality_scores manifests, as the step reads them."""
     seen = {"tasks": 0, "spec": 0, "inputs": 0}
     params = quality.BandParams()
     real_load = quality.ScoreHistogram.load
+    scores = {src.name: per_shard_output(root, specs.QUALITY_SCORES.name, src) for src in sources}
+    topics_dir = {src.name: storage.join(root, specs.TOPICS.name, src.name) for src in sources}
 
     def load(uri: str) -> quality.ScoreHistogram:
         slow_store.SlowStore.request("get")
         return quality.ScoreHistogram(params.n_topics, params.histogram_bins)
 
+    def answer(task: ShardTask) -> dict[str, Any]:
+        if task.fn is quality.add_histograms:
+            return {"parts": len(task.inputs)}
+        return {"shards": len(task.inputs) // 2, "rows": DOCS_PER_SHARD * len(task.inputs) // 2, "invalid": 0, "topics": list(range(params.n_topics))}
+
     def body(context: Any) -> None:
-        pairs = {src: list(zip(shard_names(root, "topics", src), shard_names(root, "quality", src))) for src in sources}
-        answer = lambda task: {"shards": len(task.inputs) // 2, "rows": DOCS_PER_SHARD * len(task.inputs) // 2, "invalid": 0}
+        pairs = {s: [(storage.join(topics_dir[s], storage.basename(u)), u) for u in stages.shards_of(inp)[0]] for s, inp in scores.items()}
         quality.score_histogram_by_tasks(pairs, f"{root}/bands/_histograms", params, DryRunner(answer, seen, progress=step_progress()))
 
     quality.ScoreHistogram.load = load
@@ -198,22 +204,14 @@ def rehearse_quality_bands(root: str, sources: list[SourceSize], instance: dg.Da
 
 
 def rehearse_topic_sample(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
-    """topic_model's sample of 10^7 rows: quotas from the embedding tasks' row counts, rows drawn by tasks."""
+    """topic_model's sample of 10^7 rows: shards and quotas from the embeddings manifests (the
+    embedding tasks' row counts), rows drawn by tasks, their parts put together by tasks."""
     seen = {"tasks": 0, "spec": 0, "inputs": 0}
-
-    def answer(task: ShardTask) -> dict[str, Any]:  # a part as a sample task writes it (1-dim vectors)
-        q = sum(p[2] for p in task.params.picks)
-        buf = io.BytesIO()
-        np.savez(buf, vectors=np.zeros((q, 1), np.float16), ids=np.zeros(q, "S32"), rows=np.zeros(q, np.int64))
-        path = Path(slow_store.SlowStore._strip_protocol(task.output))  # written by the task, not the step: not counted
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(buf.getvalue())
-        return {"rows": q}
+    embedded = {src.name: per_shard_output(root, specs.EMBEDDINGS.name, src) for src in sources}
 
     def body(context: Any) -> None:
-        shards = [topics.SourceShards(src.name, tuple(shard_names(root, "embeddings", src)), rows=(DOCS_PER_SHARD,) * src.shards)
-                  for src in sources]  # fmt: skip
-        topics.sample_embeddings(shards, topics.TopicParams(), DryRunner(answer, seen, progress=step_progress()), f"{root}/topic_model/_sample")
+        shards = rehearse_global.embedded_sources(embedded, root)
+        topics.sample_embeddings(shards, topics.TopicParams(), DryRunner(uncounted(sample_answer), seen, progress=step_progress()), f"{root}/topic_model/_sample")
 
     global_step(instance, specs.TOPIC_MODEL.name, body, seen)
     return seen
@@ -360,11 +358,12 @@ def main() -> int:
         drivers = {"normalize": rehearse_normalize(root, sources, instance), "per_shard_map": rehearse_per_shard(root, sources, instance),
                    "quality_bands": rehearse_quality_bands(root, sources, instance), "topic_model sample": rehearse_topic_sample(root, sources, instance),
                    "pool compaction (largest source)": rehearse_compaction(root, sources[0], instance)}
+        drivers |= rehearse_global.rehearse_global_stages(root, sources, instance)
         for stage, seen in drivers.items():
-            ok &= print_drivers(stage, seen, 1 if stage.startswith("pool compaction") else len(sources), per_source=stage in ("quality_bands", "topic_model sample"))
+            ok &= print_drivers(stage, seen, 1 if stage.startswith("pool compaction") else len(sources), per_source=stage not in ("normalize", "per_shard_map"))
         event_log_before_after(root, SourceSize("probe", pick(2000, 500)), instance)
-        for stage in ("exact_duplicates", "fuzzy_duplicates", "topic_model fit and labels", "sampling_groups", "mixture"):
-            print(f"rehearse driver {stage}: not measured", flush=True)
+        for stage, why in rehearse_global.NOT_MEASURED.items():
+            print(f"rehearse driver {stage}: not measured ({why})", flush=True)
         scales = pick([1, 4, 16], [1, 4])
         runs = {s: normalize_at(Path(tmp), s) for s in scales}
     ok &= print_normalize_tasks(runs, drivers["normalize"]["levels"])

@@ -73,6 +73,7 @@ def test_exact_keeps_the_first_source_in_name_order(tmp_path: Path) -> None:
     assert read_removed(out, "c_src") == sorted([{"id": ids[3], "kept_source": "a_src"}, {"id": ids[4], "kept_source": "b_src"}], key=lambda r: r["id"])
     assert stats["removed_per_source"] == {"a_src": 0, "b_src": 2, "c_src": 2, "d_src": 0}
     assert stats["unique_ids"] == 5 and stats["docs"] == 9
+    assert stats["docs_per_source"] == {"a_src": 3, "b_src": 3, "c_src": 3, "d_src": 0}  # counted by the maps, not from footers
     json.dumps(stats)
 
 

@@ -207,11 +207,15 @@ def find_exact_duplicates(
             name = f"{order[int(a)]} <- {order[int(b)]}"
             pair_counts[name] = pair_counts.get(name, 0) + int(n)
     per_source = {s: int(per_source_stats[s]["removed"]) for s in shards}
+    docs_per_source = {s: 0 for s in shards}
+    for task, r in zip(map_tasks, mapped):  # the map tasks counted them: no footer is read again
+        docs_per_source[task.params.source] += int(r.stats["docs"])
     digests = {s: str(per_source_stats[s]["digest"]) for s in shards}
     return {
         **counters,
         "removed": sum(per_source.values()),
         "removed_per_source": per_source,
+        "docs_per_source": docs_per_source,
         "removed_chars_per_source": removed_chars,
         "removed_ids_digest": digests,
         "top_source_pairs": dict(sorted(pair_counts.items(), key=lambda kv: (-kv[1], kv[0]))[:10]),
