@@ -363,28 +363,28 @@ def write_embeddings(root: str, rows: int, seed: int = 1) -> str:
     return uri
 
 
-def write_topic_model(root: str, seed: int = 2) -> str:
-    """A topic model of ``K_FINE`` unit fine centroids mapped to 40 topics."""
+def write_topic_model(root: str, seed: int = 2, fine: int = K_FINE, dim: int = EMB_DIM) -> str:
+    """A topic model of ``fine`` unit fine centroids of ``dim`` dimensions mapped to 40 topics."""
     from marin_assets.core.embed import topics
 
     rng = np.random.default_rng(seed)
-    fine_to_topic = (np.arange(K_FINE) % 40).astype(np.int16)
-    labels = [topics.TopicLabel(t, f"t{t}", (), (), 1.0, 1 / 40, K_FINE // 40) for t in range(40)]
-    model = topics.TopicModel(_unit_rows(rng, K_FINE, EMB_DIM), fine_to_topic, np.ones(K_FINE, np.int64), labels, {})
+    fine_to_topic = (np.arange(fine) % 40).astype(np.int16)
+    labels = [topics.TopicLabel(t, f"t{t}", (), (), 1.0, 1 / 40, fine // 40) for t in range(40)]
+    model = topics.TopicModel(_unit_rows(rng, fine, dim), fine_to_topic, np.ones(fine, np.int64), labels, {})
     uri = os.path.join(root, "topic_model")
     topics.save_topic_model(model, uri)
     return uri
 
 
-def write_quality_model(root: str, seed: int = 3) -> str:
-    """A ridge quality model over the production dimension, calibrated to five levels."""
+def write_quality_model(root: str, seed: int = 3, dim: int = EMB_DIM) -> str:
+    """A ridge quality model over ``dim`` dimensions (the production encoder's), calibrated to five levels."""
     from marin_assets.core.embed import quality
 
     rng = np.random.default_rng(seed)
-    scorer = quality.RidgeScorer((1.0,), (rng.standard_normal(EMB_DIM) * 0.1).astype(np.float32), 2.5, 1.0)
+    scorer = quality.RidgeScorer((1.0,), (rng.standard_normal(dim) * 0.1).astype(np.float32), 2.5, 1.0)
     calibration = quality.fit_calibration(rng.normal(2.5, 1.0, 5_000), rng.integers(0, 5, 5_000), 5)
     uri = os.path.join(root, "quality_model")
-    quality.save_quality_model(quality.QualityModel(scorer, calibration, {"feature_dim": EMB_DIM}), uri)
+    quality.save_quality_model(quality.QualityModel(scorer, calibration, {"feature_dim": dim}), uri)
     return uri
 
 

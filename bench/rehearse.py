@@ -12,18 +12,19 @@ names, driver-side requests (to a store that counts them) and event-log rows (al
 
 Part 2, tasks against a slow store: normalize on a generated corpus at 1x, 4x and 16x, its input
 and output on ``slowstore://`` (``bench/slow_store.py``: the local disk behind an object store's
-request model, counting requests), with the shard target, buffers and fan-in scaled down by the
-same factor so each scale has the production's ratios of flushes to shards. Per phase: requests
-of the largest task and their ratio 16x/1x, and the full-pool latency projected at 30 ms per
-request (requests per task x full-pool tasks) beside the CPU core-hours measured here.
+request model, counting requests), with the production's sizes / 1024 and a fan-in of 16, so that
+1x already has a middle level whose tasks read the full fan-in, as the pool's large sources do.
+Per phase and middle level: requests of the largest task at each scale, and the full pool's
+request latency projected at 30 ms per request (the full pool's files read in that phase x the
+requests per file measured here); then the stage's largest task over every phase, whose ratio
+16x/1x is the goal (<= 1.3), beside the CPU core-hours measured here.
 
-``BENCH_QUICK=1``: the 5 largest and 5 smallest sources (pool compaction: 2,000 shards of the
-largest), scales 1x and 4x.
+``BENCH_QUICK=1``: the 5 largest and 5 smallest sources (pool compaction: the largest, at its
+full count), scales 1x and 4x.
 """
 
 from __future__ import annotations
 
-import io
 import math
 import sys
 import tempfile
@@ -36,8 +37,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import slow_store
+from bench import rehearse_global, rehearse_tasks, slow_store
 from bench.harness import MIB, pick
+from bench.rehearse_global import per_shard_output, sample_answer, uncounted
 from bench.rehearse_kit import (
     DOCS_PER_SHARD,
     FILE_BYTES,
@@ -47,10 +49,10 @@ from bench.rehearse_kit import (
     CountingRunner,
     DryRunner,
     SourceSize,
+    counted_map,
     global_step,
     pool_sources,
     print_drivers,
-    shard_names,
     source_step,
     step,
     write_corpus,
@@ -61,7 +63,7 @@ from marin_assets.core.embed import quality, topics
 from marin_assets.core.ingest import normalize
 from marin_assets.core.pool import curated as pool
 from marin_assets.core.runtime import stages, storage
-from marin_assets.core.runtime.runner import ShardTask
+from marin_assets.core.runtime.runner import ShardResult, ShardTask
 from marin_assets.defs.ray import step_log, step_progress
 
 
@@ -82,6 +84,41 @@ def normalize_answer(file_bytes: int, params: normalize.NormalizeParams) -> Any:
     return answer
 
 
+def phase_of(task: ShardTask) -> str:
+    """A normalize task's phase; a middle task's with its level of the gather tree."""
+    name = task.fn.__name__
+    return f"{name} level {task.params.level}" if name == "regroup_chunk" else name
+
+
+class PhaseDryRunner(DryRunner):
+    """The dry runner, also counting tasks and their inputs by phase and middle level (``seen['levels']``)."""
+
+    def map(self, tasks: Any, on_done: Any = None) -> list[Any]:
+        levels = self._seen.setdefault("levels", {})
+        for task in tasks:
+            tasks_inputs = levels.setdefault(phase_of(task), [0, 0])
+            tasks_inputs[0] += 1
+            tasks_inputs[1] += len(task.inputs)
+        return super().map(tasks, on_done)
+
+
+class PhaseCountingRunner(CountingRunner):
+    """Each task in this process, its requests by phase and middle level (and ``inputs``: its inputs)."""
+
+    def __init__(self, per_phase: dict[str, list[int]], inputs: dict[str, list[int]]) -> None:
+        super().__init__(per_phase)
+        object.__setattr__(self, "inputs", inputs)
+
+    def map(self, tasks: Any, on_done: Any = None) -> list[Any]:
+        results = []
+        for task in tasks:
+            counts: dict[str, list[int]] = {}
+            results += counted_map([task], counts)
+            self._per_phase.setdefault(phase_of(task), []).extend(counts[task.fn.__name__])
+            self.inputs.setdefault(phase_of(task), []).append(len(task.inputs))
+        return results
+
+
 def rehearse_normalize(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
     params = normalize.NormalizeParams()
     seen = {"tasks": 0, "spec": 0, "inputs": 0, "rows": 0, "cpu": 0.0, "peak": 0, "requests": 0}
@@ -96,7 +133,7 @@ def rehearse_normalize(root: str, sources: list[SourceSize], instance: dg.Dagste
             return size
 
         def body(context: Any, src: SourceSize = src, files: list[str] = files, file_bytes: int = file_bytes) -> None:
-            runner = DryRunner(normalize_answer(file_bytes, params), seen, progress=step_progress())
+            runner = PhaseDryRunner(normalize_answer(file_bytes, params), seen, progress=step_progress())
             normalize.normalize_source(src.name, files, f"{root}/normalized/{src.name}", params, runner=runner, progress=step_log(context))
 
         normalize.uncompressed_bytes = footer
@@ -137,18 +174,25 @@ def rehearse_per_shard(root: str, sources: list[SourceSize], instance: dg.Dagste
 
 
 def rehearse_quality_bands(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
-    """The histogram of every shard's (topic, score) pairs, by tasks; the step adds up their parts."""
+    """The histogram of every shard's (topic, score) pairs, by tasks; tasks add up their parts, the
+    step adds up those. Shards named by the quality_scores manifests, as the step reads them."""
     seen = {"tasks": 0, "spec": 0, "inputs": 0}
     params = quality.BandParams()
     real_load = quality.ScoreHistogram.load
+    scores = {src.name: per_shard_output(root, specs.QUALITY_SCORES.name, src) for src in sources}
+    topics_dir = {src.name: storage.join(root, specs.TOPICS.name, src.name) for src in sources}
 
     def load(uri: str) -> quality.ScoreHistogram:
         slow_store.SlowStore.request("get")
         return quality.ScoreHistogram(params.n_topics, params.histogram_bins)
 
+    def answer(task: ShardTask) -> dict[str, Any]:
+        if task.fn is quality.add_histograms:
+            return {"parts": len(task.inputs)}
+        return {"shards": len(task.inputs) // 2, "rows": DOCS_PER_SHARD * len(task.inputs) // 2, "invalid": 0, "topics": list(range(params.n_topics))}
+
     def body(context: Any) -> None:
-        pairs = {src: list(zip(shard_names(root, "topics", src), shard_names(root, "quality", src))) for src in sources}
-        answer = lambda task: {"shards": len(task.inputs) // 2, "rows": DOCS_PER_SHARD * len(task.inputs) // 2, "invalid": 0}
+        pairs = {s: [(storage.join(topics_dir[s], storage.basename(u)), u) for u in stages.shards_of(inp)[0]] for s, inp in scores.items()}
         quality.score_histogram_by_tasks(pairs, f"{root}/bands/_histograms", params, DryRunner(answer, seen, progress=step_progress()))
 
     quality.ScoreHistogram.load = load
@@ -160,64 +204,51 @@ def rehearse_quality_bands(root: str, sources: list[SourceSize], instance: dg.Da
 
 
 def rehearse_topic_sample(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
-    """topic_model's sample of 10^7 rows: quotas from the embedding tasks' row counts, rows drawn by tasks."""
+    """topic_model's sample of 10^7 rows: shards and quotas from the embeddings manifests (the
+    embedding tasks' row counts), rows drawn by tasks, their parts put together by tasks."""
     seen = {"tasks": 0, "spec": 0, "inputs": 0}
-
-    def answer(task: ShardTask) -> dict[str, Any]:  # a part as a sample task writes it (1-dim vectors)
-        q = sum(p[2] for p in task.params.picks)
-        buf = io.BytesIO()
-        np.savez(buf, vectors=np.zeros((q, 1), np.float16), ids=np.zeros(q, "S32"), rows=np.zeros(q, np.int64))
-        path = Path(slow_store.SlowStore._strip_protocol(task.output))  # written by the task, not the step: not counted
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(buf.getvalue())
-        return {"rows": q}
+    embedded = {src.name: per_shard_output(root, specs.EMBEDDINGS.name, src) for src in sources}
 
     def body(context: Any) -> None:
-        shards = [topics.SourceShards(src.name, tuple(shard_names(root, "embeddings", src)), rows=(DOCS_PER_SHARD,) * src.shards)
-                  for src in sources]  # fmt: skip
-        topics.sample_embeddings(shards, topics.TopicParams(), DryRunner(answer, seen, progress=step_progress()), f"{root}/topic_model/_sample")
+        shards = rehearse_global.embedded_sources(embedded, root)
+        topics.sample_embeddings(shards, topics.TopicParams(), DryRunner(uncounted(sample_answer), seen, progress=step_progress()), f"{root}/topic_model/_sample")
 
     global_step(instance, specs.TOPIC_MODEL.name, body, seen)
     return seen
 
 
 def rehearse_compaction(root: str, src: SourceSize, instance: dg.DagsterInstance) -> dict[str, Any]:
-    """pool's compaction of one source (its ~200 group files per shard merged), as its step runs it:
-    the step reads every shard index (counted), plans the merged files, submits merges and deletes."""
-    import pyarrow as pa
-
+    """pool's compaction of one source (its ~200 group files per shard merged), as its step runs it
+    after the map: merges planned from the shards' names, the index written from what the merges
+    return, then the batched deletes. The shards' results are the map's (kept documents, tokens)."""
     seen = {"tasks": 0, "spec": 0, "inputs": 0}
     groups = quality.all_groups()
-    docs, tokens = DOCS_PER_SHARD // len(groups), SHARD_BYTES // 4 // len(groups)
-    real_read = pool.read_pool_index
+    docs, tokens = DOCS_PER_SHARD // len(groups), SHARD_BYTES // 4 // len(groups)  # per group and shard
+    params = pool.CompactParams()
 
-    def read_index(uris: Any) -> pa.Table:  # what the shard indexes hold: a row per group and shard
-        import pyarrow.compute as pc
-
-        for _ in uris:
-            slow_store.SlowStore.request("get")
-        n = len(uris) * len(groups)
-        group = pa.array(groups).take(pa.array(np.tile(np.arange(len(groups)), len(uris))))
-        shard = pa.array([storage.basename(u) for u in uris]).take(pa.array(np.repeat(np.arange(len(uris)), len(groups))))
-        files = pc.binary_join_element_wise(group, pa.scalar(f"/{pool.source_slug(src.name)}-"), shard, "")  # pool.pool_file
-        return pa.table([group, files, pa.array([src.name] * n), pa.array(np.full(n, docs)), pa.array(np.full(n, tokens))],
-                        schema=pool.INDEX_SCHEMA)  # fmt: skip
-
-    def answer(task: ShardTask) -> dict[str, Any]:
-        if task.fn.__name__ == "merge_group_files":
-            return {"rows": [count * docs for _, count in task.params.merged], "inputs": len(task.inputs)}
-        return {"removed": len(task.inputs)}
+    def answer(task: ShardTask) -> dict[str, Any]:  # what a merge returns: its files of at most 2^28 tokens
+        if task.fn is not pool.merge_group_files:
+            return {"removed": len(task.inputs)}
+        shards, merged = task.inputs.stop - task.inputs.first, []
+        for group in task.params.groups:
+            left_docs, left_tokens = shards * docs, shards * tokens
+            for part in range(-(-left_tokens // params.group_file_tokens)):
+                size = min(left_tokens, params.group_file_tokens)
+                count = left_docs if size == left_tokens else left_docs * size // left_tokens
+                merged.append([group, pool.merged_file(group, src.name, task.params.number, part), count, size])
+                left_docs, left_tokens = left_docs - count, left_tokens - size
+        return {"merged": merged, "inputs": len(task.inputs), "read": len(task.inputs)}
 
     def body(context: Any) -> None:
-        uris = shard_names(root, "pool_index", src)
-        pool.compact_pool(uris, f"{root}/pool_index/{src.name}", f"{root}/pool", src.name, pool.CompactParams(),
-                          DryRunner(answer, seen, progress=step_progress()))  # fmt: skip
+        index_dir = f"{root}/pool_index/{src.name}"
+        counters = {"source": src.name, "documents": DOCS_PER_SHARD, "dropped_contaminated": 0, "dropped_fuzzy_duplicate": 0, "dropped_exact_duplicate": 0,
+                    "bad_rows_null_text": 0, "bad_rows_missing_attributes": 0, "kept": docs * len(groups), "tokens": tokens * len(groups),
+                    "tokenizer": f"{pool.MARIN_TOKENIZER}@{'0' * 40}", "fuzzy_exempt": False}  # a pool task's counters
+        shards = [ShardResult(storage.join(index_dir, name := storage.shard_name(i, src.shards)), {**counters, "shard": name}, False)
+                  for i in range(src.shards)]  # fmt: skip
+        pool.compact_pool(shards, index_dir, f"{root}/pool", src.name, groups, params, DryRunner(answer, seen, progress=step_progress()))
 
-    pool.read_pool_index = read_index
-    try:
-        global_step(instance, specs.POOL.name, body, seen)
-    finally:
-        pool.read_pool_index = real_read
+    global_step(instance, specs.POOL.name, body, seen)
     return seen
 
 
@@ -247,21 +278,73 @@ def event_log_before_after(root: str, src: SourceSize, instance: dg.DagsterInsta
               f"({rows / src.shards:.3f} per task), step CPU {1000 * cpu / src.shards:.2f} ms per task", flush=True)  # fmt: skip
 
 
-def normalize_at(work: Path, scale: int) -> tuple[dict[str, list[int]], float, float]:
-    """normalize at ``scale`` x 1x: its requests per task by phase, driver requests, CPU seconds per MiB."""
-    base_files, file_mib = 4, 2
+def normalize_at(work: Path, scale: int) -> tuple[dict[str, list[int]], float, float, dict[str, list[int]]]:
+    """normalize at ``scale`` x 1x: its requests per task by phase and level, driver requests, CPU
+    seconds per MiB, and each task's inputs by phase and level."""
+    base_files, file_mib = 8, 1
     corpus = work / f"in-{scale}x"
     corpus.mkdir(parents=True, exist_ok=True)
     files = write_corpus(corpus, base_files * scale, file_mib * MIB, seed=scale)
-    # 1x: 8 MiB in 64 shards, 2 flushes per file: the production's ratio of flushes to shards, and a
-    # fan-in of 16 so the middle level runs from 4x on, as it does for the pool's large sources.
-    params = normalize.NormalizeParams(target_shard_bytes=128 * 1024, scatter_buffer_bytes=1 * MIB, gather_fan_in=16)
+    # The production's sizes / 1024 (shards of 256 KiB, flushes of 128 KiB, read batches of 64 KiB,
+    # files of 1 MiB: 8 flushes a file, 2 a shard) and a fan-in of 16: at 1x 64 flushes, one middle
+    # level whose tasks read the full fan-in, as the pool's large sources have (stack-v3: ~102,000
+    # flushes, 100 chunks of 1,024); a second level from 256 flushes on (16x: 1,024 flushes).
+    params = normalize.NormalizeParams(target_shard_bytes=256 * 1024, scatter_buffer_bytes=128 * 1024, batch_bytes=64 * 1024, gather_fan_in=16)
     per_phase: dict[str, list[int]] = {}
+    inputs: dict[str, list[int]] = {}
+    # Files sized per task scaled with the fan-in (1,024 -> 16: 256 -> 4), and by tasks from 1x on as a large source's are.
+    real_sizing = normalize.SIZES_IN_DRIVER, normalize.FILES_PER_SIZING_TASK
+    normalize.SIZES_IN_DRIVER, normalize.FILES_PER_SIZING_TASK = 4, 4
     before, cpu = slow_store.SlowStore.total(), time.process_time()
-    normalize.normalize_source("s", files, f"{slow_store.PROTOCOL}://{work}/out-{scale}x", params, runner=CountingRunner(per_phase))
+    try:
+        normalize.normalize_source("s", files, f"{slow_store.PROTOCOL}://{work}/out-{scale}x", params, runner=PhaseCountingRunner(per_phase, inputs))
+    finally:
+        normalize.SIZES_IN_DRIVER, normalize.FILES_PER_SIZING_TASK = real_sizing
     cpu = time.process_time() - cpu
     driver = slow_store.SlowStore.total() - before - sum(sum(v) for v in per_phase.values())
-    return per_phase, driver, cpu / (base_files * scale * file_mib)
+    return per_phase, driver, cpu / (base_files * scale * file_mib), inputs
+
+
+PHASES = ("measure_files", "scatter_file", "regroup_chunk", "gather_shard", "single_shard")
+
+
+def requests_fit(requests: list[int], inputs: list[int]) -> tuple[float, float]:
+    """Requests of a task as (per task, per file read), fitted over a phase's tasks (all per file
+    where every task read as many files)."""
+    if len(set(inputs)) > 1:
+        per_file, per_task = np.polyfit(inputs, requests, 1)
+        return max(0.0, float(per_task)), float(per_file)
+    return 0.0, sum(requests) / max(1, sum(inputs))
+
+
+def print_normalize_tasks(runs: dict[int, tuple[dict[str, list[int]], float, float, dict[str, list[int]]]],
+                          full: dict[str, list[int]]) -> bool:  # fmt: skip
+    """A row per phase and middle level: the largest task's requests at each scale, then the
+    full-pool tasks and inputs (``full``: phase -> [tasks, inputs]) and their request latency
+    projected at the requests per task and per file read fitted over every scale's tasks; then the stage's largest task over all phases against its goal."""
+    scales = sorted(runs)
+    top = max(scales)
+    phases = sorted({p for s in scales for p in runs[s][0]} | set(full), key=lambda p: (PHASES.index(p.split()[0]), p))
+    largest = {p: {s: max(runs[s][0].get(p, [0])) for s in scales} for p in phases}
+    fits = {p: requests_fit([r for s in scales for r in runs[s][0].get(p, [])], [n for s in scales for n in runs[s][3].get(p, [])])
+            for p in phases}  # fmt: skip
+    hours = {p: (fits[p][0] * full.get(p, [0, 0])[0] + fits[p][1] * full.get(p, [0, 0])[1]) * REQUEST_S / 3600 for p in phases}
+    where = pick("full pool", "rehearsed sources")
+    for p in phases:
+        tasks, inputs = full.get(p, [0, 0])
+        print(f"rehearse tasks normalize.{p}: largest task requests " + " ".join(f"{s}x={largest[p][s]}" for s in scales)
+              + f" (most inputs {max(runs[top][3].get(p, [0]))} at {top}x); {where} {tasks:,} tasks x {fits[p][0]:.1f} + {inputs:,} "
+              f"files read x {fits[p][1]:.1f} requests x 30 ms = {hours[p]:,.0f} task-hours of request latency "
+              f"(projected{'; not run here' if not largest[p][top] else ''})", flush=True)  # fmt: skip
+    stage = {s: max(largest[p][s] for p in phases) for s in scales}
+    ratio = stage[top] / max(1, stage[scales[0]])
+    cpu_per_mib = runs[top][2]
+    print("rehearse tasks normalize (largest task of every phase): requests " + " ".join(f"{s}x={stage[s]}" for s in scales)
+          + f" ratio {top}x/1x={ratio:.2f} {'PASS' if ratio <= 1.3 else 'MISS'}; {where}: {sum(hours.values()):,.0f} task-hours of "
+          f"request latency at 30 ms (projected) beside CPU {cpu_per_mib * POOL_MIB / 3600:,.0f} core-hours at {cpu_per_mib:.3f} s/MiB "
+          f"here (256 KiB shards: per-task costs dominate; at 32 MiB shards, make bench-scale, 0.015 s/MiB: ~410 core-hours); "
+          f"driver-side requests at {top}x: {runs[top][1]:.0f}", flush=True)  # fmt: skip
+    return ratio <= 1.3
 
 
 def main() -> int:
@@ -274,28 +357,17 @@ def main() -> int:
         root = f"{slow_store.PROTOCOL}://{tmp}"
         drivers = {"normalize": rehearse_normalize(root, sources, instance), "per_shard_map": rehearse_per_shard(root, sources, instance),
                    "quality_bands": rehearse_quality_bands(root, sources, instance), "topic_model sample": rehearse_topic_sample(root, sources, instance),
-                   "pool compaction (largest source)": rehearse_compaction(root, pick(sources[0], SourceSize(sources[0].name, 2000)), instance)}
+                   "pool compaction (largest source)": rehearse_compaction(root, sources[0], instance)}
+        drivers |= rehearse_global.rehearse_global_stages(root, sources, instance)
         for stage, seen in drivers.items():
-            ok &= print_drivers(stage, seen, 1 if stage.startswith("pool compaction") else len(sources), per_source=stage in ("quality_bands", "topic_model sample"))
+            ok &= print_drivers(stage, seen, 1 if stage.startswith("pool compaction") else len(sources), per_source=stage not in ("normalize", "per_shard_map"))
         event_log_before_after(root, SourceSize("probe", pick(2000, 500)), instance)
-        for stage in ("exact_duplicates", "fuzzy_duplicates", "topic_model fit and labels", "sampling_groups", "mixture"):
-            print(f"rehearse driver {stage}: not measured", flush=True)
+        for stage, why in rehearse_global.NOT_MEASURED.items():
+            print(f"rehearse driver {stage}: not measured ({why})", flush=True)
         scales = pick([1, 4, 16], [1, 4])
         runs = {s: normalize_at(Path(tmp), s) for s in scales}
-    full = drivers["normalize"]["phases"]  # tasks per phase at the rehearsed sources' counts
-    top = max(scales)
-    for phase in ("scatter_file", "regroup_chunk", "gather_shard"):
-        largest = {s: max(runs[s][0].get(phase, [0])) for s in scales}
-        ratio = largest[top] / max(1, largest[1])
-        hours = full[phase] * largest[top] * REQUEST_S / 3600
-        print(f"rehearse tasks normalize.{phase}: largest task requests " + " ".join(f"{s}x={largest[s]}" for s in scales)
-              + f" ratio {top}x/1x={ratio:.2f} {'PASS' if ratio <= 1.3 else 'MISS'}; {pick('full pool', 'rehearsed sources')} {full[phase]:,} tasks x "
-              f"{largest[top]} requests x 30 ms = {hours:,.0f} task-hours of request latency (projected)", flush=True)  # fmt: skip
-        ok &= ratio <= 1.3
-    cpu_per_mib = runs[top][2]
-    print(f"rehearse tasks normalize: CPU {cpu_per_mib:.3f} s/MiB here (128 KiB shards: per-task costs dominate) -> "
-          f"{cpu_per_mib * POOL_MIB / 3600:,.0f} core-hours; at 32 MiB shards (make bench-scale, docs/scale.md) 0.015 s/MiB -> "
-          f"~410 core-hours; driver-side requests at {top}x: {runs[top][1]:.0f}", flush=True)  # fmt: skip
+    ok &= print_normalize_tasks(runs, drivers["normalize"]["levels"])
+    ok &= rehearse_tasks.every_stage()
     print(f"rehearse: {time.perf_counter() - started:.0f} s; {'every goal met' if ok else 'some goals MISSED'}", flush=True)
     return 0
 

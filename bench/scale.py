@@ -144,6 +144,7 @@ class Stage:
 
     def __init__(self, name: str, scale: str, results: Sequence[ShardResult], docs: int, text_bytes: int, wall: float) -> None:
         self.name, self.scale, self.docs, self.text_bytes, self.wall = name, scale, docs, text_bytes, wall
+        self.results = results
         self.tasks = len(results)
         self.peak = max((r.peak_rss_bytes for r in results), default=0)
         self.cpu = sum(r.cpu_seconds for r in results)
@@ -284,8 +285,8 @@ def pipeline(work: Path, scale: int, runner: ShardRunner, corpus: list[str]) -> 
     stages["pool"] = run_stage(runner, "pool", label, pool_tasks, docs, text_bytes)
     collected = []
     started = time.perf_counter()
-    merged = pool.compact_pool([t.output for t in pool_tasks], str(root / "pool_index"), str(root / "pool"), "bench", pool.CompactParams(),
-                               _Recording(for_stage(runner, "pool_group_files", label), collected))
+    merged = pool.compact_pool(stages["pool"].results, str(root / "pool_index"), str(root / "pool"), "bench", pool.group_names(edges_uri),
+                               pool.CompactParams(), _Recording(for_stage(runner, "pool_group_files", label), collected))
     stages["pool_group_files"] = Stage("pool_group_files", label, collected, docs, text_bytes, time.perf_counter() - started)
     print(f"{stages['pool_group_files'].line()} group_files={merged['group_files']} from_shard_files={merged['shard_group_files']}", flush=True)
     indexes = tuple(pool.pool_index_uris(str(root / "pool_index")))

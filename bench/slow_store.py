@@ -30,7 +30,7 @@ from marin_assets.core.runtime.runner import ShardResult, ShardRunner, ShardTask
 
 PROTOCOL = "slowstore"
 DELETE_BATCH = 100
-_COUNTING = threading.Lock()  # a task reads many files at once from a thread pool
+_COUNT_LOCK = threading.Lock()
 
 
 class SlowFile(AbstractBufferedFile):
@@ -73,7 +73,7 @@ class SlowStore(AbstractFileSystem):
 
     @classmethod
     def request(cls, kind: str) -> None:
-        with _COUNTING:
+        with _COUNT_LOCK:  # tasks read with threads: a count must not lose an increment
             cls.requests[kind] += 1
         if cls.latency_s:
             time.sleep(cls.latency_s)

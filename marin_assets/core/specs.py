@@ -103,7 +103,7 @@ POOL = StageSpec(
     "pool",
     (NORMALIZED, CONTAMINATION, FUZZY_DUPLICATES, EXACT_DUPLICATES, TOPICS, QUALITY_SCORES, QUALITY_BANDS),
     params=PoolParams,
-    code_version="2",  # 2: a source's group files merged into a bounded number per group, indexed in group_files.parquet
+    code_version="3",  # 3: merges planned from shard file names (no index read by the step); 2: group files merged per group, indexed in group_files.parquet
     group="pool",
     data_folder="pool/{source}",
     phase="source_pool", bench=Bench("stages", "pool_shard vs polars anti-join on the removal lists, per CPU second and memory"),

@@ -17,13 +17,13 @@ from marin_assets.core.dedup import decisions as dedup
 from marin_assets.core.dedup.fuzzy import clusters as fuzzy_clusters
 from marin_assets.core.dedup.fuzzy import state as fuzzy_state
 from marin_assets.core.dedup.fuzzy import layout as fuzzy_layout
-from marin_assets.core.dedup import minhash
+from marin_assets.core.dedup import manifest, minhash
 from marin_assets.core.dedup import shuffle as dedup_shuffle
 from marin_assets.core.dedup.decisions import ExactDedupParams, FuzzyDedupParams
 from marin_assets.core.dedup.exact import find_exact_duplicates
 from marin_assets.core.dedup.fuzzy import FuzzyScale, find_fuzzy_duplicates
 from marin_assets.core.runtime import storage
-from marin_assets.core.runtime.runner import ShardRunner
+from marin_assets.core.runtime.runner import ShardRunner, ShardTask
 from marin_assets.testing import dedup_corpus
 from marin_assets.testing.dedup_corpus import doc_id, near_copies
 from marin_assets_tests.core.test_minhash import shingle_jaccard, stdlib_documents
@@ -73,6 +73,7 @@ def test_exact_keeps_the_first_source_in_name_order(tmp_path: Path) -> None:
     assert read_removed(out, "c_src") == sorted([{"id": ids[3], "kept_source": "a_src"}, {"id": ids[4], "kept_source": "b_src"}], key=lambda r: r["id"])
     assert stats["removed_per_source"] == {"a_src": 0, "b_src": 2, "c_src": 2, "d_src": 0}
     assert stats["unique_ids"] == 5 and stats["docs"] == 9
+    assert stats["docs_per_source"] == {"a_src": 3, "b_src": 3, "c_src": 3, "d_src": 0}  # counted by the maps, not from footers
     json.dumps(stats)
 
 
@@ -94,6 +95,53 @@ def test_exact_spilled_partitions_and_shard_counts_give_identical_files(tmp_path
     assert stats["partitions"] > 1
     for source in ("a_src", "b_src", "c_src", "d_src"):
         assert storage.read_bytes(dedup.removed_uri(one, source)) == storage.read_bytes(dedup.removed_uri(many, source))
+
+
+class InputsSeen(ShardRunner):
+    """The default runner, noting the most input files any task was given."""
+
+    def map(self, tasks, on_done=None):
+        tasks = list(tasks)
+        object.__setattr__(self, "most", max([getattr(self, "most", 0), *(len(t.inputs) for t in tasks)]))
+        return ShardRunner.map(self, tasks, on_done)
+
+
+def test_exact_merges_map_files_and_parts_past_the_input_bound_into_identical_files(tmp_path: Path) -> None:
+    one = str(tmp_path / "one")
+    bounded = str(tmp_path / "bounded")
+    find_exact_duplicates(exact_corpus(tmp_path / "s1", shards=1), one)
+    runner = InputsSeen()
+    stats = find_exact_duplicates(exact_corpus(tmp_path / "s3", shards=3), bounded, ids_per_partition=2, shards_per_map=1, max_inputs=3, runner=runner)
+    assert stats["partitions"] > 3 and runner.most == 3  # 12 map files and the reduce parts, merged to at most 3 per task
+    assert stats["tasks"] > 12 + stats["partitions"] + 1
+    for source in ("a_src", "b_src", "c_src", "d_src"):
+        assert storage.read_bytes(dedup.removed_uri(one, source)) == storage.read_bytes(dedup.removed_uri(bounded, source))
+    assert not storage.exists(storage.join(bounded, "_work", "map-merged"))
+
+
+def test_a_merge_at_stored_cuts_reads_the_cuts_once_and_keeps_every_row(tmp_path: Path, monkeypatch) -> None:
+    """Merging block files cut at stored cuts: the cuts file is read once per task, not once per
+    input and span (at the pool's counts 1,024 inputs x ~170 spans)."""
+    from marin_assets.core.dedup import fanin
+
+    cuts_uri = str(tmp_path / "cuts.bin")
+    cuts = [0, 100, 250, 900, dedup_shuffle.KEY_SPACE]
+    dedup_shuffle.write_cuts(cuts_uri, cuts)
+    inputs = []
+    for k in range(3):
+        keys = np.arange(k, 1000, 7, dtype=np.int64)
+        inputs.append(str(tmp_path / f"in-{k}.blocks"))
+        with open(inputs[-1], "wb") as handle:
+            writer = dedup_shuffle.BlockWriter(handle, cuts, inputs[-1])
+            writer.add(pa.table({"key": keys, "node": keys}), len(cuts) - 1)
+            writer.finish()
+    reads = []
+    monkeypatch.setattr(dedup_shuffle, "read_cuts", lambda uri, real=dedup_shuffle.read_cuts: reads.append(uri) or real(uri))
+    out = str(tmp_path / "merged.blocks")
+    stats = fanin.merge_files(inputs, out, fanin.MergeFilesParams(cuts=cuts_uri, budget_bytes=512))
+    assert reads == [cuts_uri] and stats["spans"] > 1
+    merged = dedup_shuffle.read_whole(out, pa.schema([("key", pa.int64()), ("node", pa.int64())]))
+    assert sorted(merged.column("node").to_pylist()) == sorted(k for i in range(3) for k in range(i, 1000, 7))
 
 
 def test_exact_names_the_source_and_file_when_id_is_missing(tmp_path: Path) -> None:
@@ -352,7 +400,7 @@ class InputCountingRunner(ShardRunner):
     def map(self, tasks, on_done=None):
         for task in tasks:
             name = task.fn.__name__
-            self.widest[name] = max(self.widest.get(name, 0), len(task.inputs))
+            self.widest[name] = max(self.widest.get(name, 0), manifest.count(task.inputs))
         return super().map(tasks, on_done)
 
 
@@ -360,7 +408,8 @@ def test_no_task_reads_more_files_than_the_bound_and_the_removals_stay_the_same(
     """Twelve map files, star rounds over many partitions, a bound of six files per task: merge
     tasks combine each step's files first, and the removals are the unbounded run's, byte for byte."""
     normalized, buckets = big_cluster_corpus(tmp_path, shards=4)
-    free = dataclasses.replace(SMALL_TASKS, shards_per_map=1, edges_per_task=400)
+    # the big cluster's texts streamed by each of the 12 gather tasks: their files merged too
+    free = dataclasses.replace(SMALL_TASKS, shards_per_map=1, edges_per_task=400, cluster_chars_in_memory=50_000, verify_batch_chars=20_000)
     bound = dataclasses.replace(free, max_inputs_per_task=6, merge_bytes=4096)
     with pytest.raises(ValueError, match="MARIN_FUZZY_MAX_INPUTS_PER_TASK"):  # a gather task reads two files per shard
         dataclasses.replace(free, max_inputs_per_task=3)
@@ -368,7 +417,8 @@ def test_no_task_reads_more_files_than_the_bound_and_the_removals_stay_the_same(
     out = str(tmp_path / "bounded")
     stats = find_fuzzy_duplicates(buckets, normalized, {"gamma"}, out, scale=bound, runner=runner)
     assert max(runner.widest.values()) <= 6 and stats["max_task_inputs"] == max(runner.widest.values()), runner.widest
-    assert runner.widest["merge_files"] == 6 and stats["steps"]["merge"]["tasks"] >= 3
+    assert runner.widest["merge_files"] == 6 and stats["steps"]["merge"]["tasks"] >= 3 and stats["streamed_clusters"] == 1
+    assert 2 <= runner.widest["merge_row_groups"] <= 6
     assert stats["cc_method"] == "star_rounds" and stats["steps"]["map"]["tasks"] == 12
     unbounded = str(tmp_path / "free")
     find_fuzzy_duplicates(buckets, normalized, {"gamma"}, unbounded, scale=free, runner=(free_runner := InputCountingRunner()))
@@ -376,6 +426,56 @@ def test_no_task_reads_more_files_than_the_bound_and_the_removals_stay_the_same(
     for source in buckets:
         assert storage.read_bytes(dedup.removed_uri(out, source)) == storage.read_bytes(dedup.removed_uri(unbounded, source))
     assert outputs(out, buckets) == reference_fuzzy_removals(buckets, normalized, {"gamma"})
+
+
+def test_task_specs_name_a_manifest_not_every_input_at_production_counts(tmp_path: Path) -> None:
+    """25,000 map files merged in 25 groups of 1,000, 16,384 edges tasks over the merged files,
+    2,048 verify tasks of 1,024 files each (member files, texts, streamed texts), gather tasks
+    of their own 32 files and the shared plan files: each spec pickles to at most 64 KiB
+    (listed, the merge and verify specs are over 64 KiB), one manifest per step, and each task
+    reads back exactly its inputs, in order."""
+    import pickle
+
+    from marin_assets.core.dedup.fanin import MergeFilesParams, merge_files
+    from marin_assets.core.dedup.fuzzy.edges import RangeParams, fuzzy_edges
+    from marin_assets.core.dedup.fuzzy.verify import fuzzy_verify
+
+    work = "gs://marin-us-central2/global/fuzzy_duplicates/0123456789abcdef/_work"
+    maps = [f"{work}/map/source-{s:03d}/{dedup_shuffle.block_name(k, 200)}" for s in range(125) for k in range(200)]
+    merged = [f"{work}/edges/merged-0/{dedup_shuffle.block_name(g, 25)}" for g in range(25)]
+    member = [f"{work}/members/merged/{dedup_shuffle.block_name(g, 256)}" for g in range(256)]
+    texts = [f"{work}/gather/texts/{dedup_shuffle.block_name(g, 256)}" for g in range(256)]
+    streamed = [f"{work}/gather/g{g:06d}.streamed.parquet" for g in range(25_000)]
+    rule = FuzzyDedupParams()
+    steps = {
+        "merge": [ShardTask(merge_files, tuple(maps[g * 1000 : (g + 1) * 1000]), merged[g], MergeFilesParams(blocks=16_384)) for g in range(25)],
+        "edges": [ShardTask(fuzzy_edges, tuple(merged), f"{work}/edges/{dedup_shuffle.block_name(p, 16_384)}", RangeParams(p, p + 1, 16_384)) for p in range(16_384)],
+        "verify": [
+            ShardTask(
+                fuzzy_verify,
+                (*member, *texts, *streamed[p * 7 % 24_000 : p * 7 % 24_000 + 512]),
+                f"{work}/verify/{dedup_shuffle.block_name(p, 2048)}",
+                fuzzy_clusters.VerifyParams(p, p + 1, tuple(f"source-{s:03d}" for s in range(125)), (), (), rule, member_files=256, text_files=256),
+            )
+            for p in range(2048)
+        ],
+    }
+    # a gather task: its own 16 shards (and node tables) listed, the plan files shared by every task
+    steps["gather"] = [ShardTask(fuzzy_edges, (*maps[32 * g : 32 * g + 32], *merged), f"{work}/gather/g{g:06d}.blocks") for g in range(700)]
+    for step, tasks in steps.items():
+        folder = str(tmp_path / step)
+        named = manifest.name_inputs(tasks, folder)
+        assert max(len(pickle.dumps(t)) for t in named) <= 64 << 10, step
+        assert len(list((tmp_path / step).iterdir())) == 1
+        for task, original in list(zip(named, tasks))[:: max(1, len(tasks) // 50)]:
+            assert manifest.count(task.inputs) == len(original.inputs) and len(task.inputs) <= (33 if step == "gather" else 1 + manifest.OWN_LISTED)
+            assert manifest.expand(task.inputs) == list(original.inputs)
+    assert (tmp_path / "gather").iterdir().__next__().read_text().split() == merged  # only the shared names
+    assert min(len(pickle.dumps(t)) for t in steps["merge"] + steps["verify"]) > 64 << 10
+    # a map task's 32 inputs are its own: listed, no manifest; nor for a task of few inputs
+    own = [ShardTask(fuzzy_edges, tuple(maps[32 * g : 32 * g + 32]), f"out-{g}") for g in range(10)]
+    few = [ShardTask(fuzzy_edges, tuple(merged[:3]), "out", None)]
+    assert manifest.name_inputs(own + few, str(tmp_path / "own")) == own + few and not (tmp_path / "own").exists()
 
 
 def chained_corpus(root: Path, docs: int, copy_every: int) -> tuple[dict, dict, set[tuple[str, str]]]:
@@ -524,7 +624,8 @@ def test_star_rounds_label_components_like_union_find(tmp_path: Path) -> None:
     u = rng.integers(0, 3000, 2500)
     v = rng.integers(0, 3000, 2500)
     chain = np.arange(1000, 1400)  # a long path: the worst case for label propagation
-    u, v = np.concatenate([u, chain[:-1]]), np.concatenate([v, chain[1:]])
+    hub = rng.integers(0, 3000, 1500)  # a heavy centre: more spokes than a round task holds
+    u, v = np.concatenate([u, chain[:-1], np.full(hub.size, 2999)]), np.concatenate([v, chain[1:], hub])
     files = []
     for k in range(3):
         uri = str(tmp_path / f"edges-{k}.parquet")
@@ -540,6 +641,8 @@ def test_star_rounds_label_components_like_union_find(tmp_path: Path) -> None:
     many, many_stats = labels(files, str(tmp_path / "stars"), union_find_max_edges=0, edges_per_task=500)
     assert one_stats["cc_method"] == "union_find" and many_stats["cc_method"] == "star_rounds"
     assert len(many_stats["cc_results"]) > 10
+    split = [r for r in many_stats["cc_results"] if "split" in r.stats]
+    assert split and max(r.stats["rows_held"] for r in many_stats["cc_results"]) < 1000  # the hub's range ran as slices
     assert one == many
     assert set(one) == set(u.tolist()) | set(v.tolist()) - {x for x, y in zip(u.tolist(), v.tolist()) if x == y and (u == x).sum() + (v == x).sum() == 2}
     assert one[1399] == 1000 or one[1399] < 1000  # the path's end is labelled with its component's minimum
@@ -559,6 +662,76 @@ def test_star_rounds_label_components_like_union_find(tmp_path: Path) -> None:
             assert sorted(zip(got.column("node").to_pylist(), got.column("label").to_pylist())) == sorted(zip(want.column("node").to_pylist(), want.column("label").to_pylist()))
         whole = pa.concat_tables([dedup_shuffle.read_whole(f, LABEL_SCHEMA) for f in block_files])
         assert dict(zip(whole.column("node").to_pylist(), whole.column("label").to_pylist())) == one
+
+
+def component_labels(files: list[str], edges: int, work: str, runner: ShardRunner | None = None, **sizes) -> tuple[dict[int, int], dict]:
+    """Every node's label from :func:`connected_components` over edge files, and its counters."""
+    from marin_assets.core.dedup.components import connected_components
+
+    out, stats = connected_components(files, edges, work, runner or ShardRunner(), **sizes)
+    table = dedup_shuffle.read_range(out, 0, dedup_shuffle.KEY_SPACE, ["node", "label"])
+    return dict(zip(table.column("node").to_pylist(), table.column("label").to_pylist())), stats
+
+
+def edge_files(root: Path, u: np.ndarray, v: np.ndarray, files: int) -> list[str]:
+    """The undirected edges ``(u, v)`` as ``files`` key-sorted edge files (as edges tasks write them)."""
+    from marin_assets.core.dedup.components import edge_table
+
+    root.mkdir(parents=True, exist_ok=True)
+    uris = [str(root / f"edges-{k}.parquet") for k in range(files)]
+    for k, uri in enumerate(uris):
+        dedup_shuffle.write_sorted(edge_table(u[k::files], v[k::files]), uri)
+    return uris
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_heavy_centres_split_across_tasks_give_the_same_components_and_rounds(tmp_path: Path, seed: int) -> None:
+    """Random graphs with a few centres of hundreds to thousands of spokes: the rounds with heavy
+    ranges run as slices label every node as the unbounded rounds and union-find do, in as many rounds."""
+    rng = np.random.default_rng(seed)
+    n = 3000
+    u, v = rng.integers(0, n, 1500), rng.integers(0, n, 1500)
+    for centre, spokes in ((int(rng.integers(n)), 4000), (int(rng.integers(n)), 700), (int(rng.integers(n)), 300)):
+        u, v = np.concatenate([u, np.full(spokes, centre)]), np.concatenate([v, rng.integers(0, n, spokes)])
+    files = edge_files(tmp_path / "edges", u, v, 10)
+    rounds = {"union_find_max_edges": 0, "edges_per_task": 1000}
+    one, _ = component_labels(files, len(u), str(tmp_path / "uf"), union_find_max_edges=10**9, edges_per_task=10**9)
+    whole, whole_stats = component_labels(files, len(u), str(tmp_path / "whole"), **rounds, max_task_rows=0)
+    split, split_stats = component_labels(files, len(u), str(tmp_path / "split"), **rounds)
+    assert split == whole == one
+    assert split_stats["cc_rounds"] == whole_stats["cc_rounds"]
+    held = [r.stats["rows_held"] for r in split_stats["cc_results"] if "rows_held" in r.stats]
+    assert any("split" in r.stats for r in split_stats["cc_results"])
+    # at most the bound (1.25 x edges_per_task) and the block being read; unbounded, the centre's range
+    assert max(held) <= 2 * 1000 < 4000 <= max(r.stats["rows_held"] for r in whole_stats["cc_results"] if "rows_held" in r.stats)
+
+
+def largest_round_task(stats: dict) -> tuple[int, int]:
+    """The most rows one component task held and the largest task peak (VmHWM, bytes)."""
+    results = stats["cc_results"]
+    return max(r.stats.get("rows_held", 0) for r in results), max(r.peak_rss_bytes for r in results)
+
+
+@pytest.mark.system
+def test_a_star_of_a_million_nodes_runs_within_the_bound_of_ordinary_components(tmp_path: Path) -> None:
+    """One component of 10^6 nodes around one centre (its edges fed to the component step
+    directly), against 1,000 components of 1,000 nodes with as many edges and the same task size:
+    the largest task holds no more rows and peaks no higher than 1.3x the ordinary run's (each
+    task in a worker process of its own, so each peak is the task's)."""
+    n, sizes = 1_000_000, {"union_find_max_edges": 0, "edges_per_task": 100_000}
+    nodes = np.random.default_rng(0).permutation(n)
+    runner = ShardRunner(processes=2)
+    star = edge_files(tmp_path / "star", np.full(n - 1, nodes[0]), nodes[1:], 16)
+    labels, stats = component_labels(star, n - 1, str(tmp_path / "star-cc"), runner, **sizes)
+    assert len(labels) == n and set(labels.values()) == {0}
+    assert any("split" in r.stats for r in stats["cc_results"])
+    heads = nodes[np.arange(n) // 1000 * 1000]
+    spoke = heads != nodes
+    ordinary = edge_files(tmp_path / "ordinary", heads[spoke], nodes[spoke], 16)
+    base_labels, base_stats = component_labels(ordinary, int(spoke.sum()), str(tmp_path / "ordinary-cc"), runner, **sizes)
+    assert len(base_labels) == n and len(set(base_labels.values())) == 1000
+    (rows, peak), (base_rows, base_peak) = largest_round_task(stats), largest_round_task(base_stats)
+    assert rows <= 1.3 * base_rows and peak <= 1.3 * base_peak, (rows, base_rows, peak >> 20, base_peak >> 20)
 
 
 def test_incremental_rebuild_of_one_changed_source_equals_a_full_rebuild(tmp_path: Path) -> None:
@@ -625,8 +798,15 @@ def test_the_incremental_merge_reads_only_the_label_blocks_of_the_added_edges_en
     find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, full, scale=scale)
     assert stats["cc_method"] == "incremental" and stats["changed_sources"] == ["gamma"]
     assert 0 < stats["label_rows_read"] < before["docs_in_clusters"] // 2
+    # at a bound of 6 files per task, lookup tasks keep the needed rows of each few label files first
+    runner, bounded = InputCountingRunner(), str(tmp_path / "bounded")
+    bounded_stats = find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, bounded, scale=dataclasses.replace(scale, max_inputs_per_task=6), cache_uri=cache, previous_uri=first, runner=runner)
+    assert bounded_stats["cc_method"] == "incremental" and len(storage.read_json(storage.join(first, fuzzy_layout.STATE_FILE))["label_files"]) > 6
+    assert runner.widest["fuzzy_label_lookup"] <= 6 and max(runner.widest.values()) <= 6, str(runner.widest)
+    assert bounded_stats["label_rows_read"] == stats["label_rows_read"]
     for source in buckets2:
         assert storage.read_bytes(dedup.removed_uri(inc, source)) == storage.read_bytes(dedup.removed_uri(full, source))
+        assert storage.read_bytes(dedup.removed_uri(bounded, source)) == storage.read_bytes(dedup.removed_uri(full, source))
 
 
 def test_incremental_components_follow_added_and_removed_documents_like_a_full_rebuild(tmp_path: Path) -> None:

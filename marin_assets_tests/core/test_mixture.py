@@ -26,12 +26,11 @@ def built_pool(tmp_path_factory: pytest.TempPathFactory):
 
 def test_group_counts_equal_the_rows_of_the_pool(built_pool) -> None:
     b, results = built_pool
-    from_stats = mixture.group_counts_from_stats([r.stats for r in results])
     from_index = mixture.group_counts_from_index(pool.read_pool_index([r.output for r in results]))
     from_files = mixture.group_counts_from_pool(b.pool_dir)
-    assert from_stats.equals(from_index) and from_stats.equals(from_files)
+    assert from_index.equals(from_files)
 
-    result = mixture.sampling_groups(from_stats, LABELS, mixture.MixtureParams(n_topics=N_TOPICS))
+    result = mixture.sampling_groups(from_index, LABELS, mixture.MixtureParams(n_topics=N_TOPICS))
     rows = read_pool(b.pool_dir)
     per_group = pl.from_arrow(rows.select(["group", "tokens"])).group_by("group").agg(pl.len().alias("n"), pl.col("tokens").sum().alias("t"))
     expected = {g: (n, t) for g, n, t in per_group.iter_rows()}
@@ -49,7 +48,7 @@ def test_group_counts_equal_the_rows_of_the_pool(built_pool) -> None:
 
 def test_token_proportional_weights_sum_to_one(built_pool) -> None:
     _, results = built_pool
-    counts = mixture.group_counts_from_stats([r.stats for r in results])
+    counts = mixture.group_counts_from_index(pool.read_pool_index([r.output for r in results]))
     groups = mixture.sampling_groups(counts, LABELS, mixture.MixtureParams(n_topics=N_TOPICS)).groups
     weights = groups["weight"].to_numpy()
     tokens = groups["tokens"].to_numpy()
@@ -60,7 +59,7 @@ def test_token_proportional_weights_sum_to_one(built_pool) -> None:
 
 def test_epoch_cap_holds_and_weights_renormalize(built_pool) -> None:
     _, results = built_pool
-    counts = mixture.group_counts_from_stats([r.stats for r in results])
+    counts = mixture.group_counts_from_index(pool.read_pool_index([r.output for r in results]))
     total = int(counts["tokens"].sum())
     budget = 3 * total
     per_group = counts.group_by("group").agg(pl.col("tokens").sum())["tokens"].to_numpy()
@@ -106,7 +105,7 @@ def test_small_groups_can_be_left_out_and_vanishing_groups_are_reported() -> Non
 
 def test_tables_written_as_parquet_and_csv(built_pool, tmp_path) -> None:
     _, results = built_pool
-    counts = mixture.group_counts_from_stats([r.stats for r in results])
+    counts = mixture.group_counts_from_index(pool.read_pool_index([r.output for r in results]))
     result = mixture.sampling_groups(counts, LABELS, mixture.MixtureParams(n_topics=N_TOPICS))
     uris = mixture.write_sampling_groups(result, str(tmp_path))
     groups, sources = mixture.read_sampling_groups(str(tmp_path))
@@ -119,7 +118,7 @@ def test_tables_written_as_parquet_and_csv(built_pool, tmp_path) -> None:
 
 def test_report_pictures_carry_topic_labels(built_pool) -> None:
     _, results = built_pool
-    counts = mixture.group_counts_from_stats([r.stats for r in results])
+    counts = mixture.group_counts_from_index(pool.read_pool_index([r.output for r in results]))
     result = mixture.sampling_groups(counts, LABELS, mixture.MixtureParams(n_topics=N_TOPICS))
     figures = {
         "heatmap": report.token_heatmap_figure(result.groups),

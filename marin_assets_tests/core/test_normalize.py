@@ -280,30 +280,40 @@ def test_scatter_writes_one_file_per_flush_not_one_per_shard(tmp_path) -> None:
     assert nonempty > 20 and seen == counters["rows_out"] == 300
 
 
-def test_a_source_with_more_flushes_than_the_fan_in_gets_a_middle_level_with_the_same_shards(tmp_path) -> None:
-    """Gathers (and the middle level) read at most the fan-in of files; the shards are byte-identical."""
+class _Recording(ShardRunner):
+    """Runs tasks as the local runner does, noting each task's kind (a middle task with its level) and inputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        object.__setattr__(self, "tasks", [])
+
+    def map(self, tasks, on_done=None):
+        for t in tasks:
+            kind = f"level-{t.params.level}" if t.fn.__name__ == "regroup_chunk" else t.fn.__name__
+            self.tasks.append((kind, len(t.inputs)))
+        return super().map(tasks, on_done)
+
+
+def _many_flushes(tmp_path) -> tuple[list[str], normalize.NormalizeParams]:
+    """6 files of ~6 flushes each (~36 flushes, read in batches of about a flush) into 13 shards."""
     files = [_write(tmp_path / f"in{i}.jsonl", "jsonl", [{"id": j, "text": TEXTS[j % 40] + f" copy {j}"} for j in range(i, 600, 6)])
              for i in range(6)]  # fmt: skip
-    direct = normalize.NormalizeParams(target_shard_bytes=4_000, scatter_buffer_bytes=1_500)
-    fanned = dataclasses.replace(direct, gather_fan_in=4)
-    read: list[int] = []
-    real_read_slot = normalize._read_slot
+    return files, normalize.NormalizeParams(target_shard_bytes=4_000, scatter_buffer_bytes=1_500, batch_bytes=1_500)
 
-    def counting(uris, slot):
-        uris = list(uris)
-        read.append(len(uris))
-        return real_read_slot(uris, slot)
 
+@pytest.mark.parametrize(("fan_in", "levels"), [(8, 1), (4, 2), (2, 5)])
+def test_a_source_with_more_flushes_than_the_fan_in_gets_middle_levels_with_the_same_shards(tmp_path, fan_in, levels) -> None:
+    """Every task (middle levels and gathers) reads at most the fan-in of files; the shards are byte-identical."""
+    files, direct = _many_flushes(tmp_path)
     a = normalize.normalize_source("s", files, str(tmp_path / "a"), direct)
-    normalize._read_slot = counting
-    try:
-        b = normalize.normalize_source("s", files, str(tmp_path / "b"), fanned)
-    finally:
-        normalize._read_slot = real_read_slot
+    runner = _Recording()
+    b = normalize.normalize_source("s", files, str(tmp_path / "b"), dataclasses.replace(direct, gather_fan_in=fan_in), runner=runner)
     shards = len(a["shards"])
     assert shards > 9 and a["shards"] == b["shards"] and a["counters"] == b["counters"]
-    assert len(read) >= shards + 4  # regroup tasks (4 buckets at least), then one gather per shard
-    assert max(read) <= 4  # the fan-in, not the ~30 flushes of the source
+    kinds = [kind for kind, _ in runner.tasks]
+    assert kinds.count("scatter_file") == len(files) and kinds.count("gather_shard") == shards
+    assert {k for k in kinds if k.startswith("level-")} == {f"level-{level}" for level in range(1, levels + 1)}
+    assert max(n for _, n in runner.tasks) <= fan_in  # not the ~30 flushes of the source
     for name in a["shards"]:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
@@ -311,8 +321,23 @@ def test_a_source_with_more_flushes_than_the_fan_in_gets_a_middle_level_with_the
 def test_flushes_are_cut_into_chunks_of_about_equal_count() -> None:
     chunks = normalize.chunk_flushes([3, 0, 5, 1], 3)
     assert chunks == [((0, 0, 3),), ((2, 0, 3),), ((2, 3, 2), (3, 0, 1))]
-    assert normalize.plan_slots([10**9] * 3, 100, normalize.NormalizeParams(gather_fan_in=1024)) == 100
-    assert normalize.plan_slots([10**12] * 3, 11_000, normalize.NormalizeParams()) == 105  # ~sqrt(shards) buckets
+
+
+def test_the_tree_has_a_level_per_power_of_the_fan_in_and_buckets_of_about_one_shard_per_task() -> None:
+    few = normalize.GatherTree(shards=100, planned=1024, flushes=1024, fan_in=1024)
+    assert few.levels == 0 and few.per_bucket(0) == 1 and few.chunk(1) == 1024  # a slot per shard, as before
+    large = normalize.GatherTree(shards=51_181, planned=102_362, flushes=102_362, fan_in=1024)  # the pool's largest source
+    assert large.levels == 1 and large.per_bucket(0) == 100 and large.buckets(0) == 512 and large.split(1) == 100
+    assert (large.chunk(1), large.chunk(2)) == (1024, 100)  # a middle task reads the fan-in, a gather 100 files
+    deep = normalize.GatherTree(shards=40_000, planned=4 * 1024**2, flushes=4 * 1024**2, fan_in=1024)
+    assert deep.levels == 2 and deep.per_bucket(2) == 1 and deep.chunk(1) == deep.chunk(2) == 1024 and deep.chunk(3) == 4
+    for level in (1, 2):  # a middle task holds about one shard: its bucket's share of the rows in its chunk
+        assert deep.per_bucket(level - 1) * deep.chunk(level) / deep.files(level - 1) <= 1.1
+    more = dataclasses.replace(few, flushes=1025)  # the scatter wrote more flushes than planned: one more level
+    assert more.levels == 1 and more.per_bucket(0) == 1 and more.chunk(1) <= 1024 and more.chunk(2) == 2
+    fewer = dataclasses.replace(deep, flushes=1024**2)  # fewer than planned: one level splits the planned buckets into shards
+    assert fewer.levels == 1 and fewer.per_bucket(0) == deep.per_bucket(0) and fewer.split(1) == deep.per_bucket(0)
+    assert dataclasses.replace(large, flushes=1000).levels == 1  # the scatter's slots hold 100 shards: one level still
 
 
 def test_a_source_of_many_files_is_sized_by_tasks_not_by_the_step(tmp_path, monkeypatch) -> None:
@@ -333,6 +358,31 @@ def test_a_source_of_many_files_is_sized_by_tasks_not_by_the_step(tmp_path, monk
     assert by_tasks["shards"] == in_step["shards"] and len(in_step["shards"]) > 2
     for name in in_step["shards"]:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_a_killed_run_with_middle_levels_resumes_without_redoing_finished_tasks(tmp_path, monkeypatch) -> None:
+    files, params = _many_flushes(tmp_path)
+    params = dataclasses.replace(params, gather_fan_in=4)  # two middle levels
+    expected = normalize.normalize_source("s", files, str(tmp_path / "whole"), params)
+    real_regroup = normalize.regroup_chunk
+
+    def dying_regroup(inputs, output, rp):
+        if rp.level == 2 and rp.bucket == 1:
+            raise _Killed("worker killed")
+        return real_regroup(inputs, output, rp)
+
+    monkeypatch.setattr(normalize, "regroup_chunk", dying_regroup)
+    out = str(tmp_path / "out")
+    with pytest.raises(_Killed):
+        normalize.normalize_source("s", files, out, params)
+    regrouped: list[tuple[int, int]] = []
+    monkeypatch.setattr(normalize, "regroup_chunk", lambda i, o, p: regrouped.append((p.level, p.bucket)) or real_regroup(i, o, p))
+    resumed = normalize.normalize_source("s", files, out, params)
+    assert regrouped and {level for level, _ in regrouped} == {2}  # every level-1 task had finished
+    assert min(bucket for _, bucket in regrouped) == 1  # and level 2's tasks of bucket 0
+    assert resumed["resumed_tasks"] == len(files)  # every scatter
+    for name in expected["shards"]:
+        assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "out" / name).read_bytes()
 
 
 def test_a_killed_run_with_a_middle_level_resumes_without_redoing_it(tmp_path, monkeypatch) -> None:

@@ -336,15 +336,17 @@ def test_group_counts_are_aggregated_per_source_and_files_streamed(built) -> Non
 def test_group_files_are_merged_into_a_bounded_number_per_source(tmp_path) -> None:
     """One file per group and source (not one per shard), the same rows in shard order; a rerun reuses the merges."""
     b = build_pool_inputs(str(tmp_path / "in"))
-    ShardRunner().map(b.tasks)
+    results = ShardRunner().map(b.tasks)
     before = read_pool(b.pool_dir)
+    groups = pool.group_names(b.edges_uri)
+    assert len(groups) == N_TOPICS * 5 and groups[0] == "c00q0"
     index_dir = storage.join(b.root, "pool_index")
-    by_source: dict[str, list[str]] = {}
-    for task in b.tasks:
-        by_source.setdefault(task.params.source, []).append(task.output)
-    shard_files = len(pool.read_pool_index([t.output for t in b.tasks]))
+    by_source: dict[str, list] = {}
+    for task, result in zip(b.tasks, results):
+        by_source.setdefault(task.params.source, []).append(result)
+    shard_files = len(pool.read_pool_index([r.output for r in results]))
     merged_files = 0
-    for source, uris in sorted(by_source.items()):
+    for source, shards in sorted(by_source.items()):
         out = storage.join(index_dir, pool.source_slug(source))
         kinds: list[str] = []
 
@@ -353,30 +355,102 @@ def test_group_files_are_merged_into_a_bounded_number_per_source(tmp_path) -> No
                 kinds.extend(t.fn.__name__ for t in tasks)
                 return super().map(tasks, on_done)
 
-        stats = pool.compact_pool(uris, out, b.pool_dir, source, pool.CompactParams(), Recording())
-        assert kinds == ["merge_group_files", "remove_files"]  # the shard files go in a batched delete, as a task
-        groups = set(pool.read_pool_index(uris).column("group").to_pylist())
-        assert stats["group_files"] == len(groups)  # one per group: everything fits one file
+        shard_index = pool.read_pool_index([r.output for r in shards])
+        stats = pool.compact_pool(shards, out, b.pool_dir, source, groups, pool.CompactParams(), Recording())
+        assert kinds == ["merge_group_files", "remove_merged_inputs"]  # the shard files go in a batched delete, as a task
+        assert stats["merge_tasks"] == 1  # a small source's groups share a task
+        assert stats["group_files"] == len(set(shard_index.column("group").to_pylist()))  # one per group: everything fits one file
+        assert stats["shard_group_files"] == len(shard_index)
         assert pool.pool_index_uris(out) == [storage.join(out, pool.GROUP_FILES)]
+        merged = pool.read_pool_index(pool.pool_index_uris(out))
+        assert merged.column("file").to_pylist() == [pool.merged_file(g, source, 0) for g in merged.column("group").to_pylist()]
+        assert pool.check_pool_rows(b.pool_dir, merged) == {"files": len(merged), "missing_files": 0, "mismatched_files": 0}
+        assert mixture_counts(merged).equals(mixture_counts(shard_index))
         merged_files += stats["group_files"]
-        assert stats["merge_tasks"] == 1  # small group files share a task
-        again = pool.compact_pool(uris, out, b.pool_dir, source, pool.CompactParams(), ShardRunner())
+        again = pool.compact_pool(shards, out, b.pool_dir, source, groups, pool.CompactParams(), ShardRunner())
         assert again["resumed_merges"] == again["merge_tasks"] == 1
+        assert pool.read_pool_index(pool.pool_index_uris(out)).equals(merged)
     after = read_pool(b.pool_dir)
     assert merged_files < shard_files and sum(len(storage.listdir(g)) for g in storage.listdir(b.pool_dir)) == merged_files
-    key = lambda t: sorted(zip(t.column("group").to_pylist(), t.column("source").to_pylist(), t.column("id").to_pylist(), t.column("tokens").to_pylist()))  # noqa: E731
-    assert key(after) == key(before)
+    key = lambda t: [(g, s, i, n) for g, s, i, n in zip(t.column("group").to_pylist(), t.column("source").to_pylist(), t.column("id").to_pylist(), t.column("tokens").to_pylist())]  # noqa: E731
+    by_group = lambda rows: sorted(rows, key=lambda r: (r[0], r[1]))  # noqa: E731  (stable: within a group and source, the files' order)
+    assert by_group(key(after)) == by_group(key(before))  # the same rows, in shard order
 
 
-def test_group_file_plan_closes_files_at_the_token_and_file_limits() -> None:
-    index = pa.table(
-        {"group": ["c00q0"] * 5 + ["c01q1"], "file": [f"c00q0/s-part-{i}.parquet" for i in range(5)] + ["c01q1/s-part-0.parquet"],
-         "source": ["s"] * 6, "documents": [1] * 6, "tokens": [40, 40, 40, 10, 10, 5]},
-        schema=pool.INDEX_SCHEMA,
-    )
-    plan = pool.plan_group_files(index, "s", pool.CompactParams(group_file_tokens=90, max_files_per_task=2))
-    assert [(g, len(files), tokens) for g, files, _, tokens, _ in plan] == [("c00q0", 2, 80), ("c00q0", 2, 50), ("c00q0", 1, 10), ("c01q1", 1, 5)]
-    assert [name for *_, name in plan] == ["c00q0/s-group-00000.parquet", "c00q0/s-group-00001.parquet", "c00q0/s-group-00002.parquet", "c01q1/s-group-00000.parquet"]
+def mixture_counts(index: pa.Table):
+    from marin_assets.core.pool import groups as mixture
+
+    return mixture.group_counts_from_index(index)
+
+
+def _shard_group_files(pool_dir: str, source: str, files: dict[tuple[str, int], list[int]], shards: int) -> list:
+    """Group files as the pool map writes them (rows with a ``tokens`` column), and the map's results."""
+    from marin_assets.core.runtime.runner import ShardResult
+
+    kept: dict[int, list[int]] = {}
+    for (group, shard), tokens in files.items():
+        ids = [f"{group}-{shard}-{i}" for i in range(len(tokens))]
+        table = pa.table({"id": ids, "text": ids, "tokens": pa.array(tokens, pa.int32())})
+        storage.write_parquet(table, storage.join(pool_dir, pool.pool_file(group, source, storage.shard_name(shard, shards))), row_group_size=1)
+        kept.setdefault(shard, []).extend(tokens)
+    return [ShardResult(storage.join(pool_dir, "..", "index", storage.shard_name(i, shards)), {"kept": len(kept.get(i, [])), "tokens": sum(kept.get(i, []))}, reused=False)
+            for i in range(shards)]  # fmt: skip
+
+
+def test_merges_are_planned_by_name_and_close_files_at_the_token_and_file_limits(tmp_path) -> None:
+    """Merge k takes shards [k*m, (k+1)*m) of a group by name (missing names skipped); a merge past the
+    token limit writes more files; the index holds what the merges counted, in shard order."""
+    pool_dir, index_dir = str(tmp_path / "pool"), str(tmp_path / "index")
+    files = {("c00q0", 0): [20, 20], ("c00q0", 1): [20, 20], ("c00q0", 2): [5], ("c00q0", 4): [10], ("c01q1", 0): [60, 10]}
+    shards = _shard_group_files(pool_dir, "s", files, 5)
+    inputs = sorted(u for g in storage.listdir(pool_dir) for u in storage.listdir(g))
+    params = pool.CompactParams(group_file_tokens=50, max_files_per_task=2)
+    stats = pool.compact_pool(shards, index_dir, pool_dir, "s", ["c00q0", "c01q1"], params, ShardRunner())
+    assert stats["merge_tasks"] == 6  # 2 groups x 3 ranges of 2 shards
+    index = pool.read_pool_index([storage.join(index_dir, pool.GROUP_FILES)])
+    assert [(g, f, d, t) for g, f, _, d, t in zip(*(index.column(c).to_pylist() for c in index.column_names))] == [
+        ("c00q0", "c00q0/s-group-00000.parquet", 2, 40),  # shard 0's 40 tokens, then shard 1 passes the limit: a second file
+        ("c00q0", "c00q0/s-group-00000-1.parquet", 2, 40),
+        ("c00q0", "c00q0/s-group-00001.parquet", 1, 5),  # shard 3 has no row in c00q0
+        ("c00q0", "c00q0/s-group-00002.parquet", 1, 10),
+        ("c01q1", "c01q1/s-group-00000.parquet", 1, 60),  # one document over the limit goes alone
+        ("c01q1", "c01q1/s-group-00000-1.parquet", 1, 10),
+    ]
+    rows = [storage.read_parquet(storage.join(pool_dir, f), columns=["id"]).column("id").to_pylist() for f in index.column("file").to_pylist()]
+    assert rows == [["c00q0-0-0", "c00q0-0-1"], ["c00q0-1-0", "c00q0-1-1"], ["c00q0-2-0"], ["c00q0-4-0"], ["c01q1-0-0"], ["c01q1-0-1"]]
+    assert not any(storage.exists(u) for u in inputs)  # the shard files went once the index was written
+    assert stats["shard_group_files"] == len(inputs) == 5
+
+
+def test_a_compaction_killed_before_its_deletes_resumes_and_a_lost_file_deletes_nothing(tmp_path) -> None:
+    pool_dir, index_dir = str(tmp_path / "pool"), str(tmp_path / "index")
+    files = {("c00q0", s): [10, 10] for s in range(3)} | {("c01q1", 1): [7]}
+    shards = _shard_group_files(pool_dir, "s", files, 3)
+    inputs = sorted(u for g in storage.listdir(pool_dir) for u in storage.listdir(g))
+    params = pool.CompactParams(max_files_per_task=2)
+
+    class KilledBeforeDeletes(ShardRunner):
+        def map(self, tasks, on_done=None):
+            if tasks and tasks[0].fn is pool.remove_merged_inputs:
+                raise KeyboardInterrupt
+            return super().map(tasks, on_done)
+
+    with pytest.raises(KeyboardInterrupt):
+        pool.compact_pool(shards, index_dir, pool_dir, "s", ["c00q0", "c01q1"], params, KilledBeforeDeletes())
+    assert all(storage.exists(u) for u in inputs)  # merged and indexed, nothing deleted yet
+    again = pool.compact_pool(shards, index_dir, pool_dir, "s", ["c00q0", "c01q1"], params, ShardRunner())
+    assert again["resumed_merges"] == again["merge_tasks"] == 4  # no merge redone
+    assert not any(storage.exists(u) for u in inputs)
+    index = pool.read_pool_index([storage.join(index_dir, pool.GROUP_FILES)])
+    assert sum(index.column("tokens").to_pylist()) == 67 and sum(index.column("documents").to_pylist()) == 7
+
+    other = str(tmp_path / "lost")
+    shards = _shard_group_files(other, "s", files, 3)
+    storage.remove(storage.join(other, pool.pool_file("c00q0", "s", storage.shard_name(1, 3))))  # a shard file lost after the map
+    with pytest.raises(pool.PoolError, match=r"source 's'.*5 documents and 47 tokens.*kept 7 and 67.*rerun pool"):
+        pool.compact_pool(shards, str(tmp_path / "lost-index"), other, "s", ["c00q0", "c01q1"], params, ShardRunner())
+    assert len([u for g in storage.listdir(other) for u in storage.listdir(g) if "-part-" in u]) == 3  # nothing deleted
+    assert not storage.exists(storage.join(str(tmp_path / "lost-index"), pool.GROUP_FILES))
 
 
 def test_group_counts_and_files_agree_whether_indexes_are_local_or_remote(built) -> None:

@@ -288,9 +288,10 @@ def test_the_histogram_built_by_tasks_adds_up_to_the_serial_one(tmp_path, monkey
             return super().map(tasks, on_done)
 
     monkeypatch.setattr(quality, "PAIRS_PER_HISTOGRAM_TASK", 2)
+    monkeypatch.setattr(quality, "PARTS_PER_COMBINE_TASK", 2)
     work = tmp_path / "work"
     by_tasks, stats, topics_of = quality.score_histogram_by_tasks({"a": pairs[:3], "b": pairs[3:]}, str(work), params, Counting())
-    assert kinds == [3] and stats == serial_stats  # a: 2 tasks of 3 pairs, b: 1 of 2 and stats["invalid"] == 15
+    assert kinds == [3, 2] and stats == serial_stats  # a: 2 tasks of 3 pairs, b: 1 of 2; their 3 parts added up by 2 tasks
     assert topics_of == {s: sorted(int(t) for t in quality.score_histogram(own, params)[0].documents().nonzero()[0])
                          for s, own in (("a", pairs[:3]), ("b", pairs[3:]))}
     assert np.array_equal(by_tasks.counts, serial.counts) and by_tasks.invalid == serial.invalid

@@ -65,6 +65,16 @@ def test_runner_records_output_reuses_it_and_points_at_it(tmp_path) -> None:
     assert stages.current_input(layout, DOUBLED, "s").uri == changed["uri"]  # the pointer follows the last run
 
 
+def test_a_per_shard_outputs_shards_and_counters_come_from_its_manifest_without_a_listing(tmp_path, monkeypatch) -> None:
+    layout = storage.Layout(str(tmp_path))
+    _run_double(layout, _source(layout, [[1, 2], [3], [4, 5, 6]]), [])
+    doubled = stages.current_input(layout, DOUBLED, "s")
+    listed = storage.list_shards(doubled.uri)
+    monkeypatch.setattr(storage, "list_shards", lambda uri: pytest.fail(f"listed {uri}"))
+    shards, per_shard = stages.shards_of(doubled)
+    assert shards == listed and [s["rows"] for s in per_shard] == [2, 1, 3]
+
+
 def test_a_changed_input_changes_every_fingerprint_downstream(tmp_path) -> None:
     layout = storage.Layout(str(tmp_path))
     one = _run_double(layout, _source(layout, [[1]]), [])

@@ -183,10 +183,11 @@ def test_the_sample_drawn_by_tasks_with_counted_rows_is_the_same_and_reads_no_fo
             return super().map(tasks, on_done)
 
     monkeypatch.setattr(topics, "SHARDS_PER_SAMPLE_TASK", 2)
+    monkeypatch.setattr(topics, "PARTS_PER_COMBINE_TASK", 2)
     monkeypatch.setattr(storage, "parquet_num_rows", lambda uri: pytest.fail(f"read the footer of {uri}"))
     work = tmp_path / "work"
     by_tasks = topics.sample_embeddings(counted, params, Counting(), str(work))
-    assert kinds == [3] and not work.exists()
+    assert kinds == [3, 2] and not work.exists()  # 6 shards by 3 tasks, their parts put together by 2
     for field in ("vectors", "ids", "source", "shard", "row"):
         assert np.array_equal(getattr(by_tasks, field), getattr(whole, field)), field
 
@@ -338,3 +339,31 @@ def test_assignment_writes_nearest_fine_centroid_distance_and_topic(corpus):
     assert np.allclose(table.column("distance").to_numpy(), squared.min(axis=1), atol=1e-4)
     assert np.array_equal(table.column("topic").to_numpy(), model.fine_to_topic[fine])
     assert sum(stats["topic_rows"]) == stats["rows"] == len(ids)
+
+
+def test_label_texts_are_read_by_tasks_and_checked_against_the_embeddings(corpus, tmp_path, monkeypatch):
+    from marin_assets.core.runtime.runner import ShardRunner
+
+    sample = topics.sample_embeddings(corpus["sources"], topics.TopicParams())
+    kinds: list[int] = []
+
+    class Counting(ShardRunner):
+        def map(self, tasks, on_done=None):
+            kinds.append(len(tasks))
+            return super().map(tasks, on_done)
+
+    monkeypatch.setattr(topics, "SHARDS_PER_SAMPLE_TASK", 1)
+    monkeypatch.setattr(topics, "PARTS_PER_COMBINE_TASK", 3)
+    rows = np.arange(0, len(sample), 2)
+    texts = topics._read_texts(sample, rows, 40, Counting(), str(tmp_path / "work"))
+    assert kinds == [4, 2] and not (tmp_path / "work").exists()  # a task per shard, their 4 parts put together by 2
+    expected = {}
+    for r in rows:
+        _, _, text_uri = sample.shards[int(sample.shard[r])]
+        table = storage.read_parquet(text_uri)
+        expected[int(r)] = table.column("text")[int(sample.row[r])].as_py()[:40]
+    assert texts == expected
+
+    stale = dataclasses.replace(sample, ids=sample.ids[::-1].copy())
+    with pytest.raises(ValueError, match="embeddings are stale"):
+        topics._read_texts(stale, rows, 40, Counting(), str(tmp_path / "stale"))

@@ -2,7 +2,9 @@
 
 1. map, one task per group of normalized shards: ``(key, id, rank, chars)`` keyed by an
    order-keeping prefix key of the id (``rank`` is the source's place in the keep order), in
-   blocks of equal key ranges, so a reduce task reads only the blocks of its range;
+   blocks of equal key ranges, so a reduce task reads only the blocks of its range; more than
+   ``max_inputs`` map files are merged first (:func:`fanin.bounded`), as are the reduce parts
+   before publishing, so no task reads more files than that however many shards the pool has;
 2. reduce, one task per id range (the count follows the number of ids, ``ids_per_partition``
    each): the copy of the first source in keep order survives, the others are written as
    ``(rank, id, kept_rank, chars)`` sorted by source then id;
@@ -24,10 +26,10 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from marin_assets.core.dedup import shuffle
+from marin_assets.core.dedup import fanin, shuffle
 from marin_assets.core.dedup.decisions import EXACT_SCHEMA, DedupError, ExactDedupParams, keep_order, removed_uri
 from marin_assets.core.runtime import storage
-from marin_assets.core.runtime.runner import ShardRunner, ShardTask
+from marin_assets.core.runtime.runner import ShardResult, ShardRunner, ShardTask
 
 MAP_SCHEMA = pa.schema([("key", pa.int64()), ("id", pa.string()), ("rank", pa.int32()), ("chars", pa.int64())])
 
@@ -139,6 +141,7 @@ def find_exact_duplicates(
     lengths: Mapping[str, Sequence[str]] | None = None,
     shards_per_map: int = 16,
     sources_per_publish: int = 16,
+    max_inputs: int = fanin.MAX_INPUTS,
 ) -> dict[str, Any]:
     """Ids present in several sources: every source but the keeper lists the id as removed.
 
@@ -162,15 +165,21 @@ def find_exact_duplicates(
             out = storage.join(work, "map", f"{rank[source]:05d}-{g // shards_per_map:05d}.blocks")
             map_tasks.append(ShardTask(exact_map, group + extra if with_lengths else group, out, MapParams(source, rank[source], with_lengths, maps, ids_per_partition)))
     mapped = runner.map(map_tasks)
-    map_files = tuple(r.output for r in mapped)
     docs = sum(int(r.stats["docs"]) for r in mapped)
     partitions = shuffle.pow2_partitions(docs, ids_per_partition)  # the map files' blocks cut these ranges
+    merges: list[ShardResult] = []
+
+    def merge(tasks: list[ShardTask]) -> list[ShardResult]:
+        merges.extend(runner.map(tasks))
+        return merges[len(merges) - len(tasks) :]
+
+    map_files = tuple(fanin.bounded(merge, [r.output for r in mapped], storage.join(work, "map-merged"), max_inputs, fanin.MergeFilesParams(blocks=partitions)))
     reduce_tasks = [
         ShardTask(exact_reduce, map_files, storage.join(work, "reduce", shuffle.block_name(p, partitions)), ReduceParams(lo, hi))
         for p, (lo, hi) in enumerate(shuffle.partition_bounds(partitions))
     ]
     reduced = runner.map(reduce_tasks)
-    parts = tuple(r.output for r in reduced)
+    parts = tuple(fanin.bounded(merge, [r.output for r in reduced], storage.join(work, "reduce-merged"), max_inputs, fanin.MergeFilesParams(ranks=len(order))))
     groups = [list(shards)[g : g + sources_per_publish] for g in range(0, len(shards), sources_per_publish)]
     published = runner.map(
         [
@@ -180,8 +189,8 @@ def find_exact_duplicates(
     )
     per_source_stats = {s: stats for group, r in zip(groups, published) for s, stats in zip(group, r.stats["sources"])}
     fs, work_path = storage.filesystem(work)
-    scratch_bytes = sum(int(fs.du(p)) for p in (f"{work_path}/map", f"{work_path}/reduce") if fs.exists(p))
-    for step in ("map", "reduce", "publish"):  # scratch: nothing reads it once every source is published
+    scratch_bytes = sum(int(fs.du(f"{work_path}/{p}")) for p in ("map", "map-merged", "reduce", "reduce-merged") if fs.exists(f"{work_path}/{p}"))
+    for step in ("map", "map-merged", "reduce", "reduce-merged", "publish"):  # scratch: nothing reads it once every source is published
         if storage.exists(storage.join(work, step)):
             storage.remove(storage.join(work, step), recursive=True)
 
@@ -198,19 +207,23 @@ def find_exact_duplicates(
             name = f"{order[int(a)]} <- {order[int(b)]}"
             pair_counts[name] = pair_counts.get(name, 0) + int(n)
     per_source = {s: int(per_source_stats[s]["removed"]) for s in shards}
+    docs_per_source = {s: 0 for s in shards}
+    for task, r in zip(map_tasks, mapped):  # the map tasks counted them: no footer is read again
+        docs_per_source[task.params.source] += int(r.stats["docs"])
     digests = {s: str(per_source_stats[s]["digest"]) for s in shards}
     return {
         **counters,
         "removed": sum(per_source.values()),
         "removed_per_source": per_source,
+        "docs_per_source": docs_per_source,
         "removed_chars_per_source": removed_chars,
         "removed_ids_digest": digests,
         "top_source_pairs": dict(sorted(pair_counts.items(), key=lambda kv: (-kv[1], kv[0]))[:10]),
         "keep_order": order,
         "scratch_bytes": scratch_bytes,
         "partitions": partitions,
-        "tasks": len(mapped) + len(reduced) + len(published),
-        "task_cpu_s": round(sum(float(r.stats.get("cpu_s", 0)) for r in [*mapped, *reduced, *published] if not r.reused), 3),
-        "warmup_cpu_s": round(sum(float(r.stats.get("warmup_cpu_s", 0)) for r in [*mapped, *reduced, *published] if not r.reused), 3),
-        "max_task_rss_kb": max(int(r.stats.get("rss_kb", 0)) for r in [*mapped, *reduced, *published]) if shards else 0,
+        "tasks": len(mapped) + len(merges) + len(reduced) + len(published),
+        "task_cpu_s": round(sum(float(r.stats.get("cpu_s", 0)) for r in [*mapped, *merges, *reduced, *published] if not r.reused), 3),
+        "warmup_cpu_s": round(sum(float(r.stats.get("warmup_cpu_s", 0)) for r in [*mapped, *merges, *reduced, *published] if not r.reused), 3),
+        "max_task_rss_kb": max(int(r.stats.get("rss_kb", 0)) for r in [*mapped, *merges, *reduced, *published]) if shards else 0,
     }

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from marin_assets.core.dedup import shuffle
 from marin_assets.core.runtime import storage
@@ -48,10 +49,11 @@ def _output_cuts(params: MergeFilesParams) -> np.ndarray:
     return shuffle.partition_cuts(params.blocks)
 
 
-def _input_cuts(params: MergeFilesParams, count: int) -> np.ndarray:
-    """An input file's cuts from its block count (stored cuts: the same as the output's)."""
+def _input_cuts(params: MergeFilesParams, count: int, cuts: np.ndarray) -> np.ndarray:
+    """An input file's cuts from its block count (stored cuts: the output's, ``cuts``, read once
+    per task: not a read of the cuts file per input and span)."""
     if params.cuts:
-        return _output_cuts(params)
+        return cuts
     if params.ranks:
         return np.asarray([*range(count), shuffle.KEY_SPACE], np.uint64)
     return shuffle.partition_cuts(count)
@@ -74,7 +76,7 @@ def _spans(params: MergeFilesParams, cuts: np.ndarray, footers: Sequence[np.ndar
     sizes, spread evenly over each input block's key range) stay within the budget."""
     weight = np.zeros(cuts.size - 1)
     for offsets in footers:
-        own = _input_cuts(params, offsets.size - 1).astype(np.float64)
+        own = _input_cuts(params, offsets.size - 1, cuts).astype(np.float64)
         # the bytes below each output cut, the bytes of each input block spread evenly over its key range
         weight += np.diff(np.interp(cuts.astype(np.float64), own, (offsets - offsets[0]).astype(np.float64)))
     spans, start, held = [], 0, 0.0
@@ -87,12 +89,12 @@ def _spans(params: MergeFilesParams, cuts: np.ndarray, footers: Sequence[np.ndar
     return spans
 
 
-def _rows(uri: str, params: MergeFilesParams, offsets: np.ndarray, lo: int, hi: int) -> pa.Table | None:
+def _rows(uri: str, params: MergeFilesParams, cuts: np.ndarray, offsets: np.ndarray, lo: int, hi: int) -> pa.Table | None:
     """One input file's rows with ``lo <= key < hi``."""
     if not uri.endswith(shuffle.BLOCK_SUFFIX):
         table = shuffle.read_range([uri], lo, hi)
         return table if table.num_rows else None
-    spans, exact = shuffle.covering_spans(_input_cuts(params, offsets.size - 1), [(lo, hi)])
+    spans, exact = shuffle.covering_spans(_input_cuts(params, offsets.size - 1, cuts), [(lo, hi)])
     spans = [(b0, b1) for b0, b1 in spans if offsets[b1] > offsets[b0]]
     pieces = shuffle.read_known_spans(uri, offsets, spans) if spans else []
     if not pieces:
@@ -115,7 +117,7 @@ def merge_files(inputs: list[str], output: str, params: MergeFilesParams) -> dic
             writer = shuffle.BlockWriter(handle, cuts, output)
             for b0, b1 in spans:
                 lo, hi = int(cuts[b0]), int(cuts[b1])
-                parts = [t for t in shuffle.concurrently(lambda k: _rows(inputs[k], params, footers[k], lo, hi), range(len(inputs)), threads) if t is not None]
+                parts = [t for t in shuffle.concurrently(lambda k: _rows(inputs[k], params, cuts, footers[k], lo, hi), range(len(inputs)), threads) if t is not None]
                 if parts:
                     table = pa.concat_tables(parts, promote_options="default")
                     writer.add(table, b1)
@@ -138,3 +140,30 @@ def bounded(run: Callable[[list[ShardTask]], list[ShardResult]], files: Sequence
         files = [r.output for r in run(tasks)]
         level += 1
     return files
+
+
+@shuffle.measured
+def merge_row_groups(inputs: list[str], output: str, params: Any = None) -> dict[str, Any]:
+    """One Parquet file of the row groups of ``inputs`` (files whose readers pick row groups by
+    their statistics, e.g. big clusters' streamed texts sorted by cluster and place), each group
+    copied as it is, so its statistics still narrow a read; one group held at a time."""
+    groups = rows = 0
+    with tempfile.TemporaryDirectory(prefix="dedup-groups-") as tmp:
+        local = os.path.join(tmp, "merged.parquet")
+        writer = None
+        try:
+            for uri in inputs:
+                fs, path = storage.filesystem(uri)
+                with fs.open(path, "rb") as handle:
+                    reader = pq.ParquetFile(handle)
+                    for g in range(reader.metadata.num_row_groups):
+                        table = reader.read_row_group(g)
+                        writer = writer or pq.ParquetWriter(local, table.schema, compression=storage.PARQUET_COMPRESSION)
+                        writer.write_table(table, row_group_size=max(1, table.num_rows))
+                        groups, rows = groups + 1, rows + table.num_rows
+        finally:
+            if writer is not None:
+                writer.close()
+        if writer is not None:
+            storage.put_file(local, output)
+    return {"rows": rows, "row_groups": groups, "files": len(inputs)}

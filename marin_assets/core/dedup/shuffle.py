@@ -23,7 +23,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from marin_assets.core.dedup import manifest
 from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.storage import READ_THREADS, concurrently, read_threads  # noqa: F401  (fanin and star rounds use them from here)
 
 KEY_SPACE = 1 << 63
 ROW_GROUP_ROWS = 32_768  # a range read touches at most two row groups beyond its own rows
@@ -181,27 +183,6 @@ def read_block_spans(uris: Iterable[str], spans: Sequence[tuple[int, int]], sche
     files = list(uris) if spans else []
     pieces = [piece for part in concurrently(read, files, read_threads(files)) for piece in part]
     return pa.concat_tables(pieces) if pieces else schema.empty_table()
-
-
-READ_THREADS = 16  # files read at once by one task from an object store (requests wait on latency, not CPU)
-
-
-def read_threads(uris: Sequence[str]) -> int:
-    """Threads for reading ``uris``: READ_THREADS from a remote store, one from local disk (where
-    a read waits on nothing and threads only cost CPU)."""
-    remote = bool(uris) and "://" in uris[0] and not uris[0].startswith("file://")
-    return READ_THREADS if remote else 1
-
-
-def concurrently(fn: Any, items: Sequence[Any], threads: int = READ_THREADS) -> list[Any]:
-    """``[fn(x) for x in items]``, up to ``threads`` at a time, results in order: a task that
-    reads many files waits for one round trip per ``threads`` files, not per file."""
-    if len(items) <= 1 or threads <= 1:
-        return [fn(x) for x in items]
-    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
-
-    with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
-        return list(pool.map(fn, items))
 
 
 def _read_spans(handle: Any, uri: str, count: int, spans: Sequence[tuple[int, int]], known: np.ndarray | None = None) -> list[pa.Table]:
@@ -525,7 +506,7 @@ def measured(fn: Any = None, *, warm: Sequence[Any] = ()) -> Any:
                 step()
                 _WARMED.add(step)
         warmed = time.process_time()
-        stats = dict(fn(inputs, output, params))
+        stats = dict(fn(manifest.expand(inputs), output, params))
         stats["cpu_s"] = time.process_time() - warmed
         stats["warmup_cpu_s"] = warmed - start
         stats["rss_kb"] = vm_hwm_kb()

@@ -621,34 +621,50 @@ def histogram_part(input_uris: list[str], output_uri: str, params: BandParams) -
     alternating inputs, stored as ``.npz`` at ``output_uri``."""
     hist, counters = score_histogram(zip(input_uris[0::2], input_uris[1::2]), params)
     hist.save(output_uri)
-    return counters
+    return counters | {"topics": hist.documents().nonzero()[0].tolist()}
+
+
+PARTS_PER_COMBINE_TASK = 64  # the step reads ~1/64 of the partial histograms (~50 for the pool)
+
+
+def add_histograms(input_uris: list[str], output_uri: str, params: BandParams) -> dict[str, int]:
+    """A task: the sum of partial histograms (``.npz``), stored at ``output_uri``."""
+    hist = ScoreHistogram(params.n_topics, params.histogram_bins)
+    for uri in input_uris:
+        hist.merge(ScoreHistogram.load(uri))
+    hist.save(output_uri)
+    return {"parts": len(input_uris)}
 
 
 def score_histogram_by_tasks(
     pairs: Mapping[str, Sequence[tuple[str, str]]], work_uri: str, params: BandParams, runner: Any
 ) -> tuple[ScoreHistogram, dict[str, int], dict[str, list[int]]]:
     """:func:`score_histogram` over the whole pool (``source -> (topics, scores) shard pairs``) as
-    shard tasks of at most ``PAIRS_PER_HISTOGRAM_TASK`` pairs of one source; the step adds up one
-    partial histogram per task (the same counts: sums of integers) and notes, per source, the
-    topics it has documents in (a source's slice of the band edges)."""
-    from marin_assets.core.runtime.runner import ShardTask  # noqa: PLC0415
+    shard tasks of at most ``PAIRS_PER_HISTOGRAM_TASK`` pairs of one source, whose partial
+    histograms tasks add up ``PARTS_PER_COMBINE_TASK`` at a time; the step adds up those (the
+    same counts: sums of integers) and notes, per source, the topics it has documents in (from
+    the tasks' counters: a source's slice of the band edges)."""
+    from marin_assets.core.runtime.runner import ShardTask, combined_by_tasks  # noqa: PLC0415
 
     step = PAIRS_PER_HISTOGRAM_TASK
-    tasks, source_of = [], {}
+    tasks, source_of = [], []
     for source, own in pairs.items():
         for i in range(0, len(own), step):
             output = storage.join(work_uri, f"part-{len(tasks):06d}.npz")
             tasks.append(ShardTask(histogram_part, tuple(u for pair in own[i:i + step] for u in pair), output, params))
-            source_of[output] = source
-    hist = ScoreHistogram(params.n_topics, params.histogram_bins)
+            source_of.append(source)
     counters = {"shards": 0, "rows": 0, "invalid": 0}
     topics: dict[str, set[int]] = {source: set() for source in pairs}
-    for result in runner.map(tasks):
-        part = ScoreHistogram.load(result.output)
-        hist.merge(part)
-        topics[source_of[result.output]].update(int(t) for t in part.documents().nonzero()[0])
+    results = runner.map(tasks)
+    for source, result in zip(source_of, results):
+        found = result.stats.get("topics")
+        found = ScoreHistogram.load(result.output).documents().nonzero()[0] if found is None else found  # a part from before topics were counted
+        topics[source].update(int(t) for t in found)
         for key in counters:
             counters[key] += int(result.stats[key])
+    hist = ScoreHistogram(params.n_topics, params.histogram_bins)
+    for uri in combined_by_tasks([r.output for r in results], storage.join(work_uri, "combined"), add_histograms, params, runner, PARTS_PER_COMBINE_TASK):
+        hist.merge(ScoreHistogram.load(uri))
     storage.remove(work_uri, recursive=True)  # added up: the parts are not needed again
     return hist, counters, {source: sorted(found) for source, found in topics.items()}
 

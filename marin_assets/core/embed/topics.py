@@ -230,6 +230,18 @@ def sample_shards(input_uris: list[str], output_uri: str, params: SampleParams) 
     return {"rows": int(sum(len(r) for r in rows_drawn))}
 
 
+PARTS_PER_COMBINE_TASK = 64  # the step reads ~1/64 of the sample's parts (~50 for the pool)
+
+
+def concat_sample_parts(input_uris: list[str], output_uri: str, params: None = None) -> dict[str, Any]:
+    """A task: sample parts (``.npz``) put together in order, stored at ``output_uri``."""
+    parts = [np.load(io.BytesIO(storage.read_bytes(uri)), allow_pickle=False) for uri in input_uris]
+    buf = io.BytesIO()
+    np.savez(buf, **{key: np.concatenate([part[key] for part in parts]) for key in ("vectors", "ids", "rows")})
+    storage.write_bytes(output_uri, buf.getvalue())
+    return {"rows": int(sum(len(part["rows"]) for part in parts))}
+
+
 def _shards_and_rows(sources: Sequence[SourceShards]) -> tuple[list[tuple[int, str, str | None]], list[int]]:
     shard_list: list[tuple[int, str, str | None]] = []
     shard_rows: list[int] = []
@@ -255,8 +267,13 @@ def _shards_and_rows(sources: Sequence[SourceShards]) -> tuple[list[tuple[int, s
 def sample_embeddings(sources: Sequence[SourceShards], params: TopicParams, runner: Any = None, work_uri: str = "") -> EmbeddingSample:
     """Draw the training sample from all sources (step 1): row counts from the embedding tasks'
     counters, the rows drawn by tasks of ``SHARDS_PER_SAMPLE_TASK`` shards (``runner``; in this
-    process when None), put together in shard order."""
-    from marin_assets.core.runtime.runner import ShardRunner, ShardTask  # noqa: PLC0415
+    process when None), their parts put together ``PARTS_PER_COMBINE_TASK`` at a time by tasks,
+    then here, in shard order."""
+    from marin_assets.core.runtime.runner import (  # noqa: PLC0415
+        ShardRunner,
+        ShardTask,
+        combined_by_tasks,
+    )
 
     shard_list, shard_rows = _shards_and_rows(sources)
     per_source = {src.source: 0 for src in sources}
@@ -278,9 +295,11 @@ def sample_embeddings(sources: Sequence[SourceShards], params: TopicParams, runn
                   SampleParams(params.seed, tuple((sources[shard_list[k][0]].source, shard_rows[k], q) for k, q in chunk)))
         for c, chunk in enumerate(chunks)
     ]  # fmt: skip
+    runner = runner or ShardRunner()
+    parts = [r.output for r in runner.map(tasks)]
     vectors, ids, rows = [], [], []
-    for result in (runner or ShardRunner()).map(tasks):
-        part = np.load(io.BytesIO(storage.read_bytes(result.output)), allow_pickle=False)
+    for uri in combined_by_tasks(parts, storage.join(work, "combined"), concat_sample_parts, None, runner, PARTS_PER_COMBINE_TASK):
+        part = np.load(io.BytesIO(storage.read_bytes(uri)), allow_pickle=False)
         vectors.append(part["vectors"])
         ids.append(part["ids"])
         rows.append(part["rows"])
@@ -682,34 +701,76 @@ def short_label(terms: Sequence[str], topic: int, n_terms: int = 3) -> str:
     return ", ".join(chosen) if chosen else f"topic {topic:02d}"
 
 
-def _read_texts(sample: EmbeddingSample, rows: np.ndarray, max_chars: int | None = None) -> dict[int, str]:
-    """Texts of sample rows (cut to ``max_chars``), read from the co-partitioned normalized shards (ids checked).
+@dataclasses.dataclass(frozen=True)
+class TextParams:
+    picks: tuple[tuple[str, str, tuple[int, ...], tuple[bytes, ...]], ...]  # per input shard: source, embeddings shard, rows, their ids
+    max_chars: int | None
 
-    Cutting as they are read caps the label step at rows x ``max_chars`` characters.
-    """
-    texts: dict[int, str] = {}
-    for k in np.unique(sample.shard[rows]):
-        si, emb_uri, text_uri = sample.shards[int(k)]
-        if text_uri is None:
-            continue
-        mine = rows[sample.shard[rows] == k]
-        table = read_rows(text_uri, sample.row[mine], ["id", "text"])
+
+def read_texts(input_uris: list[str], output_uri: str, params: TextParams) -> dict[str, Any]:
+    """A task: the texts of sample rows (cut to ``max_chars``) from a chunk of normalized shards,
+    ids checked against the embeddings', stored in order as a JSON list at ``output_uri``."""
+    texts: list[str] = []
+    for text_uri, (source, emb_uri, rows, ids) in zip(input_uris, params.picks, strict=True):
+        table = read_rows(text_uri, np.asarray(rows, dtype=np.int64), ["id", "text"])
         got = np.asarray(table.column("id").to_pylist(), dtype="S32")
-        if not np.array_equal(got, sample.ids[mine]):
+        if not np.array_equal(got, np.asarray(ids, dtype="S32")):
             raise ValueError(
-                f"source {sample.sources[si].source}: ids of {emb_uri} do not match {text_uri} row for row; "
+                f"source {source}: ids of {emb_uri} do not match {text_uri} row for row; "
                 "the embeddings are stale, rebuild them for this source"
             )
-        for r, text in zip(mine, table.column("text").to_pylist()):
-            texts[int(r)] = (text or "")[:max_chars] if max_chars else (text or "")
-        del table
-    return texts
+        texts += [(text or "")[:params.max_chars] if params.max_chars else (text or "") for text in table.column("text").to_pylist()]
+    storage.write_json(output_uri, texts)
+    return {"rows": len(texts)}
+
+
+def concat_text_parts(input_uris: list[str], output_uri: str, params: None = None) -> dict[str, Any]:
+    """A task: text parts (JSON lists) put together in order, stored at ``output_uri``."""
+    texts = [text for uri in input_uris for text in storage.read_json(uri)]
+    storage.write_json(output_uri, texts)
+    return {"rows": len(texts)}
+
+
+def _read_texts(sample: EmbeddingSample, rows: np.ndarray, max_chars: int | None = None, runner: Any = None, work_uri: str = "") -> dict[int, str]:
+    """Texts of sample rows (cut to ``max_chars``), read from the co-partitioned normalized shards
+    (ids checked) by tasks of ``SHARDS_PER_SAMPLE_TASK`` shards, their parts put together by tasks.
+
+    Cutting as they are read caps the label step at rows x ``max_chars`` characters; the ~10^5
+    shards that hold the label rows are read by tasks, not one after another by the step.
+    """
+    from marin_assets.core.runtime.runner import (  # noqa: PLC0415
+        ShardRunner,
+        ShardTask,
+        combined_by_tasks,
+    )
+
+    shard_of = sample.shard[rows]
+    order = np.argsort(shard_of, kind="stable")  # rows by shard, in row order within one: no pass over all rows per shard
+    keys, starts = np.unique(shard_of[order], return_index=True)
+    held = [(int(k), mine) for k, mine in zip(keys, np.split(rows[order], starts[1:])) if sample.shards[int(k)][2] is not None]
+    if not held:
+        return {}
+    step, work = SHARDS_PER_SAMPLE_TASK, work_uri or tempfile.mkdtemp(prefix="topic-texts-")
+    chunks = [held[i:i + step] for i in range(0, len(held), step)]
+    tasks = [
+        ShardTask(read_texts, tuple(sample.shards[k][2] for k, _ in chunk), storage.join(work, f"part-{c:06d}.json"),
+                  TextParams(tuple((sample.sources[sample.shards[k][0]].source, sample.shards[k][1], tuple(sample.row[mine].tolist()),
+                                    tuple(sample.ids[mine].tolist())) for k, mine in chunk), max_chars))
+        for c, chunk in enumerate(chunks)
+    ]  # fmt: skip
+    runner = runner or ShardRunner()
+    parts = [r.output for r in runner.map(tasks)]
+    combined = combined_by_tasks(parts, storage.join(work, "combined"), concat_text_parts, None, runner, PARTS_PER_COMBINE_TASK)
+    texts = [text for uri in combined for text in storage.read_json(uri)]
+    storage.remove(work, recursive=True)  # put together: the parts are not needed again
+    return dict(zip(np.concatenate([mine for _, mine in held]).tolist(), texts, strict=True))
 
 
 def label_topics(
-    sample: EmbeddingSample, topic_of_row: np.ndarray, model: TopicModel, params: TopicParams
+    sample: EmbeddingSample, topic_of_row: np.ndarray, model: TopicModel, params: TopicParams, runner: Any = None, work_uri: str = ""
 ) -> list[TopicLabel]:
-    """c-TF-IDF terms over a random subset of sample texts plus each topic's nearest excerpts."""
+    """c-TF-IDF terms over a random subset of sample texts plus each topic's nearest excerpts
+    (the texts read by tasks on ``runner``, in this process when None)."""
     n_topics = model.n_topics
     centroids = model.topic_centroids()
     similarity = np.empty(len(sample), dtype=np.float32)
@@ -728,7 +789,7 @@ def label_topics(
         subset = np.sort(rng.choice(rows, params.label_sample_size, replace=False))
     nearest_rows = np.concatenate(nearest) if nearest else np.zeros(0, dtype=np.int64)
     label_rows = np.union1d(subset, nearest_rows).astype(np.int64)
-    texts = _read_texts(sample, label_rows, max(params.label_text_chars, params.excerpt_chars))
+    texts = _read_texts(sample, label_rows, max(params.label_text_chars, params.excerpt_chars), runner, work_uri)
     have = np.asarray([r for r in label_rows if r in texts], dtype=np.int64)
     terms = ctfidf_terms([texts[int(r)][: params.label_text_chars] for r in have], topic_of_row[have], n_topics, params)
     total = float(model.fine_weights.sum())
@@ -767,8 +828,8 @@ def effective_sizes(n_sample: int, params: TopicParams) -> tuple[int, int]:
     return k_fine, n_topics
 
 
-def fit_topic_model(sample: EmbeddingSample, params: TopicParams) -> tuple[TopicModel, dict[str, Any]]:
-    """Steps 2-5 on a drawn sample."""
+def fit_topic_model(sample: EmbeddingSample, params: TopicParams, runner: Any = None, work_uri: str = "") -> tuple[TopicModel, dict[str, Any]]:
+    """Steps 2-5 on a drawn sample (the labels' texts read by tasks on ``runner``)."""
     if params.method not in ("coarsen", "direct"):
         raise ValueError(f"unknown topic method {params.method!r}: use 'coarsen' or 'direct'")
     n = len(sample)
@@ -821,7 +882,7 @@ def fit_topic_model(sample: EmbeddingSample, params: TopicParams) -> tuple[Topic
         meta={},
     )
     started = time.perf_counter()
-    model.topics = label_topics(sample, lookup[fine_of_row].astype(np.int64), model, params)
+    model.topics = label_topics(sample, lookup[fine_of_row].astype(np.int64), model, params, runner, work_uri)
     stats["label_seconds"] = round(time.perf_counter() - started, 3)
     fractions = [t.weight_fraction for t in model.topics]
     stats["min_topic_fraction"] = min(fractions)
@@ -845,7 +906,7 @@ def train_topic_model(sources: Sequence[SourceShards], output_uri: str, params: 
     sample = sample_embeddings(sources, params, runner, storage.join(output_uri, "_sample"))
     per_source = {s.source: int((sample.source == i).sum()) for i, s in enumerate(sources)}
     stats = {"sample_seconds": round(time.perf_counter() - started, 3), "sample_rows_per_source": per_source}
-    model, fit_stats = fit_topic_model(sample, params)
+    model, fit_stats = fit_topic_model(sample, params, runner, storage.join(output_uri, "_labels"))
     stats.update(fit_stats)
     save_topic_model(model, output_uri)
     storage.write_json(storage.join(output_uri, TRAIN_STATS_JSON), stats)

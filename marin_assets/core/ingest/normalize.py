@@ -12,10 +12,11 @@ file, and let a killed run resume without redoing finished work:
    IPC file (uncompressed: it is read back once) of exactly one record batch per *slot*, so a
    1 GB file never sits in memory, the number of files does not grow with the number of shards,
    and where a shard's rows are is arithmetic (nothing records runs). A slot is a shard, or, for
-   a source of more flushes than a task may read (``gather_fan_in``), a bucket of adjacent shards
-   that a middle level (*regroup*) splits into shards, chunk of flushes by chunk.
-2. *gather*: each shard reads only its own record batch of every flush (or of every regrouped
-   chunk of its bucket), sorts by ``id`` (stable, so the first copy in input order wins), keeps
+   a source of more flushes than a task may read (``gather_fan_in``, F), a bucket of adjacent
+   shards that middle levels (*regroup*) split further, F files at a time, until a bucket is a
+   shard (``GatherTree``: ceil(log_F flushes) - 1 levels, none for at most F flushes).
+2. *gather*: each shard reads only its own record batch of every flush (or of its bucket's files
+   of the last middle level), sorts by ``id`` (stable, so the first copy in input order wins), keeps
    the first row of every ``id`` and sets later copies aside under ``dups/``.
 
 N = ceil(uncompressed input bytes / target shard bytes), estimated before reading from file
@@ -26,9 +27,7 @@ metadata (Parquet row groups, gzip and zstd headers), so a shard holds about the
 from __future__ import annotations
 
 import dataclasses
-import io
 import logging
-import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -69,7 +68,7 @@ class NormalizeParams:
     batch_rows: int = 50_000
     batch_bytes: int = 64 * 1024 * 1024
     scatter_buffer_bytes: int = 128 * 1024 * 1024
-    # Most files one task reads: a source with more flushes gets a middle level (see ``plan_slots``).
+    # Most files one task reads: a source with more flushes gets middle levels (see ``GatherTree``).
     gather_fan_in: int = 1024
 
     def fingerprint_params(self) -> dict[str, Any]:
@@ -329,14 +328,10 @@ def flush_bytes(params: NormalizeParams) -> int:
     return min(params.scatter_buffer_bytes, params.target_shard_bytes)
 
 
-def plan_slots(input_sizes: Sequence[int], shards: int, params: NormalizeParams) -> int:
-    """Record batches per flush file: one per shard when a shard's gather can read every flush of the
-    source (at most ``gather_fan_in``), else ~sqrt(shards) buckets of adjacent shards, which a middle
-    level (``regroup_chunk``) splits into shards chunk by chunk of flushes. Either way no task reads
-    more than the fan-in of files (up to fan-in^2 flushes: 128 TiB per source at the defaults), and the plan is
-    arithmetic: nobody records where each shard's rows are."""
-    flushes = sum(max(1, -(-size // flush_bytes(params))) for size in input_sizes)
-    return shards if flushes <= params.gather_fan_in else math.isqrt(shards - 1) + 1
+def planned_flushes(input_sizes: Sequence[int], params: NormalizeParams) -> int:
+    """Flush files the scatter will write, estimated from the inputs' uncompressed sizes before it
+    runs: they size the buckets of the tree (``GatherTree``), so the scatter knows its slots."""
+    return sum(max(1, -(-size // flush_bytes(params))) for size in input_sizes)
 
 
 def chunk_flushes(flushes: Sequence[int], chunks: int) -> list[tuple[tuple[int, int, int], ...]]:
@@ -361,22 +356,86 @@ def chunk_flushes(flushes: Sequence[int], chunks: int) -> list[tuple[tuple[int, 
     return out
 
 
+def _levels_for(flushes: int, fan_in: int) -> int:
+    """Middle levels a tree of radix ``fan_in`` needs over ``flushes`` files: ceil(log_F(flushes)) - 1."""
+    levels, reach = 0, fan_in
+    while reach < flushes:
+        levels, reach = levels + 1, reach * fan_in
+    return levels
+
+
+@dataclasses.dataclass(frozen=True)
+class GatherTree:
+    """How a source's rows travel from the scatter's flushes to its shards: a tree of radix F
+    (``gather_fan_in``), all arithmetic (nobody records where a shard's rows are).
+
+    A source of M flushes has L = ceil(log_F M) - 1 middle levels (none when M <= F: each gather
+    reads its batch of every flush). Level l's *buckets* are ranges of ``per_bucket(l)`` adjacent
+    shards (level 0: the scatter's slots; level L: single shards), each level splitting its
+    parent's buckets into ~F. A level-l task reads one level-(l-1) bucket's record batch of at most
+    F of that bucket's files and writes them as one file split into the bucket's sub-buckets, so
+    each bucket has ceil(M / F^l) files after level l, every task (gathers too) reads at most F
+    files, and a middle task holds about one shard of rows (buckets of ~M / F^(l+1) shards).
+    """
+
+    shards: int
+    planned: int  # flushes estimated before the scatter: they size the buckets (the scatter's slots follow them)
+    flushes: int  # flushes the scatter wrote: they set the levels and cut each level's chunks
+    fan_in: int
+
+    @property
+    def levels(self) -> int:
+        """Middle levels for the flushes written; at least one where the scatter's slots hold several shards."""
+        return max(_levels_for(self.flushes, self.fan_in), min(1, _levels_for(self.planned, self.fan_in)))
+
+    def per_bucket(self, level: int) -> int:
+        """Shards per bucket of ``level``: ~planned / F^(level+1), a multiple of the next level's (so
+        buckets nest) and not past the shards; 1 from the last level on (where the scatter wrote
+        fewer flushes than planned, the last level splits its buckets into shards in one go)."""
+        if level >= self.levels:
+            return 1
+        per = 1
+        for deeper in range(_levels_for(self.planned, self.fan_in) - 1, level - 1, -1):
+            target = -(-self.planned // self.fan_in ** (deeper + 1))
+            per *= min(-(-target // per), -(-self.shards // per))
+        return per
+
+    def buckets(self, level: int) -> int:
+        return -(-self.shards // self.per_bucket(level))
+
+    def split(self, level: int) -> int:
+        """Record batches in one file of ``level`` (>= 1): the sub-buckets of one bucket of the level above."""
+        return self.per_bucket(level - 1) // self.per_bucket(level)
+
+    def files(self, level: int) -> int:
+        """Files per bucket after ``level`` (0: the flushes; ``levels + 1``, the gathers: one shard each)."""
+        return -(-self.flushes // self.fan_in**level)
+
+    def chunk(self, level: int) -> int:
+        """Inputs of one task of ``level`` (``levels + 1``: a gather): a bucket's files cut in ``files(level)`` chunks."""
+        return -(-self.files(level - 1) // self.files(level))
+
+
 @dataclasses.dataclass(frozen=True)
 class ScatterParams:
-    """``slots`` record batches per flush file (0: one per shard); slot k holds shards
-    ``k * per_slot ..``: every flush has the same batches, so a reader finds a shard's rows by
-    arithmetic and nobody records runs."""
+    """Record batches per flush file: slot k holds shards ``k * per_slot ..`` (``GatherTree.per_bucket(0)``);
+    every flush has the same batches, so a reader finds a shard's rows by arithmetic."""
 
     normalize: NormalizeParams
     shards: int
     source: str
     fmt: str | None
     transform: BatchTransform | None = None
-    slots: int = 0
+    per_slot: int = 1
 
     @property
-    def per_slot(self) -> int:
-        return -(-self.shards // self.slots) if self.slots else 1
+    def slots(self) -> int:
+        return -(-self.shards // self.per_slot)
+
+    @property
+    def layout(self) -> str:
+        """The scatter files' folder, named by their slots (files of another layout are not reused)."""
+        return SCATTER_LAYOUT.format(self.slots) + (f"-of-{self.per_slot}" if self.per_slot > 1 else "")
 
 
 def _file_rows(uri: str, params: ScatterParams, counters: dict[str, int]) -> Iterator[pl.DataFrame]:
@@ -473,7 +532,7 @@ def scatter_file(input_uris: list[str], output_uri: str, params: ScatterParams) 
     buffered: list[pl.DataFrame] = []  # read batches with their ``_slot`` column, in input order
     flushes = 0
     held = 0
-    slots = params.slots or params.shards
+    slots = params.slots
     writing: Future | None = None
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="scatter-flush") as writer:  # exit waits for a write
@@ -587,14 +646,16 @@ REGROUPED = "bucket-{0:05d}-chunk-{1:05d}.arrow"  # a regroup task's output, und
 
 
 def _read_slot(input_uris: Iterable[str], slot: int) -> tuple[list[pl.DataFrame], list[str]]:
-    """Slot ``slot`` of each file, in input order, empty ones left out; runs of one schema become one frame."""
+    """Slot ``slot`` of each file, in input order, empty ones left out; runs of one schema become one frame.
+    From an object store the files are read ``storage.READ_THREADS`` at a time (a middle task reads up
+    to the fan-in of small batches: waiting for them one by one would be its whole run time)."""
     # Pieces with one schema (usually all of them) become one frame: a frame per piece costs a
     # fixed overhead per piece.
     frames: list[pl.DataFrame] = []
     names: list[str] = []
     run: list[Any] = []
-    for uri in input_uris:
-        table = _read_batch(uri, slot)
+    uris = list(input_uris)
+    for uri, table in zip(uris, storage.concurrently(lambda uri: _read_batch(uri, slot), uris, storage.read_threads(uris))):
         if not table.num_rows:
             continue
         if run and not table.schema.equals(run[0].schema):
@@ -610,24 +671,28 @@ def _read_slot(input_uris: Iterable[str], slot: int) -> tuple[list[pl.DataFrame]
 
 @dataclasses.dataclass(frozen=True)
 class RegroupParams:
-    """A bucket's rows from a chunk of flushes, split into the bucket's ``per_bucket`` shards."""
+    """One task of middle level ``level``: bucket ``bucket`` of the level above (``per_bucket`` shards
+    from ``bucket * per_bucket``; record batch ``slot`` of each input) split into sub-buckets of ``per_sub`` shards."""
 
+    level: int
     bucket: int
-    shards: int
+    slot: int
     per_bucket: int
+    per_sub: int
+    shards: int
     source: str
 
 
 def regroup_chunk(input_uris: list[str], output_uri: str, params: RegroupParams) -> dict[str, Any]:
-    """The middle level of a large source: one bucket's rows from a chunk of flush files, written as
-    one file with a record batch per shard of the bucket (in input order within each)."""
-    frames, names = _read_slot(input_uris, params.bucket)
+    """A middle level of a large source: one bucket's rows from a chunk of the level above's files,
+    written as one file with a record batch per sub-bucket (in input order within each)."""
+    frames, names = _read_slot(input_uris, params.slot)
     first = params.bucket * params.per_bucket
-    frames = [f.with_columns((shard_of(f["id"], params.shards) - first).alias("_slot")) for f in frames]
+    frames = [f.with_columns(((shard_of(f["id"], params.shards) - first) // params.per_sub).alias("_slot")) for f in frames]
     rows = sum(f.height for f in frames)
     if not frames:
         frames, names = [pl.DataFrame({"id": [], "_slot": []}, schema={"id": pl.Utf8, "_slot": pl.Int32})], [""]
-    _write_slots(frames, params.per_bucket, names, params.source, output_uri)
+    _write_slots(frames, params.per_bucket // params.per_sub, names, params.source, output_uri)
     return {"rows": rows}
 
 
@@ -692,31 +757,54 @@ def input_sizes(input_uris: Sequence[str], fmt: str | None, work_uri: str, runne
     return [size for result in runner.map(tasks) for size in result.stats["sizes"]]
 
 
-def _gather_tasks(layout_root: str, flushes: list[int], out_dir: str, scatter: ScatterParams, runner: ShardRunner,
-                  say: Callable[[str], None]) -> list[ShardTask]:  # fmt: skip
-    """One task per shard, reading its record batch of every flush (few flushes) or of every chunk
-    its bucket was regrouped into (runs the regroup level first when the source needs it)."""
-    params, shards = scatter.normalize, scatter.shards
-    if scatter.slots == shards and sum(flushes) <= params.gather_fan_in:
-        inputs = NumberedFiles(layout_root, SCATTERED, tuple((i, 0, n) for i, n in enumerate(flushes) if n))
-        return [ShardTask(gather_shard, inputs, storage.join(out_dir, storage.shard_name(s, shards)), GatherParams(s, params.exact_dedup))
-                for s in range(shards)]  # fmt: skip
-    per_bucket = scatter.per_slot
-    chunks = chunk_flushes(flushes, min(sum(flushes), max(per_bucket, -(-sum(flushes) // params.gather_fan_in))))
-    regroup_root = storage.join(layout_root, f"regroup-{len(chunks)}")
-    regroup = [
-        ShardTask(regroup_chunk, NumberedFiles(layout_root, SCATTERED, spans), storage.join(regroup_root, REGROUPED.format(b, c)),
-                  RegroupParams(b, shards, per_bucket, scatter.source))
-        for b in range(scatter.slots) for c, spans in enumerate(chunks)
-    ]  # fmt: skip
-    runner.map(regroup, on_done=lambda r: say(f"{scatter.source}: regrouped {storage.basename(r.output)} rows={r.stats['rows']}"))
-    del regroup
-    buckets = [NumberedFiles(regroup_root, REGROUPED, ((b, 0, len(chunks)),)) for b in range(scatter.slots)]
-    return [
-        ShardTask(gather_shard, buckets[s // per_bucket], storage.join(out_dir, storage.shard_name(s, shards)),
-                  GatherParams(s, params.exact_dedup, slot=s % per_bucket))
-        for s in range(shards)
-    ]  # fmt: skip
+def _level_root(layout_root: str, tree: GatherTree, level: int) -> str:
+    return storage.join(layout_root, f"level-{level}-of-{tree.per_bucket(level)}-files-{tree.files(level)}")
+
+
+def _bucket_files(tree: GatherTree, level: int, bucket: int, layout_root: str,
+                  flush_chunks: Sequence[tuple[tuple[int, int, int], ...]]) -> tuple[int, list[NumberedFiles]]:  # fmt: skip
+    """Where bucket ``bucket`` of level ``level - 1`` lies, for the tasks of ``level`` (the gathers: ``levels + 1``):
+    the record batch to read, and its files in ``tree.files(level)`` chunks of at most the fan-in."""
+    if level == 1:  # the scatter's flushes: every one holds every bucket
+        return bucket, [NumberedFiles(layout_root, SCATTERED, spans) for spans in flush_chunks]
+    split, files, size = tree.split(level - 1), tree.files(level - 1), tree.chunk(level)
+    root = _level_root(layout_root, tree, level - 1)
+    chunks = [NumberedFiles(root, REGROUPED, ((bucket // split, first, min(size, files - first)),)) for first in range(0, files, size)]
+    return bucket % split, chunks
+
+
+def _middle_tasks(tree: GatherTree, level: int, layout_root: str, flush_chunks: Sequence[tuple[tuple[int, int, int], ...]],
+                  source: str) -> list[ShardTask]:  # fmt: skip
+    """Level ``level``: one task per bucket of the level above and chunk of its files."""
+    out_root = _level_root(layout_root, tree, level)
+    tasks = []
+    for bucket in range(tree.buckets(level - 1)):
+        slot, chunks = _bucket_files(tree, level, bucket, layout_root, flush_chunks)
+        params = RegroupParams(level, bucket, slot, tree.per_bucket(level - 1), tree.per_bucket(level), tree.shards, source)
+        tasks.extend(ShardTask(regroup_chunk, files, storage.join(out_root, REGROUPED.format(bucket, c)), params)
+                     for c, files in enumerate(chunks))  # fmt: skip
+    return tasks
+
+
+def _run_middle_levels(tree: GatherTree, layout_root: str, flush_chunks: Sequence[tuple[tuple[int, int, int], ...]],
+                       source: str, runner: ShardRunner, say: Callable[[str], None]) -> None:  # fmt: skip
+    """Each middle level in turn (none for a source of at most the fan-in of flushes)."""
+    for level in range(1, tree.levels + 1):
+        tasks = _middle_tasks(tree, level, layout_root, flush_chunks, source)
+        runner.map(tasks, on_done=lambda r, level=level: say(f"{source}: level {level} regrouped {storage.basename(r.output)} rows={r.stats['rows']}"))
+        del tasks
+
+
+def _gather_tasks(tree: GatherTree, layout_root: str, flush_chunks: Sequence[tuple[tuple[int, int, int], ...]], out_dir: str,
+                  exact_dedup: bool) -> list[ShardTask]:  # fmt: skip
+    """One task per shard, reading its record batch of every flush (no middle level) or of its
+    bucket's files of the last middle level."""
+    gathers = []
+    for shard in range(tree.shards):
+        slot, (files,) = _bucket_files(tree, tree.levels + 1, shard, layout_root, flush_chunks)
+        output = storage.join(out_dir, storage.shard_name(shard, tree.shards))
+        gathers.append(ShardTask(gather_shard, files, output, GatherParams(shard, exact_dedup, slot)))
+    return gathers
 
 
 def normalize_source(
@@ -742,13 +830,15 @@ def normalize_source(
     scatter_root = storage.join(out_dir, SCATTER_DIR)
     sizes = input_sizes(input_uris, fmt, storage.join(scatter_root, "sizes"), runner)
     shards = plan_shards(sizes, params.target_shard_bytes)
-    scatter_params = ScatterParams(params, shards, source, fmt, transform, plan_slots(sizes, shards, params))
+    planned = planned_flushes(sizes, params)
+    tree = GatherTree(shards, planned, planned, params.gather_fan_in)
+    scatter_params = ScatterParams(params, shards, source, fmt, transform, tree.per_bucket(0))
     wrote = lambda r: say(f"{source}: wrote {storage.basename(r.output)} rows={r.stats['rows']}")  # noqa: E731
     if shards == 1:
         single = ShardTask(single_shard, tuple(input_uris), storage.join(out_dir, storage.shard_name(0, 1)), scatter_params)
         scattered = gathered = runner.map([single], on_done=wrote)
     else:
-        layout_root = storage.join(scatter_root, SCATTER_LAYOUT.format(scatter_params.slots))
+        layout_root = storage.join(scatter_root, scatter_params.layout)
         scatter_tasks = [
             ShardTask(scatter_file, (uri,), storage.join(layout_root, SCATTER_TASK.format(i)), scatter_params)
             for i, uri in enumerate(input_uris)
@@ -756,7 +846,10 @@ def normalize_source(
         scattered = runner.map(scatter_tasks, on_done=lambda r: say(f"{source}: read {storage.basename(r.output)} rows={r.stats.get('rows_in')}"))
         _require_rows(source, len(input_uris), _sum_ints(r.stats for r in scattered))
         flushes = [int(r.stats["flushes"]) for r in scattered]
-        gathered = runner.map(_gather_tasks(layout_root, flushes, out_dir, scatter_params, runner, say), on_done=wrote)
+        tree = dataclasses.replace(tree, flushes=sum(flushes))
+        flush_chunks = chunk_flushes(flushes, tree.files(1))
+        _run_middle_levels(tree, layout_root, flush_chunks, source, runner, say)
+        gathered = runner.map(_gather_tasks(tree, layout_root, flush_chunks, out_dir, params.exact_dedup), on_done=wrote)
     totals = _sum_ints(r.stats for r in scattered)
     rows = sum(r.stats["rows"] for r in gathered)
     duplicates = sum(r.stats["duplicates"] for r in gathered)

@@ -631,9 +631,10 @@ def write_swarm(swarm: Swarm, out_dir: str, pool_files: Mapping[str, Sequence[st
         uri = storage.join(out_dir, f"{name}.parquet")
         storage.write_parquet(getattr(swarm, name), uri)
         written[f"{name}_parquet"] = uri
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's emitter where built: the same text, ~6x faster
     for rid, config in swarm.configs.items():
         storage.write_bytes(storage.join(out_dir, "configs", f"{rid}.json"), json.dumps(config, indent=2, sort_keys=True).encode())
-        storage.write_bytes(storage.join(out_dir, "configs", f"{rid}.yaml"), yaml.safe_dump(config, sort_keys=True).encode())
+        storage.write_bytes(storage.join(out_dir, "configs", f"{rid}.yaml"), yaml.dump(config, Dumper=dumper, sort_keys=True).encode())
     written["configs"] = storage.join(out_dir, "configs")
     return written
 

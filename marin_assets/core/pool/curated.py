@@ -13,9 +13,10 @@ A survivor gets its band within its topic from the global band edges and its tok
 a pinned tokenizer, and is written to ``<pool dir>/<group>/<source slug>-<shard basename>``
 with ``id``, ``text``, ``source``, ``source_id``, ``topic``, ``band``, ``score``, ``tokens``.
 The shard's *index* (group, file, documents, tokens), written last at the task's output URI,
-says which group files the shard produced; the sampling groups are counted from the indexes.
-Output files depend only on the inputs, so a rerun rewrites identical files, and the runner's
-per-shard marker makes a resumed run skip finished shards.
+says which group files the shard produced. Output files depend only on the inputs, so a rerun
+rewrites identical files, and the runner's per-shard marker makes a resumed run skip finished
+shards. After the map, :func:`compact_pool` merges a source's group files into a bounded number
+per group, indexed in ``group_files.parquet`` (what the sampling groups are counted from).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from marin_assets.core.embed.embeddings import OFFLINE_MODEL, OFFLINE_MODEL_REVISION
-from marin_assets.core.embed.quality import BandEdges, band_of, group_name, load_band_edges
+from marin_assets.core.embed.quality import BandEdges, all_groups, band_of, group_name, load_band_edges
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.errors import BadInput
 
@@ -330,7 +331,6 @@ def pool_shard(input_uris: list[str], output_uri: str, params: PoolParams) -> di
     code = topic_kept * edges.n_bands + band.astype(np.int64)
     order = np.argsort(code, kind="stable")  # within a group, the shard's id order
     index_rows: list[tuple[str, str, str, int, int]] = []
-    groups: dict[str, dict[str, int]] = {}
     if len(order):
         sorted_code = code[order]
         starts = np.flatnonzero(np.r_[True, sorted_code[1:] != sorted_code[:-1]])
@@ -343,7 +343,6 @@ def pool_shard(input_uris: list[str], output_uri: str, params: PoolParams) -> di
             storage.write_parquet(part, storage.join(params.pool_dir, relative), row_group_size=params.row_group_size)
             group_tokens = int(tokens[take].sum())
             index_rows.append((group, relative, source, int(len(take)), group_tokens))
-            groups[group] = {"documents": int(len(take)), "tokens": group_tokens}
     index = pa.table([pa.array(col, type=f.type) for col, f in zip(zip(*index_rows), INDEX_SCHEMA)], schema=INDEX_SCHEMA) if index_rows else INDEX_SCHEMA.empty_table()
     storage.write_parquet(index, output_uri)
     counters.update(
@@ -351,7 +350,6 @@ def pool_shard(input_uris: list[str], output_uri: str, params: PoolParams) -> di
         tokens=int(tokens.sum()),
         tokenizer=tokenizer_label,
         fuzzy_exempt=params.fuzzy_exempt,
-        groups=groups,
     )
     return counters
 
@@ -359,15 +357,18 @@ def pool_shard(input_uris: list[str], output_uri: str, params: PoolParams) -> di
 # --------------------------------------------------------------------------- group files per source
 
 GROUP_FILES = "group_files.parquet"  # a source's compacted index (INDEX_SCHEMA), next to its shard indexes
+_SHARD_NAME = re.compile(r"part-(\d+)-of-(\d+)\.parquet$")
 
 
 @dataclasses.dataclass(frozen=True)
 class CompactParams:
     """How a source's per-shard group files are merged into a bounded number of files per group.
 
-    A group file closes at ``group_file_tokens`` tokens or ``max_files_per_task`` shard files (one
-    merge task streams its inputs, so its memory is one row group whatever the count); a source
-    then has about ``tokens in the group / group_file_tokens`` files per group, not one per shard.
+    Planned from names alone: merge task k of a group takes the group files of the source's shards
+    ``[k*m, (k+1)*m)`` (``m = max_files_per_task``; a small source's groups share a task, up to
+    ``m`` names in all) and writes files of at most ``group_file_tokens`` tokens, counted from the
+    rows it streams (memory: one row group whatever the count). A source then has about
+    ``tokens in the group / group_file_tokens + shards / m`` files per group, not one per shard.
     """
 
     group_file_tokens: int = 1 << 28  # ~1 GB of text
@@ -375,162 +376,231 @@ class CompactParams:
     row_group_size: int = 8_192
 
 
-def plan_group_files(index: pa.Table, source: str, params: CompactParams) -> list[tuple[str, list[str], int, int, str]]:
-    """``(group, shard files, documents, tokens, merged file)`` per merged file, groups in name order and
-    shard files in shard order (so the merged rows keep the order the shards had)."""
-    by_group: dict[str, list[tuple[str, int, int]]] = {}
-    for group, file, documents, tokens in zip(
-        index.column("group").to_pylist(), index.column("file").to_pylist(),
-        index.column("documents").to_pylist(), index.column("tokens").to_pylist(), strict=True,
-    ):
-        by_group.setdefault(group, []).append((file, int(documents), int(tokens)))
-    plan: list[tuple[str, list[str], int, int, str]] = []
-    for group in sorted(by_group):
-        run: list[tuple[str, int, int]] = []
-
-        def close() -> None:
-            name = pool_file(group, source, f"group-{sum(p[0] == group for p in plan):05d}.parquet")
-            plan.append((group, [f for f, _, _ in run], sum(d for _, d, _ in run), sum(t for _, _, t in run), name))
-            run.clear()
-
-        for entry in sorted(by_group[group]):
-            if run and (sum(t for _, _, t in run) + entry[2] > params.group_file_tokens or len(run) >= params.max_files_per_task):
-                close()
-            run.append(entry)
-        if run:
-            close()
-    return plan
+def merged_file(group: str, source: str, number: int, part: int = 0) -> str:
+    """The merged file of ``group`` from the source's shard range ``number``, relative to the pool
+    directory (``part`` > 0: the continuations of a merge whose rows pass the token limit)."""
+    return pool_file(group, source, f"group-{number:05d}" + (f"-{part}" if part else "") + ".parquet")
 
 
 @dataclasses.dataclass(frozen=True)
-class MergeParams:
-    # the group files a task writes, each with how many of the task's inputs (in order) go into it;
-    # the task's own output is a receipt beside the index
-    merged: tuple[tuple[str, int], ...]
-    row_group_size: int = 8_192
+class ShardGroupFiles(Sequence[str]):
+    """A merge's inputs by arithmetic: per group (in order), the group files of the source's shards
+    ``first .. stop - 1`` of ``total`` (:func:`pool_file`). A shard with no row in a group has no
+    such file. The task spec holds a few names and numbers, however many files."""
 
-
-def merge_group_files(input_uris: list[str], output_uri: str, params: MergeParams) -> dict[str, Any]:
-    """Merged group files from shard group files (one task writes several small ones)."""
-    rows: list[int] = []
-    start = 0
-    for merged_uri, count in params.merged:
-        rows.append(_merge_into(input_uris[start : start + count], merged_uri, params.row_group_size))
-        start += count
-    stats = {"rows": rows, "inputs": len(input_uris)}
-    storage.write_json(output_uri, stats)
-    return stats
-
-
-def _merge_into(input_uris: Sequence[str], merged_uri: str, row_group_size: int) -> int:
-    """One merged group file from shard group files, streamed row group by row group.
-
-    Local files are read and written through Arrow's native files (the same bytes, without a
-    Python file object under every read and write: a merged file takes up to 1,024 small ones).
-    """
-    path = storage.local_path(merged_uri)
-    if path is None:
-        with storage.open_atomic(merged_uri) as handle:
-            return _merge_rows(input_uris, handle, row_group_size)
-    with storage.atomic_local_path(path) as tmp:
-        return _merge_rows(input_uris, tmp, row_group_size)
-
-
-def _merge_rows(input_uris: Sequence[str], sink: Any, row_group_size: int) -> int:
-    rows = 0
-    writer: pq.ParquetWriter | None = None
-    try:
-        for uri in input_uris:
-            path = storage.local_path(uri)
-            with contextlib.ExitStack() as stack:
-                if path is None:
-                    fs, remote = storage.filesystem(uri)
-                    parquet = pq.ParquetFile(stack.enter_context(fs.open(remote, "rb")))
-                else:
-                    parquet = pq.ParquetFile(path)
-                for group in range(parquet.metadata.num_row_groups):
-                    table = parquet.read_row_group(group)
-                    if writer is None:
-                        writer = pq.ParquetWriter(sink, table.schema, compression="zstd")
-                    writer.write_table(table.cast(writer.schema), row_group_size=row_group_size)
-                    rows += len(table)
-    finally:
-        if writer is not None:
-            writer.close()
-    return rows
-
-
-@dataclasses.dataclass(frozen=True)
-class FilesUnder(Sequence[str]):
-    """Files by their names under one folder: a task's input list without the folder repeated in
-    its spec (a merge of up to 1,024 group files stays well under 64 KiB)."""
-
-    root: str
-    names: tuple[str, ...]
+    pool_dir: str
+    source: str
+    groups: tuple[str, ...]
+    first: int
+    stop: int
+    total: int
 
     def __len__(self) -> int:
-        return len(self.names)
+        return len(self.groups) * (self.stop - self.first)
 
     def __iter__(self) -> Iterator[str]:
-        return (storage.join(self.root, name) for name in self.names)
+        for group in self.groups:
+            for i in range(self.first, self.stop):
+                yield storage.join(self.pool_dir, pool_file(group, self.source, storage.shard_name(i, self.total)))
 
     def __getitem__(self, index: Any) -> Any:
         return list(self)[index]
 
 
-def compact_pool(index_uris: Sequence[str], index_dir: str, pool_dir: str, source: str, params: CompactParams, runner: Any) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class MergeParams:
+    """One merge task: its groups (its inputs are an equal run of names per group, in this order),
+    its shard range's number k (which names its files, :func:`merged_file`) and the limits."""
+
+    source: str
+    pool_dir: str
+    groups: tuple[str, ...]
+    number: int
+    group_file_tokens: int = 1 << 28
+    row_group_size: int = 8_192
+
+
+def merge_group_files(input_uris: list[str], output_uri: str, params: MergeParams) -> dict[str, Any]:
+    """Merged group files from the shard group files that exist among the inputs (names of shards
+    without rows in a group are skipped). Returns each merged file (group, file, documents, tokens:
+    counted from the rows written); the receipt at ``output_uri`` also names the files read, for
+    the deletes that follow once the source's index is written."""
+    per_group = len(input_uris) // max(1, len(params.groups))
+    merged: list[list[Any]] = []
+    read: list[str] = []
+    for g, group in enumerate(params.groups):
+        name = functools.partial(merged_file, group, params.source, params.number)
+        for file, rows, tokens in _merge_group(input_uris[g * per_group : (g + 1) * per_group], name, read, params):
+            merged.append([group, file, rows, tokens])
+    stats = {"merged": merged, "inputs": len(input_uris), "read": len(read)}
+    prefix = params.pool_dir.rstrip("/") + "/"
+    storage.write_json(output_uri, {**stats, "read_files": [u.removeprefix(prefix) for u in read]})
+    return stats
+
+
+def _merge_group(uris: Sequence[str], name: Any, read: list[str], params: MergeParams) -> list[tuple[str, int, int]]:
+    """One group's rows, in input order, into files of at most ``group_file_tokens`` tokens
+    (``name(0)``, ``name(1)``, ...; a single larger document goes alone)."""
+    written: list[tuple[str, int, int]] = []
+    tables = _row_groups(uris, read)
+    rest = next(tables, None)
+    while rest is not None:
+        relative = name(len(written))
+        with _merged_sink(storage.join(params.pool_dir, relative)) as sink:
+            rows, tokens, rest = _fill(sink, rest, tables, params)
+        written.append((relative, rows, tokens))
+    return written
+
+
+def _row_groups(uris: Sequence[str], read: list[str]) -> Iterator[pa.Table]:
+    """The row groups of the files that exist, streamed; those read are appended to ``read``.
+
+    Local files are read through Arrow's native files (the same bytes, without a Python file
+    object under every read: a merge takes up to 1,024 small files)."""
+    for uri in uris:
+        path = storage.local_path(uri)
+        with contextlib.ExitStack() as stack:
+            try:
+                if path is None:
+                    fs, remote = storage.filesystem(uri)
+                    parquet = pq.ParquetFile(stack.enter_context(fs.open(remote, "rb")))
+                else:
+                    parquet = pq.ParquetFile(path)
+            except FileNotFoundError:
+                continue  # the shard has no row in this group
+            read.append(uri)
+            for group in range(parquet.metadata.num_row_groups):
+                table = parquet.read_row_group(group)
+                if len(table):
+                    yield table
+
+
+@contextlib.contextmanager
+def _merged_sink(uri: str) -> Iterator[Any]:
+    """Where one merged file is written: a native local path or an object's buffer; it appears
+    complete or not at all."""
+    path = storage.local_path(uri)
+    if path is None:
+        with storage.open_atomic(uri) as handle:
+            yield handle
+    else:
+        with storage.atomic_local_path(path) as tmp:
+            yield tmp
+
+
+def _fill(sink: Any, table: pa.Table, tables: Iterator[pa.Table], params: MergeParams) -> tuple[int, int, pa.Table | None]:
+    """Rows into one merged file until the next would pass the token limit: its rows, its tokens
+    and the rows left for the next file (None: the inputs are done)."""
+    writer: pq.ParquetWriter | None = None
+    rows = tokens = 0
+    try:
+        while True:
+            cumulative = np.cumsum(table.column("tokens").to_numpy(zero_copy_only=False), dtype=np.int64)
+            take = max(int(np.searchsorted(cumulative, params.group_file_tokens - tokens, side="right")), 0 if rows else 1)
+            if take:
+                part = table if take == len(table) else table.slice(0, take)
+                if writer is None:
+                    writer = pq.ParquetWriter(sink, part.schema, compression="zstd")
+                writer.write_table(part.cast(writer.schema), row_group_size=params.row_group_size)
+                rows, tokens = rows + take, tokens + int(cumulative[take - 1])
+            if take < len(table):
+                return rows, tokens, table.slice(take)
+            following = next(tables, None)
+            if following is None:
+                return rows, tokens, None
+            table = following
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def group_names(band_edges_uri: str) -> list[str]:
+    """The sampling groups the band edges make (c00q0 .. c39q4 at the reference 40 topics x 5 bands)."""
+    edges = _cached_band_edges(band_edges_uri)
+    return all_groups(edges.n_topics, edges.n_bands)
+
+
+def merge_tasks(source: str, pool_dir: str, index_dir: str, groups: Sequence[str], shards: int, params: CompactParams) -> list[Any]:
+    """A source's merges, group by group and shard range by range (no index read): ranges of
+    ``m = min(shards, max_files_per_task)`` shards, and ``max_files_per_task // m`` groups a task."""
+    from marin_assets.core.runtime.runner import ShardTask  # noqa: PLC0415
+
+    per_range = max(1, min(shards, params.max_files_per_task))
+    per_task = max(1, params.max_files_per_task // per_range)
+    tasks = []
+    for g in range(0, len(groups), per_task):
+        chosen = tuple(groups[g : g + per_task])
+        for first in range(0, shards, per_range):
+            tasks.append(ShardTask(
+                merge_group_files,
+                ShardGroupFiles(pool_dir, source, chosen, first, min(first + per_range, shards), shards),
+                storage.join(index_dir, "_merged", f"{len(tasks):06d}.json"),
+                MergeParams(source, pool_dir, chosen, first // per_range, params.group_file_tokens, params.row_group_size),
+            ))  # fmt: skip
+    return tasks
+
+
+def shard_count(index_uris: Sequence[str], source: str) -> int:
+    """How many shards the source has, from its shards' names (``part-<i>-of-<n>.parquet``)."""
+    totals = set()
+    for uri in index_uris:
+        match = _SHARD_NAME.search(storage.basename(uri))
+        if match is None:
+            raise PoolError(f"source {source!r}: shard {uri} is not named part-<i>-of-<n>.parquet; re-run normalized for this source")
+        totals.add(int(match.group(2)))
+    if len(totals) > 1:
+        raise PoolError(f"source {source!r}: its shards come from different splits ({sorted(totals)} shards); re-run normalized for this source")
+    return totals.pop() if totals else 0
+
+
+def compact_pool(
+    shards: Sequence[Any], index_dir: str, pool_dir: str, source: str, groups: Sequence[str], params: CompactParams, runner: Any
+) -> dict[str, Any]:
     """Merge a source's per-shard group files into a bounded number per group and index them.
 
-    The merged files' index goes to ``<index_dir>/group_files.parquet`` (what the sampling groups
-    read); the shard files are removed only after every merged file and the index are written, so
-    a killed run resumes (finished merges are kept) and never loses rows.
+    ``shards``: the pool map's results (their outputs name the shards; their ``kept`` and
+    ``tokens`` counters must equal what the merges count). The merges are planned from names
+    (:func:`merge_tasks`) and tasks read the files; the index ``<index_dir>/group_files.parquet``
+    (what the sampling groups read) is written from what the merges return, so the step reads no
+    shard index. The shard files are removed by tasks only after every merged file and the index
+    are written, so a killed run resumes (finished merges and deletes are kept) and never loses rows.
     """
     from marin_assets.core.runtime.runner import ShardTask  # noqa: PLC0415
 
-    index = read_pool_index(index_uris)
-    plan = plan_group_files(index, source, params)
-    # Small group files share a task, up to the same token and file limits as one merged file.
-    batches: list[list[int]] = [[]]
-    for i, (_, files, _, tokens, _) in enumerate(plan):
-        held = [plan[j] for j in batches[-1]]
-        if held and (sum(p[3] for p in held) + tokens > params.group_file_tokens or sum(len(p[1]) for p in held) + len(files) > params.max_files_per_task):
-            batches.append([])
-        batches[-1].append(i)
-    tasks = [
-        ShardTask(
-            merge_group_files,
-            FilesUnder(pool_dir, tuple(f for i in batch for f in plan[i][1])),
-            storage.join(index_dir, "_merges", f"{k:06d}.json"),
-            MergeParams(tuple((storage.join(pool_dir, plan[i][4]), len(plan[i][1])) for i in batch), params.row_group_size),
-        )
-        for k, batch in enumerate(b for b in batches if b)
-    ]
+    tasks = merge_tasks(source, pool_dir, index_dir, groups, shard_count([s.output for s in shards], source), params)
     results = runner.map(tasks)
-    merged_rows = [rows for result in results for rows in result.stats["rows"]]
-    merged = pa.table(
-        [pa.array([p[0] for p in plan], pa.string()), pa.array([p[4] for p in plan], pa.string()), pa.array([source] * len(plan), pa.string()),
-         pa.array([p[2] for p in plan], pa.int64()), pa.array([p[3] for p in plan], pa.int64())],
+    merged = [row for result in results for row in result.stats["merged"]]
+    counted = (sum(r[2] for r in merged), sum(r[3] for r in merged))
+    kept = (sum(int(s.stats.get("kept", 0)) for s in shards), sum(int(s.stats.get("tokens", 0)) for s in shards))
+    if counted != kept:
+        raise PoolError(
+            f"source {source!r}: the merged group files hold {counted[0]:,} documents and {counted[1]:,} tokens, its shards "
+            f"kept {kept[0]:,} and {kept[1]:,} (a shard group file is missing or was changed); rerun pool for this source"
+        )
+    columns = list(zip(*merged)) or [(), (), (), ()]
+    index = pa.table(
+        [pa.array(columns[0], pa.string()), pa.array(columns[1], pa.string()), pa.array([source] * len(merged), pa.string()),
+         pa.array(columns[2], pa.int64()), pa.array(columns[3], pa.int64())],
         schema=INDEX_SCHEMA,
-    )
-    for (_, _, documents, _, name), rows in zip(plan, merged_rows, strict=True):
-        if int(rows) != documents:
-            raise PoolError(f"source {source!r}: merged group file {name} holds {rows} rows, its shard files {documents}; rerun pool for this source")
-    storage.write_parquet(merged, storage.join(index_dir, GROUP_FILES))
-    # The merged shard files go by tasks, one batched delete each (not a request or two per file
+    )  # fmt: skip
+    storage.write_parquet(index, storage.join(index_dir, GROUP_FILES))
+    # Each merge's inputs go by a task of its own, in batched deletes (not a request or two per file
     # from this process: ~200 files per shard).
     removals = storage.join(index_dir, "_removals")
-    runner.map([ShardTask(remove_files, task.inputs, storage.join(removals, f"{k:06d}.json")) for k, task in enumerate(tasks)])
+    runner.map([ShardTask(remove_merged_inputs, (task.output,), storage.join(removals, f"{k:06d}.json"), pool_dir) for k, task in enumerate(tasks)])
     storage.remove(removals, recursive=True)
-    return {"group_files": len(plan), "shard_group_files": len(index), "merge_tasks": len(tasks), "resumed_merges": sum(r.reused for r in results)}
+    return {"group_files": len(merged), "shard_group_files": sum(r.stats["read"] for r in results), "merge_tasks": len(tasks),
+            "resumed_merges": sum(r.reused for r in results)}  # fmt: skip
 
 
-def remove_files(input_uris: list[str], output_uri: str, params: Any = None) -> dict[str, int]:
-    """A task: delete these files in one batched call (an object store deletes up to 100 per request);
-    files already gone (a retried task) are skipped."""
-    if not input_uris:
+def remove_merged_inputs(input_uris: list[str], output_uri: str, pool_dir: str) -> dict[str, int]:
+    """A task: delete the shard group files one merge read (named in its receipt) in batched calls
+    (an object store deletes up to 100 per request); files already gone (a retried task) are skipped."""
+    uris = [storage.join(pool_dir, name) for name in storage.read_json(input_uris[0])["read_files"]]
+    if not uris:
         return {"removed": 0}
-    fs, _ = storage.filesystem(input_uris[0])
-    paths = [storage.filesystem(u)[1] for u in input_uris]
+    fs, _ = storage.filesystem(uris[0])
+    paths = [storage.filesystem(u)[1] for u in uris]
     try:
         fs.rm(paths)
     except FileNotFoundError:

@@ -67,16 +67,6 @@ def group_counts_from_index(index: pa.Table | pl.DataFrame) -> pl.DataFrame:
     return _aggregate(frame)  # type: ignore[arg-type]
 
 
-def group_counts_from_stats(shard_stats: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
-    """Documents and tokens per (group, source) from the counters of :func:`pool.pool_shard`."""
-    rows = [
-        (group, stats["source"], int(v["documents"]), int(v["tokens"]))
-        for stats in shard_stats
-        for group, v in (stats.get("groups") or {}).items()
-    ]
-    return _aggregate(pl.DataFrame(rows, schema=_COUNT_SCHEMA, orient="row"))
-
-
 def group_counts_from_pool(pool_dir: str, groups: Iterable[str] | None = None) -> pl.DataFrame:
     """Documents and tokens per (group, source) read from the group files themselves."""
     rows: list[pl.DataFrame] = []

@@ -382,3 +382,17 @@ class _ClusterSize:
         if now - self._read_at >= self._refresh_s:
             self._value, self._read_at = float(self._ray.cluster_resources().get("CPU", 0.0)), now
         return self._value
+
+
+def combined_by_tasks(parts: Sequence[str], work_uri: str, fn: ShardFn, params: Any, runner: ShardRunner, width: int) -> list[str]:
+    """``parts`` combined ``width`` at a time, in order, by tasks ``fn(parts, output, params)``:
+    a step that reads the partial results of a map reads ``len(parts) / width`` files instead of
+    one per task (a second level of the same tree; ``width`` parts or fewer are returned as they are)."""
+    if len(parts) <= width:
+        return list(parts)
+    suffix = "." + parts[0].rsplit(".", 1)[-1]  # the parts' format, kept
+    tasks = [
+        ShardTask(fn, tuple(parts[i : i + width]), storage.join(work_uri, f"combined-{i // width:06d}{suffix}"), params)
+        for i in range(0, len(parts), width)
+    ]
+    return [r.output for r in runner.map(tasks)]

@@ -20,6 +20,7 @@ import os
 import re
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import fsspec
@@ -387,3 +388,24 @@ class Layout:
 
     def staged(self, relative_path: str) -> str:
         return self._under(relative_path)
+
+
+# --------------------------------------------------------------------------- reading many objects
+
+READ_THREADS = 16  # files read at once by one task from an object store (requests wait on latency, not CPU)
+
+
+def read_threads(uris: Sequence[str]) -> int:
+    """Threads for reading ``uris``: READ_THREADS from a remote store, one from local disk (where
+    a read waits on nothing and threads only cost CPU)."""
+    remote = bool(uris) and "://" in uris[0] and not uris[0].startswith("file://")
+    return READ_THREADS if remote else 1
+
+
+def concurrently(fn: Any, items: Sequence[Any], threads: int = READ_THREADS) -> list[Any]:
+    """``[fn(x) for x in items]``, up to ``threads`` at a time, results in order: a task that
+    reads many files waits for one round trip per ``threads`` files, not per file."""
+    if len(items) <= 1 or threads <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
+        return list(pool.map(fn, items))

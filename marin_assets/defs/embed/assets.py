@@ -67,12 +67,6 @@ def _labels_table(model_uri: str) -> list[dict]:
     ]
 
 
-def _per_shard(output_uri: str) -> tuple[list[str], list[dict]]:
-    """A per-shard stage output's shard names and each shard's counters, from its manifest."""
-    manifest = storage.read_manifest(output_uri) or {}
-    return list(manifest.get("shards", [])), list(manifest.get("per_shard", []))
-
-
 @stage_asset(
     TOPIC_MODEL,
     kinds={"faiss"},
@@ -87,9 +81,8 @@ def topic_model(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.M
     shards = []
     for name, inp in sorted(found.items()):
         texts_dir = stages.current_input(layout, NORMALIZED, name).uri
-        emb = storage.list_shards(inp.uri)
-        counted = {shard: stats.get("rows") for shard, stats in zip(*_per_shard(inp.uri))}  # the embedding tasks' row counts
-        rows = tuple(counted.get(storage.basename(u)) for u in emb)
+        emb, per_shard = stages.shards_of(inp)
+        rows = tuple(stats.get("rows") for stats in per_shard)  # the embedding tasks' row counts
         shards.append(topic_core.SourceShards(name, tuple(emb), tuple(storage.join(texts_dir, storage.basename(u)) for u in emb),
                                               rows=rows if all(isinstance(r, int) for r in rows) else ()))
     manifest = stages.run_global(

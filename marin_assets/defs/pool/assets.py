@@ -110,7 +110,7 @@ def pool(context: dg.AssetExecutionContext, marin: MarinResource, curation: Cura
         progress=step_log(context),
         # a bounded number of files per group for the source, not one per group per shard
         finish=lambda out, results: pool_core.compact_pool(
-            [r.output for r in results], out.uri, out.data_uri, name, pool_core.CompactParams(), marin.runner()
+            results, out.uri, out.data_uri, name, pool_core.group_names(decisions.bands.uri), pool_core.CompactParams(), marin.runner()
         ),
     )
     totals = manifest["totals"]

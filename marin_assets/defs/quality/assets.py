@@ -123,7 +123,7 @@ def quality_bands(context: dg.AssetExecutionContext, marin: MarinResource, curat
         raise dg.Failure("no source has both topics and quality_scores yet; materialize them first")
     params = curation.band_params()
     pairs = {
-        s: [(storage.join(topic_inputs[s].uri, storage.basename(u)), u) for u in storage.list_shards(score_inputs[s].uri)]
+        s: [(storage.join(topic_inputs[s].uri, storage.basename(u)), u) for u in stages.shards_of(score_inputs[s])[0]]
         for s in sources
     }
     inputs = {f"{s}/topics": topic_inputs[s] for s in sources} | {f"{s}/quality": score_inputs[s] for s in sources}

@@ -39,7 +39,10 @@ task reads its own rows of every file, not a row group of each.
 
 No task reads more than ``FuzzyScale.max_inputs_per_task`` files: where a step's readers would
 read more of the step before, merge tasks combine those files first, cut as their readers
-expect (:mod:`marin_assets.core.dedup.fanin`). Verification keeps a cluster's retained n-grams
+expect (:mod:`marin_assets.core.dedup.fanin`); a task's many inputs are named by its step's
+manifest in storage, not listed in its spec (:mod:`marin_assets.core.dedup.manifest`). A
+component round's key range past its row bound (a heavy centre) runs as slices
+(:mod:`marin_assets.core.dedup.star_rounds`). Verification keeps a cluster's retained n-grams
 within ``verify_index_bytes`` (:mod:`marin_assets.core.dedup.retained`).
 
 Counters for the metadata (removed documents and characters per source, the cluster-size

@@ -48,22 +48,13 @@ def fuzzy_merge_labels(inputs: list[str], output: str, params: MergeParams) -> d
     from scipy.sparse import coo_matrix  # noqa: PLC0415
     from scipy.sparse.csgraph import connected_components as scipy_components  # noqa: PLC0415
 
-    edge_files, gone_files = inputs[: params.edge_files], inputs[params.edge_files : params.edge_files + params.gone_files]
-    label_files = inputs[params.edge_files + params.gone_files :]
-    edges = shuffle.read_range(edge_files, 0, shuffle.KEY_SPACE, ["a", "b"], EDGE_SCHEMA)
-    a, b = edges.column("a").to_numpy(), edges.column("b").to_numpy()
-    ends = np.unique(np.concatenate([a, b]))
-    gone = np.unique(shuffle.read_range(gone_files, 0, shuffle.KEY_SPACE, ["node"], RECORD_SCHEMA).column("node").to_numpy())
+    ends, gone, found, read = _previous_labels(inputs, params.edge_files, params.gone_files, params.label_cuts)
+    a, b = found.pop("a"), found.pop("b")
+    n, labels = found["node"], found["label"]
+    split = int(np.isin(n, gone).sum())
+    hit = np.isin(n, ends)
     old = np.full(ends.size, -1, np.int64)
-    split = read = 0
-    wanted = np.union1d(ends, gone)  # only the label blocks that hold these nodes are read
-    for uri, cuts in zip(label_files, params.label_cuts or ("",) * len(label_files)):  # one file of the previous labels at a time
-        part = _label_rows(uri, cuts, wanted)
-        read += part.num_rows
-        n = part.column("node").to_numpy()
-        split += int(np.isin(n, gone).sum())
-        hit = np.isin(n, ends)
-        old[np.searchsorted(ends, n[hit])] = part.column("label").to_numpy()[hit]
+    old[np.searchsorted(ends, n[hit])] = labels[hit]
     vertex = np.where(old >= 0, old, ends)
     verts = np.unique(vertex)
     va = np.searchsorted(verts, vertex[np.searchsorted(ends, a)])
@@ -82,6 +73,38 @@ def fuzzy_merge_labels(inputs: list[str], output: str, params: MergeParams) -> d
     shuffle.write_sorted(labels_out, params.fresh_labels)
     # ``split``: a gone document was in a cluster, which may fall apart: the caller recomputes all.
     return {"edges": int(a.size), "touched": int(np.unique(label).size), "fresh": int(fresh.sum()), "merged": int(((label != verts) & ~fresh).sum()), "split": split, "label_rows_read": read}
+
+
+def _previous_labels(inputs: Sequence[str], edge_files: int, gone_files: int, label_cuts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], int]:
+    """The added edges' endpoints, the gone nodes, the added edges (``a``, ``b``) and the rows of
+    the previous label files (after the edge and gone files in ``inputs``) whose node is either:
+    only the blocks that hold them are read, one file at a time; and the label rows read."""
+    edges = shuffle.read_range(inputs[:edge_files], 0, shuffle.KEY_SPACE, ["a", "b"], EDGE_SCHEMA)
+    a, b = edges.column("a").to_numpy(), edges.column("b").to_numpy()
+    ends = np.unique(np.concatenate([a, b]))
+    gone = np.unique(shuffle.read_range(inputs[edge_files : edge_files + gone_files], 0, shuffle.KEY_SPACE, ["node"], RECORD_SCHEMA).column("node").to_numpy())
+    wanted = np.union1d(ends, gone)  # only the label blocks that hold these nodes are read
+    label_files = inputs[edge_files + gone_files :]
+    nodes, labels, read = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], 0
+    for uri, cuts in zip(label_files, label_cuts or ("",) * len(label_files)):
+        part = _label_rows(uri, cuts, wanted)
+        read += part.num_rows
+        n = part.column("node").to_numpy()
+        keep = np.isin(n, wanted)
+        nodes.append(n[keep])
+        labels.append(part.column("label").to_numpy()[keep])
+    return ends, gone, {"a": a, "b": b, "node": np.concatenate(nodes), "label": np.concatenate(labels)}, read
+
+
+@shuffle.measured
+def fuzzy_label_lookup(inputs: list[str], output: str, params: MergeParams) -> dict[str, Any]:
+    """The rows of a group of previous label files whose node is an added edge's endpoint or a
+    gone node (what :func:`fuzzy_merge_labels` looks up), so that task reads at most the file
+    bound however many label files the previous run left."""
+    _, _, found, read = _previous_labels(inputs, params.edge_files, params.gone_files, params.label_cuts)
+    node = found["node"]
+    shuffle.write_sorted(pa.table([pa.array(node), pa.array(node), pa.array(found["label"])], schema=LABEL_SCHEMA), output)
+    return {"rows": int(node.size), "label_rows_read": read}
 
 
 def _label_rows(uri: str, cuts_uri: str, nodes: np.ndarray) -> pa.Table:
@@ -158,12 +181,26 @@ def _write_labels(table: pa.Table, uri: str, cuts: str = "") -> None:
 
 
 def run_merge(run: FuzzyRun, mapped: Mapped, edge_results: Sequence[ShardResult]) -> ShardResult:
-    """One task: the remap of the previous labels over the added documents' edges."""
-    gone_files = tuple(gone_uri(t.output) for t in mapped.tasks if t.params.source in run.added_base)
-    inputs = (*(r.output for r in edge_results), *gone_files, *run.before["label_files"])
-    fresh_labels = storage.join(run.work, "labels", "fresh.parquet")
-    params = MergeParams(len(edge_results), len(gone_files), fresh_labels, tuple(_previous_cuts(run)))
-    (merged,) = run.run([ShardTask(fuzzy_merge_labels, inputs, storage.join(run.work, "cc", "remap.parquet"), params)])
+    """One task: the remap of the previous labels over the added documents' edges. No task
+    reads more than ``max_inputs_per_task`` files: the added edges' and gone nodes' files are
+    merged to at most a quarter of it each (at least 2: the bound holds from 6 files up), and
+    past the bound, lookup tasks first keep the rows the remap needs of each group of previous
+    label files (levels until few enough)."""
+    work, limit = run.work, run.scale.max_inputs_per_task
+    edge_files = tuple(run.merged([r.output for r in edge_results], storage.join(work, "cc", "added-edges"), max(2, limit // 4)))
+    gone_files = tuple(run.merged([gone_uri(t.output) for t in mapped.tasks if t.params.source in run.added_base], storage.join(work, "cc", "gone"), max(2, limit // 4)))
+    label_files, cuts = list(run.before["label_files"]), _previous_cuts(run)
+    per, level, read = max(2, limit - len(edge_files) - len(gone_files)), 0, 0
+    while len(label_files) > per:
+        starts = range(0, len(label_files), per)
+        params = [MergeParams(len(edge_files), len(gone_files), "", tuple(cuts[i : i + per])) for i in starts]
+        lookups = run.run([ShardTask(fuzzy_label_lookup, (*edge_files, *gone_files, *label_files[i : i + per]), storage.join(work, "cc", f"lookup-{level}", f"{i // per:06d}.parquet"), p) for i, p in zip(starts, params)])
+        label_files, cuts, level = [r.output for r in lookups], [""] * len(lookups), level + 1
+        read = read or sum(int(r.stats["label_rows_read"]) for r in lookups)  # the first level read the previous files
+    params = MergeParams(len(edge_files), len(gone_files), storage.join(work, "labels", "fresh.parquet"), tuple(cuts))
+    (merged,) = run.run([ShardTask(fuzzy_merge_labels, (*edge_files, *gone_files, *label_files), storage.join(work, "cc", "remap.parquet"), params)])
+    if read:  # the previous label files' rows were read by the lookups
+        merged.stats["label_rows_read"] = read
     return merged
 
 

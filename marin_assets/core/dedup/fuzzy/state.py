@@ -8,7 +8,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from marin_assets.core.dedup import fanin, shuffle
+from marin_assets.core.dedup import fanin, manifest, shuffle
 from marin_assets.core.dedup.decisions import DedupError, FuzzyDedupParams
 from marin_assets.core.dedup.fuzzy.layout import LAYOUT, RANK_SHIFT, STATE_FILE, FuzzyScale
 from marin_assets.core.runtime import storage
@@ -54,9 +54,10 @@ class FuzzyRun:
         return storage.join(self.out_dir, "_work")
 
     def run(self, tasks: list[ShardTask]) -> list[ShardResult]:
-        """Run one step's tasks; their results join the run's (for the costs and counters)."""
+        """Run one step's tasks; their results join the run's (for the costs and counters). A
+        task's many inputs are named by the step's manifest (:mod:`.manifest`), not listed."""
         self.widest = max([self.widest, *(len(t.inputs) for t in tasks)])
-        done = self.runner.map(tasks)
+        done = self.runner.map(manifest.name_inputs(tasks, storage.join(self.work, "manifests")))
         self.results.extend(done)
         return done
 
@@ -189,7 +190,7 @@ def verify_partitions(members: int, member_chars: int, scale: FuzzyScale) -> int
     return 1 << max(0, (wanted - 1).bit_length())
 
 
-SCRATCH_STEPS = ("edges", "cc", "delta", "members", "plan", "gather", "removals", "publish")
+SCRATCH_STEPS = ("edges", "cc", "delta", "members", "plan", "gather", "removals", "publish", "manifests")
 
 
 def collect_scratch(work: str, cache: str, current: Mapping[str, str], superseded: Mapping[str, str]) -> list[str]:

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from marin_assets.core.dedup import shuffle
+from marin_assets.core.dedup import fanin, shuffle
 from marin_assets.core.dedup.decisions import (
     DedupError,
     GreedyVerifier,
@@ -322,17 +322,39 @@ def run_verify(run: FuzzyRun, mapped: Mapped, members: Members, comps: Component
     text_files = tuple(u for r in gathered for u in (*r.stats.get("sections", ()), r.output))
     text_files = tuple(run.merged(text_files, storage.join(run.work, "gather", vpass.prefix + "texts"), max(2, run.scale.max_inputs_per_task // 4), blocks=members.verify_parts))
 
-    def streamed_files(p: int) -> tuple[str, ...]:  # the gather tasks that streamed texts of this partition's big clusters
-        return tuple(streamed_uri(r.output) for r in gathered if p in r.stats.get("streamed_parts", ()))
-
+    streamed_files = _bounded_streamed(run, gathered, members.verify_parts, run.scale.max_inputs_per_task - len(members.files) - len(text_files), vpass.prefix)
     return run.run(
         [
             ShardTask(
                 fuzzy_verify,
-                members.files + text_files + streamed_files(p),
+                members.files + text_files + streamed_files[p],
                 storage.join(run.work, "verify", vpass.prefix + shuffle.block_name(p, members.verify_parts)),
                 dataclasses.replace(pass_params(run, mapped, members, comps, vpass, p, lo, hi), member_files=len(members.files), text_files=len(text_files)),
             )
             for p, (lo, hi) in enumerate(shuffle.partition_bounds(members.verify_parts))
         ]
     )
+
+
+def _bounded_streamed(run: FuzzyRun, gathered: Sequence[ShardResult], parts: int, limit: int, prefix: str) -> list[tuple[str, ...]]:
+    """Per verify partition, the files holding its big clusters' streamed texts: those of the
+    gather tasks that streamed some, their row groups merged into fewer files
+    (:func:`fanin.merge_row_groups`, the partitions' merges run together) while more than
+    ``limit`` remain (levels until they fit)."""
+    files = [tuple(streamed_uri(r.output) for r in gathered if p in r.stats.get("streamed_parts", ())) for p in range(parts)]
+    limit, level = max(2, limit), 0
+    while any(len(f) > limit for f in files):
+        tasks, owner = [], []
+        for p, group in enumerate(files):
+            if len(group) <= limit:
+                continue
+            count = -(-len(group) // limit)
+            size = -(-len(group) // count)
+            for g in range(count):
+                tasks.append(ShardTask(fanin.merge_row_groups, group[g * size : (g + 1) * size], storage.join(run.work, "gather", f"merged-{prefix}streamed-{level}", f"p{p:06d}-{g:05d}.parquet")))
+                owner.append(p)
+        results = run.run(tasks)
+        for p in set(owner):
+            files[p] = tuple(r.output for r, q in zip(results, owner) if q == p)
+        level += 1
+    return files

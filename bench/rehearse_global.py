@@ -1,0 +1,285 @@
+"""`make rehearse`, the global stages: each one's step code at the full pool's counts inside a real
+Dagster step, its tasks answered by a dry runner (``bench/rehearse_kit.py``) with the counters such
+a task returns, and the small metadata the step reads back (per-shard manifests, sample parts)
+written where the step looks for it, uncounted, as the upstream steps and the tasks would write it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bench import slow_store
+from bench.rehearse_kit import (
+    DOCS_PER_SHARD,
+    SHARD_BYTES,
+    DryRunner,
+    SourceSize,
+    global_step,
+    shard_names,
+)
+from marin_assets.core import specs
+from marin_assets.core.dedup import exact
+from marin_assets.core.dedup.decisions import ExactDedupParams
+from marin_assets.core.embed import quality, topics
+from marin_assets.core.mixture import swarm
+from marin_assets.core.pool import curated, groups
+from marin_assets.core.runtime import stages, storage
+from marin_assets.core.runtime.runner import ShardTask
+from marin_assets.defs.ray import step_progress
+
+
+def local_path(uri: str) -> Path:
+    """Where the counting store keeps ``uri``: what an upstream step or a task wrote is put there directly (uncounted)."""
+    path = Path(slow_store.SlowStore._strip_protocol(uri))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def per_shard_output(root: str, stage: str, src: SourceSize) -> stages.StageInput:
+    """A per-shard stage's finished output for ``src`` as ``run_shards`` records it: a manifest
+    naming every shard with its counters (its rows)."""
+    uri = storage.join(root, stage, src.name)
+    names = [storage.shard_name(i, src.shards) for i in range(src.shards)]
+    per_shard = [{"rows": DOCS_PER_SHARD}] * src.shards
+    local_path(storage.manifest_uri(uri)).write_text(json.dumps({"stage": stage, "shards": names, "per_shard": per_shard}))
+    return stages.StageInput(uri, "0" * 16, stage)
+
+
+def uncounted(answer: Any) -> Any:
+    """``answer`` for a task that the dry runner runs for real in the step's process: its requests
+    are the task's own, not the step's, so the store's counts are put back as they were."""
+
+    def run(task: Any) -> Any:
+        before = slow_store.SlowStore.requests.copy()
+        try:
+            return answer(task)
+        finally:
+            slow_store.SlowStore.requests.clear()
+            slow_store.SlowStore.requests.update(before)
+
+    return run
+
+
+def find_current_outputs(sources: list[SourceSize]) -> None:
+    """``stages.current_inputs``' requests: per source, its ``_current.json`` (exists, read) and its manifest (exists)."""
+    for _ in sources:
+        for kind in ("stat", "get", "stat"):
+            slow_store.SlowStore.request(kind)
+
+
+def exact_answer(task: ShardTask) -> dict[str, Any]:
+    """What exact dedup's tasks return, for a pool with no id in two sources (the counters' size
+    does not follow the duplicates found, only the sources: one entry per source with removals)."""
+    if task.fn is exact.exact_map:
+        return {"docs": DOCS_PER_SHARD * len(task.inputs), "chars": 4 * DOCS_PER_SHARD * len(task.inputs)}
+    if task.fn is exact.exact_reduce:
+        return {"docs": 0, "unique_ids": 0, "within_source_repeats": 0, "ids_in_several_sources": 0,
+                "removed_by_rank": {}, "removed_chars_by_rank": {}, "pairs": {}}  # fmt: skip
+    return {"sources": [{"removed": 0, "digest": "0" * 16} for _ in task.params.ranks]}
+
+
+def rehearse_exact(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
+    """exact_duplicates as its step runs it: the current normalized outputs found, their shards
+    listed, ``find_exact_duplicates`` (maps of 16 shards, reduces of an id range over every map
+    file, publishes of 16 sources), the documents per source from the maps' counters."""
+    seen = {"tasks": 0, "spec": 0, "inputs": 0}
+
+    def body(context: Any) -> None:
+        find_current_outputs(sources)
+        shards = {src.name: shard_names(root, specs.NORMALIZED.name, src) for src in sources}
+        stats = exact.find_exact_duplicates(shards, f"{root}/exact", ExactDedupParams(), runner=DryRunner(exact_answer, seen, progress=step_progress()))
+        assert sum(stats["docs_per_source"].values()) == DOCS_PER_SHARD * sum(src.shards for src in sources)
+
+    global_step(instance, specs.EXACT_DUPLICATES.name, body, seen)
+    return seen
+
+
+def sample_answer(task: ShardTask) -> dict[str, Any]:
+    """topic_model's sample tasks: a part as a sample task writes it (1-dim vectors, empty ids),
+    and the real task that puts parts together."""
+    if task.fn is topics.concat_sample_parts:
+        return topics.concat_sample_parts(list(task.inputs), task.output)
+    q = sum(p[2] for p in task.params.picks)
+    buf = io.BytesIO()
+    np.savez(buf, vectors=np.ones((q, 1), np.float16), ids=np.zeros(q, "S32"), rows=np.zeros(q, np.int64))
+    local_path(task.output).write_bytes(buf.getvalue())
+    return {"rows": q}
+
+
+def embedded_sources(embedded: dict[str, stages.StageInput], root: str) -> list[topics.SourceShards]:
+    """The step's view of each source: embeddings shards and row counts from the manifests, the
+    normalized shards of the same names for the labels."""
+    shards = []
+    for name, inp in embedded.items():
+        uris, per_shard = stages.shards_of(inp)
+        texts = tuple(storage.join(root, specs.NORMALIZED.name, name, storage.basename(u)) for u in uris)
+        shards.append(topics.SourceShards(name, tuple(uris), texts, rows=tuple(s["rows"] for s in per_shard)))
+    return shards
+
+
+def text_answer(task: ShardTask) -> dict[str, Any]:
+    """The labels' text tasks: a part as a text task writes it (a short text per row), and the
+    real task that puts parts together."""
+    if task.fn is topics.concat_text_parts:
+        return topics.concat_text_parts(list(task.inputs), task.output)
+    texts = [f"words of topic {r % 97} and more" for _, _, rows, _ in task.params.picks for r in rows]
+    local_path(task.output).write_text(json.dumps(texts))
+    return {"rows": len(texts)}
+
+
+def rehearse_topic_labels(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
+    """topic_model's labels on the full pool's sample (drawn before the step, as the sample row
+    measures it): c-TF-IDF over 10^5 sample texts plus each topic's nearest excerpts, the texts
+    read by tasks from the ~10^5 normalized shards that hold them. The fit itself (k-means on the
+    sample) is the step's own CPU, sized by its pod, and is not run here."""
+    seen = {"tasks": 0, "spec": 0, "inputs": 0}
+    params = topics.TopicParams()
+    embedded = {src.name: per_shard_output(root, specs.EMBEDDINGS.name, src) for src in sources}
+    shards = embedded_sources(embedded, root)
+    sample = topics.sample_embeddings(shards, params, DryRunner(uncounted(sample_answer), {"tasks": 0, "spec": 0, "inputs": 0}), f"{root}/labels/_sample")
+    n_topics = params.n_topics
+    model = topics.TopicModel(np.ones((n_topics, 1), np.float32), np.arange(n_topics, dtype=np.int16), np.ones(n_topics, np.int64), [], {})
+    topic_of_row = np.random.default_rng(0).integers(0, n_topics, len(sample))
+
+    def body(context: Any) -> None:
+        runner = DryRunner(uncounted(text_answer), seen, progress=step_progress())
+        topics.label_topics(sample, topic_of_row, model, params, runner, f"{root}/labels/_texts")
+
+    global_step(instance, specs.TOPIC_MODEL.name, body, seen)
+    return seen
+
+
+def compacted_index(root: str, src: SourceSize) -> str:
+    """A source's compacted pool index as pool compaction leaves it: per group, one merged file
+    per ``group_file_tokens`` tokens or ``max_files_per_task`` shards (4 bytes of text a token)."""
+
+    params, names = curated.CompactParams(), quality.all_groups()
+    tokens = src.shards * SHARD_BYTES // 4 // len(names)
+    per_group = max(1, -(-tokens // params.group_file_tokens), -(-src.shards // params.max_files_per_task))
+    rows = [(g, f"{g}/{curated.source_slug(src.name)}-{k:05d}.parquet") for g in names for k in range(per_group)]
+    n = len(rows)
+    table = pa.table([pa.array([g for g, _ in rows]), pa.array([f for _, f in rows]), pa.array([src.name] * n),
+                      pa.array([src.shards * DOCS_PER_SHARD // n] * n, pa.int64()), pa.array([tokens // per_group] * n, pa.int64())],
+                     schema=curated.INDEX_SCHEMA)  # fmt: skip
+    index_dir = storage.join(root, specs.POOL.name, src.name)
+    pq.write_table(table, local_path(storage.join(index_dir, curated.GROUP_FILES)))
+    return index_dir
+
+
+def rehearse_sampling_groups(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
+    """sampling_groups as its step runs it: per source, the current pool and the four inputs its
+    staleness check reads (their ``_current.json`` and manifests) and the pool's manifest, then
+    each compacted index read once into the counts and the pool's file list, the groups and
+    their weights written."""
+    seen = {"tasks": 0, "spec": 0, "inputs": 0}
+    index_dirs = {src.name: compacted_index(root, src) for src in sources}
+    out = storage.join(root, specs.SAMPLING_GROUPS.name)
+
+    def body(context: Any) -> None:
+        for _ in range(5):  # the pool, then normalized, topics, quality_scores, contamination
+            find_current_outputs(sources)
+        for _ in sources:  # the pool's manifest (its counters)
+            for kind in ("stat", "get"):
+                slow_store.SlowStore.request(kind)
+        per_source = [(name, curated.pool_index_uris(d), storage.join(root, "pool_data", name)) for name, d in sorted(index_dirs.items())]
+        counts = curated.group_counts_and_files(per_source, storage.join(out, "pool_files.parquet"))
+        result = groups.sampling_groups(counts, {t: f"topic {t}" for t in range(40)}, groups.MixtureParams())
+        groups.write_sampling_groups(result, out)
+
+    global_step(instance, specs.SAMPLING_GROUPS.name, body, seen)
+    return seen
+
+
+def rehearse_mixture(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
+    """mixture_swarm of a study with the default parameters (64 mixtures and 4 replicate runs)
+    on the sampling groups and pool file list that sampling_groups wrote: the proposals, then
+    one trainer config per run (JSON and YAML), each naming its groups' pool files."""
+    seen = {"tasks": 0, "spec": 0, "inputs": 0}
+    out = storage.join(root, specs.SAMPLING_GROUPS.name)
+
+    def body(context: Any) -> None:
+        table, _ = groups.read_sampling_groups(out)
+        pool_files = curated.read_pool_files(storage.join(out, "pool_files.parquet"))
+        params = swarm.StudyParams("rehearsal", trainer="external")
+        built = swarm.build_swarm(table, pool_files, params, storage.join(root, "studies", "results"))
+        swarm.write_swarm(built, storage.join(root, "studies", "swarm"), pool_files)
+
+    global_step(instance, specs.MIXTURE_SWARM.name, body, seen)
+    return seen
+
+
+def rehearse_fuzzy_map(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
+    """fuzzy_duplicates' first step as its step runs it: both inputs' current outputs found and
+    listed, every bucket shard paired with its normalized one and counted (``pair_shards``: a
+    footer per shard, 2 requests), the documents numbered and the map tasks planned and
+    submitted. The later steps (components, members, plan, gather, verify, publish) are not
+    rehearsed: each reads back files of the steps before it."""
+    from marin_assets.core.dedup.decisions import FuzzyDedupParams  # noqa: PLC0415
+    from marin_assets.core.dedup.fuzzy import map as fuzzy_map  # noqa: PLC0415
+    from marin_assets.core.dedup.fuzzy import state  # noqa: PLC0415
+    from marin_assets.core.dedup.fuzzy.layout import FuzzyScale  # noqa: PLC0415
+
+    seen = {"tasks": 0, "spec": 0, "inputs": 0}
+    real_rows = storage.parquet_num_rows
+
+    def footer(uri: str) -> int:
+        for kind in ("stat", "get"):
+            slow_store.SlowStore.request(kind)
+        return DOCS_PER_SHARD
+
+    def answer(task: ShardTask) -> dict[str, Any]:
+        docs = DOCS_PER_SHARD * len(task.inputs) // 2
+        return {"bands": 20, "docs": docs, "chars": 4 * docs, "records": 20 * docs, "runs": None}
+
+    def body(context: Any) -> None:
+        find_current_outputs(sources)  # minhash_buckets, then normalized
+        find_current_outputs(sources)
+        buckets = {src.name: shard_names(root, specs.MINHASH_BUCKETS.name, src) for src in sources}
+        normalized = {src.name: shard_names(root, specs.NORMALIZED.name, src) for src in sources}
+        shards = state.pair_shards(buckets, normalized)
+        fps = {s: state.source_fingerprint([b for b, _, _ in shards[s]]) for s in shards}
+        run = state.FuzzyRun(shards, fps, (), f"{root}/fuzzy", f"{root}/fuzzy/_cache", FuzzyDedupParams(), FuzzyScale(),
+                             DryRunner(answer, seen, progress=step_progress()), 5, 240, None)  # fmt: skip
+        state.number_documents(run)
+        fuzzy_map.run_map(run)
+
+    storage.parquet_num_rows = footer
+    try:
+        global_step(instance, specs.FUZZY_DUPLICATES.name, body, seen)
+    finally:
+        storage.parquet_num_rows = real_rows
+    return seen
+
+
+NOT_MEASURED = {
+    "fuzzy_duplicates after its map": "components, members, plan, gather, verify and publish each read back files of the steps before them",
+    "topic_model fit": "the step's own k-means over the sample: CPU and memory sized by its pod, no tasks, no requests",
+}
+
+
+def released() -> None:
+    """What earlier rehearsals freed, handed back to the system (a step's peak starts from what
+    the process holds: without this, the heap an earlier stage left behind would count as this one's)."""
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def rehearse_global_stages(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, dict[str, Any]]:
+    """Each global stage's row, each started on a process that has handed back what the stages before it freed."""
+    stages_ = {"exact_duplicates": rehearse_exact, "fuzzy_duplicates (pairing, map)": rehearse_fuzzy_map, "sampling_groups": rehearse_sampling_groups,
+               "mixture_swarm": rehearse_mixture, "topic_model labels": rehearse_topic_labels}  # fmt: skip
+    rows = {}
+    for name, rehearse in stages_.items():
+        released()
+        rows[name] = rehearse(root, sources, instance)
+    return rows
