@@ -241,7 +241,7 @@ def scale_run(root: str, scale: int, check: bool, ray: bool = True, corpus: str 
     runners = {"exact": make_runner(ray), "fuzzy": make_runner(ray)}
     before = slow_store.SlowStore.total()
     with workers(ray), harness.timed():
-        exact = find_exact_duplicates(layout["normalized"], storage.join(base, "exact"), ids_per_partition=IDS_PER_PARTITION, runner=runners["exact"], lengths=layout["buckets"], max_inputs=SCALE.max_inputs_per_task)
+        exact = find_exact_duplicates(layout["normalized"], storage.join(base, "exact"), ids_per_partition=IDS_PER_PARTITION, runner=runners["exact"], lengths=layout["buckets"], max_inputs=SCALE.max_inputs_per_task, shards_per_map=SCALE.shards_per_map)
         fuzzy = find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), storage.join(base, "fuzzy"), scale=SCALE, runner=runners["fuzzy"])
     driver_requests = slow_store.SlowStore.total() - before
     result = {
