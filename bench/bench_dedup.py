@@ -72,7 +72,12 @@ from marin_assets.core.dedup.fuzzy import (
 )
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.runner import LOCAL, ShardRunner  # noqa: E402
-from marin_assets.testing.dedup_corpus import clustered_sources, doc_id, edit_words, write_normalized  # noqa: E402
+from marin_assets.testing.dedup_corpus import (  # noqa: E402
+    clustered_sources,
+    doc_id,
+    edit_words,
+    write_normalized,
+)
 
 SOURCES = 16
 SHARD_DOCS = 2_000

@@ -39,7 +39,6 @@ import pyarrow.parquet as pq
 import xxhash
 
 from bench import harness
-from marin_assets.core.dedup import decisions as dedup
 from marin_assets.core.dedup import minhash
 from marin_assets.core.dedup.fuzzy import find_fuzzy_duplicates
 from marin_assets.core.runtime import storage

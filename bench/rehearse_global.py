@@ -28,7 +28,7 @@ from bench.rehearse_kit import (
     shard_names,
 )
 from marin_assets.core import specs
-from marin_assets.core.dedup import exact
+from marin_assets.core.dedup import exact, fanin, manifest
 from marin_assets.core.dedup.decisions import ExactDedupParams
 from marin_assets.core.embed import quality, topics
 from marin_assets.core.mixture import swarm
@@ -82,6 +82,8 @@ def exact_answer(task: ShardTask) -> dict[str, Any]:
     does not follow the duplicates found, only the sources: one entry per source with removals)."""
     if task.fn is exact.exact_map:
         return {"docs": DOCS_PER_SHARD * len(task.inputs), "chars": 4 * DOCS_PER_SHARD * len(task.inputs)}
+    if task.fn is fanin.merge_files:
+        return {"rows": 0, "files": manifest.count(task.inputs), "spans": 1}
     if task.fn is exact.exact_reduce:
         return {"docs": 0, "unique_ids": 0, "within_source_repeats": 0, "ids_in_several_sources": 0,
                 "removed_by_rank": {}, "removed_chars_by_rank": {}, "pairs": {}}  # fmt: skip
@@ -220,8 +222,8 @@ def rehearse_mixture(root: str, sources: list[SourceSize], instance: dg.DagsterI
 
 def rehearse_fuzzy_map(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
     """fuzzy_duplicates' first step as its step runs it: both inputs' current outputs found and
-    listed, every bucket shard paired with its normalized one and counted (``pair_shards``: a
-    footer per shard, 2 requests), the documents numbered and the map tasks planned and
+    listed (the bucket shards and their rows from the map's manifest), every bucket shard paired
+    with its normalized one, the documents numbered and the map tasks planned and
     submitted. The later steps (components, members, plan, gather, verify, publish) are not
     rehearsed: each reads back files of the steps before it."""
     from marin_assets.core.dedup.decisions import FuzzyDedupParams  # noqa: PLC0415
@@ -244,9 +246,13 @@ def rehearse_fuzzy_map(root: str, sources: list[SourceSize], instance: dg.Dagste
     def body(context: Any) -> None:
         find_current_outputs(sources)  # minhash_buckets, then normalized
         find_current_outputs(sources)
-        buckets = {src.name: shard_names(root, specs.MINHASH_BUCKETS.name, src) for src in sources}
+        buckets, rows = {}, {}
+        for src in sources:  # the map's manifest: its shards and each one's documents, one read
+            slow_store.SlowStore.request("get")
+            buckets[src.name] = [storage.join(root, specs.MINHASH_BUCKETS.name, src.name, storage.shard_name(i, src.shards)) for i in range(src.shards)]
+            rows[src.name] = [DOCS_PER_SHARD] * src.shards
         normalized = {src.name: shard_names(root, specs.NORMALIZED.name, src) for src in sources}
-        shards = state.pair_shards(buckets, normalized)
+        shards = state.pair_shards(buckets, normalized, rows)
         fps = {s: state.source_fingerprint([b for b, _, _ in shards[s]]) for s in shards}
         run = state.FuzzyRun(shards, fps, (), f"{root}/fuzzy", f"{root}/fuzzy/_cache", FuzzyDedupParams(), FuzzyScale(),
                              DryRunner(answer, seen, progress=step_progress()), 5, 240, None)  # fmt: skip

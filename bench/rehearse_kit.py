@@ -22,6 +22,7 @@ import dagster as dg
 from bench import slow_store
 from bench.harness import MIB, QUICK
 from marin_assets.catalog.sources import load_catalog
+from marin_assets.core.dedup import manifest
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.runner import (
     ShardResult,
@@ -85,7 +86,7 @@ class DryRunner(ShardRunner):
             seen.setdefault("phases", {}).setdefault(task.fn.__name__, 0)
             seen["phases"][task.fn.__name__] += 1
             seen["spec"] = max(seen["spec"], len(pickle.dumps(task)))
-            seen["inputs"] = max(seen["inputs"], len(task.inputs))
+            seen["inputs"] = max(seen["inputs"], manifest.count(task.inputs) if isinstance(task.inputs, tuple) else len(task.inputs))  # a manifest reference stands for many; numbered inputs know their length
             result = ShardResult(task.output, self._answer(task), reused=False)
             done(result)
             results.append(result)

@@ -1104,3 +1104,26 @@ def test_reads_of_many_files_in_threads_give_the_rows_of_serial_reads(tmp_path: 
     monkeypatch.setattr(dedup_shuffle, "read_threads", lambda uris: 8)
     assert dedup_shuffle.read_ranges(files, ranges, ["node"], fuzzy_layout.RECORD_SCHEMA).equals(serial) and serial.num_rows > 10_000
     assert dedup_shuffle.read_block_spans(files, [(2, 5)], fuzzy_layout.RECORD_SCHEMA).equals(blocks)
+
+
+def test_pair_shards_takes_rows_from_the_map_counters_and_reads_footers_only_without_them(tmp_path, monkeypatch):
+    from marin_assets.core.dedup.fuzzy import state as fuzzy_state
+    from marin_assets.core.runtime import storage
+
+    buckets, normalized = {}, {}
+    for source, sizes in (("a", (3, 1)), ("b", (2,))):
+        buckets[source], normalized[source] = [], []
+        for i, n in enumerate(sizes):
+            for folder, table in (("buckets", pa.table({"id": [f"{source}{i}-{k}" for k in range(n)]})), ("normalized", pa.table({"id": ["x"] * n}))):
+                uri = str(tmp_path / folder / source / f"part-{i}-of-{len(sizes)}.parquet")
+                storage.write_parquet(table, uri)
+                (buckets if folder == "buckets" else normalized)[source].append(uri)
+    footers = fuzzy_state.pair_shards(buckets, normalized)
+    assert [rows for _, _, rows in footers["a"]] == [3, 1] and [rows for _, _, rows in footers["b"]] == [2]
+
+    read = []
+    real = storage.parquet_num_rows
+    monkeypatch.setattr(storage, "parquet_num_rows", lambda uri: read.append(uri) or real(uri))
+    counted = fuzzy_state.pair_shards(buckets, normalized, {"a": [3, 1], "b": [5, 6]})  # b's counters do not match its shards
+    assert counted["a"] == footers["a"] and counted["b"] == footers["b"]
+    assert read == buckets["b"]  # only the source without usable counters was read

@@ -26,8 +26,14 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from marin_assets.core.dedup import fanin, shuffle
-from marin_assets.core.dedup.decisions import EXACT_SCHEMA, DedupError, ExactDedupParams, keep_order, removed_uri
+from marin_assets.core.dedup import fanin, manifest, shuffle
+from marin_assets.core.dedup.decisions import (
+    EXACT_SCHEMA,
+    DedupError,
+    ExactDedupParams,
+    keep_order,
+    removed_uri,
+)
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.runner import ShardResult, ShardRunner, ShardTask
 
@@ -164,13 +170,16 @@ def find_exact_duplicates(
             with_lengths = all(e is not None for e in extra)
             out = storage.join(work, "map", f"{rank[source]:05d}-{g // shards_per_map:05d}.blocks")
             map_tasks.append(ShardTask(exact_map, group + extra if with_lengths else group, out, MapParams(source, rank[source], with_lengths, maps, ids_per_partition)))
-    mapped = runner.map(map_tasks)
+    def run(tasks: list[ShardTask]) -> list[ShardResult]:  # inputs many tasks share go by one manifest per step
+        return runner.map(manifest.name_inputs(tasks, storage.join(work, "manifests")))
+
+    mapped = run(map_tasks)
     docs = sum(int(r.stats["docs"]) for r in mapped)
     partitions = shuffle.pow2_partitions(docs, ids_per_partition)  # the map files' blocks cut these ranges
     merges: list[ShardResult] = []
 
     def merge(tasks: list[ShardTask]) -> list[ShardResult]:
-        merges.extend(runner.map(tasks))
+        merges.extend(run(tasks))
         return merges[len(merges) - len(tasks) :]
 
     map_files = tuple(fanin.bounded(merge, [r.output for r in mapped], storage.join(work, "map-merged"), max_inputs, fanin.MergeFilesParams(blocks=partitions)))
@@ -178,10 +187,10 @@ def find_exact_duplicates(
         ShardTask(exact_reduce, map_files, storage.join(work, "reduce", shuffle.block_name(p, partitions)), ReduceParams(lo, hi))
         for p, (lo, hi) in enumerate(shuffle.partition_bounds(partitions))
     ]
-    reduced = runner.map(reduce_tasks)
+    reduced = run(reduce_tasks)
     parts = tuple(fanin.bounded(merge, [r.output for r in reduced], storage.join(work, "reduce-merged"), max_inputs, fanin.MergeFilesParams(ranks=len(order))))
     groups = [list(shards)[g : g + sources_per_publish] for g in range(0, len(shards), sources_per_publish)]
-    published = runner.map(
+    published = run(
         [
             ShardTask(exact_publish, parts, storage.join(work, "publish", f"group-{g:05d}"), PublishParams(tuple(rank[s] for s in group), tuple(removed_uri(out_dir_uri, s) for s in group), tuple(order)))
             for g, group in enumerate(groups)
@@ -189,8 +198,8 @@ def find_exact_duplicates(
     )
     per_source_stats = {s: stats for group, r in zip(groups, published) for s, stats in zip(group, r.stats["sources"])}
     fs, work_path = storage.filesystem(work)
-    scratch_bytes = sum(int(fs.du(f"{work_path}/{p}")) for p in ("map", "map-merged", "reduce", "reduce-merged") if fs.exists(f"{work_path}/{p}"))
-    for step in ("map", "map-merged", "reduce", "reduce-merged", "publish"):  # scratch: nothing reads it once every source is published
+    scratch_bytes = sum(int(fs.du(f"{work_path}/{p}")) for p in ("map", "map-merged", "reduce", "reduce-merged", "manifests") if fs.exists(f"{work_path}/{p}"))
+    for step in ("map", "map-merged", "reduce", "reduce-merged", "publish", "manifests"):  # scratch: nothing reads it once every source is published
         if storage.exists(storage.join(work, step)):
             storage.remove(storage.join(work, step), recursive=True)
 

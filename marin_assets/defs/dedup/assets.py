@@ -135,6 +135,7 @@ def fuzzy_duplicates(context: dg.AssetExecutionContext, marin: MarinResource, fu
     params = fuzzy_dedup.fuzzy_rule()
     group = FUZZY_DUPLICATES.group_uri(layout)
     previous = storage.read_current(group)  # its verdicts are reused where clusters did not change
+    listed = {s: stages.shards_of(i) for s, i in buckets.items()}  # the shards and their rows, from each map's manifest
     manifest = stages.run_global(
         FUZZY_DUPLICATES,
         layout,
@@ -142,7 +143,7 @@ def fuzzy_duplicates(context: dg.AssetExecutionContext, marin: MarinResource, fu
         params=params,
         extra_fingerprint={"exempt": exempt},
         build=lambda out: find_fuzzy_duplicates(
-            {s: storage.list_shards(i.uri) for s, i in buckets.items()},
+            {s: names or storage.list_shards(buckets[s].uri) for s, (names, _) in listed.items()},
             {s: storage.list_shards(i.uri) for s, i in norm.items()},
             exempt,
             out,
@@ -152,6 +153,7 @@ def fuzzy_duplicates(context: dg.AssetExecutionContext, marin: MarinResource, fu
             cache_uri=storage.join(group, "_cache"),
             fingerprints={s: i.fingerprint for s, i in buckets.items()},
             previous_uri=previous["uri"] if previous else None,
+            bucket_rows={s: [int(c["docs"]) for c in counters] for s, (_, counters) in listed.items() if counters and all("docs" in c for c in counters)},
         ),
     )
     stats = manifest["stats"]

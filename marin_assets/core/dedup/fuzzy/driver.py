@@ -48,6 +48,7 @@ def find_fuzzy_duplicates(
     cache_uri: str | None = None,
     fingerprints: Mapping[str, str] | None = None,
     previous_uri: str | None = None,
+    bucket_rows: Mapping[str, Sequence[int]] | None = None,
     num_examples: int = 5,
     excerpt_chars: int = 240,
 ) -> dict[str, Any]:
@@ -61,9 +62,11 @@ def find_fuzzy_duplicates(
     (default: a hash of its shard URIs), and ``previous_uri`` (an earlier output of this
     function over the same sources) lends the verdicts of the clusters no changed source
     touches. Without them, or when the sources or task sizes differ, everything is verified;
-    the removals are the same either way.
+    the removals are the same either way. ``bucket_rows``: per source, each bucket shard's rows
+    as its map task counted them (in ``buckets``' order); a source without them is counted
+    from its files' footers, a request or two per shard.
     """
-    shards = pair_shards(buckets, normalized)
+    shards = pair_shards(buckets, normalized, bucket_rows)
     fps = {s: (fingerprints or {}).get(s) or source_fingerprint([b for b, _, _ in shards[s]]) for s in shards}
     cache = cache_uri or storage.join(out_dir_uri, "_work", "cache")
     exempt_sources = tuple(sorted(set(exempt) & set(shards)))

@@ -122,8 +122,11 @@ class Members:
     previous_files: list[tuple[str, ...]]  # per verify partition: the previous run's outputs overlapping it
 
 
-def pair_shards(buckets: Mapping[str, Sequence[str]], normalized: Mapping[str, Sequence[str]]) -> dict[str, list[tuple[str, str, int]]]:
-    """Per source: (bucket shard, normalized shard, rows) in basename order."""
+def pair_shards(
+    buckets: Mapping[str, Sequence[str]], normalized: Mapping[str, Sequence[str]], rows: Mapping[str, Sequence[int]] | None = None
+) -> dict[str, list[tuple[str, str, int]]]:
+    """Per source: (bucket shard, normalized shard, rows) in basename order; the rows from
+    ``rows`` (per source, in ``buckets``' order) where given, else from each file's footer."""
     if set(buckets) != set(normalized):
         missing = sorted(set(buckets) ^ set(normalized))
         raise DedupError(
@@ -140,7 +143,9 @@ def pair_shards(buckets: Mapping[str, Sequence[str]], normalized: Mapping[str, S
                 f"source {source!r}: minhash_buckets and normalized are not co-partitioned (shards {odd} "
                 f"are on one side only); rematerialize minhash_buckets for {source!r}"
             )
-        out[source] = [(b[name], n[name], storage.parquet_num_rows(b[name])) for name in sorted(b)]
+        known = rows.get(source) if rows else None
+        counted = dict(zip((storage.basename(u) for u in buckets[source]), known)) if known is not None and len(known) == len(buckets[source]) else {}
+        out[source] = [(b[name], n[name], int(counted[name]) if name in counted else storage.parquet_num_rows(b[name])) for name in sorted(b)]
     return out
 
 
