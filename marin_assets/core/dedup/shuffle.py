@@ -434,37 +434,55 @@ def copy_file(source_uri: str, target_uri: str) -> None:
             dst.write(chunk)
 
 
-def read_slice(uris: Iterable[str], key: int, column: str, lo: int, hi: int, columns: Sequence[str]) -> pa.Table:
-    """Rows with ``key == key`` and ``lo <= column < hi`` from files sorted by (``key``,
-    ``column``), reading only the row groups whose statistics overlap both."""
-    pieces: list[pa.Table] = []
-    for uri in uris:
+class SliceReader:
+    """Slices of files sorted by (``key``, ``column``), read many times by one task (a streamed
+    cluster, batch by batch): each file's footer is read once, concurrently, when the reader is
+    made; a slice then opens only the files whose row-group statistics overlap it, concurrently,
+    and reads only those row groups. Requests per slice follow the row groups it needs, not the
+    files it could be in."""
+
+    def __init__(self, uris: Iterable[str], column: str, columns: Sequence[str]) -> None:
+        self.uris = list(uris)
+        self.column = column
+        self.columns = list(dict.fromkeys(["key", column, *columns]))
+        self.threads = read_threads(self.uris)
+        self.footers = concurrently(self._footer, self.uris, self.threads)
+
+    def _footer(self, uri: str) -> tuple[Any, int, int]:
         fs, path = storage.filesystem(uri)
         with fs.open(path, "rb") as handle:
             reader = pq.ParquetFile(handle)
-            meta = reader.metadata
-            k_col, c_col = reader.schema_arrow.get_field_index("key"), reader.schema_arrow.get_field_index(column)
-            groups = []
-            for g in range(meta.num_row_groups):
-                group = meta.row_group(g)
-                if group.num_rows == 0:
-                    continue
-                ks, cs = group.column(k_col).statistics, group.column(c_col).statistics
-                if ks is not None and ks.has_min_max and not (ks.min <= key <= ks.max):
-                    continue
-                if cs is not None and cs.has_min_max and (cs.max < lo or cs.min >= hi):
-                    continue
-                groups.append(g)
-            if not groups:
+            return reader.metadata, reader.schema_arrow.get_field_index("key"), reader.schema_arrow.get_field_index(self.column)
+
+    def _groups(self, footer: tuple[Any, int, int], key: int, lo: int, hi: int) -> list[int]:
+        meta, k_col, c_col = footer
+        groups = []
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            if group.num_rows == 0:
                 continue
-            table = reader.read_row_groups(groups, columns=list(dict.fromkeys(["key", column, *columns])))
-        k, c = table.column("key").to_numpy(), table.column(column).to_numpy()
-        table = table.filter(pa.array((k == key) & (c >= lo) & (c < hi)))
-        if table.num_rows:
-            pieces.append(table)
-    if pieces:
-        return pa.concat_tables(pieces)
-    return pa.table({name: pa.array([], pa.large_string() if name == "text" else pa.int64()) for name in dict.fromkeys(["key", column, *columns])})
+            ks, cs = group.column(k_col).statistics, group.column(c_col).statistics
+            if ks is not None and ks.has_min_max and not (ks.min <= key <= ks.max):
+                continue
+            if cs is not None and cs.has_min_max and (cs.max < lo or cs.min >= hi):
+                continue
+            groups.append(g)
+        return groups
+
+    def _read(self, uri: str, footer: tuple[Any, int, int], groups: list[int], key: int, lo: int, hi: int) -> pa.Table:
+        fs, path = storage.filesystem(uri)
+        with fs.open(path, "rb") as handle:
+            table = pq.ParquetFile(handle, metadata=footer[0]).read_row_groups(groups, columns=self.columns)
+        k, c = table.column("key").to_numpy(), table.column(self.column).to_numpy()
+        return table.filter(pa.array((k == key) & (c >= lo) & (c < hi)))
+
+    def read(self, key: int, lo: int, hi: int) -> pa.Table:
+        """Rows with ``key == key`` and ``lo <= column < hi``, in file order."""
+        wanted = [(uri, footer, groups) for uri, footer in zip(self.uris, self.footers) if (groups := self._groups(footer, key, lo, hi))]
+        pieces = [t for t in concurrently(lambda item: self._read(*item, key, lo, hi), wanted, self.threads) if t.num_rows]
+        if pieces:
+            return pa.concat_tables(pieces)
+        return pa.table({name: pa.array([], pa.large_string() if name == "text" else pa.int64()) for name in self.columns})
 
 
 def warm_libraries() -> None:

@@ -38,6 +38,11 @@ ShardFn = Callable[..., Mapping[str, Any]]
 LOCAL = "local"  # ray_address that starts (or reuses) a Ray instance on this machine
 # Errors raised inside a task that may pass on a retry; lost workers and out-of-memory kills are
 # retried by Ray whatever the error list says (they raise nothing inside the task).
+# A Ray worker runs task after task (never recycled by default): it hands freed memory back
+# between them, so one large task's heap is not counted again in every later task's peak. Arrow
+# allocates from the C library (its default pool keeps freed pages for reuse) and the C library
+# keeps at most 2 arenas (its default is 8 per core, each holding freed pages of its own).
+WORKER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "2"}
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
 
 
@@ -250,6 +255,12 @@ class ShardRunner:
     # The module that talks to Ray (None: ``ray`` itself); a stand-in drives a cluster of any size in tests.
     ray_api: Any = dataclasses.field(default=None, compare=False, repr=False)
 
+    def task_runtime_env(self) -> dict[str, Any]:
+        """``runtime_env`` with :data:`WORKER_ENV` under its ``env_vars`` (the step's own values win)."""
+        env = dict(self.runtime_env or {})
+        env["env_vars"] = {**WORKER_ENV, **dict(env.get("env_vars") or {})}
+        return env
+
     def resources_for(self, task: ShardTask) -> TaskResources:
         if task.resources is not None:
             return task.resources
@@ -339,8 +350,7 @@ class ShardRunner:
                         exhausted = True
                         break
                     options = self.resources_for(tasks[i]).ray_options()
-                    if self.runtime_env:
-                        options["runtime_env"] = dict(self.runtime_env)
+                    options["runtime_env"] = self.task_runtime_env()
                     ref = remote.options(max_retries=self.retries, retry_exceptions=list(TRANSIENT_ERRORS), **options).remote(tasks[i])
                     pending[ref] = i
                 if not pending:

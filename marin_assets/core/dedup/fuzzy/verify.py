@@ -150,13 +150,14 @@ def _verify_clusters(todo: pl.DataFrame, params: VerifyParams, text_of: Mapping[
     starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
     ends = np.append(starts[1:], labels.size)
     members = _Members(todo["id"].to_list(), todo["rank"].to_list(), todo["chars"].to_list(), todo["node"].to_list(), labels)
+    texts = shuffle.SliceReader(streamed_files, "pos", ["node", "text"]) if big else None  # footers read once per task
     for s, e, ckey in zip(starts.tolist(), ends.tolist(), shuffle.hash_keys(labels[starts]).tolist()):
         streamed = ckey in big
         found.count("verified_clusters")
         found.count("verified_members", e - s)
         found.count("streamed_clusters", streamed)
         if streamed:
-            batches = (_read_batch(streamed_files, ckey, a - s, b - s, members.nodes[a:b]) for a, b in _batches(members.chars, s, e, params))
+            batches = (_read_batch(texts, ckey, a - s, b - s, members.nodes[a:b]) for a, b in _batches(members.chars, s, e, params))
         else:
             batches = ([text_of.get(members.nodes[i]) for i in range(a, b)] for a, b in _batches(members.chars, s, e, params))
         _verify_cluster(members, s, e, batches, params, exempt, found)
@@ -284,9 +285,10 @@ def _replay(replay: pl.DataFrame, params: VerifyParams, text_of: Mapping[int, st
     return replayed, failed
 
 
-def _read_batch(text_files: Sequence[str], key: int, lo: int, hi: int, nodes: Sequence[int]) -> list[str | None]:
-    """Texts of members ``lo <= pos < hi`` of the cluster keyed ``key``, in processing order."""
-    table = shuffle.read_slice(text_files, key, "pos", lo, hi, ["node", "text"])
+def _read_batch(texts: Any, key: int, lo: int, hi: int, nodes: Sequence[int]) -> list[str | None]:
+    """Texts of members ``lo <= pos < hi`` of the cluster keyed ``key`` (from ``texts``, a
+    :class:`.shuffle.SliceReader` of the streamed files), in processing order."""
+    table = texts.read(key, lo, hi)
     text_of = dict(zip(table.column("node").to_pylist(), table.column("text").to_pylist()))
     return [text_of.get(n) for n in nodes]
 
