@@ -234,7 +234,7 @@ class FuzzyPool:
     cluster_size: int = 3
     edges_per_member: int = 2
     rounds: int = 4
-    big_parts: tuple[int, ...] = (0, 4096, 8192, 12288)
+    big_parts: int = 4
     chars_per_doc: int = SHARD_BYTES // DOCS_PER_SHARD
 
     @property
@@ -295,7 +295,7 @@ def fuzzy_answer(pool: FuzzyPool) -> Any:
     def group(task: ShardTask, docs: int) -> dict[str, Any]:
         if task.fn is members.fuzzy_members_group:
             return {"members": docs, "member_chars": docs * pool.chars_per_doc}
-        return {"gathered": docs, "shard_read": len(task.params.shards), "streamed": docs // 100, "streamed_parts": list(pool.big_parts), "sections": []}
+        return {"gathered": docs, "shard_read": len(task.params.shards), "streamed": docs // 100, "streamed_parts": [k * task.params.text_blocks // pool.big_parts for k in range(pool.big_parts)], "sections": []}
 
     def answer(task: ShardTask) -> dict[str, Any]:
         fn, p = task.fn, task.params

@@ -344,7 +344,8 @@ def _bounded_streamed(run: FuzzyRun, gathered: Sequence[ShardResult], parts: int
     by_part: list[list[str]] = [[] for _ in range(parts)]
     for r in gathered:  # one walk over the gather tasks (not one per partition: 16,384 x 23,284 at the pool's size)
         for p in r.stats.get("streamed_parts", ()):
-            by_part[p].append(streamed_uri(r.output))
+            if p < parts:
+                by_part[p].append(streamed_uri(r.output))
     files = [tuple(f) for f in by_part]
     limit, level = max(2, limit), 0
     while any(len(f) > limit for f in files):
