@@ -7,6 +7,7 @@ written where the step looks for it, uncounted, as the upstream steps and the ta
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import gc
 import io
 import json
@@ -28,8 +29,9 @@ from bench.rehearse_kit import (
     shard_names,
 )
 from marin_assets.core import specs
-from marin_assets.core.dedup import exact, fanin, manifest
+from marin_assets.core.dedup import exact, fanin, manifest, shuffle, star_rounds
 from marin_assets.core.dedup.decisions import ExactDedupParams
+from marin_assets.core.dedup.fuzzy.layout import RANK_SHIFT
 from marin_assets.core.embed import quality, topics
 from marin_assets.core.mixture import swarm
 from marin_assets.core.pool import curated, groups
@@ -220,55 +222,141 @@ def rehearse_mixture(root: str, sources: list[SourceSize], instance: dg.DagsterI
     return seen
 
 
-def rehearse_fuzzy_map(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
-    """fuzzy_duplicates' first step as its step runs it: both inputs' current outputs found and
-    listed (the bucket shards and their rows from the map's manifest), every bucket shard paired
-    with its normalized one, the documents numbered and the map tasks planned and
-    submitted. The later steps (components, members, plan, gather, verify, publish) are not
-    rehearsed: each reads back files of the steps before it."""
-    from marin_assets.core.dedup.decisions import FuzzyDedupParams  # noqa: PLC0415
-    from marin_assets.core.dedup.fuzzy import map as fuzzy_map  # noqa: PLC0415
-    from marin_assets.core.dedup.fuzzy import state  # noqa: PLC0415
-    from marin_assets.core.dedup.fuzzy.layout import FuzzyScale  # noqa: PLC0415
+@dataclasses.dataclass(frozen=True)
+class FuzzyPool:
+    """What fuzzy dedup's tasks find in the pool, assumed (the text is not there to find it):
+    a share of the documents in clusters of about ``cluster_size``, ``edges_per_member`` star
+    edges each, components converging after ``rounds`` large-star rounds, and a few verify
+    partitions holding giant clusters (boilerplate) whose texts every gather task streams."""
 
-    seen = {"tasks": 0, "spec": 0, "inputs": 0}
-    real_rows = storage.parquet_num_rows
+    sources: tuple[tuple[str, int], ...]  # (name, shards), in the run's source order
+    clustered_share: float = 0.15
+    cluster_size: int = 3
+    edges_per_member: int = 2
+    rounds: int = 4
+    big_parts: int = 4
+    chars_per_doc: int = SHARD_BYTES // DOCS_PER_SHARD
 
-    def footer(uri: str) -> int:
-        for kind in ("stat", "get"):
-            slow_store.SlowStore.request(kind)
-        return DOCS_PER_SHARD
+    @property
+    def shards(self) -> int:
+        return sum(n for _, n in self.sources)
+
+    @property
+    def clustered(self) -> int:
+        return int(self.shards * DOCS_PER_SHARD * self.clustered_share)
+
+    @property
+    def removed(self) -> int:
+        return self.clustered - self.clustered // self.cluster_size
+
+    def requested_runs(self) -> list[list[int]]:
+        """A plan task's requested nodes' ranges (``fuzzy_plan``: at most 64): its label range's
+        members lie densely in every source, so each source's nodes are one range, and the
+        smallest gaps between sources are closed until 64 remain."""
+        runs = [[rank << RANK_SHIFT, (rank << RANK_SHIFT) + n * DOCS_PER_SHARD] for rank, (_, n) in enumerate(self.sources)]
+        gaps = sorted(range(1, len(runs)), key=lambda i: runs[i][0] - runs[i - 1][1])[: max(0, len(runs) - 64)]
+        for i in sorted(gaps, reverse=True):  # close a gap: a range takes in the next one
+            runs[i - 1][1] = runs.pop(i)[1]
+        return runs
+
+
+def fuzzy_answer(pool: FuzzyPool) -> Any:
+    """Each fuzzy task's counters as the task returns them, sized by its share of the pool (a
+    key range's share of the key space, a group's of the shards); nothing is written."""
+    from marin_assets.core.dedup.fuzzy import edges, gather, map as fuzzy_map, members, plan, publish, verify  # noqa: PLC0415
+
+    runs, key_space, shards = pool.requested_runs(), shuffle.KEY_SPACE, pool.shards
+    ranks = range(len(pool.sources))
+
+    def share(params: Any) -> float:
+        return (params.hi - params.lo) / key_space
+
+    def star(task: ShardTask) -> dict[str, Any]:
+        p = task.params
+        if p.mode == "labels":
+            return {"nodes": pool.clustered // p.partitions, "rows_held": 0, "rows_read": 0}
+        rnd = int(task.output.rsplit("round-", 1)[1][:3])
+        edges_in = 2 * pool.edges_per_member * pool.clustered // p.partitions
+        return {"edges_in": edges_in, "rows_held": edges_in, "rows_read": edges_in} | ({"unconverged": int(rnd + 1 < pool.rounds) * edges_in // 100} if p.mode == "large" else {})
+
+    def verified(task: ShardTask) -> dict[str, Any]:
+        docs = int(pool.clustered * share(task.params))
+        removed = docs - docs // pool.cluster_size
+        per_rank = {str(r): removed * n // shards for r, (_, n) in zip(ranks, pool.sources)}
+        example = {"source": pool.sources[0][0], "id": "0" * 32, "representative_source": pool.sources[-1][0], "representative_id": "1" * 32,
+                   "containment": 0.9, "jaccard": 0.8, "excerpt": "x" * 240, "representative_excerpt": "y" * 240}  # fmt: skip
+        return {"verified_clusters": docs // pool.cluster_size, "verified_members": docs, "streamed_clusters": 0, "comparisons": 2 * docs,
+                "exempt_kept": 0, "spilled_bytes": 0, "largest_index_bytes": 1 << 20, "reused_clusters": 0, "replayed_clusters": 0,
+                "replay_failed": 0, "clusters": docs // pool.cluster_size, "clustered_docs": docs, "largest_cluster": 10_000,
+                "histogram": {"2": docs // 6, "3-4": docs // 8, "5-8": docs // 40, "8193-16384": 1},
+                "removed_by_rank": per_rank, "removed_chars_by_rank": {k: v * pool.chars_per_doc for k, v in per_rank.items()},
+                "examples": [example | {"_key": [k, 0]} for k in range(5)], "row_changes": None}  # fmt: skip
+
+    def group(task: ShardTask, docs: int) -> dict[str, Any]:
+        if task.fn is members.fuzzy_members_group:
+            return {"members": docs, "member_chars": docs * pool.chars_per_doc}
+        return {"gathered": docs, "shard_read": len(task.params.shards), "streamed": docs // 100, "streamed_parts": [k * task.params.text_blocks // pool.big_parts for k in range(pool.big_parts)], "sections": []}
 
     def answer(task: ShardTask) -> dict[str, Any]:
-        docs = DOCS_PER_SHARD * len(task.inputs) // 2
-        return {"bands": 20, "docs": docs, "chars": 4 * docs, "records": 20 * docs, "runs": None}
+        fn, p = task.fn, task.params
+        if fn is fuzzy_map.fuzzy_map:
+            docs = DOCS_PER_SHARD * len(p.bases)
+            first = [(p.slot << RANK_SHIFT) + b for b in p.bases]
+            return {"bands": 20, "docs": docs, "chars": docs * pool.chars_per_doc, "records": 20 * docs, "added": 0, "runs": [[[f, f + DOCS_PER_SHARD]] for f in first]}
+        if fn is fanin.merge_files or fn is fanin.merge_row_groups:
+            return {"rows": 0, "files": manifest.count(task.inputs), "spans": 1, "row_groups": 0}
+        if fn is edges.fuzzy_edges:
+            return {"records": 20 * shards * DOCS_PER_SHARD // p.tasks, "edges": pool.edges_per_member * pool.clustered // p.tasks, "largest_bucket": 1000}
+        if fn is star_rounds.star_round:
+            return star(task)
+        if fn in (members.fuzzy_members_group, gather.fuzzy_gather_group):
+            return group(task, int(pool.clustered * len(p.shards) / shards))
+        if fn is plan.fuzzy_plan:
+            return {"requested_members": int(pool.clustered * share(p)), "requested_runs": runs}
+        if fn is verify.fuzzy_verify:
+            return verified(task)
+        if fn is publish.fuzzy_removals:
+            return {"removed": int(pool.removed * share(p))}
+        if fn is publish.fuzzy_publish:
+            return {"sources": [{"removed": pool.removed * pool.sources[r][1] // shards, "digest": "0" * 16, "copied": 0} for r in p.ranks]}
+        raise AssertionError(f"fuzzy rehearsal: no answer for {fn.__name__}")
+
+    return answer
+
+
+def rehearse_fuzzy(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
+    """fuzzy_duplicates as its step runs it, a full run: both inputs' current outputs found and
+    listed (the bucket shards and their rows from the map's manifest), then the whole of
+    ``find_fuzzy_duplicates``: pairing, numbering, map, edges, components (star rounds), members,
+    plan, gather, verify, removals, publish and the state and scratch collection, every task
+    answered with the counters ``FuzzyPool`` sizes. The driver reads back only what it wrote
+    itself (the node cuts, the manifests, the state)."""
+    from marin_assets.core.dedup.decisions import FuzzyDedupParams  # noqa: PLC0415
+    from marin_assets.core.dedup.fuzzy.driver import find_fuzzy_duplicates  # noqa: PLC0415
+
+    seen = {"tasks": 0, "spec": 0, "inputs": 0}
+    pool = FuzzyPool(tuple((src.name, src.shards) for src in sorted(sources, key=lambda s: s.name)))  # the run's source order
 
     def body(context: Any) -> None:
         find_current_outputs(sources)  # minhash_buckets, then normalized
         find_current_outputs(sources)
+        slow_store.SlowStore.request("get")  # the previous run's ``_current.json`` (none: a full run)
         buckets, rows = {}, {}
         for src in sources:  # the map's manifest: its shards and each one's documents, one read
             slow_store.SlowStore.request("get")
             buckets[src.name] = [storage.join(root, specs.MINHASH_BUCKETS.name, src.name, storage.shard_name(i, src.shards)) for i in range(src.shards)]
             rows[src.name] = [DOCS_PER_SHARD] * src.shards
         normalized = {src.name: shard_names(root, specs.NORMALIZED.name, src) for src in sources}
-        shards = state.pair_shards(buckets, normalized, rows)
-        fps = {s: state.source_fingerprint([b for b, _, _ in shards[s]]) for s in shards}
-        run = state.FuzzyRun(shards, fps, (), f"{root}/fuzzy", f"{root}/fuzzy/_cache", FuzzyDedupParams(), FuzzyScale(),
-                             DryRunner(answer, seen, progress=step_progress()), 5, 240, None)  # fmt: skip
-        state.number_documents(run)
-        fuzzy_map.run_map(run)
+        stats = find_fuzzy_duplicates(buckets, normalized, (), f"{root}/fuzzy/run", FuzzyDedupParams(), runner=DryRunner(fuzzy_answer(pool), seen, progress=step_progress()),
+                                      cache_uri=f"{root}/fuzzy/_cache", fingerprints={src.name: f"{i:016x}" for i, src in enumerate(sources)}, bucket_rows=rows)  # fmt: skip
+        assert stats["docs"] == DOCS_PER_SHARD * pool.shards and stats["verify_passes"] == 1 and stats["cc_rounds"] == pool.rounds
+        seen["removed"] = stats["removed"]
 
-    storage.parquet_num_rows = footer
-    try:
-        global_step(instance, specs.FUZZY_DUPLICATES.name, body, seen)
-    finally:
-        storage.parquet_num_rows = real_rows
+    global_step(instance, specs.FUZZY_DUPLICATES.name, body, seen)
     return seen
 
 
 NOT_MEASURED = {
-    "fuzzy_duplicates after its map": "components, members, plan, gather, verify and publish each read back files of the steps before them",
     "topic_model fit": "the step's own k-means over the sample: CPU and memory sized by its pod, no tasks, no requests",
 }
 
@@ -282,7 +370,7 @@ def released() -> None:
 
 def rehearse_global_stages(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, dict[str, Any]]:
     """Each global stage's row, each started on a process that has handed back what the stages before it freed."""
-    stages_ = {"exact_duplicates": rehearse_exact, "fuzzy_duplicates (pairing, map)": rehearse_fuzzy_map, "sampling_groups": rehearse_sampling_groups,
+    stages_ = {"exact_duplicates": rehearse_exact, "fuzzy_duplicates": rehearse_fuzzy, "sampling_groups": rehearse_sampling_groups,
                "mixture_swarm": rehearse_mixture, "topic_model labels": rehearse_topic_labels}  # fmt: skip
     rows = {}
     for name, rehearse in stages_.items():
