@@ -183,20 +183,13 @@ def write_corpus(directory: Path, files: int, file_bytes: int, seed: int) -> lis
     return uris
 
 
-def task_kind(task: ShardTask) -> str:
-    """A task's phase: its function, and "slice" for a component round's slice of a heavy range
-    (a kind of task of its own: it reads the range's node table besides the range's files, and
-    exists only once some range holds more rows than a task may)."""
-    return task.fn.__name__ + (" slice" if getattr(task.params, "slices", 0) else "")
-
-
 def counted_map(tasks: list[ShardTask], per_phase: dict[str, list[int]]) -> list[ShardResult]:
     """Each task in this process (the store's counts are its own), its requests by phase."""
     results = []
     for task in tasks:
         before = slow_store.SlowStore.total()
         results.append(_execute(task))
-        per_phase.setdefault(task_kind(task), []).append(slow_store.SlowStore.total() - before)
+        per_phase.setdefault(task.fn.__name__, []).append(slow_store.SlowStore.total() - before)
     return results
 
 

@@ -49,7 +49,6 @@ from bench.rehearse_kit import (
     POOL_SHARDS,
     REQUEST_S,
     counted_map,
-    task_kind,
 )
 from marin_assets.catalog.sources import load_catalog
 from marin_assets.core.decon import rules as decon
@@ -129,7 +128,7 @@ class StageRunner(ShardRunner):
         for task in tasks:
             with requests_by_thread() as threads:
                 (result,) = counted_map([task], self._counts.requests)
-            self._counts.chains.setdefault(task_kind(task), []).append(max(threads.values(), default=0))
+            self._counts.chains.setdefault(task.fn.__name__, []).append(max(threads.values(), default=0))
             self._counts.cpu += result.cpu_seconds
             results.append(result)
             if on_done:
