@@ -31,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import dagster as dg
 import numpy as np
@@ -122,7 +123,6 @@ class PhaseCountingRunner(CountingRunner):
 def rehearse_normalize(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
     params = normalize.NormalizeParams()
     seen = {"tasks": 0, "spec": 0, "inputs": 0, "rows": 0, "cpu": 0.0, "peak": 0, "requests": 0}
-    real_sizes = normalize.uncompressed_bytes
     for src in sources:
         files = [f"{root}/raw/{src.name}/file-{i:06d}.parquet" for i in range(src.files)]
         file_bytes = src.shards * SHARD_BYTES // src.files
@@ -136,11 +136,8 @@ def rehearse_normalize(root: str, sources: list[SourceSize], instance: dg.Dagste
             runner = PhaseDryRunner(normalize_answer(file_bytes, params), seen, progress=step_progress())
             normalize.normalize_source(src.name, files, f"{root}/normalized/{src.name}", params, runner=runner, progress=step_log(context))
 
-        normalize.uncompressed_bytes = footer
-        try:
+        with mock.patch.object(normalize, "uncompressed_bytes", footer):
             source_step(instance, specs.NORMALIZED.name, body, seen)
-        finally:
-            normalize.uncompressed_bytes = real_sizes
     return seen
 
 
@@ -149,7 +146,6 @@ def rehearse_per_shard(root: str, sources: list[SourceSize], instance: dg.Dagste
     and pool: list the source's shards once, one task each, a manifest of every shard's counters."""
     seen = {"tasks": 0, "spec": 0, "inputs": 0, "rows": 0, "cpu": 0.0, "peak": 0, "requests": 0}
     layout = storage.Layout(f"{root}/prefix")
-    real_list = storage.list_shards
     answer = lambda task: {"docs": DOCS_PER_SHARD, "buckets": DOCS_PER_SHARD * 20}
     for src in sources:
         names = [storage.join(root, "normalized", src.name, storage.shard_name(i, src.shards)) for i in range(src.shards)]
@@ -165,11 +161,8 @@ def rehearse_per_shard(root: str, sources: list[SourceSize], instance: dg.Dagste
             stages.run_shards(specs.MINHASH_BUCKETS, layout, source=src.name, inputs=[upstream], shard_fn=minhash.minhash_shard,
                               params=minhash.MinHashParams(), runner=runner, progress=step_log(context))  # fmt: skip
 
-        storage.list_shards = listing
-        try:
+        with mock.patch.object(storage, "list_shards", listing):
             source_step(instance, specs.MINHASH_BUCKETS.name, body, seen)
-        finally:
-            storage.list_shards = real_list
     return seen
 
 
@@ -178,7 +171,6 @@ def rehearse_quality_bands(root: str, sources: list[SourceSize], instance: dg.Da
     step adds up those. Shards named by the quality_scores manifests, as the step reads them."""
     seen = {"tasks": 0, "spec": 0, "inputs": 0}
     params = quality.BandParams()
-    real_load = quality.ScoreHistogram.load
     scores = {src.name: per_shard_output(root, specs.QUALITY_SCORES.name, src) for src in sources}
     topics_dir = {src.name: storage.join(root, specs.TOPICS.name, src.name) for src in sources}
 
@@ -195,11 +187,8 @@ def rehearse_quality_bands(root: str, sources: list[SourceSize], instance: dg.Da
         pairs = {s: [(storage.join(topics_dir[s], storage.basename(u)), u) for u in stages.shards_of(inp)[0]] for s, inp in scores.items()}
         quality.score_histogram_by_tasks(pairs, f"{root}/bands/_histograms", params, DryRunner(answer, seen, progress=step_progress()))
 
-    quality.ScoreHistogram.load = load
-    try:
+    with mock.patch.object(quality.ScoreHistogram, "load", load):
         global_step(instance, specs.QUALITY_BANDS.name, body, seen)
-    finally:
-        quality.ScoreHistogram.load = real_load
     return seen
 
 
@@ -257,7 +246,6 @@ def event_log_before_after(root: str, src: SourceSize, instance: dg.DagsterInsta
     per task, an observation every 10 tasks) and with the bounded one: event rows and step CPU per task."""
     layout = storage.Layout(f"{root}/compare")
     names = [storage.join(root, "normalized", src.name, storage.shard_name(i, src.shards)) for i in range(src.shards)]
-    real_list = storage.list_shards
     for label, bounded in (("before", False), ("after", True), ("before", False), ("after", True)):
         seen = {"tasks": 0, "spec": 0, "inputs": 0}
 
@@ -269,11 +257,8 @@ def event_log_before_after(root: str, src: SourceSize, instance: dg.DagsterInsta
                               inputs=[upstream], shard_fn=minhash.minhash_shard, params=minhash.MinHashParams(), runner=runner,
                               progress=step_log(context) if bounded else context.log.info)  # fmt: skip
 
-        storage.list_shards = lambda uri: names
-        try:
+        with mock.patch.object(storage, "list_shards", lambda uri: names):
             rows, cpu, _ = step(instance, specs.MINHASH_BUCKETS.name, body)
-        finally:
-            storage.list_shards = real_list
         print(f"rehearse event log {label}: {src.name} {src.shards:,} tasks in one Dagster step: {rows:,} event rows "
               f"({rows / src.shards:.3f} per task), step CPU {1000 * cpu / src.shards:.2f} ms per task", flush=True)  # fmt: skip
 
@@ -293,13 +278,9 @@ def normalize_at(work: Path, scale: int) -> tuple[dict[str, list[int]], float, f
     per_phase: dict[str, list[int]] = {}
     inputs: dict[str, list[int]] = {}
     # Files sized per task scaled with the fan-in (1,024 -> 16: 256 -> 4), and by tasks from 1x on as a large source's are.
-    real_sizing = normalize.SIZES_IN_DRIVER, normalize.FILES_PER_SIZING_TASK
-    normalize.SIZES_IN_DRIVER, normalize.FILES_PER_SIZING_TASK = 4, 4
     before, cpu = slow_store.SlowStore.total(), time.process_time()
-    try:
+    with mock.patch.object(normalize, "SIZES_IN_DRIVER", 4), mock.patch.object(normalize, "FILES_PER_SIZING_TASK", 4):
         normalize.normalize_source("s", files, f"{slow_store.PROTOCOL}://{work}/out-{scale}x", params, runner=PhaseCountingRunner(per_phase, inputs))
-    finally:
-        normalize.SIZES_IN_DRIVER, normalize.FILES_PER_SIZING_TASK = real_sizing
     cpu = time.process_time() - cpu
     driver = slow_store.SlowStore.total() - before - sum(sum(v) for v in per_phase.values())
     return per_phase, driver, cpu / (base_files * scale * file_mib), inputs
