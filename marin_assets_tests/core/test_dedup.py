@@ -144,6 +144,63 @@ def test_a_merge_at_stored_cuts_reads_the_cuts_once_and_keeps_every_row(tmp_path
     assert sorted(merged.column("node").to_pylist()) == sorted(k for i in range(3) for k in range(i, 1000, 7))
 
 
+def _store_requests(fn, *args, **kwargs) -> tuple[int, object]:
+    """The latency store's requests ``fn`` makes here, and what it returns."""
+    from bench import slow_store
+
+    before = slow_store.SlowStore.total()
+    out = fn(*args, **kwargs)
+    return slow_store.SlowStore.total() - before, out
+
+
+def test_a_merge_reads_each_input_through_one_open_file_whatever_its_spans(tmp_path: Path) -> None:
+    """A merge task's requests follow its inputs and their bytes, not the spans its budget cuts
+    them into: each input is opened once (its size, one read of its block count and offsets),
+    and its spans, read in key order, come from that file's read-ahead (these inputs are smaller
+    than one read-ahead), not from an open and a fetch per span."""
+    from bench import slow_store
+    from marin_assets.core.dedup import fanin
+
+    inputs = []
+    for k in range(4):
+        keys = dedup_shuffle.hash_keys(np.arange(k * 2000, (k + 1) * 2000, dtype=np.int64))
+        inputs.append(slow_store.uri(str(tmp_path / f"in-{k}.blocks")))
+        dedup_shuffle.write_blocks(pa.table({"key": keys, "node": keys}), inputs[-1], cuts=dedup_shuffle.partition_cuts(64))
+    counts, rows = [], []
+    for budget in (1 << 30, 8 << 10):  # one span; many spans
+        out = slow_store.uri(str(tmp_path / f"merged-{budget}.blocks"))
+        requests, stats = _store_requests(fanin.merge_files, inputs, out, fanin.MergeFilesParams(blocks=64, budget_bytes=budget))
+        counts.append((requests, stats["spans"]))
+        rows.append(dedup_shuffle.read_whole(out, pa.schema([("key", pa.int64()), ("node", pa.int64())])).column("node").to_pylist())
+    (one, spans_one), (many, spans_many) = counts
+    assert spans_one == 1 and spans_many >= 8
+    assert many == one <= 4 * 3 + 1, counts  # per input its size, its offsets, its bytes; one upload
+    assert rows[0] == rows[1] and len(rows[0]) == 8_000
+
+
+def test_a_streamed_cluster_read_batch_by_batch_opens_each_file_once(tmp_path: Path) -> None:
+    """A verify task reads a streamed cluster's texts a batch at a time: its files are opened
+    once per task, so its requests do not grow with the batches (a cluster's text, read in file
+    order, comes from each file's read-ahead)."""
+    from bench import slow_store
+
+    uris = []
+    for f in range(3):
+        pos = np.arange(f, 3000, 3, dtype=np.int64)
+        table = pa.table({"key": np.full(pos.size, 7, np.int64), "pos": pos, "node": pos, "text": pa.array([f"text {p}" for p in pos.tolist()], pa.large_string())})
+        uris.append(slow_store.uri(str(tmp_path / f"streamed-{f}.parquet")))
+        storage.write_parquet(table, uris[-1], row_group_size=100)
+
+    def read(batches: int) -> list[int]:
+        with dedup_shuffle.SliceReader(uris, "pos", ["node", "text"], budget_bytes=4 << 20) as reader:
+            edges = np.linspace(0, 3000, batches + 1).astype(int).tolist()
+            return [n for lo, hi in zip(edges[:-1], edges[1:]) for n in sorted(reader.read(7, lo, hi).column("node").to_pylist())]
+
+    (few, nodes_few), (many, nodes_many) = _store_requests(read, 1), _store_requests(read, 30)
+    assert nodes_few == nodes_many == list(range(3000))
+    assert many == few, (few, many)
+
+
 def test_exact_names_the_source_and_file_when_id_is_missing(tmp_path: Path) -> None:
     uri = str(tmp_path / "bad" / storage.shard_name(0, 1))
     storage.write_parquet(pa.table({"text": ["no id here"]}), uri)

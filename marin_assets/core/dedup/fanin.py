@@ -11,6 +11,7 @@ through a local spool. Readers then read the merged files exactly as they read t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import tempfile
@@ -59,16 +60,46 @@ def _input_cuts(params: MergeFilesParams, count: int, cuts: np.ndarray) -> np.nd
     return shuffle.partition_cuts(count)
 
 
-def _footer(uri: str) -> np.ndarray:
-    """A block file's block offsets (``count + 1`` of them); a sorted Parquet file: its size as one block."""
-    fs, path = storage.filesystem(uri)
-    if not uri.endswith(shuffle.BLOCK_SUFFIX):
-        return np.asarray([0, int(fs.size(path))], np.int64)
-    with fs.open(path, "rb") as handle:
-        handle.seek(-8, 2)
-        count = int(np.frombuffer(handle.read(8), "<u8")[0])
-        handle.seek(-8 * (count + 2), 2)
-        return np.frombuffer(handle.read(8 * (count + 1)), "<u8").astype(np.int64)
+class _Input:
+    """One input of a merge task, open for the task's life: a block file's offsets (``count + 1``;
+    a sorted Parquet file: its size as one block) read once, its spans then read in key order
+    through the handle's read-ahead (``read_ahead`` bytes): a request per ``read_ahead`` bytes of
+    the file, not an open and a fetch per span."""
+
+    def __init__(self, uri: str, read_ahead: int, blocks: int | None) -> None:
+        self.uri = uri
+        self.handle = shuffle.open_reads(uri, read_ahead)
+        if uri.endswith(shuffle.BLOCK_SUFFIX):
+            self.parquet = None
+            self.offsets = shuffle.block_offsets(self.handle, blocks)
+        else:
+            self.parquet = pq.ParquetFile(self.handle)
+            self.offsets = np.asarray([0, self.handle.seek(0, 2)], np.int64)
+
+    def rows(self, params: MergeFilesParams, cuts: np.ndarray, lo: int, hi: int) -> pa.Table | None:
+        """This input's rows with ``lo <= key < hi``."""
+        if self.parquet is not None:
+            return self._parquet_rows(lo, hi)
+        spans, exact = shuffle.covering_spans(_input_cuts(params, self.offsets.size - 1, cuts), [(lo, hi)])
+        spans = [(b0, b1) for b0, b1 in spans if self.offsets[b1] > self.offsets[b0]]
+        pieces = shuffle.read_open_spans(self.handle, self.uri, self.offsets, spans) if spans else []
+        if not pieces:
+            return None
+        table = pa.concat_tables(pieces)
+        return table if exact else shuffle.keep_ranges(table, [(lo, hi)])
+
+    def _parquet_rows(self, lo: int, hi: int) -> pa.Table | None:
+        meta = self.parquet.metadata
+        k = self.parquet.schema_arrow.get_field_index("key")
+        groups = [g for g in range(meta.num_row_groups) if meta.row_group(g).num_rows and _overlaps(meta.row_group(g).column(k).statistics, lo, hi)]
+        if not groups:
+            return None
+        table = shuffle.keep_ranges(self.parquet.read_row_groups(groups, use_threads=False), [(lo, hi)])
+        return table if table.num_rows else None
+
+
+def _overlaps(stats: Any, lo: int, hi: int) -> bool:
+    return stats is None or not stats.has_min_max or (stats.max >= lo and stats.min < hi)
 
 
 def _spans(params: MergeFilesParams, cuts: np.ndarray, footers: Sequence[np.ndarray]) -> list[tuple[int, int]]:
@@ -89,35 +120,26 @@ def _spans(params: MergeFilesParams, cuts: np.ndarray, footers: Sequence[np.ndar
     return spans
 
 
-def _rows(uri: str, params: MergeFilesParams, cuts: np.ndarray, offsets: np.ndarray, lo: int, hi: int) -> pa.Table | None:
-    """One input file's rows with ``lo <= key < hi``."""
-    if not uri.endswith(shuffle.BLOCK_SUFFIX):
-        table = shuffle.read_range([uri], lo, hi)
-        return table if table.num_rows else None
-    spans, exact = shuffle.covering_spans(_input_cuts(params, offsets.size - 1, cuts), [(lo, hi)])
-    spans = [(b0, b1) for b0, b1 in spans if offsets[b1] > offsets[b0]]
-    pieces = shuffle.read_known_spans(uri, offsets, spans) if spans else []
-    if not pieces:
-        return None
-    table = pa.concat_tables(pieces)
-    return table if exact else shuffle.keep_ranges(table, [(lo, hi)])
-
-
 @shuffle.measured
 def merge_files(inputs: list[str], output: str, params: MergeFilesParams) -> dict[str, Any]:
     """One file of the rows of ``inputs`` (in input order within a key), cut as ``params`` says."""
     cuts = _output_cuts(params)
     threads = shuffle.read_threads(inputs)
-    footers = shuffle.concurrently(_footer, inputs, threads)
     rows = 0
-    spans = _spans(params, cuts, footers)
-    with tempfile.TemporaryDirectory(prefix="dedup-merge-") as tmp:
+    # one open file per input for the task's life, their read-aheads sharing the task's budget
+    read_ahead = params.budget_bytes // max(1, len(inputs))
+    with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory(prefix="dedup-merge-") as tmp:
+        blocks = cuts.size - 1 if params.cuts else None  # inputs cut at stored cuts hold as many blocks as the output
+        files = shuffle.concurrently(lambda uri: _Input(uri, read_ahead, blocks), inputs, threads)
+        for file in files:
+            stack.callback(file.handle.close)
+        spans = _spans(params, cuts, [f.offsets for f in files])
         local = os.path.join(tmp, "merged" + shuffle.BLOCK_SUFFIX)
         with open(local, "wb") as handle:
             writer = shuffle.BlockWriter(handle, cuts, output)
             for b0, b1 in spans:
                 lo, hi = int(cuts[b0]), int(cuts[b1])
-                parts = [t for t in shuffle.concurrently(lambda k: _rows(inputs[k], params, cuts, footers[k], lo, hi), range(len(inputs)), threads) if t is not None]
+                parts = [t for t in shuffle.concurrently(lambda f: f.rows(params, cuts, lo, hi), files, threads) if t is not None]
                 if parts:
                     table = pa.concat_tables(parts, promote_options="default")
                     writer.add(table, b1)

@@ -160,43 +160,63 @@ class BlockWriter:
         self.handle.write(np.append(self.offsets, np.uint64(self.blocks)).astype("<u8").tobytes())
 
 
-def read_blocks(uris: Iterable[str], block: int, schema: pa.Schema) -> pa.Table:
-    """Block ``block`` of each of the :func:`write_blocks` files ``uris``, as one table."""
-    return read_block_spans(uris, [(block, block + 1)], schema)
+def read_blocks(uris: Iterable[str], block: int, schema: pa.Schema, blocks: int | None = None) -> pa.Table:
+    """Block ``block`` of each of the :func:`write_blocks` files ``uris`` (of ``blocks`` blocks
+    each, where known), as one table."""
+    return read_block_spans(uris, [(block, block + 1)], schema, blocks)
 
 
 def read_block_spans(uris: Iterable[str], spans: Sequence[tuple[int, int]], schema: pa.Schema, blocks: int | None = None) -> pa.Table:
     """Blocks ``b0 <= b < b1`` of each span ``(b0, b1)`` (sorted, disjoint) of each of the
-    :func:`write_blocks` files ``uris``, as one table: per file and span one read of the span's
-    offsets and one of its bytes. ``blocks``: how many blocks every file must hold (a file cut
-    otherwise, e.g. left by a run with other task sizes, is an error, not wrong rows)."""
+    :func:`write_blocks` files ``uris``, as one table: per file one read of its tail (the block
+    count and offsets) and one of each span's bytes. ``blocks``: how many blocks every file must
+    hold (a file cut otherwise, e.g. left by a run with other task sizes, is an error, not wrong rows)."""
     spans = [(int(a), int(b)) for a, b in spans if b > a]
 
     def read(uri: str) -> list[pa.Table]:
         fs, path = storage.filesystem(uri)
         with fs.open(path, "rb") as handle:
-            count = _block_count(handle)
-            if blocks is not None and count != blocks:
-                raise ValueError(f"{uri} holds {count} blocks where its readers expect {blocks}: it was written at other cuts; remove the run's _work folder and rerun")
-            return _read_spans(handle, uri, count, spans)
+            offsets = block_offsets(handle, blocks)
+            if blocks is not None and offsets.size - 1 != blocks:
+                raise ValueError(f"{uri} holds {offsets.size - 1} blocks where its readers expect {blocks}: it was written at other cuts; remove the run's _work folder and rerun")
+            return read_open_spans(handle, uri, offsets, spans)
 
     files = list(uris) if spans else []
     pieces = [piece for part in concurrently(read, files, read_threads(files)) for piece in part]
     return pa.concat_tables(pieces) if pieces else schema.empty_table()
 
 
-def _read_spans(handle: Any, uri: str, count: int, spans: Sequence[tuple[int, int]], known: np.ndarray | None = None) -> list[pa.Table]:
-    """The non-empty blocks of ``spans`` of an open block file of ``count`` blocks (``known``:
-    all its block offsets, read before: no read of them per span)."""
+FOOTER_BYTES = 64 << 10  # the tail read of a block file whose block count the reader does not know
+
+
+def block_offsets(handle: Any, blocks: int | None = None) -> np.ndarray:
+    """The ``count + 1`` block offsets of an open :func:`write_blocks` file, in one read of its
+    tail: exactly the offsets and count where the reader knows ``blocks`` (a count that
+    differs is read again, for the check that follows), else the last :data:`FOOTER_BYTES` (a
+    second read only where the offsets outgrow them; a file this small is read whole)."""
+    size = handle.seek(0, 2)
+    tail = min(size, 8 * (blocks + 2) if blocks is not None else FOOTER_BYTES)
+    handle.seek(size - tail)
+    data = handle.read(tail)
+    count = int(np.frombuffer(data[-8:], "<u8")[0])
+    need = 8 * (count + 2)
+    if need > size:
+        raise ValueError(f"{getattr(handle, 'path', handle)} is no block file: its last 8 bytes count {count} blocks, more than its {size} bytes hold")
+    if need > tail or (blocks is not None and need != tail):
+        handle.seek(size - need)
+        data = handle.read(need)
+    return np.frombuffer(data[len(data) - need : len(data) - 8], "<u8").astype(np.int64)
+
+
+def read_open_spans(handle: Any, uri: str, known: np.ndarray, spans: Sequence[tuple[int, int]]) -> list[pa.Table]:
+    """The non-empty blocks of ``spans`` of a block file open as ``handle`` whose block offsets
+    (``known``, :func:`block_offsets`) were read before: one read of each span's bytes."""
+    count = known.size - 1
     pieces = []
     for b0, b1 in spans:
         if not 0 <= b0 < b1 <= count:
             raise ValueError(f"{uri} holds {count} blocks, not blocks {b0}..{b1 - 1}")
-        if known is not None:
-            offsets = known[b0 : b1 + 1]
-        else:
-            handle.seek(-8 * (count + 2) + 8 * b0, 2)
-            offsets = np.frombuffer(handle.read(8 * (b1 - b0 + 1)), "<u8").astype(np.int64)
+        offsets = known[b0 : b1 + 1]
         if offsets[-1] == offsets[0]:
             continue
         handle.seek(int(offsets[0]))
@@ -207,20 +227,13 @@ def _read_spans(handle: Any, uri: str, count: int, spans: Sequence[tuple[int, in
     return pieces
 
 
-def read_known_spans(uri: str, offsets: np.ndarray, spans: Sequence[tuple[int, int]]) -> list[pa.Table]:
-    """The non-empty blocks of ``spans`` of a block file whose block offsets (``count + 1``) are known."""
-    fs, path = storage.filesystem(uri)
-    with fs.open(path, "rb") as handle:
-        return _read_spans(handle, uri, offsets.size - 1, spans, offsets)
-
-
 def _read_counted(uri: str, schema: pa.Schema, spans_of: Any) -> pa.Table:
     """Blocks of one block file whose spans follow from its block count (``spans_of(count)``),
     read through one open file."""
     fs, path = storage.filesystem(uri)
     with fs.open(path, "rb") as handle:
-        count = _block_count(handle)
-        pieces = _read_spans(handle, uri, count, [(a, b) for a, b in spans_of(count) if b > a])
+        offsets = block_offsets(handle)
+        pieces = read_open_spans(handle, uri, offsets, [(a, b) for a, b in spans_of(offsets.size - 1) if b > a])
     return pa.concat_tables(pieces) if pieces else schema.empty_table()
 
 
@@ -264,12 +277,6 @@ def write_keyed(table: pa.Table, uri: str, readers: int) -> int:
     return write_blocks(table, uri, cuts=partition_cuts(equal_blocks(table.num_rows, readers)))
 
 
-def _block_count(handle: Any) -> int:
-    """The number of blocks of an open :func:`write_blocks` file (its last 8 bytes)."""
-    handle.seek(-8, 2)
-    return int(np.frombuffer(handle.read(8), "<u8")[0])
-
-
 SCAN_BYTES = 64 << 20  # a block scan reads at most this many bytes of consecutive blocks at a time
 
 
@@ -279,9 +286,8 @@ def scan_blocks(uri: str, keys: np.ndarray, max_bytes: int = SCAN_BYTES) -> Iter
     and per table: a whole-file scan holds one run."""
     fs, path = storage.filesystem(uri)
     with fs.open(path, "rb") as handle:
-        count = _block_count(handle)
-        handle.seek(-8 * (count + 2), 2)
-        offsets = np.frombuffer(handle.read(8 * (count + 1)), "<u8").astype(np.int64)
+        offsets = block_offsets(handle)
+        count = offsets.size - 1
         blocks = np.unique(np.searchsorted(partition_cuts(count), np.asarray(keys).astype(np.uint64), side="right") - 1)
         blocks = blocks[(blocks >= 0) & (blocks < count)]
         blocks = blocks[offsets[blocks + 1] > offsets[blocks]].tolist()
@@ -434,28 +440,54 @@ def copy_file(source_uri: str, target_uri: str) -> None:
             dst.write(chunk)
 
 
+def open_reads(uri: str, read_ahead: int) -> Any:
+    """``uri`` opened for reading by one task for its life: its reads in file order are served
+    by one read-ahead of ``read_ahead`` bytes (a request per ``read_ahead`` bytes read, not one
+    open, size and fetch per read); the caller keeps ``read_ahead`` x its open files inside its
+    memory budget."""
+    fs, path = storage.filesystem(uri)
+    return fs.open(path, "rb", block_size=max(MIN_READ_AHEAD, int(read_ahead)), cache_type="readahead")
+
+
+MIN_READ_AHEAD = 64 << 10  # a read-ahead under this saves little memory and costs a request per few row groups
+
+
 class SliceReader:
     """Slices of files sorted by (``key``, ``column``), read many times by one task (a streamed
-    cluster, batch by batch): each file's footer is read once, concurrently, when the reader is
-    made; a slice then opens only the files whose row-group statistics overlap it, concurrently,
-    and reads only those row groups. Requests per slice follow the row groups it needs, not the
-    files it could be in."""
+    cluster, batch by batch): each file is opened once, when the reader is made, its footer read
+    then (concurrently), and kept open until :meth:`close`; a slice reads, concurrently, only the
+    row groups of the files whose statistics overlap it, through their open handles. A cluster's
+    batches lie in file order, so the handles' read-ahead (``budget_bytes`` shared by the files)
+    serves most of them: requests follow the bytes read, not the batches."""
 
-    def __init__(self, uris: Iterable[str], column: str, columns: Sequence[str]) -> None:
+    def __init__(self, uris: Iterable[str], column: str, columns: Sequence[str], budget_bytes: int = 64 << 20) -> None:
         self.uris = list(uris)
         self.column = column
         self.columns = list(dict.fromkeys(["key", column, *columns]))
         self.threads = read_threads(self.uris)
+        self.read_ahead = int(budget_bytes) // max(1, len(self.uris))
+        self.handles: list[Any] = []
         self.footers = concurrently(self._footer, self.uris, self.threads)
 
-    def _footer(self, uri: str) -> tuple[Any, int, int]:
-        fs, path = storage.filesystem(uri)
-        with fs.open(path, "rb") as handle:
-            reader = pq.ParquetFile(handle)
-            return reader.metadata, reader.schema_arrow.get_field_index("key"), reader.schema_arrow.get_field_index(self.column)
+    def _footer(self, uri: str) -> tuple[Any, int, int, Any]:
+        handle = open_reads(uri, self.read_ahead)
+        self.handles.append(handle)
+        reader = pq.ParquetFile(handle)
+        return reader.metadata, reader.schema_arrow.get_field_index("key"), reader.schema_arrow.get_field_index(self.column), reader
 
-    def _groups(self, footer: tuple[Any, int, int], key: int, lo: int, hi: int) -> list[int]:
-        meta, k_col, c_col = footer
+    def close(self) -> None:
+        for handle in self.handles:
+            handle.close()
+        self.handles = []
+
+    def __enter__(self) -> SliceReader:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _groups(self, footer: tuple[Any, int, int, Any], key: int, lo: int, hi: int) -> list[int]:
+        meta, k_col, c_col, _ = footer
         groups = []
         for g in range(meta.num_row_groups):
             group = meta.row_group(g)
@@ -469,16 +501,14 @@ class SliceReader:
             groups.append(g)
         return groups
 
-    def _read(self, uri: str, footer: tuple[Any, int, int], groups: list[int], key: int, lo: int, hi: int) -> pa.Table:
-        fs, path = storage.filesystem(uri)
-        with fs.open(path, "rb") as handle:
-            table = pq.ParquetFile(handle, metadata=footer[0]).read_row_groups(groups, columns=self.columns)
+    def _read(self, footer: tuple[Any, int, int, Any], groups: list[int], key: int, lo: int, hi: int) -> pa.Table:
+        table = footer[3].read_row_groups(groups, columns=self.columns, use_threads=False)
         k, c = table.column("key").to_numpy(), table.column(self.column).to_numpy()
         return table.filter(pa.array((k == key) & (c >= lo) & (c < hi)))
 
     def read(self, key: int, lo: int, hi: int) -> pa.Table:
         """Rows with ``key == key`` and ``lo <= column < hi``, in file order."""
-        wanted = [(uri, footer, groups) for uri, footer in zip(self.uris, self.footers) if (groups := self._groups(footer, key, lo, hi))]
+        wanted = [(footer, groups) for footer in self.footers if (groups := self._groups(footer, key, lo, hi))]
         pieces = [t for t in concurrently(lambda item: self._read(*item, key, lo, hi), wanted, self.threads) if t.num_rows]
         if pieces:
             return pa.concat_tables(pieces)

@@ -75,7 +75,7 @@ def _pieces(inputs: Sequence[str], params: RoundParams) -> Iterator[tuple[np.nda
     for i in range(0, len(inputs), step):
         chunk = inputs[i : i + step]
         if params.from_blocks:
-            table = shuffle.read_blocks(chunk, params.partition, EDGE_SCHEMA)
+            table = shuffle.read_blocks(chunk, params.partition, EDGE_SCHEMA, params.partitions)
         else:
             table = shuffle.read_range(chunk, *params.bounds[params.partition], ["a", "b"], EDGE_SCHEMA)
         a, b = table.column("a").to_numpy(), table.column("b").to_numpy()

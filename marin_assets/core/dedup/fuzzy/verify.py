@@ -150,17 +150,18 @@ def _verify_clusters(todo: pl.DataFrame, params: VerifyParams, text_of: Mapping[
     starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
     ends = np.append(starts[1:], labels.size)
     members = _Members(todo["id"].to_list(), todo["rank"].to_list(), todo["chars"].to_list(), todo["node"].to_list(), labels)
-    texts = shuffle.SliceReader(streamed_files, "pos", ["node", "text"]) if big else None  # footers read once per task
-    for s, e, ckey in zip(starts.tolist(), ends.tolist(), shuffle.hash_keys(labels[starts]).tolist()):
-        streamed = ckey in big
-        found.count("verified_clusters")
-        found.count("verified_members", e - s)
-        found.count("streamed_clusters", streamed)
-        if streamed:
-            batches = (_read_batch(texts, ckey, a - s, b - s, members.nodes[a:b]) for a, b in _batches(members.chars, s, e, params))
-        else:
-            batches = ([text_of.get(members.nodes[i]) for i in range(a, b)] for a, b in _batches(members.chars, s, e, params))
-        _verify_cluster(members, s, e, batches, params, exempt, found)
+    # the streamed files opened once per task, their read-ahead within a held cluster's text
+    with shuffle.SliceReader(streamed_files if big else (), "pos", ["node", "text"], params.stream_chars) as texts:
+        for s, e, ckey in zip(starts.tolist(), ends.tolist(), shuffle.hash_keys(labels[starts]).tolist()):
+            streamed = ckey in big
+            found.count("verified_clusters")
+            found.count("verified_members", e - s)
+            found.count("streamed_clusters", streamed)
+            if streamed:
+                batches = (_read_batch(texts, ckey, a - s, b - s, members.nodes[a:b]) for a, b in _batches(members.chars, s, e, params))
+            else:
+                batches = ([text_of.get(members.nodes[i]) for i in range(a, b)] for a, b in _batches(members.chars, s, e, params))
+            _verify_cluster(members, s, e, batches, params, exempt, found)
 
 
 @dataclasses.dataclass(frozen=True)
