@@ -108,7 +108,9 @@ def connected_components(
     def step(inputs: Sequence[str], folder: str, mode: str, blocks: bool) -> list[ShardResult]:
         # the round files are cut at the partitions' bounds: merged ones too (a task reads its
         # block of each); one input fewer than the bound: a slice task reads its node table too
+        given = tuple(inputs)
         inputs = merged(inputs, storage.join(work, "cc", storage.basename(folder) + "-in"), partitions, max(2, max_inputs - 1))
+        blocks = blocks or inputs != given  # merged files are cut at the partitions: a task reads its block of each
         name = shuffle.block_name if mode != "labels" or label_cuts else storage.shard_name
         params = [RoundParams(p, partitions, mode, blocks, label_cuts, max_rows=max_rows) for p in range(partitions)]
         results = run([ShardTask(star_round, inputs, storage.join(folder, name(p, partitions)), params[p]) for p in range(partitions)])

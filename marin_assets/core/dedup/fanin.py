@@ -5,8 +5,9 @@ writers, M files per task (at production counts tens of thousands). Where M is a
 bound, merge tasks combine the files in groups of at most the bound into one file each, cut
 like the files they merge, until at most the bound remain (one level per factor of the bound:
 ~25,000 map files are one level at 1,024). A merge task holds one span of blocks of its group
-at a time (about ``budget_bytes``), reads the group's files concurrently, and writes its file
-through a local spool. Readers then read the merged files exactly as they read the originals.
+at a time (about ``budget_bytes``), reads the group's files concurrently, each opened once for
+the task (its spans, in key order, from one read-ahead of ``budget_bytes`` / inputs), and writes
+its file through a local spool. Readers then read the merged files exactly as they read the originals.
 """
 
 from __future__ import annotations
