@@ -16,7 +16,7 @@ import hashlib
 import os
 import tempfile
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import pyarrow as pa
@@ -480,10 +480,10 @@ class SliceReader:
             handle.close()
         self.handles = []
 
-    def __enter__(self) -> SliceReader:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _groups(self, footer: tuple[Any, int, int, Any], key: int, lo: int, hi: int) -> list[int]:

@@ -150,8 +150,8 @@ def _verify_clusters(todo: pl.DataFrame, params: VerifyParams, text_of: Mapping[
     starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
     ends = np.append(starts[1:], labels.size)
     members = _Members(todo["id"].to_list(), todo["rank"].to_list(), todo["chars"].to_list(), todo["node"].to_list(), labels)
-    # the streamed files opened once per task, their read-ahead within a held cluster's text
-    with shuffle.SliceReader(streamed_files if big else (), "pos", ["node", "text"], params.stream_chars) as texts:
+    # the streamed files opened once per task, their read-aheads together about one batch's text
+    with shuffle.SliceReader(streamed_files if big else (), "pos", ["node", "text"], params.batch_chars) as texts:
         for s, e, ckey in zip(starts.tolist(), ends.tolist(), shuffle.hash_keys(labels[starts]).tolist()):
             streamed = ckey in big
             found.count("verified_clusters")
