@@ -163,7 +163,7 @@ def test_sample_follows_quotas_and_per_shard_seeds(tmp_path):
     assert not np.array_equal(reseeded.ids, sample.ids)
     assert np.array_equal(np.sort(reseeded.source), np.sort(sample.source))
 
-    train = topics.training_rows(sample, 30, seed=42)
+    train = topics.training_rows(sample.source, 30, seed=42)
     assert len(train) == 30 and set(sample.source[train].tolist()) == {0, 1, 2}
 
 
