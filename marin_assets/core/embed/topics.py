@@ -212,11 +212,10 @@ class EmbeddingSample:
         return len(self.row)
 
 
-def float32_batches(vectors: np.ndarray, batch_rows: int, rows: np.ndarray | None = None):
-    """float32 batches of ``vectors`` (or of its ``rows``), so memory stays bounded."""
-    rows = np.arange(len(vectors)) if rows is None else rows
-    for start in range(0, len(rows), batch_rows):
-        yield np.ascontiguousarray(vectors[rows[start : start + batch_rows]], dtype=np.float32)
+def float32_batches(vectors: np.ndarray, batch_rows: int):
+    """float32 batches of ``vectors``, so memory stays bounded."""
+    for start in range(0, len(vectors), batch_rows):
+        yield np.ascontiguousarray(vectors[start : start + batch_rows], dtype=np.float32)
 
 
 SHARDS_PER_SAMPLE_TASK = 128  # a sample task's spec names its shards: ~15 KiB
@@ -358,8 +357,9 @@ def draw_sample(plan: SamplePlan, seed: int, runner: Any, work_uri: str) -> list
 
 
 def sample_embeddings(sources: Sequence[SourceShards], params: TopicParams, runner: Any = None, work_uri: str = "") -> EmbeddingSample:
-    """The whole training sample in this process (the fit task's view of it, with where each row
-    came from): drawn by tasks on ``runner`` (in this process when None), then read."""
+    """The whole training sample in this process, with where each row came from (tests and
+    benchmarks; the step never holds it): drawn by tasks on ``runner`` (in this process when
+    None), then read."""
     from marin_assets.core.runtime.runner import ShardRunner  # noqa: PLC0415
 
     plan = plan_sample(sources, params)
