@@ -1,7 +1,9 @@
 """`make rehearse`, the global stages: each one's step code at the full pool's counts inside a real
 Dagster step, its tasks answered by a dry runner (``bench/rehearse_kit.py``) with the counters such
-a task returns, and the small metadata the step reads back (per-shard manifests, sample parts)
-written where the step looks for it, uncounted, as the upstream steps and the tasks would write it.
+a task returns, and the small metadata the step reads back (per-shard manifests, the topic fit
+task's output) written where the step looks for it, uncounted, as the upstream steps and the tasks
+would write it. One task is run for real: topic_model's fit (``measure_fit``), which holds the
+sample, at two reduced sample sizes of the production dimension, projected to the pool's sample.
 """
 
 from __future__ import annotations
@@ -115,8 +117,8 @@ def rehearse_exact(root: str, sources: list[SourceSize], instance: dg.DagsterIns
 
 
 def sample_answer(task: ShardTask) -> dict[str, Any]:
-    """topic_model's sample tasks and the tasks that put their parts together: the rows they
-    return; nothing is written (the fit task that would read the parts is answered too)."""
+    """topic_model's sample tasks: the rows they return. Nothing is written: only the fit task
+    reads the parts, and it is answered too (the step reads no count from the combining tasks)."""
     if task.fn is topics.concat_sample_parts:
         return {"rows": 0}
     return {"rows": sum(p[2] for p in task.params.picks)}
