@@ -96,15 +96,23 @@ class TopicParams:
     label_excerpts: int = 5
     excerpt_chars: int = 500
     batch_rows: int = 4_096
-    # The fit task's reservation (no part of the model): 10^7 x 1024 float16 sample rows (19 GiB),
-    # the float32 training subset (k_fine x 512 x 1024: 10 GiB), ids and rows (0.4 GiB), with room
-    # (make rehearse measures it); its CPUs assign the sample to the fine centroids (k-means: ``threads``).
+    # The fit task's reservation for a full sample of 1,024 dimensions (no part of the model):
+    # 10^7 float16 rows (19 GiB), the float32 training subset (k_fine x 512 rows: 10 GiB), ids and
+    # rows (0.4 GiB), with room (make rehearse measures it: ~29 GiB); its CPUs assign the sample to
+    # the fine centroids (k-means: ``threads``).
     fit_memory_bytes: int = 40 << 30
     fit_cpus: float = 16.0
 
     def model_params(self) -> dict[str, Any]:
         """What decides the model (its fingerprint, its ``topics.json``): all but the fit's reservation."""
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("fit_memory_bytes", "fit_cpus")}
+
+    def fit_reservation(self, rows: int) -> tuple[float, int]:
+        """(CPUs, memory bytes) the fit task reserves for a sample of ``rows``: the configured ones
+        at ``sample_size`` rows, in proportion below it (at least 1 CPU and 1 GiB), so a small
+        corpus on a small Ray (``local``) is not a task no node can take."""
+        share = min(1.0, rows / self.sample_size)
+        return max(1.0, round(self.fit_cpus * share)), max(1 << 30, int(self.fit_memory_bytes * share))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1013,7 +1021,7 @@ def read_fit(uri: str, plan: SamplePlan) -> tuple[TopicModel, LabelRows]:
 
 def train_topic_model(sources: Sequence[SourceShards], output_uri: str, params: TopicParams, runner: Any = None) -> dict[str, Any]:
     """Sample (by shard tasks on ``runner``, in this process when None), fit (one task that holds
-    the sample, reserving ``fit_memory_bytes`` and ``fit_cpus``), label (texts read by tasks) and
+    the sample, reserving ``fit_reservation``), label (texts read by tasks) and
     save the topic model under ``output_uri``; returns training stats. This process holds the
     label rows, never the sample's rows.
 
@@ -1028,8 +1036,9 @@ def train_topic_model(sources: Sequence[SourceShards], output_uri: str, params: 
     parts = draw_sample(plan, params.seed, runner, sample_work)
     source_rows = plan.source_rows()
     stats = {"sample_seconds": round(time.perf_counter() - started, 3), "sample_rows_per_source": dict(zip([s.source for s in sources], source_rows))}
+    cpus, memory = params.fit_reservation(plan.rows)
     fit = ShardTask(fit_topics, tuple(parts), storage.join(fit_work, "fit"), FitParams(params, plan.rows, tuple(source_rows)),
-                    TaskResources(cpus=params.fit_cpus, memory_bytes=params.fit_memory_bytes))  # fmt: skip
+                    TaskResources(cpus=cpus, memory_bytes=memory))  # fmt: skip
     stats.update(runner.map([fit])[0].stats)
     model, labels = read_fit(fit.output, plan)
     started = time.perf_counter()
