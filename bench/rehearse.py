@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import rehearse_global, rehearse_tasks, slow_store
 from bench.harness import MIB, pick
-from bench.rehearse_global import per_shard_output, sample_answer, uncounted
+from bench.rehearse_global import per_shard_output
 from bench.rehearse_kit import (
     DOCS_PER_SHARD,
     FILE_BYTES,
@@ -60,7 +60,7 @@ from bench.rehearse_kit import (
 )  # fmt: skip
 from marin_assets.core import specs
 from marin_assets.core.dedup import minhash
-from marin_assets.core.embed import quality, topics
+from marin_assets.core.embed import quality
 from marin_assets.core.ingest import normalize
 from marin_assets.core.pool import curated as pool
 from marin_assets.core.runtime import stages, storage
@@ -189,20 +189,6 @@ def rehearse_quality_bands(root: str, sources: list[SourceSize], instance: dg.Da
 
     with mock.patch.object(quality.ScoreHistogram, "load", load):
         global_step(instance, specs.QUALITY_BANDS.name, body, seen)
-    return seen
-
-
-def rehearse_topic_sample(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
-    """topic_model's sample of 10^7 rows: shards and quotas from the embeddings manifests (the
-    embedding tasks' row counts), rows drawn by tasks, their parts put together by tasks."""
-    seen = {"tasks": 0, "spec": 0, "inputs": 0}
-    embedded = {src.name: per_shard_output(root, specs.EMBEDDINGS.name, src) for src in sources}
-
-    def body(context: Any) -> None:
-        shards = rehearse_global.embedded_sources(embedded, root)
-        topics.sample_embeddings(shards, topics.TopicParams(), DryRunner(uncounted(sample_answer), seen, progress=step_progress()), f"{root}/topic_model/_sample")
-
-    global_step(instance, specs.TOPIC_MODEL.name, body, seen)
     return seen
 
 
@@ -337,7 +323,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rehearse-") as tmp, dg.DagsterInstance.ephemeral() as instance:
         root = f"{slow_store.PROTOCOL}://{tmp}"
         drivers = {"normalize": rehearse_normalize(root, sources, instance), "per_shard_map": rehearse_per_shard(root, sources, instance),
-                   "quality_bands": rehearse_quality_bands(root, sources, instance), "topic_model sample": rehearse_topic_sample(root, sources, instance),
+                   "quality_bands": rehearse_quality_bands(root, sources, instance),
                    "pool compaction (largest source)": rehearse_compaction(root, sources[0], instance)}
         drivers |= rehearse_global.rehearse_global_stages(root, sources, instance)
         for stage, seen in drivers.items():
@@ -345,6 +331,7 @@ def main() -> int:
         event_log_before_after(root, SourceSize("probe", pick(2000, 500)), instance)
         for stage, why in rehearse_global.NOT_MEASURED.items():
             print(f"rehearse driver {stage}: not measured ({why})", flush=True)
+        ok &= rehearse_global.measure_fit(Path(tmp))
         scales = pick([1, 4, 16], [1, 4])
         runs = {s: normalize_at(Path(tmp), s) for s in scales}
     ok &= print_normalize_tasks(runs, drivers["normalize"]["levels"])

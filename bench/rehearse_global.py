@@ -1,7 +1,9 @@
 """`make rehearse`, the global stages: each one's step code at the full pool's counts inside a real
 Dagster step, its tasks answered by a dry runner (``bench/rehearse_kit.py``) with the counters such
-a task returns, and the small metadata the step reads back (per-shard manifests, sample parts)
-written where the step looks for it, uncounted, as the upstream steps and the tasks would write it.
+a task returns, and the small metadata the step reads back (per-shard manifests, the topic fit
+task's output) written where the step looks for it, uncounted, as the upstream steps and the tasks
+would write it. One task is run for real: topic_model's fit (``measure_fit``), which holds the
+sample, at two reduced sample sizes of the production dimension, projected to the pool's sample.
 """
 
 from __future__ import annotations
@@ -11,6 +13,11 @@ import dataclasses
 import gc
 import io
 import json
+import math
+import os
+import pickle
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench import slow_store
+from bench.harness import MIB
 from bench.rehearse_kit import (
     DOCS_PER_SHARD,
     SHARD_BYTES,
@@ -36,7 +44,7 @@ from marin_assets.core.embed import quality, topics
 from marin_assets.core.mixture import swarm
 from marin_assets.core.pool import curated, groups
 from marin_assets.core.runtime import stages, storage
-from marin_assets.core.runtime.runner import ShardTask
+from marin_assets.core.runtime.runner import WORKER_ENV, ShardTask
 from marin_assets.defs.ray import step_progress
 
 
@@ -109,15 +117,31 @@ def rehearse_exact(root: str, sources: list[SourceSize], instance: dg.DagsterIns
 
 
 def sample_answer(task: ShardTask) -> dict[str, Any]:
-    """topic_model's sample tasks: a part as a sample task writes it (1-dim vectors, empty ids),
-    and the real task that puts parts together."""
+    """topic_model's sample tasks: the rows they return. Nothing is written: only the fit task
+    reads the parts, and it is answered too (the step reads no count from the combining tasks)."""
     if task.fn is topics.concat_sample_parts:
-        return topics.concat_sample_parts(list(task.inputs), task.output)
-    q = sum(p[2] for p in task.params.picks)
+        return {"rows": 0}
+    return {"rows": sum(p[2] for p in task.params.picks)}
+
+
+def fit_answer(task: ShardTask) -> dict[str, Any]:
+    """The fit task's output at the pool's counts, as the step reads it back: the model's arrays
+    (5,000 fine centroids of 1,024 dimensions in 40 topics) and 10^5 + 200 label rows (their
+    numbers among the 10^7, topics, ids, rows in their shards, each topic's 5 nearest); its stats."""
+    p, n = task.params.topic, task.params.rows
+    rng = np.random.default_rng(0)
+    centroids = rng.normal(size=(p.k_fine, 1024)).astype(np.float32)
+    fine_to_topic = (np.arange(p.k_fine) % p.n_topics).astype(np.int16)
+    model = topics.TopicModel(centroids / np.linalg.norm(centroids, axis=1, keepdims=True), fine_to_topic, np.full(p.k_fine, n // p.k_fine), [], {})
+    topics.save_topic_arrays(model, task.output)
+    near = p.n_topics * p.label_excerpts
+    index = np.sort(rng.choice(n, p.label_sample_size + near, replace=False))
     buf = io.BytesIO()
-    np.savez(buf, vectors=np.ones((q, 1), np.float16), ids=np.zeros(q, "S32"), rows=np.zeros(q, np.int64))
-    local_path(task.output).write_bytes(buf.getvalue())
-    return {"rows": q}
+    np.savez(buf, index=index, topic=rng.integers(0, p.n_topics, len(index)), ids=np.array([b"%032x" % i for i in index.tolist()], "S32"),
+             rows=rng.integers(0, DOCS_PER_SHARD, len(index)), nearest=rng.choice(index, near, replace=False),
+             nearest_counts=np.full(p.n_topics, p.label_excerpts))  # fmt: skip
+    storage.write_bytes(storage.join(task.output, topics.LABEL_ROWS), buf.getvalue())
+    return {"sample_rows": n, "method": p.method, "train_rows": p.k_fine * p.points_per_centroid, "k_fine": p.k_fine, "n_topics": p.n_topics}
 
 
 def embedded_sources(embedded: dict[str, stages.StageInput], root: str) -> list[topics.SourceShards]:
@@ -141,23 +165,27 @@ def text_answer(task: ShardTask) -> dict[str, Any]:
     return {"rows": len(texts)}
 
 
-def rehearse_topic_labels(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
-    """topic_model's labels on the full pool's sample (drawn before the step, as the sample row
-    measures it): c-TF-IDF over 10^5 sample texts plus each topic's nearest excerpts, the texts
-    read by tasks from the ~10^5 normalized shards that hold them. The fit itself (k-means on the
-    sample) is the step's own CPU, sized by its pod, and is not run here."""
+def topic_model_answer(task: ShardTask) -> dict[str, Any]:
+    if task.fn in (topics.sample_shards, topics.concat_sample_parts):
+        return sample_answer(task)
+    return fit_answer(task) if task.fn is topics.fit_topics else text_answer(task)
+
+
+def rehearse_topic_model(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
+    """topic_model as its step runs it: the current embeddings and normalized outputs found, the
+    shards and the sample's quotas from the embeddings manifests, the 10^7 rows drawn by tasks and
+    their parts put together by tasks, the fit task (which holds the sample: ``measure_fit``), its
+    model and 10^5 label rows read back, their texts read by tasks from the ~10^5 normalized shards
+    that hold them, c-TF-IDF over them, the model saved."""
     seen = {"tasks": 0, "spec": 0, "inputs": 0}
-    params = topics.TopicParams()
     embedded = {src.name: per_shard_output(root, specs.EMBEDDINGS.name, src) for src in sources}
-    shards = embedded_sources(embedded, root)
-    sample = topics.sample_embeddings(shards, params, DryRunner(uncounted(sample_answer), {"tasks": 0, "spec": 0, "inputs": 0}), f"{root}/labels/_sample")
-    n_topics = params.n_topics
-    model = topics.TopicModel(np.ones((n_topics, 1), np.float32), np.arange(n_topics, dtype=np.int16), np.ones(n_topics, np.int64), [], {})
-    topic_of_row = np.random.default_rng(0).integers(0, n_topics, len(sample))
 
     def body(context: Any) -> None:
-        runner = DryRunner(uncounted(text_answer), seen, progress=step_progress())
-        topics.label_topics(sample, topic_of_row, model, params, runner, f"{root}/labels/_texts")
+        find_current_outputs(sources)  # embeddings, then normalized
+        find_current_outputs(sources)
+        runner = DryRunner(uncounted(topic_model_answer), seen, progress=step_progress())
+        stats = topics.train_topic_model(embedded_sources(embedded, root), f"{root}/topic_model", topics.TopicParams(), runner)
+        assert sum(stats["sample_rows_per_source"].values()) == topics.TopicParams().sample_size
 
     global_step(instance, specs.TOPIC_MODEL.name, body, seen)
     return seen
@@ -356,9 +384,66 @@ def rehearse_fuzzy(root: str, sources: list[SourceSize], instance: dg.DagsterIns
     return seen
 
 
-NOT_MEASURED = {
-    "topic_model fit": "the step's own k-means over the sample: CPU and memory sized by its pod, no tasks, no requests",
-}
+FIT_ROWS = (40_000, 160_000)  # the fit task measured at 1/250 and 1/62.5 of the pool's sample
+FIT_PARTS = 46  # the pool's sample reaches the fit task in ~46 combined parts
+FIT_CHILD = """
+import json, pickle, sys
+from marin_assets.core.runtime.runner import _run_in_worker
+result = _run_in_worker(pickle.loads(open(sys.argv[1], "rb").read()))
+print(json.dumps({"peak": result.peak_rss_bytes, "cpu": result.cpu_seconds, "seconds": result.seconds, "stats": result.stats}))
+"""
+
+
+def fit_task_at(work: Path, rows: int) -> ShardTask:
+    """The fit task on ``rows`` sample rows of 1,024 dimensions (clustered unit vectors, float16)
+    in ``FIT_PARTS`` parts over 146 sources, ``k_fine`` and the label rows scaled with the rows
+    (the training subset stays k_fine x 512 = 25.6% of the sample) and 10 topics (fewer fine
+    centroids than the 40 topics would make the rows themselves the centroids)."""
+    full = topics.TopicParams()
+    params = dataclasses.replace(full, sample_size=rows, k_fine=rows * full.k_fine // full.sample_size, n_topics=10,
+                                 label_sample_size=rows * full.label_sample_size // full.sample_size)  # fmt: skip
+    rng = np.random.default_rng(rows)
+    directions = rng.normal(size=(200, 1024)).astype(np.float32)
+    parts = []
+    for k, n in enumerate(len(p) for p in np.array_split(np.arange(rows), FIT_PARTS)):
+        x = directions[rng.integers(0, 200, n)] + rng.normal(scale=0.8, size=(n, 1024)).astype(np.float32)
+        buf = io.BytesIO()
+        np.savez(buf, vectors=(x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float16),
+                 ids=np.array([b"%032x" % i for i in range(n)], "S32"), rows=np.arange(n, dtype=np.int64))  # fmt: skip
+        parts.append(str(work / f"fit-{rows}" / f"part-{k:06d}.npz"))
+        storage.write_bytes(parts[-1], buf.getvalue())
+    source_rows = tuple(len(p) for p in np.array_split(np.arange(rows), 146))
+    return ShardTask(topics.fit_topics, tuple(parts), str(work / f"fit-{rows}" / "fit"), topics.FitParams(params, rows, source_rows))
+
+
+def measure_fit(work: Path) -> bool:
+    """The fit task for real (FAISS k-means, coarsening, the label rows) at ``FIT_ROWS``, each in a
+    fresh process with a Ray worker's environment: its peak (VmHWM) and CPU, and both projected to
+    the pool's 10^7 rows against the task's reservation (``TopicParams.fit_memory_bytes``)."""
+    measured = {}
+    for rows in FIT_ROWS:
+        task_file = work / f"fit-{rows}.pickle"
+        task_file.write_bytes(pickle.dumps(fit_task_at(work, rows)))
+        env = {**os.environ, **WORKER_ENV, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        done = subprocess.run([sys.executable, "-c", FIT_CHILD, str(task_file)], env=env, check=True, capture_output=True, text=True)
+        measured[rows] = json.loads(done.stdout.strip().splitlines()[-1])
+        m, stats = measured[rows], measured[rows]["stats"]
+        print(f"rehearse task topic_model fit: {rows:,} rows x 1,024 dimensions ({stats['k_fine']} fine centroids, {stats['train_rows']:,} training rows, "
+              f"{stats['n_topics']} topics): peak {m['peak'] / MIB:,.0f} MiB, CPU {m['cpu']:.1f} s ({m['seconds']:.1f} s wall)", flush=True)  # fmt: skip
+    (small, a), (large, b) = sorted(measured.items())
+    per_row = (b["peak"] - a["peak"]) / (large - small)
+    full = topics.TopicParams()
+    peak = b["peak"] + per_row * (full.sample_size - large)
+    exponent = math.log(b["cpu"] / a["cpu"]) / math.log(large / small)
+    cpu_hours = b["cpu"] * (full.sample_size / large) ** 2 / 3600
+    ok = peak <= full.fit_memory_bytes
+    print(f"rehearse task topic_model fit at {full.sample_size:,} rows x 1,024 (projected: {per_row:,.0f} bytes a row from {small:,} to {large:,} rows): "
+          f"peak {peak / 2**30:.1f} GiB, its reservation {full.fit_memory_bytes / 2**30:.0f} GiB {'PASS' if ok else 'MISS'}; CPU {cpu_hours:,.0f} CPU-hours "
+          f"(projected as training rows x fine centroids, (10^7 / {large:,})^2; measured growth n^{exponent:.2f}; FAISS threads {full.threads})", flush=True)  # fmt: skip
+    return ok
+
+
+NOT_MEASURED: dict[str, str] = {}  # stage -> why its driver is not rehearsed (none now)
 
 
 def released() -> None:
@@ -371,7 +456,7 @@ def released() -> None:
 def rehearse_global_stages(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, dict[str, Any]]:
     """Each global stage's row, each started on a process that has handed back what the stages before it freed."""
     stages_ = {"exact_duplicates": rehearse_exact, "fuzzy_duplicates": rehearse_fuzzy, "sampling_groups": rehearse_sampling_groups,
-               "mixture_swarm": rehearse_mixture, "topic_model labels": rehearse_topic_labels}  # fmt: skip
+               "mixture_swarm": rehearse_mixture, "topic_model": rehearse_topic_model}  # fmt: skip
     rows = {}
     for name, rehearse in stages_.items():
         released()

@@ -163,7 +163,7 @@ def test_sample_follows_quotas_and_per_shard_seeds(tmp_path):
     assert not np.array_equal(reseeded.ids, sample.ids)
     assert np.array_equal(np.sort(reseeded.source), np.sort(sample.source))
 
-    train = topics.training_rows(sample, 30, seed=42)
+    train = topics.training_rows(sample.source, 30, seed=42)
     assert len(train) == 30 and set(sample.source[train].tolist()) == {0, 1, 2}
 
 
@@ -367,3 +367,40 @@ def test_label_texts_are_read_by_tasks_and_checked_against_the_embeddings(corpus
     stale = dataclasses.replace(sample, ids=sample.ids[::-1].copy())
     with pytest.raises(ValueError, match="embeddings are stale"):
         topics._read_texts(stale, rows, 40, Counting(), str(tmp_path / "stale"))
+
+
+def test_the_fit_is_one_task_with_its_reservation_that_alone_reads_the_sample(corpus):
+    from marin_assets.core.runtime.runner import ShardRunner, TaskResources
+
+    tasks: list = []
+    loaded: list[int] = []
+
+    class Recording(ShardRunner):
+        def map(self, batch, on_done=None):
+            tasks.extend(batch)
+            return super().map(batch, on_done)
+
+    real_load = topics.load_sample_parts
+
+    def load(uris, n_rows):
+        loaded.append(n_rows)
+        return real_load(uris, n_rows)
+
+    root = corpus["root"] / "models"
+    small = topics.TopicParams(n_topics=6, k_fine=20, sample_size=60, fit_memory_bytes=3 << 30, fit_cpus=2)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(topics, "load_sample_parts", load)
+        stats = topics.train_topic_model(corpus["sources"], str(root / "reserved"), small, Recording())
+    fits = [t for t in tasks if t.fn is topics.fit_topics]
+    assert len(fits) == 1 and fits[0].resources == TaskResources(cpus=2, memory_bytes=3 << 30)  # a full sample: as configured
+    # a sample of a tenth of sample_size reserves a tenth, but at least 1 CPU and 1 GiB
+    assert dataclasses.replace(small, sample_size=600, fit_memory_bytes=30 << 30).fit_reservation(60) == (1, 3 << 30)
+    assert dataclasses.replace(small, sample_size=600).fit_reservation(60) == (1, 1 << 30)
+    assert loaded == [60] and stats["sample_rows"] == 60  # the fit task read the sample; the step never did
+    assert not (root / "reserved" / "_sample").exists() and not (root / "reserved" / "_fit").exists()
+
+    # the reservation decides nothing: another one gives the same files, and neither is in topics.json
+    topics.train_topic_model(corpus["sources"], str(root / "default"), topics.TopicParams(n_topics=6, k_fine=20, sample_size=60))
+    for name in (topics.FINE_CENTROIDS, topics.FINE_TO_TOPIC, topics.FINE_WEIGHTS, topics.TOPICS_JSON):
+        assert (root / "reserved" / name).read_bytes() == (root / "default" / name).read_bytes(), name
+    assert "fit_memory_bytes" not in storage.read_json(str(root / "default" / topics.TOPICS_JSON))["params"]

@@ -10,7 +10,7 @@ Training, in order:
    proportional share at production scale. Rows are drawn at random within each shard with a
    generator seeded from ``sha256(f"{seed}:{source}:{shard basename}")``, so a source's draw
    does not depend on the others, nor on where the data lives. When the corpus has no more rows
-   than ``sample_size`` the sample is the whole corpus.
+   than ``sample_size`` the sample is the whole corpus. Tasks draw it; the step never holds it.
 2. **Fine k-means**: spherical FAISS k-means with many centroids (5,000; 20 iterations, best
    of 3 runs) on a source-stratified training subset of at most 512 rows per centroid.
    Many fine centroids first, because a direct k = 40 k-means lets a few dense regions grab
@@ -25,6 +25,11 @@ Training, in order:
 5. **Labels**: the top c-TF-IDF terms (1-2-grams, English stop-words removed) of each topic
    over a random subset of sample texts plus the documents nearest the topic's centroid, and
    500-character excerpts of those nearest documents.
+
+Steps 2-4 and the choice of step 5's rows are one task (``fit_topics``) that reads the sample's
+parts and holds the sample (10^7 x 1024 float16: 19 GiB, and the float32 training subset: 10 GiB),
+reserving ``fit_memory_bytes`` and ``fit_cpus``; the step then holds only the 10^5 label rows
+(where each came from, its topic), reads their texts by tasks and computes the labels.
 
 Small corpora (the demo): when the sample has no more rows than ``k_fine``, the sample vectors
 themselves serve as fine centroids (weight 1 each: k-means cannot be finer than one centroid per
@@ -91,6 +96,23 @@ class TopicParams:
     label_excerpts: int = 5
     excerpt_chars: int = 500
     batch_rows: int = 4_096
+    # The fit task's reservation for a full sample of 1,024 dimensions (no part of the model):
+    # 10^7 float16 rows (19 GiB), the float32 training subset (k_fine x 512 rows: 10 GiB), ids and
+    # rows (0.4 GiB), with room (make rehearse measures it: ~29 GiB); its CPUs assign the sample to
+    # the fine centroids (k-means: ``threads``).
+    fit_memory_bytes: int = 40 << 30
+    fit_cpus: float = 16.0
+
+    def model_params(self) -> dict[str, Any]:
+        """What decides the model (its fingerprint, its ``topics.json``): all but the fit's reservation."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("fit_memory_bytes", "fit_cpus")}
+
+    def fit_reservation(self, rows: int) -> tuple[float, int]:
+        """(CPUs, memory bytes) the fit task reserves for a sample of ``rows``: the configured ones
+        at ``sample_size`` rows, in proportion below it (at least 1 CPU and 1 GiB), so a small
+        corpus on a small Ray (``local``) is not a task no node can take."""
+        share = min(1.0, rows / self.sample_size)
+        return max(1.0, round(self.fit_cpus * share)), max(1 << 30, int(self.fit_memory_bytes * share))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,11 +219,11 @@ class EmbeddingSample:
     def __len__(self) -> int:
         return len(self.row)
 
-    def batches(self, batch_rows: int, rows: np.ndarray | None = None):
-        """float32 batches of the sample (or of ``rows``), so memory stays bounded."""
-        rows = np.arange(len(self)) if rows is None else rows
-        for start in range(0, len(rows), batch_rows):
-            yield np.ascontiguousarray(self.vectors[rows[start : start + batch_rows]], dtype=np.float32)
+
+def float32_batches(vectors: np.ndarray, batch_rows: int):
+    """float32 batches of ``vectors``, so memory stays bounded."""
+    for start in range(0, len(vectors), batch_rows):
+        yield np.ascontiguousarray(vectors[start : start + batch_rows], dtype=np.float32)
 
 
 SHARDS_PER_SAMPLE_TASK = 128  # a sample task's spec names its shards: ~15 KiB
@@ -230,7 +252,7 @@ def sample_shards(input_uris: list[str], output_uri: str, params: SampleParams) 
     return {"rows": int(sum(len(r) for r in rows_drawn))}
 
 
-PARTS_PER_COMBINE_TASK = 64  # the step reads ~1/64 of the sample's parts (~50 for the pool)
+PARTS_PER_COMBINE_TASK = 64  # the fit task reads ~1/64 of the sample's parts (~50 for the pool)
 
 
 def concat_sample_parts(input_uris: list[str], output_uri: str, params: None = None) -> dict[str, Any]:
@@ -240,6 +262,24 @@ def concat_sample_parts(input_uris: list[str], output_uri: str, params: None = N
     np.savez(buf, **{key: np.concatenate([part[key] for part in parts]) for key in ("vectors", "ids", "rows")})
     storage.write_bytes(output_uri, buf.getvalue())
     return {"rows": int(sum(len(part["rows"]) for part in parts))}
+
+
+def load_sample_parts(uris: Sequence[str], n_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(vectors, ids, rows) of ``n_rows`` sample rows from their parts, in order: each part read
+    into arrays made once, so the sample is held once, not once more while it is put together."""
+    vectors = ids = rows = None
+    at = 0
+    for uri in uris:
+        part = np.load(io.BytesIO(storage.read_bytes(uri)), allow_pickle=False)
+        if vectors is None:
+            vectors = np.empty((n_rows, part["vectors"].shape[1]), dtype=part["vectors"].dtype)
+            ids, rows = np.empty(n_rows, dtype=part["ids"].dtype), np.empty(n_rows, dtype=np.int64)
+        n = len(part["rows"])
+        vectors[at : at + n], ids[at : at + n], rows[at : at + n] = part["vectors"], part["ids"], part["rows"]
+        at += n
+    if vectors is None or at != n_rows:
+        raise ValueError(f"the sample's parts hold {at} rows, {n_rows} were drawn; rerun topic_model (its sample is redrawn)")
+    return vectors, ids, rows
 
 
 def _shards_and_rows(sources: Sequence[SourceShards]) -> tuple[list[tuple[int, str, str | None]], list[int]]:
@@ -264,17 +304,33 @@ def _shards_and_rows(sources: Sequence[SourceShards]) -> tuple[list[tuple[int, s
     return shard_list, shard_rows
 
 
-def sample_embeddings(sources: Sequence[SourceShards], params: TopicParams, runner: Any = None, work_uri: str = "") -> EmbeddingSample:
-    """Draw the training sample from all sources (step 1): row counts from the embedding tasks'
-    counters, the rows drawn by tasks of ``SHARDS_PER_SAMPLE_TASK`` shards (``runner``; in this
-    process when None), their parts put together ``PARTS_PER_COMBINE_TASK`` at a time by tasks,
-    then here, in shard order."""
-    from marin_assets.core.runtime.runner import (  # noqa: PLC0415
-        ShardRunner,
-        ShardTask,
-        combined_by_tasks,
-    )
+@dataclasses.dataclass(frozen=True)
+class SamplePlan:
+    """Where the sample's rows come from, by runs: ``pick_rows[i]`` rows of shard ``pick_shard[i]``,
+    in source order, then shard order (the order of the rows in the parts); nothing per row."""
 
+    sources: list[SourceShards]
+    shards: list[tuple[int, str, str | None]]  # (source index, embeddings uri, text uri)
+    shard_rows: list[int]
+    pick_shard: np.ndarray
+    pick_rows: np.ndarray
+
+    @property
+    def rows(self) -> int:
+        return int(self.pick_rows.sum())
+
+    def source_rows(self) -> list[int]:
+        """Rows drawn per source, in source order (each source's rows follow each other)."""
+        of_pick = np.asarray([self.shards[k][0] for k in self.pick_shard.tolist()], dtype=np.int64)
+        return np.bincount(of_pick, weights=self.pick_rows, minlength=len(self.sources)).astype(np.int64).tolist()
+
+    def shard_of(self, index: np.ndarray) -> np.ndarray:
+        """The shard (index into ``shards``) of sample rows ``index``."""
+        return self.pick_shard[np.searchsorted(np.cumsum(self.pick_rows), index, side="right")]
+
+
+def plan_sample(sources: Sequence[SourceShards], params: TopicParams) -> SamplePlan:
+    """Rows to draw per shard (step 1): per source in proportion to its rows, per shard within it."""
     shard_list, shard_rows = _shards_and_rows(sources)
     per_source = {src.source: 0 for src in sources}
     for (si, _, _), n in zip(shard_list, shard_rows):
@@ -288,46 +344,61 @@ def sample_embeddings(sources: Sequence[SourceShards], params: TopicParams, runn
     if not picks:
         names = ", ".join(s.source for s in sources) or "none"
         raise ValueError(f"no embedded documents to train topics on (sources: {names}); materialize embeddings first")
-    step, work = SHARDS_PER_SAMPLE_TASK, work_uri or tempfile.mkdtemp(prefix="topic-sample-")
+    pick_shard, pick_rows = (np.asarray(column, dtype=np.int64) for column in zip(*picks))
+    return SamplePlan(list(sources), shard_list, shard_rows, pick_shard, pick_rows)
+
+
+def draw_sample(plan: SamplePlan, seed: int, runner: Any, work_uri: str) -> list[str]:
+    """The sample's parts on storage, in row order: rows drawn by tasks of ``SHARDS_PER_SAMPLE_TASK``
+    shards on ``runner``, their parts put together ``PARTS_PER_COMBINE_TASK`` at a time by tasks."""
+    from marin_assets.core.runtime.runner import ShardTask, combined_by_tasks  # noqa: PLC0415
+
+    picks, step = list(zip(plan.pick_shard.tolist(), plan.pick_rows.tolist())), SHARDS_PER_SAMPLE_TASK
     chunks = [picks[i:i + step] for i in range(0, len(picks), step)]
     tasks = [
-        ShardTask(sample_shards, tuple(shard_list[k][1] for k, _ in chunk), storage.join(work, f"part-{c:06d}.npz"),
-                  SampleParams(params.seed, tuple((sources[shard_list[k][0]].source, shard_rows[k], q) for k, q in chunk)))
+        ShardTask(sample_shards, tuple(plan.shards[k][1] for k, _ in chunk), storage.join(work_uri, f"part-{c:06d}.npz"),
+                  SampleParams(seed, tuple((plan.sources[plan.shards[k][0]].source, plan.shard_rows[k], q) for k, q in chunk)))
         for c, chunk in enumerate(chunks)
     ]  # fmt: skip
-    runner = runner or ShardRunner()
     parts = [r.output for r in runner.map(tasks)]
-    vectors, ids, rows = [], [], []
-    for uri in combined_by_tasks(parts, storage.join(work, "combined"), concat_sample_parts, None, runner, PARTS_PER_COMBINE_TASK):
-        part = np.load(io.BytesIO(storage.read_bytes(uri)), allow_pickle=False)
-        vectors.append(part["vectors"])
-        ids.append(part["ids"])
-        rows.append(part["rows"])
-    storage.remove(work, recursive=True)  # put together: the parts are not needed again
-    shard_idx = np.concatenate([np.full(q, k, dtype=np.int32) for k, q in picks])
+    return combined_by_tasks(parts, storage.join(work_uri, "combined"), concat_sample_parts, None, runner, PARTS_PER_COMBINE_TASK)
+
+
+def sample_embeddings(sources: Sequence[SourceShards], params: TopicParams, runner: Any = None, work_uri: str = "") -> EmbeddingSample:
+    """The whole training sample in this process, with where each row came from (tests and
+    benchmarks; the step never holds it): drawn by tasks on ``runner`` (in this process when
+    None), then read."""
+    from marin_assets.core.runtime.runner import ShardRunner  # noqa: PLC0415
+
+    plan = plan_sample(sources, params)
+    work = work_uri or tempfile.mkdtemp(prefix="topic-sample-")
+    vectors, ids, rows = load_sample_parts(draw_sample(plan, params.seed, runner or ShardRunner(), work), plan.rows)
+    storage.remove(work, recursive=True)  # read: the parts are not needed again
+    index = np.arange(plan.rows)
     return EmbeddingSample(
-        vectors=np.concatenate(vectors),
-        ids=np.concatenate(ids),
-        source=np.concatenate([np.full(q, shard_list[k][0], dtype=np.int32) for k, q in picks]),
-        shard=shard_idx,
-        row=np.concatenate(rows),
+        vectors=vectors,
+        ids=ids,
+        source=np.repeat(np.arange(len(sources), dtype=np.int32), plan.source_rows()),
+        shard=plan.shard_of(index).astype(np.int32),
+        row=rows,
         sources=list(sources),
-        shards=shard_list,
+        shards=plan.shards,
     )
 
 
-def training_rows(sample: EmbeddingSample, n_train: int, seed: int) -> np.ndarray:
-    """A source-stratified subset of sample rows (step 2): one row per source, the rest proportional."""
-    if n_train >= len(sample):
-        return np.arange(len(sample))
-    present = np.unique(sample.source)
-    counts = np.array([(sample.source == s).sum() for s in present])
+def training_rows(source: np.ndarray, n_train: int, seed: int) -> np.ndarray:
+    """A source-stratified subset of sample rows (step 2; ``source``: each row's source): one row
+    per source, the rest proportional."""
+    if n_train >= len(source):
+        return np.arange(len(source))
+    present = np.unique(source)
+    counts = np.array([(source == s).sum() for s in present])
     floor = np.minimum(counts, 1)
     extra = largest_remainder(max(n_train - int(floor.sum()), 0), counts - floor, counts - floor)
     rng = np.random.default_rng(seed)
     picked = []
     for s, q in zip(present, floor + np.asarray(extra)):
-        members = np.flatnonzero(sample.source == s)
+        members = np.flatnonzero(source == s)
         picked.append(np.sort(rng.choice(members, size=int(q), replace=False)))
     return np.sort(np.concatenate(picked))
 
@@ -629,10 +700,25 @@ def _load_npy(uri: str) -> np.ndarray:
     return np.load(io.BytesIO(storage.read_bytes(uri)), allow_pickle=False)
 
 
-def save_topic_model(model: TopicModel, output_uri: str) -> None:
+def save_topic_arrays(model: TopicModel, output_uri: str) -> None:
     _save_npy(storage.join(output_uri, FINE_CENTROIDS), model.fine_centroids)
     _save_npy(storage.join(output_uri, FINE_TO_TOPIC), model.fine_to_topic)
     _save_npy(storage.join(output_uri, FINE_WEIGHTS), model.fine_weights)
+
+
+def load_topic_arrays(uri: str) -> TopicModel:
+    """The model's arrays (no labels, no meta)."""
+    return TopicModel(
+        fine_centroids=_load_npy(storage.join(uri, FINE_CENTROIDS)),
+        fine_to_topic=_load_npy(storage.join(uri, FINE_TO_TOPIC)),
+        fine_weights=_load_npy(storage.join(uri, FINE_WEIGHTS)),
+        topics=[],
+        meta={},
+    )
+
+
+def save_topic_model(model: TopicModel, output_uri: str) -> None:
+    save_topic_arrays(model, output_uri)
     payload = {**model.meta, "topics": [dataclasses.asdict(t) for t in model.topics]}
     storage.write_json(storage.join(output_uri, TOPICS_JSON), payload)
 
@@ -642,13 +728,7 @@ def load_topic_model(uri: str) -> TopicModel:
     topics = [
         TopicLabel(**{**t, "terms": tuple(t["terms"]), "excerpts": tuple(t["excerpts"])}) for t in payload.pop("topics")
     ]
-    return TopicModel(
-        fine_centroids=_load_npy(storage.join(uri, FINE_CENTROIDS)),
-        fine_to_topic=_load_npy(storage.join(uri, FINE_TO_TOPIC)),
-        fine_weights=_load_npy(storage.join(uri, FINE_WEIGHTS)),
-        topics=topics,
-        meta=payload,
-    )
+    return dataclasses.replace(load_topic_arrays(uri), topics=topics, meta=payload)
 
 
 # --------------------------------------------------------------------------- 5. labels
@@ -731,7 +811,7 @@ def concat_text_parts(input_uris: list[str], output_uri: str, params: None = Non
     return {"rows": len(texts)}
 
 
-def _read_texts(sample: EmbeddingSample, rows: np.ndarray, max_chars: int | None = None, runner: Any = None, work_uri: str = "") -> dict[int, str]:
+def _read_texts(sample: EmbeddingSample | LabelRows, rows: np.ndarray, max_chars: int | None = None, runner: Any = None, work_uri: str = "") -> dict[int, str]:
     """Texts of sample rows (cut to ``max_chars``), read from the co-partitioned normalized shards
     (ids checked) by tasks of ``SHARDS_PER_SAMPLE_TASK`` shards, their parts put together by tasks.
 
@@ -766,39 +846,37 @@ def _read_texts(sample: EmbeddingSample, rows: np.ndarray, max_chars: int | None
     return dict(zip(np.concatenate([mine for _, mine in held]).tolist(), texts, strict=True))
 
 
-def label_topics(
-    sample: EmbeddingSample, topic_of_row: np.ndarray, model: TopicModel, params: TopicParams, runner: Any = None, work_uri: str = ""
-) -> list[TopicLabel]:
-    """c-TF-IDF terms over a random subset of sample texts plus each topic's nearest excerpts
-    (the texts read by tasks on ``runner``, in this process when None)."""
+@dataclasses.dataclass
+class LabelRows:
+    """The sample rows the labels read (10^5 of the 10^7), as the fit task chose them: where each
+    came from (the fields ``_read_texts`` reads, as an ``EmbeddingSample`` has them), its topic,
+    and per topic its nearest rows (positions here, nearest first)."""
+
+    ids: np.ndarray
+    shard: np.ndarray
+    row: np.ndarray
+    topic: np.ndarray
+    nearest: list[np.ndarray]
+    sources: list[SourceShards]
+    shards: list[tuple[int, str, str | None]]
+
+    def __len__(self) -> int:
+        return len(self.row)
+
+
+def topic_labels_of(labels: LabelRows, texts: Mapping[int, str], model: TopicModel, params: TopicParams) -> list[TopicLabel]:
+    """Step 5: c-TF-IDF terms over the label rows' texts (``texts``: by position in ``labels``)
+    and each topic's nearest excerpts."""
     n_topics = model.n_topics
-    centroids = model.topic_centroids()
-    similarity = np.empty(len(sample), dtype=np.float32)
-    rows = np.arange(len(sample))
-    for start, batch in zip(range(0, len(sample), params.batch_rows), sample.batches(params.batch_rows)):
-        part = slice(start, start + len(batch))
-        similarity[part] = np.sum(batch * centroids[topic_of_row[part]], axis=1)
-    order = np.lexsort((rows, -similarity, topic_of_row))
-    first = np.searchsorted(topic_of_row[order], np.arange(n_topics))
-    nearest = [order[first[t] : first[t] + params.label_excerpts] for t in range(n_topics)]
-    nearest = [n[topic_of_row[n] == t] for t, n in enumerate(nearest)]
-    rng = np.random.default_rng(params.seed)
-    if len(rows) <= params.label_sample_size:
-        subset = rows
-    else:
-        subset = np.sort(rng.choice(rows, params.label_sample_size, replace=False))
-    nearest_rows = np.concatenate(nearest) if nearest else np.zeros(0, dtype=np.int64)
-    label_rows = np.union1d(subset, nearest_rows).astype(np.int64)
-    texts = _read_texts(sample, label_rows, max(params.label_text_chars, params.excerpt_chars), runner, work_uri)
-    have = np.asarray([r for r in label_rows if r in texts], dtype=np.int64)
-    terms = ctfidf_terms([texts[int(r)][: params.label_text_chars] for r in have], topic_of_row[have], n_topics, params)
+    have = np.asarray([r for r in range(len(labels)) if r in texts], dtype=np.int64)
+    terms = ctfidf_terms([texts[int(r)][: params.label_text_chars] for r in have], labels.topic[have], n_topics, params)
     total = float(model.fine_weights.sum())
-    labels = []
+    out = []
     for t in range(n_topics):
         members = model.fine_to_topic == t
         weight = float(model.fine_weights[members].sum())
-        excerpts = tuple(texts[int(r)][: params.excerpt_chars] for r in nearest[t] if int(r) in texts)
-        labels.append(
+        excerpts = tuple(texts[int(r)][: params.excerpt_chars] for r in labels.nearest[t] if int(r) in texts)
+        out.append(
             TopicLabel(
                 topic=t,
                 label=short_label(terms[t], t),
@@ -809,7 +887,7 @@ def label_topics(
                 fine_clusters=int(members.sum()),
             )
         )
-    return labels
+    return out
 
 
 # --------------------------------------------------------------------------- training (global)
@@ -828,23 +906,32 @@ def effective_sizes(n_sample: int, params: TopicParams) -> tuple[int, int]:
     return k_fine, n_topics
 
 
-def fit_topic_model(sample: EmbeddingSample, params: TopicParams, runner: Any = None, work_uri: str = "") -> tuple[TopicModel, dict[str, Any]]:
-    """Steps 2-5 on a drawn sample (the labels' texts read by tasks on ``runner``)."""
+def float32_rows(vectors: np.ndarray, rows: np.ndarray, batch_rows: int) -> np.ndarray:
+    """``vectors[rows]`` as float32, converted batch by batch (no float16 copy of them all first)."""
+    out = np.empty((len(rows), vectors.shape[1]), dtype=np.float32)
+    for start in range(0, len(rows), batch_rows):
+        out[start : start + batch_rows] = vectors[rows[start : start + batch_rows]]
+    return out
+
+
+def fit_fine_topics(vectors: np.ndarray, source: np.ndarray, params: TopicParams) -> tuple[TopicModel, np.ndarray, dict[str, Any]]:
+    """Steps 2-4 on the sample's vectors (``source``: each row's source): the model without its
+    labels, each row's topic, the stats."""
     if params.method not in ("coarsen", "direct"):
         raise ValueError(f"unknown topic method {params.method!r}: use 'coarsen' or 'direct'")
-    n = len(sample)
+    n = len(vectors)
     k_fine, n_topics = effective_sizes(n, params)
     stats: dict[str, Any] = {"sample_rows": n, "method": params.method}
     started = time.perf_counter()
     if k_fine == n and params.method == "coarsen":
-        centroids = _unit(sample.vectors.astype(np.float32))
+        centroids = _unit(vectors.astype(np.float32))
         stats["train_rows"] = n
         stats["fine_centroids_are_rows"] = True
     else:
-        train = training_rows(sample, k_fine * params.points_per_centroid, params.seed)
+        train = training_rows(source, k_fine * params.points_per_centroid, params.seed)
         stats["train_rows"] = len(train)
         centroids = spherical_kmeans(
-            sample.vectors[train], k_fine,
+            float32_rows(vectors, train, params.batch_rows), k_fine,
             iterations=params.kmeans_iterations, restarts=params.kmeans_restarts,
             seed=params.seed, threads=params.threads,
         )
@@ -852,9 +939,7 @@ def fit_topic_model(sample: EmbeddingSample, params: TopicParams, runner: Any = 
     stats["kmeans_seconds"] = round(time.perf_counter() - started, 3)
 
     index = _flat_index(centroids)
-    fine_of_row = np.concatenate(
-        [nearest_centroids(batch, centroids, index)[0] for batch in sample.batches(params.batch_rows)]
-    )
+    fine_of_row = np.concatenate([nearest_centroids(batch, centroids, index)[0] for batch in float32_batches(vectors, params.batch_rows)])
     weights = np.bincount(fine_of_row, minlength=len(centroids)).astype(np.int64)
     kept = np.flatnonzero(weights > 0)
     stats["empty_fine_dropped"] = int(len(centroids) - len(kept))
@@ -873,43 +958,101 @@ def fit_topic_model(sample: EmbeddingSample, params: TopicParams, runner: Any = 
     stats["coarsen_seconds"] = round(time.perf_counter() - started, 3)
     stats["k_fine"] = int(len(kept))
     stats["n_topics"] = int(lookup.max()) + 1
+    model = TopicModel(fine_centroids=centroids.astype(np.float32), fine_to_topic=lookup.astype(np.int16), fine_weights=weights, topics=[], meta={})
+    return model, lookup[fine_of_row].astype(np.int64), stats
 
-    model = TopicModel(
-        fine_centroids=centroids.astype(np.float32),
-        fine_to_topic=lookup.astype(np.int16),
-        fine_weights=weights,
-        topics=[],
-        meta={},
-    )
+
+def choose_label_rows(vectors: np.ndarray, topic_of_row: np.ndarray, centroids: np.ndarray, params: TopicParams) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Step 5's rows: a random ``label_sample_size`` of the sample plus each topic's
+    ``label_excerpts`` rows nearest its centroid (``centroids``: the topics'). Returns the sorted
+    row numbers and, per topic, its nearest rows, nearest first."""
+    n, n_topics = len(vectors), len(centroids)
+    similarity = np.empty(n, dtype=np.float32)
+    for start, batch in zip(range(0, n, params.batch_rows), float32_batches(vectors, params.batch_rows)):
+        part = slice(start, start + len(batch))
+        similarity[part] = np.sum(batch * centroids[topic_of_row[part]], axis=1)
+    rows = np.arange(n)
+    order = np.lexsort((rows, -similarity, topic_of_row))
+    first = np.searchsorted(topic_of_row[order], np.arange(n_topics))
+    nearest = [order[first[t] : first[t] + params.label_excerpts] for t in range(n_topics)]
+    nearest = [m[topic_of_row[m] == t] for t, m in enumerate(nearest)]
+    rng = np.random.default_rng(params.seed)
+    subset = rows if n <= params.label_sample_size else np.sort(rng.choice(rows, params.label_sample_size, replace=False))
+    nearest_rows = np.concatenate(nearest) if nearest else np.zeros(0, dtype=np.int64)
+    return np.union1d(subset, nearest_rows).astype(np.int64), nearest
+
+
+LABEL_ROWS = "label_rows.npz"
+
+
+@dataclasses.dataclass(frozen=True)
+class FitParams:
+    topic: TopicParams
+    rows: int  # sample rows in the parts
+    source_rows: tuple[int, ...]  # rows per source, in source order (the parts hold each source's rows together)
+
+
+def fit_topics(input_uris: list[str], output_uri: str, params: FitParams) -> dict[str, Any]:
+    """A task: steps 2-4 on the sample's parts and the choice of step 5's rows, stored under
+    ``output_uri`` (the model's arrays; ``label_rows.npz``: those rows' numbers, topics, ids and
+    rows in their shards, each topic's nearest). It holds the sample: ``fit_memory_bytes``."""
+    vectors, ids, rows = load_sample_parts(input_uris, params.rows)
+    source = np.repeat(np.arange(len(params.source_rows), dtype=np.int32), params.source_rows)
+    model, topic_of_row, stats = fit_fine_topics(vectors, source, params.topic)
+    chosen, nearest = choose_label_rows(vectors, topic_of_row, model.topic_centroids(), params.topic)
+    save_topic_arrays(model, output_uri)
+    buf = io.BytesIO()
+    np.savez(buf, index=chosen, topic=topic_of_row[chosen], ids=ids[chosen], rows=rows[chosen],
+             nearest=np.concatenate(nearest), nearest_counts=np.asarray([len(m) for m in nearest], dtype=np.int64))  # fmt: skip
+    storage.write_bytes(storage.join(output_uri, LABEL_ROWS), buf.getvalue())
+    return stats
+
+
+def read_fit(uri: str, plan: SamplePlan) -> tuple[TopicModel, LabelRows]:
+    """The fit task's model (no labels yet) and label rows, each row's shard from the sample's plan."""
+    model = load_topic_arrays(uri)
+    part = np.load(io.BytesIO(storage.read_bytes(storage.join(uri, LABEL_ROWS))), allow_pickle=False)
+    index = part["index"]
+    nearest = np.split(np.searchsorted(index, part["nearest"]), np.cumsum(part["nearest_counts"])[:-1])
+    labels = LabelRows(ids=part["ids"], shard=plan.shard_of(index), row=part["rows"], topic=part["topic"], nearest=nearest,
+                       sources=plan.sources, shards=plan.shards)  # fmt: skip
+    return model, labels
+
+
+def train_topic_model(sources: Sequence[SourceShards], output_uri: str, params: TopicParams, runner: Any = None) -> dict[str, Any]:
+    """Sample (by shard tasks on ``runner``, in this process when None), fit (one task that holds
+    the sample, reserving ``fit_reservation``), label (texts read by tasks) and
+    save the topic model under ``output_uri``; returns training stats. This process holds the
+    label rows, never the sample's rows.
+
+    The caller writes the output's manifest once this returns (files here are written first).
+    """
+    from marin_assets.core.runtime.runner import ShardRunner, ShardTask, TaskResources  # noqa: PLC0415
+
+    runner = runner or ShardRunner()
     started = time.perf_counter()
-    model.topics = label_topics(sample, lookup[fine_of_row].astype(np.int64), model, params, runner, work_uri)
+    plan = plan_sample(sources, params)
+    sample_work, fit_work = storage.join(output_uri, "_sample"), storage.join(output_uri, "_fit")
+    parts = draw_sample(plan, params.seed, runner, sample_work)
+    source_rows = plan.source_rows()
+    stats = {"sample_seconds": round(time.perf_counter() - started, 3), "sample_rows_per_source": dict(zip([s.source for s in sources], source_rows))}
+    cpus, memory = params.fit_reservation(plan.rows)
+    fit = ShardTask(fit_topics, tuple(parts), storage.join(fit_work, "fit"), FitParams(params, plan.rows, tuple(source_rows)),
+                    TaskResources(cpus=cpus, memory_bytes=memory))  # fmt: skip
+    stats.update(runner.map([fit])[0].stats)
+    model, labels = read_fit(fit.output, plan)
+    started = time.perf_counter()
+    texts = _read_texts(labels, np.arange(len(labels)), max(params.label_text_chars, params.excerpt_chars), runner, storage.join(output_uri, "_labels"))
+    model.topics = topic_labels_of(labels, texts, model, params)
     stats["label_seconds"] = round(time.perf_counter() - started, 3)
     fractions = [t.weight_fraction for t in model.topics]
     stats["min_topic_fraction"] = min(fractions)
     stats["max_topic_fraction"] = max(fractions)
-    model.meta = {
-        "n_topics": model.n_topics,
-        "k_fine": stats["k_fine"],
-        "dim": int(centroids.shape[1]),
-        "params": dataclasses.asdict(params),
-    }
-    return model, stats
-
-
-def train_topic_model(sources: Sequence[SourceShards], output_uri: str, params: TopicParams, runner: Any = None) -> dict[str, Any]:
-    """Sample (by shard tasks on ``runner``), fit and save the topic model under ``output_uri``;
-    returns training stats.
-
-    The caller writes the output's manifest once this returns (files here are written first).
-    """
-    started = time.perf_counter()
-    sample = sample_embeddings(sources, params, runner, storage.join(output_uri, "_sample"))
-    per_source = {s.source: int((sample.source == i).sum()) for i, s in enumerate(sources)}
-    stats = {"sample_seconds": round(time.perf_counter() - started, 3), "sample_rows_per_source": per_source}
-    model, fit_stats = fit_topic_model(sample, params, runner, storage.join(output_uri, "_labels"))
-    stats.update(fit_stats)
+    model.meta = {"n_topics": model.n_topics, "k_fine": stats["k_fine"], "dim": int(model.fine_centroids.shape[1]), "params": params.model_params()}
     save_topic_model(model, output_uri)
     storage.write_json(storage.join(output_uri, TRAIN_STATS_JSON), stats)
+    for work in (sample_work, fit_work):  # the model is saved: the sample and the fit's output are not needed again
+        storage.remove(work, recursive=True)
     return stats
 
 

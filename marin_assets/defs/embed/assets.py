@@ -89,7 +89,7 @@ def topic_model(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.M
         TOPIC_MODEL,
         layout,
         inputs=found,
-        params=params,
+        params=params.model_params(),  # the fit's reservation decides nothing
         build=lambda out: topic_core.train_topic_model(shards, out, params, marin.runner()),
     )
     labels = _labels_table(manifest["uri"])
