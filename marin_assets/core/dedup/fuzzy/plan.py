@@ -10,7 +10,7 @@ import polars as pl
 import pyarrow as pa
 
 from marin_assets.core.dedup import shuffle
-from marin_assets.core.dedup.fuzzy.clusters import VerifyParams, clusters_of, pass_params, replay_plan, reusable, streamed_labels, warm_clusters, with_fresh_previous_rows
+from marin_assets.core.dedup.fuzzy.clusters import VerifyParams, clusters_of, pass_params, replay_plan, reusable, streamed_labels, warm_clusters, whole_replays, with_fresh_previous_rows
 from marin_assets.core.dedup.fuzzy.layout import REQUEST_SCHEMA, node_runs
 from marin_assets.core.dedup.fuzzy.state import Components, FuzzyRun, Mapped, Members, VerifyPass
 from marin_assets.core.runtime import storage
@@ -29,8 +29,9 @@ def _plan(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any
     full, replay = replay_plan(frame, params, reuse, before, columns=("label", "rank", "id"))
     # The clusters verify reads batch by batch (as verify finds them: verified in full, not replayed)
     big = streamed_labels(full, params)
-    gathered = replay.filter(pl.col("text").is_null())  # a replay's texts that its record did not keep
-    todo = pl.concat([full, gathered.select(full.columns)]) if gathered.height else full
+    whole = whole_replays(frame, replay, params)  # every member's text, in case the replay fails
+    gathered = replay.filter(pl.col("text").is_null() & ~pl.col("label").is_in(whole))  # a replay's texts that its record did not keep
+    todo = pl.concat([full, gathered.select(full.columns), frame.filter(pl.col("label").is_in(whole)).select(full.columns)])
     node = todo["node"].to_numpy()
     pos = todo.select(pl.int_range(pl.len()).over("label"))[:, 0].to_numpy() if todo.height else np.zeros(0, np.int64)
     big_rows = np.isin(todo["label"].to_numpy(), big) if todo.height else np.zeros(0, bool)
