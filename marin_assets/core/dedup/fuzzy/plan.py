@@ -46,13 +46,15 @@ def _plan(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any
 
 def run_plan(run: FuzzyRun, mapped: Mapped, members: Members, comps: Components, vpass: VerifyPass) -> list[ShardResult]:
     """Plan tasks. Incremental: the member files hold the touched clusters only, so a plan task
-    covers several consecutive label ranges (members_per_partition touched members each)."""
+    covers several consecutive label ranges (members_per_partition touched members each); a
+    second pass plans only the ranges it verifies again."""
     bounds = shuffle.partition_bounds(members.verify_parts)
     spans = members.verify_parts // members.plan_parts
+    planned = range(members.plan_parts) if vpass.parts is None else sorted({p // spans for p in vpass.parts})
 
     def params(q: int) -> VerifyParams:
         first, last = q * spans, (q + 1) * spans - 1
         previous = tuple(dict.fromkeys(f for p in range(first, last + 1) for f in vpass.previous[p]))
         return dataclasses.replace(pass_params(run, mapped, members, comps, vpass, first, bounds[first][0], bounds[last][1]), previous=previous)
 
-    return run.run([ShardTask(fuzzy_plan, members.files, storage.join(run.work, "plan", vpass.prefix + shuffle.block_name(q, members.plan_parts)), params(q)) for q in range(members.plan_parts)])
+    return run.run([ShardTask(fuzzy_plan, members.files, storage.join(run.work, "plan", vpass.prefix + shuffle.block_name(q, members.plan_parts)), params(q)) for q in planned])

@@ -324,8 +324,8 @@ def _offer_example(heap: list, params: VerifyParams, source: str, doc: str, rep_
 
 
 def run_verify(run: FuzzyRun, mapped: Mapped, members: Members, comps: Components, vpass: VerifyPass, gathered: Sequence[ShardResult]) -> list[ShardResult]:
-    """Verify tasks, one per label range: the member files, then the gathered texts' block files,
-    then the big clusters' streamed files."""
+    """Verify tasks, one per label range (a second pass: per range it verifies again): the member
+    files, then the gathered texts' block files, then the big clusters' streamed files."""
     text_files = tuple(u for r in gathered for u in (*r.stats.get("sections", ()), r.output))
     text_files = tuple(run.merged(text_files, storage.join(run.work, "gather", vpass.prefix + "texts"), max(2, run.scale.max_inputs_per_task // 4), blocks=members.verify_parts))
 
@@ -339,6 +339,7 @@ def run_verify(run: FuzzyRun, mapped: Mapped, members: Members, comps: Component
                 dataclasses.replace(pass_params(run, mapped, members, comps, vpass, p, lo, hi), member_files=len(members.files), text_files=len(text_files)),
             )
             for p, (lo, hi) in enumerate(shuffle.partition_bounds(members.verify_parts))
+            if vpass.parts is None or p in vpass.parts
         ]
     )
 
