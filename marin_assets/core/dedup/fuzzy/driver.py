@@ -224,6 +224,7 @@ def summary(
         "verify_partitions": members.verify_parts,
         **_verify_totals(passes, final),
         "replayed_clusters": sum(int(r.stats.get("replayed_clusters", 0)) for r in passes[0]),
+        "replays_verified_at_once": sum(int(r.stats.get("replay_failed_at_once", 0)) for r in passes[0]),
         "verify_passes": len(passes),
         "changed_sources": changed,
         "shards_read_for_text": sum(int(r.stats["shard_read"]) for r in gathered),
