@@ -39,7 +39,11 @@ and are printed apart as warm-up CPU; a long-lived worker (Ray) pays them once. 
   keeps the nodes of its unchanged documents, so the previous components only merge over the
   added documents' edges (``cc: incremental``) and only the clusters they touch are read and
   verified; the rest is carried over. The rebuilds run on the same workers and store as the
-  scale cases.
+  scale cases. The goal holds for the default change, ``--incremental-change appended`` (each
+  copy its original plus a word: where the original was retained the copy takes its place, and
+  a copy of a cluster's head becomes the new head, so every row of that cluster is decided
+  again: the worst case); ``edited`` (one word of the original edited, so a copy lands before or
+  after its original) is the typical change, measured beside it.
 """
 
 from __future__ import annotations
