@@ -1,7 +1,7 @@
 """Global exact and fuzzy dedup at 1x, 4x, 16x and 64x a generated corpus, and an incremental
 rebuild after one source changed, on the shared harness (``bench/harness.py``).
 
-Run: ``python -m bench.bench_dedup [--scales 1,4,16,64] [--rounds N] [--incremental-only]
+Run: ``python -m bench.bench_dedup [--scales 1,4,16,64] [--rounds N] [--incremental-only] [--incremental-change appended|edited]
 [--local-workers] [--store slow|local] [--latency-ms MS] [--corpus real|lab]``, or ``python -m
 bench --only dedup`` (``--quick``: 1x and 4x, incremental at 4x, one round).
 
