@@ -1,7 +1,7 @@
 """Global exact and fuzzy dedup at 1x, 4x, 16x and 64x a generated corpus, and an incremental
 rebuild after one source changed, on the shared harness (``bench/harness.py``).
 
-Run: ``python -m bench.bench_dedup [--scales 1,4,16,64] [--rounds N] [--incremental-only]
+Run: ``python -m bench.bench_dedup [--scales 1,4,16,64] [--rounds N] [--incremental-only] [--incremental-change appended|edited]
 [--local-workers] [--store slow|local] [--latency-ms MS] [--corpus real|lab]``, or ``python -m
 bench --only dedup`` (``--quick``: 1x and 4x, incremental at 4x, one round).
 
@@ -39,7 +39,11 @@ and are printed apart as warm-up CPU; a long-lived worker (Ray) pays them once. 
   keeps the nodes of its unchanged documents, so the previous components only merge over the
   added documents' edges (``cc: incremental``) and only the clusters they touch are read and
   verified; the rest is carried over. The rebuilds run on the same workers and store as the
-  scale cases.
+  scale cases. The goal holds for the default change, ``--incremental-change appended`` (each
+  copy its original plus a word: where the original was retained the copy takes its place, and
+  a copy of a cluster's head becomes the new head, so every row of that cluster is decided
+  again: the worst case); ``edited`` (one word of the original edited, so a copy lands before or
+  after its original) is the typical change, measured beside it.
 """
 
 from __future__ import annotations
@@ -410,7 +414,20 @@ def requests_goals(result: harness.Result, cases: list[harness.Case]) -> None:
         harness.absolute_goal(f"{step} dedup: largest task's store requests {hi} <= 1.3x {lo}", f"{b} / {a} = {b / a:.2f}x", b <= 1.3 * a)
 
 
-def incremental_bench(scale: int, rounds: int, corpus: str = "real", ray: bool = True, store: str = "slow") -> None:
+def added_copies(texts: list[str], change: str, rng: random.Random) -> list[str]:
+    """Near copies of 3% of ``texts``. ``appended``: each its original plus a word, so it comes
+    just before its original in processing order (longest first) and, where the original was
+    retained, is retained in its place and becomes its cluster's new head (the worst case: every
+    later decision of the cluster is read again). ``edited``: one random word of the original
+    replaced, deleted or duplicated, so a copy lands just before or after its original as any
+    member's edit would."""
+    picked = rng.sample(texts, len(texts) * 3 // 100)
+    if change == "appended":
+        return [t + " " + rng.choice(["appendix", "note", "footer"]) for t in picked]
+    return [edit_words(t.split(" "), 1, rng, t.split(" ")) for t in picked]
+
+
+def incremental_bench(scale: int, rounds: int, corpus: str = "real", ray: bool = True, store: str = "slow", change: str = "appended") -> None:
     """First run, then one source changes; full and incremental rebuilds interleaved."""
     multiprocessing.set_start_method("spawn", force=True)
     root = tempfile.mkdtemp(prefix="bench-dedup-inc-")
@@ -420,7 +437,7 @@ def incremental_bench(scale: int, rounds: int, corpus: str = "real", ray: bool =
         previous, cache = at_store(storage.join(root, "first"), store), at_store(storage.join(root, "cache"), store)
         find_fuzzy_duplicates(layout["buckets"], layout["normalized"], set(), previous, scale=SCALE, runner=ShardRunner(processes=PROCESSES), cache_uri=cache)
         rng = random.Random(99)
-        extra = [t + " " + rng.choice(["appendix", "note", "footer"]) for t in rng.sample(texts[CHANGED], len(texts[CHANGED]) * 3 // 100)]
+        extra = added_copies(texts[CHANGED], change, rng)
         changed = on_store(write_corpus(storage.join(root, "v2"), {CHANGED: texts[CHANGED] + extra}), store)
         layout2 = {k: dict(layout[k]) | {CHANGED: changed[k][CHANGED]} for k in ("buckets", "normalized")}
         common = {"root": root, "layout": layout2, "ray": ray, "store": store}
@@ -429,7 +446,7 @@ def incremental_bench(scale: int, rounds: int, corpus: str = "real", ray: bool =
             harness.Case("incremental", "bench.bench_dedup:rebuild", common | {"mode": "incremental"}, timeout_s=3600),
         ]
         result = harness.compare(
-            f"Fuzzy dedup rebuild after {CHANGED} (1 of {len(texts)} sources) grew by 3% near copies, {scale}x, {corpus} corpus; {workers_text(ray)}, {store} store "
+            f"Fuzzy dedup rebuild after {CHANGED} (1 of {len(texts)} sources) grew by 3% near copies ({change}), {scale}x, {corpus} corpus; {workers_text(ray)}, {store} store "
             f"({len(extra)} new docs; load {os.getloadavg()[0]:.1f})",
             cases,
             rounds=rounds,
@@ -464,6 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--incremental-scale", type=int, default=harness.pick(16, 4))
     parser.add_argument("--incremental-rounds", type=int, default=harness.pick(3, 1))
     parser.add_argument("--no-incremental", action="store_true")
+    parser.add_argument("--incremental-change", choices=("appended", "edited"), default="appended", help="the added copies: a word appended (each before its original: the worst case) or one word edited")
     parser.add_argument("--incremental-only", action="store_true")
     parser.add_argument("--local-workers", action="store_true", help="two local worker processes instead of a local Ray cluster of 2 workers (started per run)")
     parser.add_argument("--store", choices=("slow", "local"), default="slow", help="slow: inputs and outputs through the latency store (requests counted); local: plain paths")
@@ -476,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.incremental_only:
         scales_bench([int(x) for x in args.scales.split(",")], args.rounds, ray, args.corpus, args.store)
     if not args.no_incremental:
-        incremental_bench(args.incremental_scale, args.incremental_rounds, args.corpus, ray, args.store)
+        incremental_bench(args.incremental_scale, args.incremental_rounds, args.corpus, ray, args.store, args.incremental_change)
     return 0
 
 

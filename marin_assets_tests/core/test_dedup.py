@@ -1032,6 +1032,28 @@ def test_a_cluster_whose_added_member_is_retained_is_verified_in_full(tmp_path: 
     assert any(r["representative_id"] == doc_id(head + " appendix footer note") for s in buckets for r in read_removed(str(tmp_path / "beta" / "incremental"), s))
 
 
+def test_a_small_cluster_whose_replay_fails_is_verified_in_full_in_the_same_pass(tmp_path: Path) -> None:
+    """A replay that reads one in 16 of its cluster's members or more had every member's text
+    gathered with it: when its added member is retained (here an exempt one, after the head), the
+    verify task verifies the cluster in full at once, no second pass."""
+    normalized, buckets = big_cluster_corpus(tmp_path / "v1")
+    cache, first = str(tmp_path / "cache"), str(tmp_path / "first")
+    find_fuzzy_duplicates(buckets, normalized, {"gamma"}, first, scale=SMALL_TASKS, cache_uri=cache)
+    small = {doc_id(t): t for k in range(6) for t in near_copies(k + 2, seed=100 + k, words=80)}  # the small clusters' texts
+    removed = next(r for s in ("alpha", "beta") for r in read_removed(first, s) if r["id"] in small)
+    added = small[removed["id"]].rsplit(" ", 1)[0]  # shorter than a removed member: after its cluster's head
+    normalized2, buckets2 = big_cluster_corpus(tmp_path / "v2", extra={"gamma": [added]})
+    for source in ("alpha", "beta"):
+        normalized2[source], buckets2[source] = normalized[source], buckets[source]
+    inc, full = str(tmp_path / "incremental"), str(tmp_path / "full")
+    inc_stats = find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, inc, scale=SMALL_TASKS, cache_uri=cache, previous_uri=first)
+    find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, full, scale=SMALL_TASKS)
+    for source in buckets2:
+        assert storage.read_bytes(dedup.removed_uri(inc, source)) == storage.read_bytes(dedup.removed_uri(full, source))
+    assert inc_stats["cc_method"] == "incremental" and inc_stats["changed_sources"] == ["gamma"]
+    assert inc_stats["replays_verified_at_once"] == 1 and inc_stats["verify_passes"] == 1 and inc_stats["exempt_kept"] >= 1
+
+
 def test_scratch_is_collected_after_publishing_but_the_stored_index_is_kept(tmp_path: Path) -> None:
     normalized, buckets = big_cluster_corpus(tmp_path / "v1")
     cache = str(tmp_path / "cache")

@@ -18,7 +18,7 @@ from marin_assets.core.dedup.decisions import (
     VERIFY_BATCH_CHARS,
     FuzzyDedupParams,
 )
-from marin_assets.core.dedup.fuzzy.layout import CLUSTER_SCHEMA, MEMBER_SCHEMA, VERDICT_SCHEMA, clusters_uri
+from marin_assets.core.dedup.fuzzy.layout import CLUSTER_SCHEMA, MEMBER_SCHEMA, REPLAY_READ_SHARE, VERDICT_SCHEMA, clusters_uri
 from marin_assets.core.dedup.fuzzy.state import Components, FuzzyRun, Mapped, Members, VerifyPass
 from marin_assets.core.runtime import storage
 
@@ -182,6 +182,20 @@ def replay_plan(frame: pl.DataFrame, params: VerifyParams, reuse: set[int], befo
     first_added[clusters_read] = added[at[first]]
     rows = (~first_added & np.isin(labels[new], prior["label"].to_numpy()))[cluster]
     return todo.filter(pl.Series(~rows)), marked.filter(pl.Series(rows & read)).drop("mkey", "kept")
+
+
+def whole_replays(frame: pl.DataFrame, replay: pl.DataFrame, params: VerifyParams) -> list[int]:
+    """The replayed clusters whose every member's text is gathered (plan and verify agree): the
+    replay reads at least one in ``REPLAY_READ_SHARE`` of the members (a small cluster, or one
+    that retained many), and the text is not streamed. Should an added member be retained, the
+    verify task verifies such a cluster in full at once, no second pass; reading the rest costs
+    at most ``REPLAY_READ_SHARE`` times the replay's own reads."""
+    if not replay.height:
+        return []
+    read = replay.group_by("label").agg(pl.len().alias("read"))
+    sizes = frame.join(read, on="label", how="semi").select("label", pl.col("chars").clip(upper_bound=params.rule.max_chars_per_doc)).group_by("label").agg(pl.len().alias("size"), pl.col("chars").sum())
+    fits = sizes.join(read, on="label").filter((pl.col("read") * REPLAY_READ_SHARE >= pl.col("size")) & (pl.col("chars") <= params.stream_chars))
+    return sorted(fits["label"].to_list())
 
 
 def warm_clusters() -> None:

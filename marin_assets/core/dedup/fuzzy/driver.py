@@ -78,10 +78,10 @@ def find_fuzzy_duplicates(
     changed = changed_sources(run)
     comps = components(run, mapped, changed)
     members = run_members(run, mapped, comps, changed)
-    gathered, passes = verify_passes(run, mapped, members, comps, changed)
-    published = run_publish(run, passes, changed is not None, members.verify_parts)
-    scratch_bytes = finish(run, passes, published)
-    return summary(run, mapped, comps, members, gathered, passes, published, changed) | {"scratch_bytes": scratch_bytes}
+    gathered, passes, final = verify_passes(run, mapped, members, comps, changed)
+    published = run_publish(run, passes, final, changed is not None, members.verify_parts)
+    scratch_bytes = finish(run, passes, final, published)
+    return summary(run, mapped, comps, members, gathered, passes, final, published, changed) | {"scratch_bytes": scratch_bytes}
 
 
 def changed_sources(run: FuzzyRun) -> list[str] | None:
@@ -121,16 +121,21 @@ def components(run: FuzzyRun, mapped: Mapped, changed: list[str] | None) -> Comp
     return run_full_components(run, mapped)
 
 
-def verify_passes(run: FuzzyRun, mapped: Mapped, members: Members, comps: Components, changed: list[str] | None) -> tuple[list[ShardResult], list[list[ShardResult]]]:
-    """Steps 5-7, plan, gather and verify; a second pass when a replay failed (a cluster whose
-    added member was retained is verified in full, every other verdict taken from the first)."""
+def verify_passes(run: FuzzyRun, mapped: Mapped, members: Members, comps: Components, changed: list[str] | None) -> tuple[list[ShardResult], list[list[ShardResult]], list[ShardResult]]:
+    """Steps 5-7, plan, gather and verify; a second pass when a replay failed whose cluster's
+    texts were not all gathered (such a cluster is verified in full), over the label ranges
+    holding one only, every other verdict taken from the first. Returns the gather results, each
+    pass's verify results and, per label range, its final verify result."""
     gathered, verified = verify_pass(run, mapped, members, comps, VerifyPass("", members.previous_files, True))
-    passes = [verified]
-    if any(int(r.stats.get("replay_failed", 0)) for r in verified):
-        more, verified = verify_pass(run, mapped, members, comps, VerifyPass("full-", [(r.output,) for r in verified], False))
+    passes, final = [verified], list(verified)
+    failed = tuple(p for p, r in enumerate(verified) if int(r.stats.get("replay_failed", 0)))
+    if failed:
+        more, again = verify_pass(run, mapped, members, comps, VerifyPass("full-", [(r.output,) for r in verified], False, failed))
         gathered = gathered + more
-        passes.append(verified)
-    return gathered, passes
+        passes.append(again)
+        for p, r in zip(failed, again):
+            final[p] = r
+    return gathered, passes, final
 
 
 def verify_pass(run: FuzzyRun, mapped: Mapped, members: Members, comps: Components, vpass: VerifyPass) -> tuple[list[ShardResult], list[ShardResult]]:
@@ -139,16 +144,16 @@ def verify_pass(run: FuzzyRun, mapped: Mapped, members: Members, comps: Componen
     return gathered, run_verify(run, mapped, members, comps, vpass, gathered)
 
 
-def finish(run: FuzzyRun, passes: Sequence[Sequence[ShardResult]], published: Mapping[str, Mapping[str, Any]]) -> int:
+def finish(run: FuzzyRun, passes: Sequence[Sequence[ShardResult]], verified: Sequence[ShardResult], published: Mapping[str, Mapping[str, Any]]) -> int:
     """Write the state for the next run, then collect the scratch; returns the scratch's bytes
     at its largest (before the collection)."""
-    verified = passes[-1]
     run.state["published"] = {s: {"uri": removed_uri(run.out_dir, s), "removed": int(published[s]["removed"]), "digest": str(published[s]["digest"])} for s in run.sources}
     run.state["clustered_docs"] = sum(int(r.stats.get("clustered_docs", 0)) for r in verified)
     storage.write_json(storage.join(run.out_dir, STATE_FILE), run.state | {"verify_files": [r.output for r in verified]})
     fs, work_path = storage.filesystem(run.work)
     scratch_bytes = int(fs.du(work_path)) if fs.exists(work_path) else 0
-    for r in passes[0] if len(passes) > 1 else ():  # the first pass's verdicts live on in the second's
+    final = {r.output for r in verified}
+    for r in (r for r in passes[0] if r.output not in final):  # the first pass's verdicts live on in the second's
         for uri in (r.output, clusters_uri(r.output)):
             if storage.exists(uri):
                 storage.remove(uri)
@@ -156,8 +161,8 @@ def finish(run: FuzzyRun, passes: Sequence[Sequence[ShardResult]], published: Ma
     return scratch_bytes
 
 
-def _verify_totals(passes: Sequence[Sequence[ShardResult]]) -> dict[str, int]:
-    totals = {"clusters": sum(int(r.stats["clusters"]) for r in passes[-1]), "verified_clusters": 0, "reused_clusters": sum(int(r.stats["reused_clusters"]) for r in passes[0])}
+def _verify_totals(passes: Sequence[Sequence[ShardResult]], final: Sequence[ShardResult]) -> dict[str, int]:
+    totals = {"clusters": sum(int(r.stats["clusters"]) for r in final), "verified_clusters": 0, "reused_clusters": sum(int(r.stats["reused_clusters"]) for r in passes[0])}
     for key in ("verified_members", "streamed_clusters", "comparisons", "exempt_kept", "verify_spilled_bytes"):
         totals[key] = 0
     for r in (r for rs in passes for r in rs):
@@ -194,7 +199,17 @@ def _removals_summary(run: FuzzyRun, verified: Sequence[ShardResult], published:
     }
 
 
-def summary(run: FuzzyRun, mapped: Mapped, comps: Components, members: Members, gathered: Sequence[ShardResult], passes: Sequence[Sequence[ShardResult]], published: Mapping[str, Mapping[str, Any]], changed: list[str] | None) -> dict[str, Any]:
+def summary(
+    run: FuzzyRun,
+    mapped: Mapped,
+    comps: Components,
+    members: Members,
+    gathered: Sequence[ShardResult],
+    passes: Sequence[Sequence[ShardResult]],
+    final: Sequence[ShardResult],
+    published: Mapping[str, Mapping[str, Any]],
+    changed: list[str] | None,
+) -> dict[str, Any]:
     """The run's counters, from what the tasks returned (nothing re-reads the corpus)."""
     fresh = [r for r in run.results if not r.reused]
     return {
@@ -207,12 +222,13 @@ def summary(run: FuzzyRun, mapped: Mapped, comps: Components, members: Members, 
         "largest_bucket": max((int(r.stats["largest_bucket"]) for r in comps.edge_results), default=0),
         **comps.stats,
         "verify_partitions": members.verify_parts,
-        **_verify_totals(passes),
+        **_verify_totals(passes, final),
         "replayed_clusters": sum(int(r.stats.get("replayed_clusters", 0)) for r in passes[0]),
+        "replays_verified_at_once": sum(int(r.stats.get("replay_failed_at_once", 0)) for r in passes[0]),
         "verify_passes": len(passes),
         "changed_sources": changed,
         "shards_read_for_text": sum(int(r.stats["shard_read"]) for r in gathered),
-        **_removals_summary(run, passes[-1], published, mapped.docs_per_source),
+        **_removals_summary(run, final, published, mapped.docs_per_source),
         "exempt_sources": list(run.exempt),
         "tasks": len(run.results),
         "task_cpu_s": round(sum(float(r.stats.get("cpu_s", 0)) for r in fresh), 3),

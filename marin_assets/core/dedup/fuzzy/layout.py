@@ -60,6 +60,10 @@ CLUSTER_SCHEMA = pa.schema(
     [("label", pa.int64()), ("size", pa.int64()), ("members", pa.string()), ("retained", pa.list_(pa.string())), ("texts", pa.list_(pa.large_string()))]
 )
 HEAD_TEXT_SHARE = 16
+# A replayed cluster whose replay reads at least one in REPLAY_READ_SHARE of its members (and
+# whose text is not streamed) has every member's text gathered with it: when an added member is
+# retained, its verify task verifies it in full at once rather than in a second pass.
+REPLAY_READ_SHARE = 16
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,7 @@ import polars as pl
 import pyarrow as pa
 
 from marin_assets.core.dedup import shuffle
-from marin_assets.core.dedup.fuzzy.clusters import VerifyParams, clusters_of, pass_params, replay_plan, reusable, streamed_labels, warm_clusters, with_fresh_previous_rows
+from marin_assets.core.dedup.fuzzy.clusters import VerifyParams, clusters_of, pass_params, replay_plan, reusable, streamed_labels, warm_clusters, whole_replays, with_fresh_previous_rows
 from marin_assets.core.dedup.fuzzy.layout import REQUEST_SCHEMA, node_runs
 from marin_assets.core.dedup.fuzzy.state import Components, FuzzyRun, Mapped, Members, VerifyPass
 from marin_assets.core.runtime import storage
@@ -29,8 +29,9 @@ def _plan(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any
     full, replay = replay_plan(frame, params, reuse, before, columns=("label", "rank", "id"))
     # The clusters verify reads batch by batch (as verify finds them: verified in full, not replayed)
     big = streamed_labels(full, params)
-    gathered = replay.filter(pl.col("text").is_null())  # a replay's texts that its record did not keep
-    todo = pl.concat([full, gathered.select(full.columns)]) if gathered.height else full
+    whole = whole_replays(frame, replay, params)  # every member's text, in case the replay fails
+    gathered = replay.filter(pl.col("text").is_null() & ~pl.col("label").is_in(whole))  # a replay's texts that its record did not keep
+    todo = pl.concat([full, gathered.select(full.columns), frame.filter(pl.col("label").is_in(whole)).select(full.columns)])
     node = todo["node"].to_numpy()
     pos = todo.select(pl.int_range(pl.len()).over("label"))[:, 0].to_numpy() if todo.height else np.zeros(0, np.int64)
     big_rows = np.isin(todo["label"].to_numpy(), big) if todo.height else np.zeros(0, bool)
@@ -45,13 +46,15 @@ def _plan(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any
 
 def run_plan(run: FuzzyRun, mapped: Mapped, members: Members, comps: Components, vpass: VerifyPass) -> list[ShardResult]:
     """Plan tasks. Incremental: the member files hold the touched clusters only, so a plan task
-    covers several consecutive label ranges (members_per_partition touched members each)."""
+    covers several consecutive label ranges (members_per_partition touched members each); a
+    second pass plans only the ranges it verifies again."""
     bounds = shuffle.partition_bounds(members.verify_parts)
     spans = members.verify_parts // members.plan_parts
+    planned = range(members.plan_parts) if vpass.parts is None else sorted({p // spans for p in vpass.parts})
 
     def params(q: int) -> VerifyParams:
         first, last = q * spans, (q + 1) * spans - 1
         previous = tuple(dict.fromkeys(f for p in range(first, last + 1) for f in vpass.previous[p]))
         return dataclasses.replace(pass_params(run, mapped, members, comps, vpass, first, bounds[first][0], bounds[last][1]), previous=previous)
 
-    return run.run([ShardTask(fuzzy_plan, members.files, storage.join(run.work, "plan", vpass.prefix + shuffle.block_name(q, members.plan_parts)), params(q)) for q in range(members.plan_parts)])
+    return run.run([ShardTask(fuzzy_plan, members.files, storage.join(run.work, "plan", vpass.prefix + shuffle.block_name(q, members.plan_parts)), params(q)) for q in planned])

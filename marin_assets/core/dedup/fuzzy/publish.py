@@ -92,14 +92,15 @@ def _kept_sources(run: FuzzyRun, passes: Sequence[Sequence[ShardResult]]) -> tup
     return kept, {rank[s] for s in run.sources if s not in kept}
 
 
-def run_publish(run: FuzzyRun, passes: Sequence[Sequence[ShardResult]], against_previous: bool, verify_parts: int) -> dict[str, dict[str, Any]]:
+def run_publish(run: FuzzyRun, passes: Sequence[Sequence[ShardResult]], final: Sequence[ShardResult], against_previous: bool, verify_parts: int) -> dict[str, dict[str, Any]]:
     """Removals by id range, then one file per source (a group of sources per task); per source
-    its count, digest and whether it was copied."""
+    its count, digest and whether it was copied. ``final``: per label range, its last verify
+    result (``passes``: every pass's, whose row changes add up)."""
     rank, scale = run.rank, run.scale
     kept, moved = _kept_sources(run, passes) if against_previous else ({}, None)
-    removed_total = sum(int(n) for r in passes[-1] for k, n in r.stats["removed_by_rank"].items() if moved is None or int(k) in moved)
+    removed_total = sum(int(n) for r in final for k, n in r.stats["removed_by_rank"].items() if moved is None or int(k) in moved)
     removal_parts = min(verify_parts, shuffle.pow2_partitions(removed_total, scale.members_per_partition))  # the verify outputs' blocks cut these ranges
-    verified = tuple(run.merged([r.output for r in passes[-1]], storage.join(run.work, "removals", "verified"), blocks=removal_parts))
+    verified = tuple(run.merged([r.output for r in final], storage.join(run.work, "removals", "verified"), blocks=removal_parts))
     ranks_filter = None if moved is None else tuple(sorted(moved))
     parts = run.run(
         [

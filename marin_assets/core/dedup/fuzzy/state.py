@@ -243,8 +243,10 @@ def step_costs(results: Sequence[ShardResult]) -> dict[str, dict[str, float]]:
 @dataclasses.dataclass(frozen=True)
 class VerifyPass:
     """One plan, gather and verify pass: its files' name prefix, per verify partition the
-    previous outputs it reads, and whether clusters that only gained members replay."""
+    previous outputs it reads, whether clusters that only gained members replay, and the verify
+    partitions it runs (None: all)."""
 
     prefix: str
     previous: Sequence[tuple[str, ...]]
     replay: bool
+    parts: tuple[int, ...] | None = None

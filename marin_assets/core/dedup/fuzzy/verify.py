@@ -32,6 +32,7 @@ from marin_assets.core.dedup.fuzzy.clusters import (
     row_sums,
     streamed_labels,
     warm_clusters,
+    whole_replays,
     with_fresh_previous_rows,
 )
 from marin_assets.core.dedup.fuzzy.layout import CLUSTER_SCHEMA, HEAD_TEXT_SHARE, TEXT_SCHEMA, VERDICT_SCHEMA, clusters_uri, streamed_uri
@@ -96,7 +97,11 @@ def _verify(inputs: list[str], output: str, params: VerifyParams) -> dict[str, A
     found = _Verdicts(counters={"reused_clusters": len(reuse) + len(untouched_labels)})
     exempt = {params.sources.index(s) for s in params.exempt if s in params.sources}
     replayed, failed = _replay(replay, params, text_of, exempt, found.rows, found.examples)
-    found.counters |= {"replayed_clusters": len(replayed), "replay_failed": len(failed)}
+    at_once = failed & set(whole_replays(frame, replay, params))  # every member's text was gathered: verified in full now
+    failed -= at_once
+    if at_once:
+        todo = pl.concat([todo, frame.filter(pl.col("label").is_in(list(at_once)))])
+    found.counters |= {"replayed_clusters": len(replayed), "replay_failed": len(failed), "replay_failed_at_once": len(at_once)}
     _verify_clusters(todo, params, text_of, streamed_files, exempt, found)
     records = _records(sizes, found.retained, before_clusters, reuse | replayed, failed)
     if untouched is not None and untouched.height:
@@ -320,8 +325,8 @@ def _offer_example(heap: list, params: VerifyParams, source: str, doc: str, rep_
 
 
 def run_verify(run: FuzzyRun, mapped: Mapped, members: Members, comps: Components, vpass: VerifyPass, gathered: Sequence[ShardResult]) -> list[ShardResult]:
-    """Verify tasks, one per label range: the member files, then the gathered texts' block files,
-    then the big clusters' streamed files."""
+    """Verify tasks, one per label range (a second pass: per range it verifies again): the member
+    files, then the gathered texts' block files, then the big clusters' streamed files."""
     text_files = tuple(u for r in gathered for u in (*r.stats.get("sections", ()), r.output))
     text_files = tuple(run.merged(text_files, storage.join(run.work, "gather", vpass.prefix + "texts"), max(2, run.scale.max_inputs_per_task // 4), blocks=members.verify_parts))
 
@@ -335,6 +340,7 @@ def run_verify(run: FuzzyRun, mapped: Mapped, members: Members, comps: Component
                 dataclasses.replace(pass_params(run, mapped, members, comps, vpass, p, lo, hi), member_files=len(members.files), text_files=len(text_files)),
             )
             for p, (lo, hi) in enumerate(shuffle.partition_bounds(members.verify_parts))
+            if vpass.parts is None or p in vpass.parts
         ]
     )
 
