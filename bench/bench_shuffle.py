@@ -75,11 +75,13 @@ POLL_S = 0.05
 
 @dataclasses.dataclass(frozen=True)
 class Proc:
-    """A process as read from ``/proc``: its command line, peak resident size (VmHWM, KiB) and
-    CPU seconds (user + system) so far."""
+    """A process as read from ``/proc``: its command line, peak resident size (VmHWM, KiB), its
+    resident private memory now (RssAnon, KiB: without the object store's shared pages it maps)
+    and CPU seconds (user + system) so far."""
 
     command: str
     hwm_kib: int
+    anon_kib: int
     cpu_s: float
 
 
@@ -104,10 +106,10 @@ def process_tree(root: int) -> dict[int, Proc]:
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
                 command = handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
             with open(f"/proc/{pid}/status") as handle:
-                hwm = next((int(line.split()[1]) for line in handle if line.startswith("VmHWM:")), 0)
+                fields = {k: v.split()[0] for k, _, v in (line.partition(":") for line in handle) if k in ("VmHWM", "RssAnon")}
         except OSError:
             continue
-        found[pid] = Proc(command, hwm, (int(stats[pid][11]) + int(stats[pid][12])) / ticks)  # utime, stime
+        found[pid] = Proc(command, int(fields.get("VmHWM", 0)), int(fields.get("RssAnon", 0)), (int(stats[pid][11]) + int(stats[pid][12])) / ticks)  # utime, stime
     return found
 
 
@@ -118,11 +120,12 @@ def is_ray_worker(command: str) -> bool:
 
 class TreeWatch:
     """This process's descendants polled every ``interval_s`` while a run goes: each one's
-    largest VmHWM seen and its latest CPU seconds (a process that exits keeps its last reading,
-    at most ``interval_s`` old)."""
+    largest VmHWM and RssAnon seen, its latest CPU seconds (a process that exits keeps its last reading, at
+    most ``interval_s`` old) and the names a Ray worker ran under (``ray::<task or actor>``)."""
 
     def __init__(self, interval_s: float = POLL_S) -> None:
         self.seen: dict[int, Proc] = {}
+        self.names: dict[int, set[str]] = {}
         self.interval_s = interval_s
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -131,7 +134,9 @@ class TreeWatch:
         with self._lock:
             for pid, proc in process_tree(os.getpid()).items():
                 before = self.seen.get(pid)
-                self.seen[pid] = dataclasses.replace(proc, hwm_kib=max(proc.hwm_kib, before.hwm_kib if before else 0))
+                self.seen[pid] = dataclasses.replace(proc, hwm_kib=max(proc.hwm_kib, before.hwm_kib if before else 0), anon_kib=max(proc.anon_kib, before.anon_kib if before else 0))
+                if proc.command.startswith("ray::") and not proc.command.startswith("ray::IDLE"):
+                    self.names.setdefault(pid, set()).add(re.match(r"ray::\w*", proc.command).group())  # the task or actor, not its arguments
 
     def cpu_s(self) -> float:
         """CPU seconds of the descendants so far (polled now)."""
@@ -140,8 +145,15 @@ class TreeWatch:
 
     def figures(self) -> dict[str, Any]:
         self.poll()
-        workers = [p.hwm_kib for p in self.seen.values() if is_ray_worker(p.command)]
-        return {"workers": len(workers), "worker_kib": max(workers, default=0), "workers_sum_kib": sum(workers)}
+        workers = {pid: p.hwm_kib for pid, p in self.seen.items() if is_ray_worker(p.command)}
+        largest = max(workers, key=workers.__getitem__, default=0)
+        return {
+            "workers": len(workers),
+            "worker_kib": workers.get(largest, 0),
+            "workers_sum_kib": sum(workers.values()),
+            "worker_anon_kib": max((p.anon_kib for p in self.seen.values() if is_ray_worker(p.command)), default=0),
+            "largest_worker": ", ".join(sorted(self.names.get(largest, ()))) or "idle",
+        }
 
     def __enter__(self) -> TreeWatch:
         def loop() -> None:
@@ -362,7 +374,7 @@ def report(result: harness.Result, labels: Sequence[str]) -> None:
         cpu = m.values("cluster_cpu_s")
         print(
             f"  {label:<22} cluster CPU {statistics.median(cpu):.1f} s [{min(cpu):.1f}..{max(cpu):.1f}]; driver peak {mib(max(m.values('driver_kib')))} MiB; "
-            f"{int(m.median('workers'))} Ray worker processes, the largest's peak {mib(max(m.values('worker_kib')))} MiB, their peaks summed "
+            f"{int(m.median('workers'))} Ray worker processes, the largest's peak {mib(max(m.values('worker_kib')))} MiB ({largest_worker(m)}; private memory of any worker at most {mib(max(m.values('worker_anon_kib')))} MiB), their peaks summed "
             f"{mib(max(m.values('workers_sum_kib')))} MiB; spilled {max(m.values('spilled')) / 2**20:.0f} MiB; {first['files']} partition files, "
             f"{first['rows']:,} rows, equal to the input's and grouped by key: {equal}"
         )
@@ -372,6 +384,11 @@ def report(result: harness.Result, labels: Sequence[str]) -> None:
                 f"block files in the bucket {first['scratch'] / 2**20:.1f} MiB; rerun after losing half the reduce outputs: {first['rerun_done']} of "
                 f"{first['rerun_tasks']} tasks run again, {statistics.median(m.values('rerun_s')):.2f} s"
             )
+
+
+def largest_worker(m: harness.Measured) -> str:
+    """What the largest worker process of the case's largest run ran."""
+    return max(m.runs, key=lambda r: r["worker_kib"])["largest_worker"]
 
 
 def ray_data_label(strategy: str) -> str:
@@ -400,6 +417,9 @@ def growth_goals(results: dict[int, harness.Result], strategies: Sequence[str], 
         a, b = (max(results[s][f"{case} {s}x"].values(key)) for s in (lo, hi))
         wa, wb = (results[s][f"{case} {s}x"].median("seconds") for s in (lo, hi))
         harness.absolute_goal(f"{case}: {what} {hi}x <= 1.3x {lo}x", f"{mib(a)} -> {mib(b)} MiB ({b / a:.2f}x; wall {wa:.1f} -> {wb:.1f} s)", b <= 1.3 * a)
+    for case in ["blocks", *(ray_data_label(s) for s in strategies)]:
+        a, b = (max(results[s][f"{case} {s}x"].values("worker_anon_kib")) for s in (lo, hi))
+        print(f"  {case}: the most private memory (RssAnon) of a worker {mib(a)} -> {mib(b)} MiB ({b / a:.2f}x)")
 
 
 def main(argv: list[str] | None = None) -> int:
