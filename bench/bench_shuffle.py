@@ -28,8 +28,9 @@ it ran again and the time. Goals: both outputs right; ``blocks`` at least as fas
 ``ray-data`` at the smallest scale; each side's largest peak within 1.3x from the smallest to the
 largest scale (the dedup goal).
 
-Usage: ``python -m bench.bench_shuffle [--scales 1,4,16] [--rounds N] [--big-rounds N]`` (also
-``python -m bench --only shuffle``; ``--quick``: 1x and 4x, one round).
+Usage: ``python -m bench.bench_shuffle [--scales 1,4,16] [--rounds N] [--big-rounds N]
+[--strategies hash_shuffle,shuffle_v2]`` (also ``python -m bench --only shuffle``; ``--quick``:
+1x and 4x, one round; ``shuffle_v2`` is Ray 2.60's default strategy).
 """
 
 from __future__ import annotations
