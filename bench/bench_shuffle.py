@@ -121,8 +121,9 @@ def is_ray_worker(command: str) -> bool:
 
 class TreeWatch:
     """This process's descendants polled every ``interval_s`` while a run goes: each one's
-    largest VmHWM and RssAnon seen, its latest CPU seconds (a process that exits keeps its last reading, at
-    most ``interval_s`` old) and the names a Ray worker ran under (``ray::<task or actor>``)."""
+    largest VmHWM and RssAnon seen, its latest CPU seconds (a process that exits keeps its last
+    reading, at most ``interval_s`` old) and the names a Ray worker ran under (``ray::<task or
+    actor>``)."""
 
     def __init__(self, interval_s: float = POLL_S) -> None:
         self.seen: dict[int, Proc] = {}
