@@ -25,8 +25,8 @@ spilled from its object store to local disk, the bytes the block files put in th
 whether each wrote exactly the input's rows with every key in one partition (checked in the
 parent). ``blocks`` then reruns after losing half its reduce outputs (a killed run): the tasks
 it ran again and the time. Goals: both outputs right; ``blocks`` at least as fast as
-``ray-data`` at the smallest scale; each side's largest peak within 1.3x from the smallest to the
-largest scale (the dedup goal).
+``ray-data`` at the smallest scale; its largest task's own peak within 1.3x from the smallest to
+the largest scale (the dedup goal; Ray Data's largest worker beside it, printed).
 
 Usage: ``python -m bench.bench_shuffle [--scales 1,4,16] [--rounds N] [--big-rounds N]
 [--strategies hash_shuffle,shuffle_v2]`` (also ``python -m bench --only shuffle``; ``--quick``:
@@ -409,19 +409,21 @@ def scale_cases(root: str, scale: int, strategies: Sequence[str]) -> tuple[list[
     return cases, digest
 
 
-def growth_goals(results: dict[int, harness.Result], strategies: Sequence[str], lo: int, hi: int) -> None:
-    """The largest peaks from the smallest to the largest scale (the wall times beside them),
-    each held to the dedup goal: at most 1.3x."""
+def growth(results: dict[int, harness.Result], strategies: Sequence[str], lo: int, hi: int) -> None:
+    """The largest peaks from the smallest to the largest scale, the wall times beside them; the
+    block files' largest task held to the dedup goal (at most 1.3x), the rest printed beside it."""
     print(f"\n  peak growth {lo}x -> {hi}x (median wall {lo}x -> {hi}x):")
-    rows = [("blocks", "task_kib", "largest task's own peak"), ("blocks", "worker_kib", "largest worker process")]
-    rows += [(ray_data_label(s), "worker_kib", "largest worker process") for s in strategies]
-    for case, key, what in rows:
+    rows = [("blocks", "worker_kib", "largest worker process (VmHWM)"), ("blocks", "worker_anon_kib", "most private memory of a worker (RssAnon)")]
+    for strategy in strategies:
+        rows += [(ray_data_label(strategy), "worker_kib", "largest worker process (VmHWM)"), (ray_data_label(strategy), "worker_anon_kib", "most private memory of a worker (RssAnon)")]
+    for case, key, what in [("blocks", "task_kib", "largest task's own peak"), *rows]:
         a, b = (max(results[s][f"{case} {s}x"].values(key)) for s in (lo, hi))
         wa, wb = (results[s][f"{case} {s}x"].median("seconds") for s in (lo, hi))
-        harness.absolute_goal(f"{case}: {what} {hi}x <= 1.3x {lo}x", f"{mib(a)} -> {mib(b)} MiB ({b / a:.2f}x; wall {wa:.1f} -> {wb:.1f} s)", b <= 1.3 * a)
-    for case in ["blocks", *(ray_data_label(s) for s in strategies)]:
-        a, b = (max(results[s][f"{case} {s}x"].values("worker_anon_kib")) for s in (lo, hi))
-        print(f"  {case}: the most private memory (RssAnon) of a worker {mib(a)} -> {mib(b)} MiB ({b / a:.2f}x)")
+        shown = f"{mib(a)} -> {mib(b)} MiB ({b / a:.2f}x; wall {wa:.1f} -> {wb:.1f} s)"
+        if key == "task_kib":
+            harness.absolute_goal(f"blocks: largest task's own peak {hi}x <= 1.3x {lo}x", shown, b <= 1.3 * a)
+        else:
+            print(f"    {case:<20} {what:<42} {shown}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -454,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     if "hash_shuffle" in strategies:
         harness.speed_goal(f"blocks {lo}x", f"ray-data {lo}x", 1.0, f"blocks at least as fast as ray-data at {lo}x (records per wall second)").check(results[lo])
     if lo != hi:
-        growth_goals(results, strategies, lo, hi)
+        growth(results, strategies, lo, hi)
     return 0
 
 
