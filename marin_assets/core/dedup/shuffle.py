@@ -186,23 +186,23 @@ def read_block_spans(uris: Iterable[str], spans: Sequence[tuple[int, int]], sche
     return pa.concat_tables(pieces) if pieces else schema.empty_table()
 
 
-FOOTER_BYTES = 64 << 10  # the tail read of a block file whose block count the reader does not know
+FOOTER_BYTES = 64 << 10  # a block file's tail read at least: a small file is read whole in that one request
 
 
 def block_offsets(handle: Any, blocks: int | None = None) -> np.ndarray:
     """The ``count + 1`` block offsets of an open :func:`write_blocks` file, in one read of its
-    tail: exactly the offsets and count where the reader knows ``blocks`` (a count that
-    differs is read again, for the check that follows), else the last :data:`FOOTER_BYTES` (a
-    second read only where the offsets outgrow them; a file this small is read whole)."""
+    tail: the last :data:`FOOTER_BYTES`, or the whole footer where the reader knows ``blocks`` and
+    it is longer (a second read only where the offsets outgrow what was read). A file this small
+    is read whole, so its blocks then come from the handle's read-ahead, not another request."""
     size = handle.seek(0, 2)
-    tail = min(size, 8 * (blocks + 2) if blocks is not None else FOOTER_BYTES)
+    tail = min(size, max(FOOTER_BYTES, 8 * (blocks + 2) if blocks is not None else 0))
     handle.seek(size - tail)
     data = handle.read(tail)
     count = int(np.frombuffer(data[-8:], "<u8")[0])
     need = 8 * (count + 2)
     if need > size:
         raise ValueError(f"{getattr(handle, 'path', handle)} is no block file: its last 8 bytes count {count} blocks, more than its {size} bytes hold")
-    if need > tail or (blocks is not None and need != tail):
+    if need > tail:
         handle.seek(size - need)
         data = handle.read(need)
     return np.frombuffer(data[len(data) - need : len(data) - 8], "<u8").astype(np.int64)
