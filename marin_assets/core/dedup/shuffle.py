@@ -502,9 +502,15 @@ class SliceReader:
         return groups
 
     def _read(self, footer: tuple[Any, int, int, Any], groups: list[int], key: int, lo: int, hi: int) -> pa.Table:
-        table = footer[3].read_row_groups(groups, columns=self.columns, use_threads=False)
-        k, c = table.column("key").to_numpy(), table.column(self.column).to_numpy()
-        return table.filter(pa.array((k == key) & (c >= lo) & (c < hi)))
+        """The slice's rows of ``groups``, one group decoded at a time: a file written shard by
+        shard (or merged from several) holds sorted runs, each of whose groups may overlap the
+        slice, so the groups read for one slice can be many times the slice."""
+        pieces = []
+        for g in groups:
+            table = footer[3].read_row_group(g, columns=self.columns, use_threads=False)
+            k, c = table.column("key").to_numpy(), table.column(self.column).to_numpy()
+            pieces.append(table.filter(pa.array((k == key) & (c >= lo) & (c < hi))))
+        return pa.concat_tables(pieces)
 
     def read(self, key: int, lo: int, hi: int) -> pa.Table:
         """Rows with ``key == key`` and ``lo <= column < hi``, in file order."""
