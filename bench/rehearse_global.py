@@ -331,7 +331,7 @@ def fuzzy_answer(pool: FuzzyPool) -> Any:
             docs = DOCS_PER_SHARD * len(p.bases)
             first = [(p.slot << RANK_SHIFT) + b for b in p.bases]
             return {"bands": 20, "docs": docs, "chars": docs * pool.chars_per_doc, "records": 20 * docs, "added": 0, "runs": [[[f, f + DOCS_PER_SHARD]] for f in first]}
-        if fn is fanin.merge_files or fn is fanin.merge_row_groups:
+        if fn is fanin.merge_files or fn is fanin.merge_sorted_files:
             return {"rows": 0, "files": manifest.count(task.inputs), "spans": 1, "row_groups": 0}
         if fn is edges.fuzzy_edges:
             return {"records": 20 * shards * DOCS_PER_SHARD // p.tasks, "edges": pool.edges_per_member * pool.clustered // p.tasks, "largest_bucket": 1000}

@@ -475,7 +475,7 @@ def test_no_task_reads_more_files_than_the_bound_and_the_removals_stay_the_same(
     stats = find_fuzzy_duplicates(buckets, normalized, {"gamma"}, out, scale=bound, runner=runner)
     assert max(runner.widest.values()) <= 6 and stats["max_task_inputs"] == max(runner.widest.values()), runner.widest
     assert runner.widest["merge_files"] == 6 and stats["steps"]["merge"]["tasks"] >= 3 and stats["streamed_clusters"] == 1
-    assert 2 <= runner.widest["merge_row_groups"] <= 6
+    assert 2 <= runner.widest["merge_sorted_files"] <= 6
     assert stats["cc_method"] == "star_rounds" and stats["steps"]["map"]["tasks"] == 12
     unbounded = str(tmp_path / "free")
     find_fuzzy_duplicates(buckets, normalized, {"gamma"}, unbounded, scale=free, runner=(free_runner := InputCountingRunner()))
@@ -615,6 +615,24 @@ def test_a_block_file_gives_each_key_range_exactly_the_rows_a_sorted_file_gives(
     assert one_key == 1 and sum(dedup_shuffle.read_blocks([str(tmp_path / "one.blocks")], p, EDGE_SCHEMA).num_rows for p in range(len(bounds))) == 1
     with pytest.raises(ValueError, match="holds 7 blocks"):
         dedup_shuffle.read_blocks([blocks_uri], 7, EDGE_SCHEMA)
+
+
+def test_sorted_runs_merge_into_one_sorted_stream_holding_one_table_of_each() -> None:
+    """Runs of any lengths, cut into tables anywhere, with keys repeated within and across runs:
+    the merge gives every row once, sorted by (key, pos)."""
+    rng = np.random.default_rng(5)
+    runs, everything = [], []
+    for r in range(7):
+        n = int(rng.integers(0, 300))
+        table = pa.table({"key": rng.integers(0, 5, n), "pos": rng.integers(0, 50, n), "run": np.full(n, r)})
+        table = table.take(pa.compute.sort_indices(table, sort_keys=[("key", "ascending"), ("pos", "ascending")]))
+        cuts = sorted(rng.integers(0, n + 1, 4).tolist())
+        runs.append(iter([table.slice(a, b - a) for a, b in zip([0, *cuts], [*cuts, n])]))
+        everything.extend(zip(*(table.column(c).to_pylist() for c in ("key", "pos", "run"))))
+    merged = pa.concat_tables(list(dedup_shuffle.merge_sorted(runs, ["key", "pos"])))
+    rows = list(zip(*(merged.column(c).to_pylist() for c in ("key", "pos", "run"))))
+    assert [r[:2] for r in rows] == sorted(r[:2] for r in rows)
+    assert sorted(rows) == sorted(everything) and len(rows) > 300
 
 
 def test_block_spans_give_any_key_ranges_exactly_the_rows_of_a_sorted_file(tmp_path: Path) -> None:
@@ -1210,7 +1228,8 @@ def test_pair_shards_takes_rows_from_the_map_counters_and_reads_footers_only_wit
 
 def test_each_verify_partition_reads_the_streamed_files_of_the_gather_tasks_that_streamed_for_it(tmp_path: Path) -> None:
     """Per verify partition, the streamed files of exactly the gather tasks that streamed for it,
-    in gather order; past the limit, merged into fewer files that keep every row group."""
+    in gather order; past the limit, merged into fewer files that keep every row, sorted by
+    (key, pos) across the files merged."""
     import pyarrow.parquet as pq  # noqa: PLC0415
 
     from marin_assets.core.dedup.fuzzy import verify as fuzzy_verify  # noqa: PLC0415
@@ -1222,7 +1241,7 @@ def test_each_verify_partition_reads_the_streamed_files_of_the_gather_tasks_that
         output = str(tmp_path / "gather" / f"g{g:06d}.blocks")
         if parts:
             Path(fuzzy_layout.streamed_uri(output)).parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(pa.table({"key": list(range(g + 1))}), fuzzy_layout.streamed_uri(output), row_group_size=1)
+            pq.write_table(pa.table({"key": list(range(g + 1)), "pos": [10 - g] * (g + 1)}), fuzzy_layout.streamed_uri(output), row_group_size=1)
         gathered.append(ShardResult(output, {"streamed_parts": parts}, reused=False))
     run = fuzzy_state.FuzzyRun({}, {}, (), str(tmp_path / "out"), str(tmp_path / "cache"), FuzzyDedupParams(), FuzzyScale(), ShardRunner(), 5, 240, None)
     names = {g: fuzzy_layout.streamed_uri(gathered[g].output) for g in streamed}
@@ -1234,3 +1253,6 @@ def test_each_verify_partition_reads_the_streamed_files_of_the_gather_tasks_that
     assert merged[0] == (names[0], names[3]) and merged[1] == merged[3] == ()
     assert len(merged[2]) == 2 and not set(merged[2]) & set(names.values())
     assert sorted(k for f in merged[2] for k in pq.read_table(f).column("key").to_pylist()) == sorted([0, 0, 1, 0, 1, 2, 3, 0, 1, 2, 3, 4])
+    for f in merged[2]:
+        rows = list(zip(*(pq.read_table(f).column(c).to_pylist() for c in ("key", "pos"))))
+        assert rows == sorted(rows) and len(rows) > len(set(k for k, _ in rows))  # runs of two files interleaved

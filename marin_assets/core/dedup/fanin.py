@@ -165,28 +165,26 @@ def bounded(run: Callable[[list[ShardTask]], list[ShardResult]], files: Sequence
     return files
 
 
+@dataclasses.dataclass(frozen=True)
+class MergeSortedParams:
+    """A sorted merge's sort keys and its row groups' size (what a reader's slice reads)."""
+
+    keys: tuple[str, ...] = ("key", "pos")
+    group_bytes: int = 1 << 20
+
+
 @shuffle.measured
-def merge_row_groups(inputs: list[str], output: str, params: Any = None) -> dict[str, Any]:
-    """One Parquet file of the row groups of ``inputs`` (files whose readers pick row groups by
-    their statistics, e.g. big clusters' streamed texts sorted by cluster and place), each group
-    copied as it is, so its statistics still narrow a read; one group held at a time."""
-    groups = rows = 0
+def merge_sorted_files(inputs: list[str], output: str, params: MergeSortedParams) -> dict[str, Any]:
+    """One Parquet file of the rows of ``inputs`` (files sorted by ``params.keys``, e.g. big
+    clusters' streamed texts by cluster and place), sorted by those keys, in row groups of about
+    ``group_bytes``: a slice of one cluster then lies in one or two groups, whatever number of
+    files were merged (concatenated, each group of each file might overlap it). Holds about one
+    row group of each input."""
     with tempfile.TemporaryDirectory(prefix="dedup-groups-") as tmp:
         local = os.path.join(tmp, "merged.parquet")
-        writer = None
-        try:
-            for uri in inputs:
-                fs, path = storage.filesystem(uri)
-                with fs.open(path, "rb") as handle:
-                    reader = pq.ParquetFile(handle)
-                    for g in range(reader.metadata.num_row_groups):
-                        table = reader.read_row_group(g)
-                        writer = writer or pq.ParquetWriter(local, table.schema, compression=storage.PARQUET_COMPRESSION)
-                        writer.write_table(table, row_group_size=max(1, table.num_rows))
-                        groups, rows = groups + 1, rows + table.num_rows
-        finally:
-            if writer is not None:
-                writer.close()
-        if writer is not None:
+        rows = shuffle.merge_sorted([shuffle.parquet_row_groups(uri) for uri in inputs], list(params.keys))
+        groups = shuffle.write_row_groups(rows, local, params.group_bytes)
+        if groups:
             storage.put_file(local, output)
+        rows = pq.read_metadata(local).num_rows if groups else 0
     return {"rows": rows, "row_groups": groups, "files": len(inputs)}

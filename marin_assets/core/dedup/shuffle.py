@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Self
 
 import numpy as np
@@ -519,6 +519,84 @@ class SliceReader:
         if pieces:
             return pa.concat_tables(pieces)
         return pa.table({name: pa.array([], pa.large_string() if name == "text" else pa.int64()) for name in self.columns})
+
+
+def _at_most(table: pa.Table, keys: Sequence[str], bound: Sequence[int]) -> int:
+    """Rows of ``table`` (sorted by ``keys``) whose keys are lexicographically <= ``bound``: a
+    prefix, found by bisection key by key within the rows equal so far."""
+    lo, hi = 0, table.num_rows
+    for name, value in zip(keys, bound):
+        column = table.column(name).slice(lo, hi - lo).to_numpy()
+        lo, hi = lo + int(np.searchsorted(column, value, "left")), lo + int(np.searchsorted(column, value, "right"))
+    return hi
+
+
+def merge_sorted(runs: Sequence[Iterator[pa.Table]], keys: Sequence[str]) -> Iterator[pa.Table]:
+    """The rows of ``runs`` (each a stream of tables sorted by ``keys``) in one sorted stream,
+    holding about one table of each run. Each round emits, from every run, its rows up to the
+    smallest last row among the runs that have more to come: those rows are the smallest left,
+    and one run's table is emptied each round."""
+    held: list[pa.Table | None] = [None] * len(runs)
+    live = list(range(len(runs)))
+    while live:
+        for i in list(live):
+            while held[i] is None or held[i].num_rows == 0:
+                held[i] = next(runs[i], None)
+                if held[i] is None:
+                    live.remove(i)
+                    break
+        pending = [i for i in live if held[i] is not None]
+        if not pending:
+            return
+        ends = [tuple(held[i].column(k)[-1].as_py() for k in keys) for i in pending]
+        bound = min(ends)
+        out = []
+        for i in pending:
+            count = _at_most(held[i], keys, bound)
+            out.append(held[i].slice(0, count))
+            held[i] = held[i].slice(count)
+        table = pa.concat_tables(out)
+        yield table.take(pc.sort_indices(table, sort_keys=[(k, "ascending") for k in keys]))
+
+
+def parquet_row_groups(uri: str, columns: Sequence[str] | None = None) -> Iterator[pa.Table]:
+    """A Parquet file's row groups, one at a time (the file opened for the stream's life)."""
+    fs, path = storage.filesystem(uri)
+    with fs.open(path, "rb") as handle:
+        reader = pq.ParquetFile(handle)
+        for g in range(reader.metadata.num_row_groups):
+            yield reader.read_row_group(g, columns=columns, use_threads=False)
+
+
+def write_row_groups(tables: Iterable[pa.Table], local: str, group_bytes: int) -> int:
+    """``tables`` into the Parquet file ``local`` (written only where a row arrives), in row
+    groups of about ``group_bytes``; returns the groups written."""
+    groups = size = 0
+    pending: list[pa.Table] = []
+    writer = None
+
+    def write(whole: pa.Table, rows: int) -> int:
+        nonlocal writer
+        writer = writer or pq.ParquetWriter(local, whole.schema, compression=storage.PARQUET_COMPRESSION)
+        writer.write_table(whole, row_group_size=rows)
+        return -(-whole.num_rows // rows)
+
+    try:
+        for table in tables:
+            if table.num_rows:
+                pending.append(table)
+                size += table.nbytes
+            if size >= group_bytes:
+                whole = pa.concat_tables(pending)
+                groups += write(whole, max(1, whole.num_rows * group_bytes // max(1, whole.nbytes)))
+                pending, size = [], 0
+        if pending:
+            whole = pa.concat_tables(pending)
+            groups += write(whole, whole.num_rows)
+    finally:
+        if writer is not None:
+            writer.close()
+    return groups
 
 
 def warm_libraries() -> None:

@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from marin_assets.core.dedup import shuffle
 from marin_assets.core.dedup.decisions import (
@@ -47,8 +46,9 @@ def fuzzy_gather_group(inputs: list[str], output: str, params: GatherGroupParams
     """The requested rows' text of a group of normalized shards (the inputs: normalized shard and
     node table per shard, then the plan files, whose blocks of the group's node ranges are read
     once for the whole group). The texts go to one block per verify partition, but those of big
-    clusters, which go to :func:`streamed_uri` shard by shard, sorted by cluster and place (all
-    that slice reads need). Memory holds one shard and about ``hold_chars`` of small clusters'
+    clusters, which go to :func:`streamed_uri` sorted by cluster and place across the group's
+    shards (each shard's rows to a local run file, the runs then merged), so that a verify
+    batch reads one or two row groups of the file. Memory holds one shard and about ``hold_chars`` of small clusters'
     texts: past that, the texts held so far go to a further block file (:func:`section_uri`)."""
     k = len(params.shards)
     plan_files = inputs[2 * k :]
@@ -61,34 +61,32 @@ def fuzzy_gather_group(inputs: list[str], output: str, params: GatherGroupParams
     small: list[pa.Table] = []
     sections: list[str] = []
     with tempfile.TemporaryDirectory(prefix="dedup-gather-") as tmp:
-        local = os.path.join(tmp, "texts.parquet")
-        writer = None
-        try:
-            for j, shard in enumerate(params.shards):
-                bounds = np.asarray(runs[j], np.int64).ravel()
-                mine = requests.filter(pa.array((np.searchsorted(bounds, keys, side="right") % 2) == 1)) if keys.size else requests
-                out = _gather_shard(inputs[2 * j], inputs[2 * j + 1], mine, shard)
-                if out is None:
-                    continue
-                table, big = out[0].drop_columns(["big"]), out[0].column("big")
-                gathered += table.num_rows
-                shards += 1
-                small.append(table.filter(pc.invert(big)))
-                held += int(pc.sum(pc.binary_length(small[-1].column("text"))).as_py() or 0)
-                if held > params.hold_chars and j < k - 1:
-                    sections.append(section_uri(output, len(sections)))
-                    shuffle.write_blocks(pa.concat_tables(small), sections[-1], cuts=shuffle.partition_cuts(params.text_blocks))
-                    small, held = [], 0
-                if pc.any(big).as_py():
-                    writer = writer or pq.ParquetWriter(local, TEXT_SCHEMA, compression=storage.PARQUET_COMPRESSION)
-                    writer.write_table(table.filter(big), row_group_size=out[1])
-                    streamed += int(pc.sum(big.cast(pa.int64())).as_py())
-                    lkeys = table.filter(big).column("key").to_numpy().astype(np.uint64)
-                    streamed_parts.update((np.searchsorted(shuffle.partition_cuts(params.text_blocks), lkeys, side="right") - 1).tolist())
-        finally:
-            if writer is not None:
-                writer.close()
-        if writer is not None:
+        sorted_runs: list[str] = []  # per shard with big clusters' rows: a local file of them, sorted by (key, pos)
+        for j, shard in enumerate(params.shards):
+            bounds = np.asarray(runs[j], np.int64).ravel()
+            mine = requests.filter(pa.array((np.searchsorted(bounds, keys, side="right") % 2) == 1)) if keys.size else requests
+            out = _gather_shard(inputs[2 * j], inputs[2 * j + 1], mine, shard)
+            if out is None:
+                continue
+            table, big = out[0].drop_columns(["big"]), out[0].column("big")
+            gathered += table.num_rows
+            shards += 1
+            small.append(table.filter(pc.invert(big)))
+            held += int(pc.sum(pc.binary_length(small[-1].column("text"))).as_py() or 0)
+            if held > params.hold_chars and j < k - 1:
+                sections.append(section_uri(output, len(sections)))
+                shuffle.write_blocks(pa.concat_tables(small), sections[-1], cuts=shuffle.partition_cuts(params.text_blocks))
+                small, held = [], 0
+            if pc.any(big).as_py():
+                sorted_runs.append(os.path.join(tmp, f"run-{j:05d}.parquet"))
+                storage.write_parquet(table.filter(big), sorted_runs[-1], row_group_size=out[1])
+                streamed += int(pc.sum(big.cast(pa.int64())).as_py())
+                lkeys = table.filter(big).column("key").to_numpy().astype(np.uint64)
+                streamed_parts.update((np.searchsorted(shuffle.partition_cuts(params.text_blocks), lkeys, side="right") - 1).tolist())
+        if sorted_runs:  # one file sorted by (key, pos): a batch of a cluster then lies in one or two row groups
+            local = os.path.join(tmp, "texts.parquet")
+            merged_rows = shuffle.merge_sorted([shuffle.parquet_row_groups(r) for r in sorted_runs], ["key", "pos"])
+            shuffle.write_row_groups(merged_rows, local, params.shards[0].batch_chars)
             storage.put_file(local, streamed_uri(output))
     texts = pa.concat_tables(small) if small else TEXT_SCHEMA.empty_table()
     shuffle.write_blocks(texts, output, cuts=shuffle.partition_cuts(params.text_blocks))

@@ -347,8 +347,8 @@ def run_verify(run: FuzzyRun, mapped: Mapped, members: Members, comps: Component
 
 def _bounded_streamed(run: FuzzyRun, gathered: Sequence[ShardResult], parts: int, limit: int, prefix: str) -> list[tuple[str, ...]]:
     """Per verify partition, the files holding its big clusters' streamed texts: those of the
-    gather tasks that streamed some, their row groups merged into fewer files
-    (:func:`fanin.merge_row_groups`, the partitions' merges run together) while more than
+    gather tasks that streamed some, merged sorted into fewer files
+    (:func:`fanin.merge_sorted_files`, the partitions' merges run together) while more than
     ``limit`` remain (levels until they fit)."""
     by_part: list[list[str]] = [[] for _ in range(parts)]
     for r in gathered:  # one walk over the gather tasks (not one per partition: 16,384 x 23,284 at the pool's size)
@@ -365,7 +365,8 @@ def _bounded_streamed(run: FuzzyRun, gathered: Sequence[ShardResult], parts: int
             count = -(-len(group) // limit)
             size = -(-len(group) // count)
             for g in range(count):
-                tasks.append(ShardTask(fanin.merge_row_groups, group[g * size : (g + 1) * size], storage.join(run.work, "gather", f"merged-{prefix}streamed-{level}", f"p{p:06d}-{g:05d}.parquet")))
+                out = storage.join(run.work, "gather", f"merged-{prefix}streamed-{level}", f"p{p:06d}-{g:05d}.parquet")
+                tasks.append(ShardTask(fanin.merge_sorted_files, group[g * size : (g + 1) * size], out, fanin.MergeSortedParams(group_bytes=run.scale.verify_batch_chars)))
                 owner.append(p)
         results = run.run(tasks)
         for p in set(owner):
