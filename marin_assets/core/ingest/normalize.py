@@ -504,13 +504,13 @@ def _write_slots(frames: list[pl.DataFrame], slots: int, names: list[str], sourc
     frame = formats.concat_rows(frames, names, source, rechunk=False).sort("_slot", maintain_order=True)
     frames.clear()
     heights = np.bincount(frame["_slot"].to_numpy(), minlength=slots)
-    table = frame.select(columns).to_arrow()
-    del frame
+    frame = frame.select(columns)
+    # converted slot by slot: the flush is held once (as rows), not also as one Arrow copy
     with storage.open_atomic(uri) as handle:
-        with pa.ipc.new_file(handle, table.schema) as writer:
+        with pa.ipc.new_file(handle, frame.head(0).to_arrow().schema) as writer:
             offset = 0
             for height in heights.tolist():
-                writer.write_batch(_one_batch(table.slice(offset, height)))
+                writer.write_batch(_one_batch(frame.slice(offset, height).to_arrow()))
                 offset += height
 
 

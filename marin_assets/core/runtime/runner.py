@@ -46,8 +46,10 @@ LOCAL = "local"  # ray_address that starts (or reuses) a Ray instance on this ma
 # A Ray worker runs task after task (never recycled by default): it hands freed memory back
 # between them, so one large task's heap is not counted again in every later task's peak. Arrow
 # allocates from the C library (its default pool keeps freed pages for reuse) and the C library
-# keeps at most 2 arenas (its default is 8 per core, each holding freed pages of its own).
-WORKER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "2"}
+# keeps at most 2 arenas (its default is 8 per core, each holding freed pages of its own); polars'
+# allocator returns freed pages at once (by default it keeps them ~10 s: a task reading a large
+# file batch after batch held ~100 MiB more than one reading a single batch, at the same CPU).
+WORKER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "2", "_RJEM_MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0"}
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
 
 
