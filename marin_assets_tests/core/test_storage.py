@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pyarrow as pa
 import pytest
 
@@ -65,3 +67,16 @@ def test_layout_is_rooted_and_prefix_resolution(monkeypatch, tmp_path) -> None:
     assert specs.MINHASH_BUCKETS.output_uri(layout, "s", "fp").endswith("/attributes/minhash_buckets/s/fp")
     assert specs.TOPIC_MODEL.output_uri(layout, None, "fp") == f"{tmp_path}/rel/global/topic_model/fp"
     assert specs.POOL.data_uri(layout, "cp/peps", "fp") == f"{tmp_path}/rel/pool/cp/peps/fp"
+
+
+def test_an_object_store_write_is_spooled_on_local_disk_and_appears_whole(gcs_prefix: str) -> None:
+    """A writer of a large object (a 256 MiB shard or flush) does not hold its bytes in memory."""
+    target = storage.join(gcs_prefix, "x", "flush-00000.arrow")
+    payload = os.urandom(3 << 20)
+    with storage.open_atomic(target) as handle:
+        handle.write(payload)
+        handle.flush()
+        assert os.path.getsize(handle.name) == len(payload)  # on local disk
+        assert not storage.exists(target)  # nothing visible before the block closes
+    assert storage.read_bytes(target) == payload
+    assert not os.path.exists(handle.name)  # the spool is gone

@@ -18,6 +18,7 @@ import io
 import json
 import os
 import re
+import tempfile
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -113,14 +114,17 @@ def open_atomic(uri: str) -> Iterator[io.BufferedWriter]:
     """Open ``uri`` for binary writing so that it appears complete or not at all.
 
     Local and other POSIX-like filesystems: write ``<name>.tmp-<uuid>`` then rename. Object
-    stores: buffer and upload in one request when the block closes.
+    stores: write a local spool file, uploaded when the block closes (an object appears whole
+    when its upload ends), so a writer of a 256 MiB shard or flush does not also hold its bytes.
     """
     fs, path = filesystem(uri)
     parent = path.rsplit("/", 1)[0] if "/" in path else ""
     if _is_object_store(fs):
-        buf = io.BytesIO()
-        yield buf  # type: ignore[misc]
-        fs.pipe_file(path, buf.getvalue())
+        with tempfile.TemporaryDirectory(prefix="marin-upload-") as spool:
+            local = os.path.join(spool, "object")
+            with open(local, "wb") as handle:
+                yield handle
+            fs.put_file(local, path)
         return
     if parent:
         fs.makedirs(parent, exist_ok=True)
@@ -168,6 +172,10 @@ def sweep_tmp(dir_uri: str) -> list[str]:
 
 
 def write_bytes(uri: str, data: bytes) -> None:
+    fs, path = filesystem(uri)
+    if _is_object_store(fs):  # already in memory: one upload
+        fs.pipe_file(path, data)
+        return
     with open_atomic(uri) as handle:
         handle.write(data)
 
