@@ -502,9 +502,8 @@ class SliceReader:
         return groups
 
     def _read(self, footer: tuple[Any, int, int, Any], groups: list[int], key: int, lo: int, hi: int) -> pa.Table:
-        """The slice's rows of ``groups``, one group decoded at a time: a file written shard by
-        shard (or merged from several) holds sorted runs, each of whose groups may overlap the
-        slice, so the groups read for one slice can be many times the slice."""
+        """The slice's rows of ``groups``, one group decoded at a time (a slice may start or end
+        inside a group: what is held beyond the slice is one group per file)."""
         pieces = []
         for g in groups:
             table = footer[3].read_row_group(g, columns=self.columns, use_threads=False)

@@ -349,7 +349,9 @@ def _bounded_streamed(run: FuzzyRun, gathered: Sequence[ShardResult], parts: int
     """Per verify partition, the files holding its big clusters' streamed texts: those of the
     gather tasks that streamed some, merged sorted into fewer files
     (:func:`fanin.merge_sorted_files`, the partitions' merges run together) while more than
-    ``limit`` remain (levels until they fit)."""
+    ``limit`` remain (levels until they fit). A sorted merge holds about two row groups
+    (``verify_batch_chars``) per input, so it merges at most ``merge_bytes`` / that many files
+    (but 16: a few MiB, within any task's size)."""
     by_part: list[list[str]] = [[] for _ in range(parts)]
     for r in gathered:  # one walk over the gather tasks (not one per partition: 16,384 x 23,284 at the pool's size)
         for p in r.stats.get("streamed_parts", ()):
@@ -357,12 +359,13 @@ def _bounded_streamed(run: FuzzyRun, gathered: Sequence[ShardResult], parts: int
                 by_part[p].append(streamed_uri(r.output))
     files = [tuple(f) for f in by_part]
     limit, level = max(2, limit), 0
+    fan_in = max(2, min(limit, max(16, run.scale.merge_bytes // (2 * run.scale.verify_batch_chars))))
     while any(len(f) > limit for f in files):
         tasks, owner = [], []
         for p, group in enumerate(files):
             if len(group) <= limit:
                 continue
-            count = -(-len(group) // limit)
+            count = -(-len(group) // fan_in)
             size = -(-len(group) // count)
             for g in range(count):
                 out = storage.join(run.work, "gather", f"merged-{prefix}streamed-{level}", f"p{p:06d}-{g:05d}.parquet")
