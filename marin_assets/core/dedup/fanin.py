@@ -90,17 +90,11 @@ class _Input:
         return table if exact else shuffle.keep_ranges(table, [(lo, hi)])
 
     def _parquet_rows(self, lo: int, hi: int) -> pa.Table | None:
-        meta = self.parquet.metadata
-        k = self.parquet.schema_arrow.get_field_index("key")
-        groups = [g for g in range(meta.num_row_groups) if meta.row_group(g).num_rows and _overlaps(meta.row_group(g).column(k).statistics, lo, hi)]
+        groups = shuffle.overlapping_groups(self.parquet, [(lo, hi)])
         if not groups:
             return None
         table = shuffle.keep_ranges(self.parquet.read_row_groups(groups, use_threads=False), [(lo, hi)])
         return table if table.num_rows else None
-
-
-def _overlaps(stats: Any, lo: int, hi: int) -> bool:
-    return stats is None or not stats.has_min_max or (stats.max >= lo and stats.min < hi)
 
 
 def _spans(params: MergeFilesParams, cuts: np.ndarray, footers: Sequence[np.ndarray]) -> list[tuple[int, int]]:

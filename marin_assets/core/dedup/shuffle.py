@@ -400,6 +400,21 @@ def read_ranges(uris: Iterable[str], ranges: Sequence[tuple[int, int]], columns:
     return pa.table({"key": pa.array([], pa.int64())})
 
 
+def overlapping_groups(reader: pq.ParquetFile, spans: Sequence[tuple[int, int]]) -> list[int]:
+    """The row groups (with rows) of a Parquet file sorted by ``key`` whose key statistics may
+    overlap one of ``spans`` (every group without statistics)."""
+    meta = reader.metadata
+    key_col = reader.schema_arrow.get_field_index("key")
+    groups = []
+    for g in range(meta.num_row_groups):
+        if meta.row_group(g).num_rows == 0:
+            continue
+        stats = meta.row_group(g).column(key_col).statistics
+        if stats is None or not stats.has_min_max or any(stats.max >= lo and stats.min < hi for lo, hi in spans):
+            groups.append(g)
+    return groups
+
+
 def _read_file_ranges(uri: str, spans: Sequence[tuple[int, int]], columns: Sequence[str] | None, schema: pa.Schema | None) -> pa.Table | None:
     """One file's rows of :func:`read_ranges` (None: no row group overlaps)."""
     if uri.endswith(BLOCK_SUFFIX):  # equal-range blocks (write_keyed): the blocks covering the spans
@@ -407,15 +422,7 @@ def _read_file_ranges(uri: str, spans: Sequence[tuple[int, int]], columns: Seque
     fs, path = storage.filesystem(uri)
     with fs.open(path, "rb") as handle:
         reader = pq.ParquetFile(handle)
-        meta = reader.metadata
-        key_col = reader.schema_arrow.get_field_index("key")
-        groups = []
-        for g in range(meta.num_row_groups):
-            stats = meta.row_group(g).column(key_col).statistics
-            if meta.row_group(g).num_rows == 0:
-                continue
-            if stats is None or not stats.has_min_max or any(stats.max >= lo and stats.min < hi for lo, hi in spans):
-                groups.append(g)
+        groups = overlapping_groups(reader, spans)
         if not groups:
             return None
         cols = None if columns is None else list(dict.fromkeys(["key", *columns]))
