@@ -22,6 +22,7 @@ class GrowingCluster:
         self.submitted = 0
         self.seen: list[tuple[float, int, int]] = []  # at each wait: CPUs, tasks in flight, tasks submitted so far
         self.resource_reads = 0
+        self.options: list[dict] = []  # per submission, what the runner asked Ray for
 
     def is_initialized(self) -> bool:
         return True
@@ -34,7 +35,8 @@ class GrowingCluster:
         cluster = self
 
         class Remote:
-            def options(self, **_: object) -> Remote:
+            def options(self, **options: object) -> Remote:
+                cluster.options.append(options)
                 return self
 
             def remote(self, task: ShardTask) -> int:
@@ -109,3 +111,16 @@ def test_in_flight_limit() -> None:
     assert in_flight_limit(256, 0, 1000) == 2000
     assert in_flight_limit(256, 64, 1000) == 64
     assert in_flight_limit(0, 0, 0) == 1
+
+
+def test_a_scatter_task_runs_in_a_worker_whose_allocator_returns_freed_pages_at_once(tmp_path: Path) -> None:
+    """A task's own environment variables (here: a normalize scatter's) reach its worker beside
+    the workers' common ones; other tasks keep the common ones only."""
+    from marin_assets.core.ingest.normalize import NormalizeParams, ScatterParams  # noqa: PLC0415
+    from marin_assets.core.runtime.runner import FREED_AT_ONCE_ENV, WORKER_ENV  # noqa: PLC0415
+
+    scatter = ShardTask(_write, (), str(tmp_path / "scatter"), ScatterParams(NormalizeParams(), shards=4, source="s", fmt="jsonl"))
+    cluster = GrowingCluster(step=1, most=4)
+    ShardRunner(ray_address="stub", target_in_flight=2, cluster_refresh_s=0, ray_api=cluster).map([scatter, *_tasks(tmp_path, 1)])
+    scatter_env, other_env = (o["runtime_env"]["env_vars"] for o in cluster.options)
+    assert scatter_env == {**WORKER_ENV, **dict(FREED_AT_ONCE_ENV)} and other_env == WORKER_ENV

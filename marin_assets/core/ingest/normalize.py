@@ -40,7 +40,7 @@ import xxhash
 from marin_assets.core.ingest import formats
 from marin_assets.core.runtime import kernels, storage
 from marin_assets.core.runtime.errors import BadInput
-from marin_assets.core.runtime.runner import ShardRunner, ShardTask
+from marin_assets.core.runtime.runner import FREED_AT_ONCE_ENV, ShardRunner, ShardTask, TaskResources
 
 log = logging.getLogger(__name__)
 
@@ -436,6 +436,11 @@ class ScatterParams:
     def layout(self) -> str:
         """The scatter files' folder, named by their slots (files of another layout are not reused)."""
         return SCATTER_LAYOUT.format(self.slots) + (f"-of-{self.per_slot}" if self.per_slot > 1 else "")
+
+    def task_resources(self, default: TaskResources) -> TaskResources:
+        """A scatter reads its file batch after batch: on Ray its worker's dataframe allocator
+        returns freed pages at once, so a large file peaks as one batch does."""
+        return dataclasses.replace(default, env_vars=(*default.env_vars, *FREED_AT_ONCE_ENV))
 
 
 def _file_rows(uri: str, params: ScatterParams, counters: dict[str, int]) -> Iterator[pl.DataFrame]:

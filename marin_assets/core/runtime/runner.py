@@ -46,10 +46,12 @@ LOCAL = "local"  # ray_address that starts (or reuses) a Ray instance on this ma
 # A Ray worker runs task after task (never recycled by default): it hands freed memory back
 # between them, so one large task's heap is not counted again in every later task's peak. Arrow
 # allocates from the C library (its default pool keeps freed pages for reuse) and the C library
-# keeps at most 2 arenas (its default is 8 per core, each holding freed pages of its own); polars'
-# allocator returns freed pages at once (by default it keeps them ~10 s: a task reading a large
-# file batch after batch held ~100 MiB more than one reading a single batch, at the same CPU).
-WORKER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "2", "_RJEM_MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0"}
+# keeps at most 2 arenas (its default is 8 per core, each holding freed pages of its own).
+WORKER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "2"}
+# For tasks that read a large file batch after batch (``TaskResources.env_vars``): polars'
+# allocator returns freed pages at once. By default it keeps them ~10 s, and such a task held
+# ~100 MiB more than one reading a single batch; set for every task, it cost dedup ~13% CPU.
+FREED_AT_ONCE_ENV = (("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0"),)
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
 
 
@@ -70,6 +72,7 @@ class TaskResources:
     cpus: float = 1.0
     memory_bytes: int = 0
     gpus: float = 0.0
+    env_vars: tuple[tuple[str, str], ...] = ()  # set in the task's worker (Ray keeps workers per environment)
 
     def ray_options(self) -> dict[str, Any]:
         options: dict[str, Any] = {"num_cpus": self.cpus}
@@ -286,10 +289,11 @@ class ShardRunner:
     # The module that talks to Ray (None: ``ray`` itself); a stand-in drives a cluster of any size in tests.
     ray_api: Any = dataclasses.field(default=None, compare=False, repr=False)
 
-    def task_runtime_env(self) -> dict[str, Any]:
-        """``runtime_env`` with :data:`WORKER_ENV` under its ``env_vars`` (the step's own values win)."""
+    def task_runtime_env(self, task_env: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
+        """``runtime_env`` with :data:`WORKER_ENV` and a task's own variables under its
+        ``env_vars`` (the step's own values win)."""
         env = dict(self.runtime_env or {})
-        env["env_vars"] = {**WORKER_ENV, **dict(env.get("env_vars") or {})}
+        env["env_vars"] = {**WORKER_ENV, **dict(task_env), **dict(env.get("env_vars") or {})}
         return env
 
     def resources_for(self, task: ShardTask) -> TaskResources:
@@ -380,8 +384,9 @@ class ShardRunner:
                     if i is None:
                         exhausted = True
                         break
-                    options = self.resources_for(tasks[i]).ray_options()
-                    options["runtime_env"] = self.task_runtime_env()
+                    resources = self.resources_for(tasks[i])
+                    options = resources.ray_options()
+                    options["runtime_env"] = self.task_runtime_env(resources.env_vars)
                     ref = remote.options(max_retries=self.retries, retry_exceptions=list(TRANSIENT_ERRORS), **options).remote(tasks[i])
                     pending[ref] = i
                 if not pending:
