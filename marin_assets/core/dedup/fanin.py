@@ -172,12 +172,12 @@ def merge_sorted_files(inputs: list[str], output: str, params: MergeSortedParams
     """One Parquet file of the rows of ``inputs`` (files sorted by ``params.keys``, e.g. big
     clusters' streamed texts by cluster and place), sorted by those keys, in row groups of about
     ``group_bytes``: a slice of one cluster then lies in one or two groups, whatever number of
-    files were merged (concatenated, each group of each file might overlap it). Holds about one
-    row group of each input."""
+    files were merged (concatenated, each group of each file might overlap it). Holds about two
+    row groups of each input (one decoded, one in its file's read buffer)."""
     with tempfile.TemporaryDirectory(prefix="dedup-groups-") as tmp:
         local = os.path.join(tmp, "merged.parquet")
-        rows = shuffle.merge_sorted([shuffle.parquet_row_groups(uri) for uri in inputs], list(params.keys))
-        groups = shuffle.write_row_groups(rows, local, params.group_bytes)
+        merged = shuffle.merge_sorted([shuffle.parquet_row_groups(uri) for uri in inputs], list(params.keys))
+        groups = shuffle.write_row_groups(merged, local, params.group_bytes)
         if groups:
             storage.put_file(local, output)
         rows = pq.read_metadata(local).num_rows if groups else 0

@@ -48,8 +48,9 @@ def fuzzy_gather_group(inputs: list[str], output: str, params: GatherGroupParams
     once for the whole group). The texts go to one block per verify partition, but those of big
     clusters, which go to :func:`streamed_uri` sorted by cluster and place across the group's
     shards (each shard's rows to a local run file, the runs then merged), so that a verify
-    batch reads one or two row groups of the file. Memory holds one shard and about ``hold_chars`` of small clusters'
-    texts: past that, the texts held so far go to a further block file (:func:`section_uri`)."""
+    batch reads one or two row groups of the file. Memory holds one shard and about
+    ``hold_chars`` of small clusters' texts: past that, the texts held so far go to a further
+    block file (:func:`section_uri`)."""
     k = len(params.shards)
     plan_files = inputs[2 * k :]
     runs = [shard_runs(p.first_node, p.rows, p.runs) for p in params.shards]
