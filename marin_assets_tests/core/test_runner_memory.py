@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -34,7 +35,8 @@ def _fragmenting_task(inputs: list[str], output: str, params: object) -> dict[st
 
 def test_a_worker_starts_its_next_task_without_the_last_ones_freed_memory(tmp_path: Path) -> None:
     task = ShardTask(_fragmenting_task, (), str(tmp_path / "out.parquet"))
-    with ProcessPoolExecutor(max_workers=1) as worker:
+    # a fresh process, as a Ray worker is (a forked one would start with this test process's heap)
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as worker:
         before = worker.submit(_resident_mib).result()
         result = worker.submit(_run_in_worker, task).result()
         after = worker.submit(_resident_mib).result()
