@@ -1,7 +1,7 @@
 """An object store on the local disk that counts its requests and adds a latency to each one.
 
 ``slowstore://<absolute path>`` behaves like a bucket: a write is one upload (``pipe_file``), a
-read fetches blocks by range, ``info``/``ls``/``rm`` are requests of their own, and a delete of many
+read fetches blocks by range (an open file looks its size up first; ``cat_file`` is one ranged GET), ``info``/``ls``/``rm`` are requests of their own, and a delete of many
 objects is one request per 100 (a batch, as Cloud Storage's JSON API allows). ``fs.protocol`` also
 names ``s3a`` so the storage layer treats it as an object store (atomic single uploads, no rename).
 
@@ -111,6 +111,16 @@ class SlowStore(AbstractFileSystem):
         with open(tmp, "wb") as handle:
             handle.write(value)
         os.replace(tmp, path)
+
+    def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kwargs: Any) -> bytes:
+        """One GET of the object or of a byte range (negative ``start``: its last bytes), as a store's ranged read."""
+        self.request("get")
+        with open(self._strip_protocol(path), "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            lo = 0 if start is None else (max(0, size + start) if start < 0 else start)
+            hi = size if end is None else (size + end if end < 0 else min(end, size))
+            handle.seek(lo)
+            return handle.read(max(0, hi - lo))
 
     def _open(self, path: str, mode: str = "rb", block_size: int | None = None, **kwargs: Any) -> SlowFile:
         path = self._strip_protocol(path)

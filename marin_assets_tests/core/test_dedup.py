@@ -178,6 +178,42 @@ def test_a_merge_reads_each_input_through_one_open_file_whatever_its_spans(tmp_p
     assert rows[0] == rows[1] and len(rows[0]) == 8_000
 
 
+def test_readers_of_a_final_merge_level_fetch_each_file_in_one_request_at_any_file_size(tmp_path: Path) -> None:
+    """The last merge level writes an offsets index beside its files: a reader of one block of
+    every merged file makes two requests (the index's header and row) and one per file with
+    rows, whether the files are a few KiB (where a tail read holds a whole file) or many MiB,
+    and gets the rows the files hold, in file order, as from the same files without an index."""
+    from bench import slow_store
+    from marin_assets.core.dedup import block_index, fanin
+
+    schema = pa.schema([("key", pa.int64()), ("node", pa.int64())])
+    counts = {}
+    for rows_per_input in (100, 200_000):
+        root = tmp_path / f"r{rows_per_input}"
+        inputs = []
+        for k in range(9):
+            nodes = np.arange(k * rows_per_input, (k + 1) * rows_per_input, dtype=np.int64)
+            inputs.append(slow_store.uri(str(root / "map" / f"in-{k}.blocks")))
+            dedup_shuffle.write_blocks(pa.table({"key": dedup_shuffle.hash_keys(nodes), "node": nodes}), inputs[-1], cuts=dedup_shuffle.partition_cuts(8))
+        runner = ShardRunner()
+        merged = fanin.bounded(runner.map, inputs, slow_store.uri(str(root / "step")), 3, fanin.MergeFilesParams(blocks=8))
+        assert len(merged) == 3 and all(block_index.index_of(uri) for uri in merged)
+        plain = []  # the same files where no index is looked for
+        for k, uri in enumerate(merged):
+            plain.append(slow_store.uri(str(root / "plain" / f"copy-{k}.blocks")))
+            dedup_shuffle.copy_file(uri, plain[-1])
+        for block in (0, 5):
+            requests, table = _store_requests(dedup_shuffle.read_blocks, merged, block, schema, 8)
+            assert table.equals(dedup_shuffle.read_blocks(plain, block, schema, 8))
+            assert table.num_rows > 0 and requests == 2 + len(merged), requests
+            counts[rows_per_input, block] = requests
+        keyed = _store_requests(dedup_shuffle.read_range, merged, 1 << 61, 1 << 62, ["node"], schema)
+        assert keyed[1].equals(dedup_shuffle.read_range(plain, 1 << 61, 1 << 62, ["node"], schema)) and keyed[0] == 2 + len(merged)
+        with pytest.raises(ValueError, match="expect 16"):
+            dedup_shuffle.read_blocks(merged, 0, schema, 16)
+    assert len(set(counts.values())) == 1, counts
+
+
 def test_a_streamed_cluster_read_batch_by_batch_opens_each_file_once(tmp_path: Path) -> None:
     """A verify task reads a streamed cluster's texts a batch at a time: its files are opened
     once per task, so its requests do not grow with the batches (a cluster's text, read in file

@@ -7,7 +7,9 @@ like the files they merge, until at most the bound remain (one level per factor 
 ~25,000 map files are one level at 1,024). A merge task holds one span of blocks of its group
 at a time (about ``budget_bytes``), reads the group's files concurrently, each opened once for
 the task (its spans, in key order, from one read-ahead of ``budget_bytes`` / inputs), and writes
-its file through a local spool. Readers then read the merged files exactly as they read the originals.
+its file through a local spool. The last level's files (read by the step's tasks) get an
+offsets index (:mod:`.block_index`): a reader then fetches each merged file's blocks in one
+request. Readers read the merged files with the same functions as the originals.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from marin_assets.core.dedup import shuffle
+from marin_assets.core.dedup import block_index, shuffle
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.runner import ShardResult, ShardTask
 
@@ -153,10 +155,20 @@ def bounded(run: Callable[[list[ShardTask]], list[ShardResult]], files: Sequence
     while len(files) > limit:
         groups = -(-len(files) // limit)
         size = -(-len(files) // groups)
-        tasks = [ShardTask(merge_files, tuple(files[g * size : (g + 1) * size]), storage.join(folder, f"merged-{level}", shuffle.block_name(g, groups)), params) for g in range(groups)]
+        final = groups <= limit  # its files are read by the step's readers: they get an offsets index
+        merged = storage.join(folder, f"{block_index.MERGED_PREFIX if final else 'level-'}{level}")
+        tasks = [ShardTask(merge_files, tuple(files[g * size : (g + 1) * size]), storage.join(merged, shuffle.block_name(g, groups)), params) for g in range(groups)]
         files = [r.output for r in run(tasks)]
+        if final:
+            run([ShardTask(index_files, tuple(files), storage.join(merged, block_index.INDEX_NAME), None)])
         level += 1
     return files
+
+
+@shuffle.measured
+def index_files(inputs: list[str], output: str, params: None) -> dict[str, Any]:
+    """The offsets index of a final merge level's files (:mod:`.block_index`)."""
+    return {"files": len(inputs), "blocks": block_index.write_index(inputs, output)}
 
 
 @dataclasses.dataclass(frozen=True)

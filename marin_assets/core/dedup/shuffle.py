@@ -23,7 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from marin_assets.core.dedup import manifest
+from marin_assets.core.dedup import block_index, manifest
+from marin_assets.core.dedup.block_index import index_of
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.storage import READ_THREADS, concurrently, read_threads  # noqa: F401  (fanin and star rounds use them from here)
 
@@ -182,8 +183,19 @@ def read_block_spans(uris: Iterable[str], spans: Sequence[tuple[int, int]], sche
             return read_open_spans(handle, uri, offsets, spans)
 
     files = list(uris) if spans else []
-    pieces = [piece for part in concurrently(read, files, read_threads(files)) for piece in part]
+    pieces = [piece for part in _by_file(files, read, lambda count: spans, blocks) for piece in part]
     return pa.concat_tables(pieces) if pieces else schema.empty_table()
+
+
+def _by_file(files: Sequence[str], read: Any, spans_of: Any, blocks: int | None = None) -> list[list[pa.Table]]:
+    """Per file of ``files``, in order, its blocks of ``spans_of(block count)``: files of a final
+    merge level through their offsets index (:mod:`.block_index`, one request per file), others
+    by ``read(uri)`` (their tail, then their blocks)."""
+    groups, rest = block_index.group_indexed(files)
+    got = dict(zip(rest, concurrently(read, rest, read_threads(rest))))
+    for (index, count), members in groups.items():
+        got.update(block_index.read_indexed(index, members, count, spans_of, blocks))
+    return [got[uri] for uri in files]
 
 
 FOOTER_BYTES = 64 << 10  # a block file's tail read at least: a small file is read whole in that one request
@@ -230,11 +242,15 @@ def read_open_spans(handle: Any, uri: str, known: np.ndarray, spans: Sequence[tu
 def _read_counted(uri: str, schema: pa.Schema, spans_of: Any) -> pa.Table:
     """Blocks of one block file whose spans follow from its block count (``spans_of(count)``),
     read through one open file."""
+    pieces = _read_counted_blocks(uri, spans_of)
+    return pa.concat_tables(pieces) if pieces else schema.empty_table()
+
+
+def _read_counted_blocks(uri: str, spans_of: Any) -> list[pa.Table]:
     fs, path = storage.filesystem(uri)
     with fs.open(path, "rb") as handle:
         offsets = block_offsets(handle)
-        pieces = read_open_spans(handle, uri, offsets, [(a, b) for a, b in spans_of(offsets.size - 1) if b > a])
-    return pa.concat_tables(pieces) if pieces else schema.empty_table()
+        return read_open_spans(handle, uri, offsets, [(a, b) for a, b in spans_of(offsets.size - 1) if b > a])
 
 
 def read_all_blocks(uri: str, schema: pa.Schema) -> pa.Table:
@@ -306,8 +322,13 @@ def scan_blocks(uri: str, keys: np.ndarray, max_bytes: int = SCAN_BYTES) -> Iter
 def _read_keyed(uri: str, spans: Sequence[tuple[int, int]], schema: pa.Schema | None, columns: Sequence[str] | None) -> pa.Table:
     """Rows of a :func:`write_keyed` file whose key lies in the sorted, disjoint ``spans``
     (its cuts follow from its block count)."""
-    full = schema if schema is not None else pa.schema([("key", pa.int64())])
-    table = keep_ranges(_read_counted(uri, full, lambda count: covering_spans(partition_cuts(count), spans)[0]), spans)
+    return _keyed_rows(_read_counted_blocks(uri, lambda count: covering_spans(partition_cuts(count), spans)[0]), spans, schema, columns)
+
+
+def _keyed_rows(pieces: Sequence[pa.Table], spans: Sequence[tuple[int, int]], schema: pa.Schema | None, columns: Sequence[str] | None) -> pa.Table:
+    """The rows of blocks ``pieces`` whose key lies in ``spans``, as :func:`read_ranges` returns them."""
+    table = pa.concat_tables(pieces) if pieces else (schema if schema is not None else pa.schema([("key", pa.int64())])).empty_table()
+    table = keep_ranges(table, spans)
     return table if columns is None else table.select(list(dict.fromkeys(["key", *columns])))
 
 
@@ -392,7 +413,9 @@ def read_ranges(uris: Iterable[str], ranges: Sequence[tuple[int, int]], columns:
     files: each file is opened once and each overlapping row group read once (not once per range)."""
     spans = sorted((int(lo), int(hi)) for lo, hi in ranges if lo < hi)
     files = list(uris) if spans else []
-    pieces = [table for table in concurrently(lambda uri: _read_file_ranges(uri, spans, columns, schema), files, read_threads(files)) if table is not None and table.num_rows]
+    blocks = _by_file(files, lambda uri: [_read_file_ranges(uri, spans, columns, schema)], lambda count: covering_spans(partition_cuts(count), spans)[0])
+    tables = [part[0] if index_of(uri) is None else _keyed_rows(part, spans, schema, columns) for uri, part in zip(files, blocks)]
+    pieces = [table for table in tables if table is not None and table.num_rows]
     if pieces:
         return pa.concat_tables(pieces, promote_options="default")
     if schema is not None:

@@ -225,7 +225,7 @@ def step_costs(results: Sequence[ShardResult]) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for r in results:
         parts = r.output.rstrip("/").split("/")
-        if parts[-2].startswith("merged-"):
+        if parts[-2].startswith(("merged-", "level-")):
             step = "merge"
         elif "cc" in parts or parts[-2] in ("labels", "delta"):
             step = "components"
