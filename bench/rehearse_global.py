@@ -94,6 +94,8 @@ def exact_answer(task: ShardTask) -> dict[str, Any]:
         return {"docs": DOCS_PER_SHARD * len(task.inputs), "chars": 4 * DOCS_PER_SHARD * len(task.inputs)}
     if task.fn is fanin.merge_files:
         return {"rows": 0, "files": manifest.count(task.inputs), "spans": 1}
+    if task.fn is fanin.index_files:
+        return {"files": manifest.count(task.inputs), "blocks": 0}
     if task.fn is exact.exact_reduce:
         return {"docs": 0, "unique_ids": 0, "within_source_repeats": 0, "ids_in_several_sources": 0,
                 "removed_by_rank": {}, "removed_chars_by_rank": {}, "pairs": {}}  # fmt: skip
@@ -333,6 +335,8 @@ def fuzzy_answer(pool: FuzzyPool) -> Any:
             return {"bands": 20, "docs": docs, "chars": docs * pool.chars_per_doc, "records": 20 * docs, "added": 0, "runs": [[[f, f + DOCS_PER_SHARD]] for f in first]}
         if fn is fanin.merge_files or fn is fanin.merge_sorted_files:
             return {"rows": 0, "files": manifest.count(task.inputs), "spans": 1, "row_groups": 0}
+        if fn is fanin.index_files:
+            return {"files": manifest.count(task.inputs), "blocks": 0}
         if fn is edges.fuzzy_edges:
             return {"records": 20 * shards * DOCS_PER_SHARD // p.tasks, "edges": pool.edges_per_member * pool.clustered // p.tasks, "largest_bucket": 1000}
         if fn is star_rounds.star_round:
