@@ -214,6 +214,28 @@ def test_readers_of_a_final_merge_level_fetch_each_file_in_one_request_at_any_fi
     assert len(set(counts.values())) == 1, counts
 
 
+@pytest.mark.parametrize("where", ["local", "gcs"])
+def test_an_offsets_index_reads_the_same_rows_on_local_disk_and_the_gcs_emulator(where: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """The index's reads are ranged reads of an object's end and of byte ranges, as the GCS
+    emulator serves them too: the rows read through the index equal each file's own blocks, and
+    a file of another merge level's cut is refused with the fix."""
+    from marin_assets.core.dedup import block_index
+
+    root = str(tmp_path) if where == "local" else request.getfixturevalue("gcs_prefix")
+    schema = pa.schema([("key", pa.int64()), ("node", pa.int64())])
+    files = [storage.join(root, "step", "merged-0", dedup_shuffle.block_name(g, 3)) for g in range(3)]
+    for g, uri in enumerate(files):
+        nodes = np.arange(g * 5000, (g + 1) * 5000, dtype=np.int64)
+        dedup_shuffle.write_blocks(pa.table({"key": dedup_shuffle.hash_keys(nodes), "node": nodes}), uri, cuts=dedup_shuffle.partition_cuts(4))
+    assert block_index.write_index(files, storage.join(root, "step", "merged-0", block_index.INDEX_NAME)) == 4
+    whole = [dedup_shuffle.read_all_blocks(uri, schema) for uri in files]  # each file's own blocks, in order
+    for block, (lo, hi) in enumerate(dedup_shuffle.partition_bounds(4)):
+        own = pa.concat_tables([dedup_shuffle.keep_ranges(table, [(lo, hi)]) for table in whole])
+        assert own.num_rows and dedup_shuffle.read_blocks(files, block, schema, 4).equals(own)
+    with pytest.raises(ValueError, match="remove the run's _work folder"):
+        dedup_shuffle.read_blocks(files, 0, schema, 8)
+
+
 def test_a_streamed_cluster_read_batch_by_batch_opens_each_file_once(tmp_path: Path) -> None:
     """A verify task reads a streamed cluster's texts a batch at a time: its files are opened
     once per task, so its requests do not grow with the batches (a cluster's text, read in file
