@@ -1,7 +1,8 @@
 """An object store on the local disk that counts its requests and adds a latency to each one.
 
 ``slowstore://<absolute path>`` behaves like a bucket: a write is one upload (``pipe_file``), a
-read fetches blocks by range (an open file looks its size up first; ``cat_file`` is one ranged GET), ``info``/``ls``/``rm`` are requests of their own, and a delete of many
+read fetches blocks by range (an open file looks its size up first; ``cat_file`` is one ranged
+GET, as on Cloud Storage), ``info``/``ls``/``rm`` are requests of their own, and a delete of many
 objects is one request per 100 (a batch, as Cloud Storage's JSON API allows). ``fs.protocol`` also
 names ``s3a`` so the storage layer treats it as an object store (atomic single uploads, no rename).
 

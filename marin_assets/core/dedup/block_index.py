@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -71,8 +72,8 @@ def write_index(files: Sequence[str], uri: str) -> int:
     return count
 
 
-def _header(fs: object, path: str, uri: str, files: int) -> int:
-    data = fs.cat_file(path, 0, _HEADER)  # type: ignore[attr-defined]
+def _header(fs: Any, path: str, uri: str, files: int) -> int:
+    data = fs.cat_file(path, 0, _HEADER)
     if data[: len(_MAGIC)] != _MAGIC:
         raise ValueError(f"{uri} is no offsets index; remove the run's _work folder and rerun")
     indexed, blocks = (int(x) for x in np.frombuffer(data[len(_MAGIC) :], "<u8"))
@@ -81,7 +82,7 @@ def _header(fs: object, path: str, uri: str, files: int) -> int:
     return blocks
 
 
-def _rows(fs: object, path: str, files: int, wanted: Sequence[int]) -> dict[int, np.ndarray]:
+def _rows(fs: Any, path: str, files: int, wanted: Sequence[int]) -> dict[int, np.ndarray]:
     """The index rows ``wanted`` (sorted, distinct): consecutive ones read at once, up to ``ROW_CHUNK_BYTES``."""
     row_bytes = 8 * files
     chunks: list[list[int]] = []
@@ -92,7 +93,7 @@ def _rows(fs: object, path: str, files: int, wanted: Sequence[int]) -> dict[int,
             chunks.append([row, row])
     out: dict[int, np.ndarray] = {}
     for a, b in chunks:
-        data = fs.cat_file(path, _HEADER + a * row_bytes, _HEADER + (b + 1) * row_bytes)  # type: ignore[attr-defined]
+        data = fs.cat_file(path, _HEADER + a * row_bytes, _HEADER + (b + 1) * row_bytes)
         matrix = np.frombuffer(data, "<u8").reshape(b - a + 1, files).astype(np.int64)
         out.update({row: matrix[row - a] for row in range(a, b + 1)})
     return out
