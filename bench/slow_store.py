@@ -2,7 +2,7 @@
 
 ``slowstore://<absolute path>`` behaves like a bucket: a write is one upload (``pipe_file``), a
 read fetches blocks by range (an open file looks its size up first; ``cat_file`` is one ranged
-GET, as on Cloud Storage), ``info``/``ls``/``rm`` are requests of their own, and a delete of many
+GET, as on Cloud Storage; ``open_stream`` one GET of a whole object, read as it arrives), ``info``/``ls``/``rm`` are requests of their own, and a delete of many
 objects is one request per 100 (a batch, as Cloud Storage's JSON API allows). ``fs.protocol`` also
 names ``s3a`` so the storage layer treats it as an object store (atomic single uploads, no rename).
 
@@ -122,6 +122,11 @@ class SlowStore(AbstractFileSystem):
             hi = size if end is None else (size + end if end < 0 else min(end, size))
             handle.seek(lo)
             return handle.read(max(0, hi - lo))
+
+    def open_stream(self, path: str) -> Any:
+        """One GET of a whole object, its body read as it arrives (:func:`storage.open_stream`)."""
+        self.request("get")
+        return open(self._strip_protocol(path), "rb", buffering=1 << 20)
 
     def _open(self, path: str, mode: str = "rb", block_size: int | None = None, **kwargs: Any) -> SlowFile:
         path = self._strip_protocol(path)

@@ -153,29 +153,44 @@ def _store_requests(fn, *args, **kwargs) -> tuple[int, object]:
     return slow_store.SlowStore.total() - before, out
 
 
-def test_a_merge_reads_each_input_through_one_open_file_whatever_its_spans(tmp_path: Path) -> None:
-    """A merge task's requests follow its inputs and their bytes, not the spans its budget cuts
-    them into: each input is opened once (its size, one read of its block count and offsets),
-    and its spans, read in key order, come from that file's read-ahead (these inputs are smaller
-    than one read-ahead), not from an open and a fetch per span."""
+def test_a_merge_reads_each_input_in_one_request_whatever_its_size_and_spans(tmp_path: Path) -> None:
+    """A merge task's requests follow its inputs, not their bytes or the spans its budget cuts
+    them into: each input is one GET read front to back as it arrives, and the merged file one
+    upload, whether the inputs are a few KiB or several MiB and whether one span or many."""
     from bench import slow_store
     from marin_assets.core.dedup import fanin
 
-    inputs = []
-    for k in range(4):
-        keys = dedup_shuffle.hash_keys(np.arange(k * 2000, (k + 1) * 2000, dtype=np.int64))
-        inputs.append(slow_store.uri(str(tmp_path / f"in-{k}.blocks")))
-        dedup_shuffle.write_blocks(pa.table({"key": keys, "node": keys}), inputs[-1], cuts=dedup_shuffle.partition_cuts(64))
-    counts, rows = [], []
-    for budget in (1 << 30, 8 << 10):  # one span; many spans
-        out = slow_store.uri(str(tmp_path / f"merged-{budget}.blocks"))
-        requests, stats = _store_requests(fanin.merge_files, inputs, out, fanin.MergeFilesParams(blocks=64, budget_bytes=budget))
-        counts.append((requests, stats["spans"]))
-        rows.append(dedup_shuffle.read_whole(out, pa.schema([("key", pa.int64()), ("node", pa.int64())])).column("node").to_pylist())
-    (one, spans_one), (many, spans_many) = counts
-    assert spans_one == 1 and spans_many >= 8
-    assert many == one <= 4 * 3 + 1, counts  # per input its size, its offsets, its bytes; one upload
-    assert rows[0] == rows[1] and len(rows[0]) == 8_000
+    schema = pa.schema([("key", pa.int64()), ("node", pa.int64())])
+    counts, rows = {}, {}
+    for per_input in (500, 200_000):
+        inputs = []
+        for k in range(4):
+            nodes = np.arange(k * per_input, (k + 1) * per_input, dtype=np.int64)
+            inputs.append(slow_store.uri(str(tmp_path / f"{per_input}" / f"in-{k}.blocks")))
+            dedup_shuffle.write_blocks(pa.table({"key": dedup_shuffle.hash_keys(nodes), "node": nodes}), inputs[-1], cuts=dedup_shuffle.partition_cuts(64))
+        for budget in (1 << 30, 8 << 10):  # one span; many spans
+            out = slow_store.uri(str(tmp_path / f"{per_input}" / f"merged-{budget}.blocks"))
+            requests, stats = _store_requests(fanin.merge_files, inputs, out, fanin.MergeFilesParams(blocks=64, budget_bytes=budget))
+            counts[per_input, budget] = (requests, stats["spans"])
+            rows[per_input, budget] = dedup_shuffle.read_whole(out, schema)
+        assert rows[per_input, 1 << 30].equals(rows[per_input, 8 << 10]) and rows[per_input, 1 << 30].num_rows == 4 * per_input
+        assert sorted(rows[per_input, 1 << 30].column("node").to_pylist()) == list(range(4 * per_input))
+    assert all(requests == 4 + 1 for requests, _ in counts.values()), counts  # per input one GET; one upload
+    assert counts[200_000, 1 << 30][1] == 1 and counts[200_000, 8 << 10][1] == 64, counts
+
+
+def test_a_merge_refuses_a_cut_input_naming_it_and_the_fix(tmp_path: Path) -> None:
+    """An input whose end is not its block offsets (cut short, or no block file) is an error that
+    names the file, not a merge of the rows that happened to arrive."""
+    from marin_assets.core.dedup import fanin
+
+    nodes = np.arange(5000, dtype=np.int64)
+    whole, cut = str(tmp_path / "whole.blocks"), str(tmp_path / "cut.blocks")
+    dedup_shuffle.write_blocks(pa.table({"key": dedup_shuffle.hash_keys(nodes), "node": nodes}), whole, cuts=dedup_shuffle.partition_cuts(8))
+    with open(whole, "rb") as src, open(cut, "wb") as dst:
+        dst.write(src.read()[:-24])
+    with pytest.raises(ValueError, match=r"cut\.blocks is no whole block file.*remove the run's _work folder"):
+        fanin.merge_files([whole, cut], str(tmp_path / "merged.blocks"), fanin.MergeFilesParams(blocks=8))
 
 
 def test_readers_of_a_final_merge_level_fetch_each_file_in_one_request_at_any_file_size(tmp_path: Path) -> None:
@@ -214,12 +229,50 @@ def test_readers_of_a_final_merge_level_fetch_each_file_in_one_request_at_any_fi
     assert len(set(counts.values())) == 1, counts
 
 
+def test_a_reader_of_many_spans_fetches_nearby_ones_in_one_request_per_file(tmp_path: Path) -> None:
+    """A gather or members task reads the blocks of its shards' node ranges, spans apart (other
+    shards' blocks between them): spans less than a read's gap apart are one ranged read per
+    file, from plain block files (after their tail) and through an offsets index alike, and give
+    the rows of reading each span alone."""
+    from bench import slow_store
+    from marin_assets.core.dedup import block_index, fanin
+
+    schema = pa.schema([("key", pa.int64()), ("node", pa.int64())])
+    files = []
+    for k in range(3):
+        nodes = np.arange(k * 40_000, (k + 1) * 40_000, dtype=np.int64)
+        files.append(slow_store.uri(str(tmp_path / "map" / f"in-{k}.blocks")))
+        dedup_shuffle.write_blocks(pa.table({"key": dedup_shuffle.hash_keys(nodes), "node": nodes}), files[-1], cuts=dedup_shuffle.partition_cuts(64))
+    merged = fanin.bounded(ShardRunner().map, files, slow_store.uri(str(tmp_path / "step")), 2, fanin.MergeFilesParams(blocks=64))
+    assert all(block_index.index_of(uri) for uri in merged)
+    spans = [(1, 3), (20, 21), (40, 44)]
+    for uris, expected in ((files, 2 * len(files)), (merged, 2 + len(merged))):
+        requests, table = _store_requests(dedup_shuffle.read_block_spans, uris, spans, schema, 64)
+        alone = pa.concat_tables([dedup_shuffle.read_block_spans([uri], [span], schema, 64) for uri in uris for span in spans])
+        assert requests == expected and table.num_rows == alone.num_rows > 0, (requests, expected)
+        assert sorted(table.column("node").to_pylist()) == sorted(alone.column("node").to_pylist())
+
+
+def _merged_here(files: list[str], tmp_path: Path) -> str:
+    """``files`` copied to local disk and merged there (the rows a merge must give, anywhere)."""
+    from marin_assets.core.dedup import fanin
+
+    local = []
+    for k, uri in enumerate(files):
+        local.append(str(tmp_path / "copies" / f"in-{k}.blocks"))
+        dedup_shuffle.copy_file(uri, local[-1])
+    out = str(tmp_path / "copies" / "merged.blocks")
+    fanin.merge_files(local, out, fanin.MergeFilesParams(blocks=4))
+    return out
+
+
 @pytest.mark.parametrize("where", ["local", "gcs"])
 def test_an_offsets_index_reads_the_same_rows_on_local_disk_and_the_gcs_emulator(where: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    """The index's reads are ranged reads of an object's end and of byte ranges, as the GCS
-    emulator serves them too: the rows read through the index equal each file's own blocks, and
-    a file of another merge level's cut is refused with the fix."""
-    from marin_assets.core.dedup import block_index
+    """The index's reads are ranged reads of an object's end and of byte ranges, and a merge's
+    one streamed GET per input, as the GCS emulator serves them too: the rows read through the
+    index equal each file's own blocks, a file of another merge level's cut is refused with the
+    fix, and a merge there gives the rows a merge of local copies gives."""
+    from marin_assets.core.dedup import block_index, fanin
 
     root = str(tmp_path) if where == "local" else request.getfixturevalue("gcs_prefix")
     schema = pa.schema([("key", pa.int64()), ("node", pa.int64())])
@@ -234,6 +287,10 @@ def test_an_offsets_index_reads_the_same_rows_on_local_disk_and_the_gcs_emulator
         assert own.num_rows and dedup_shuffle.read_blocks(files, block, schema, 4).equals(own)
     with pytest.raises(ValueError, match="remove the run's _work folder"):
         dedup_shuffle.read_blocks(files, 0, schema, 8)
+    # a merge streams each file in one GET (on the emulator: the media download, read as it arrives)
+    merged = storage.join(root, "step", "again.blocks")
+    assert fanin.merge_files(files, merged, fanin.MergeFilesParams(blocks=4, budget_bytes=4 << 10))["spans"] == 4
+    assert dedup_shuffle.read_whole(merged, schema).equals(dedup_shuffle.read_whole(_merged_here(files, tmp_path), schema))
 
 
 def test_a_streamed_cluster_read_batch_by_batch_opens_each_file_once(tmp_path: Path) -> None:

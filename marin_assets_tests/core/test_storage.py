@@ -80,3 +80,33 @@ def test_an_object_store_write_is_spooled_on_local_disk_and_appears_whole(gcs_pr
         assert not storage.exists(target)  # nothing visible before the block closes
     assert storage.read_bytes(target) == payload
     assert not os.path.exists(handle.name)  # the spool is gone
+
+
+@pytest.mark.parametrize("where", ["slow", "gcs"])
+def test_reads_of_a_whole_object_columns_or_rows_cost_the_same_requests_at_any_size(where: str, tmp_path, request: pytest.FixtureRequest) -> None:
+    """A dedup task's reads of a Parquet file from an object store: the whole object is one GET,
+    some columns two (the footer, then their chunks), its row count one, and a block file's
+    merge input one streamed GET, whether the file holds a few rows or many row groups of MiB;
+    each gives what the plain reader gives (on the latency store the requests are counted, on
+    the GCS emulator the same reads run against Cloud Storage's API)."""
+    from bench import slow_store
+
+    root = slow_store.uri(str(tmp_path / "store")) if where == "slow" else request.getfixturevalue("gcs_prefix")
+    counts = {}
+    for rows in (10, 200_000):
+        table = pa.table({"id": [f"{i:032x}" for i in range(rows)], "text": [f"text {i} " * 20 for i in range(rows)], "n": list(range(rows))})
+        uri = storage.join(root, f"t{rows}.parquet")
+        storage.write_parquet(table, uri, row_group_size=20_000)
+        before = slow_store.SlowStore.total()
+        assert storage.read_parquet_object(uri).equals(table)
+        assert storage.read_parquet_columns(uri, ["id", "n"]).equals(table.select(["id", "n"]))
+        assert storage.read_parquet_columns(uri, ["text"]).equals(table.select(["text"]))
+        assert storage.parquet_num_rows(uri) == rows
+        with storage.open_stream(uri) as stream:
+            assert stream.read() == storage.read_bytes(uri)
+        counts[rows] = slow_store.SlowStore.total() - before - (1 if where == "slow" else 0)  # read_bytes: one more
+    if where == "slow":
+        assert counts[10] == counts[200_000] == 1 + 2 + 2 + 1 + 1, counts
+    storage.write_bytes(storage.join(root, "bad.parquet"), b"not parquet at all")
+    with pytest.raises(ValueError, match="is no Parquet file"):
+        storage.parquet_num_rows(storage.join(root, "bad.parquet"))

@@ -45,19 +45,27 @@ def index_of(uri: str) -> tuple[str, int, int] | None:
     return f"{folder}/{INDEX_NAME}", int(match[1]), int(match[2])
 
 
-def tail_offsets(uri: str, blocks: int | None = None) -> np.ndarray:
+def read_tail(uri: str, blocks: int | None = None) -> tuple[np.ndarray, bytes, int]:
     """A block file's ``count + 1`` block offsets, from one ranged read of its end (no size
-    lookup): the last ``TAIL_BYTES``, or exactly its offsets where ``blocks`` says they are longer."""
+    lookup): the last ``TAIL_BYTES``, or exactly its offsets where ``blocks`` says they are longer.
+    Also the bytes read and where they start in the file: a block inside them needs no other read
+    (a file this small was read whole)."""
     fs, path = storage.filesystem(uri)
     tail = max(TAIL_BYTES, 8 * (blocks + 2) if blocks is not None else 0)
     data = fs.cat_file(path, start=-tail)
-    count = int(np.frombuffer(data[-8:], "<u8")[0])
+    count = int(np.frombuffer(data[-8:], "<u8")[0]) if len(data) >= 8 else -1
     need = 8 * (count + 2)
+    if count < 0 or (need > len(data) and len(data) < tail):  # the whole file was read
+        raise ValueError(f"{uri} is no block file: its last 8 bytes count {count} blocks, more than its {len(data)} bytes hold; remove the run's _work folder and rerun")
     if need > len(data):
-        if len(data) < tail:  # the whole file was read
-            raise ValueError(f"{uri} is no block file: its last 8 bytes count {count} blocks, more than its {len(data)} bytes hold")
         data = fs.cat_file(path, start=-need)
-    return np.frombuffer(data[len(data) - need : len(data) - 8], "<u8").astype(np.int64)
+    offsets = np.frombuffer(data[len(data) - need : len(data) - 8], "<u8").astype(np.int64)
+    return offsets, data, int(offsets[-1]) + need - len(data)
+
+
+def tail_offsets(uri: str, blocks: int | None = None) -> np.ndarray:
+    """:func:`read_tail`'s offsets."""
+    return read_tail(uri, blocks)[0]
 
 
 def write_index(files: Sequence[str], uri: str) -> int:
@@ -99,6 +107,31 @@ def _rows(fs: Any, path: str, files: int, wanted: Sequence[int]) -> dict[int, np
     return out
 
 
+def fetch_ranges(fs: Any, path: str, ranges: Sequence[tuple[int, int]], tail: bytes = b"", tail_at: int | None = None) -> list[bytes]:
+    """The bytes of each ``(start, end)`` of ``ranges`` (sorted, disjoint) of one file: from
+    ``tail`` (its bytes from ``tail_at`` on, already read) where they lie there, else in ranged
+    reads of runs of ranges less than :data:`.storage.COALESCE_GAP` apart (ranges of a reader's
+    spans separated by blocks of no rows or few are one request, not one each)."""
+    out = [b""] * len(ranges)
+    runs: list[list[int]] = []  # [start, end, first range, last range]
+    for k, (a, b) in enumerate(ranges):
+        if b <= a:
+            continue
+        if tail_at is not None and a >= tail_at:
+            out[k] = tail[a - tail_at : b - tail_at]
+        elif runs and a - runs[-1][1] <= storage.COALESCE_GAP:
+            runs[-1][1], runs[-1][3] = b, k
+        else:
+            runs.append([a, b, k, k])
+    for start, end, first, last in runs:
+        data = fs.cat_file(path, start, end)
+        for k in range(first, last + 1):
+            a, b = ranges[k]
+            if b > a and not (tail_at is not None and a >= tail_at):
+                out[k] = data[a - start : b - start]
+    return out
+
+
 def _streams(data: bytes) -> list[pa.Table]:
     """The blocks in ``data``: Arrow IPC streams one after another."""
     buffer = pa.py_buffer(data)
@@ -122,17 +155,13 @@ def read_indexed(index: str, members: Sequence[tuple[int, str]], files: int, spa
         if not 0 <= b0 < b1 <= count:
             raise ValueError(f"{index}: its files hold {count} blocks, not blocks {b0}..{b1 - 1}")
     rows = _rows(fs, path, files, sorted({b for span in spans for b in span})) if spans else {}
-    reads = [(uri, int(rows[b0][col]), int(rows[b1][col])) for col, uri in members for b0, b1 in spans]
-    reads = [(uri, a, b) for uri, a, b in reads if b > a]
-
-    def fetch(read: tuple[str, int, int]) -> list[pa.Table]:
-        uri, a, b = read
+    def fetch(member: tuple[int, str]) -> list[pa.Table]:
+        col, uri = member
         fs_, path_ = storage.filesystem(uri)
-        return _streams(fs_.cat_file(path_, a, b))
+        ranges = [(int(rows[b0][col]), int(rows[b1][col])) for b0, b1 in spans]
+        return [piece for data in fetch_ranges(fs_, path_, ranges) for piece in _streams(data)]
 
-    out: dict[str, list[pa.Table]] = {uri: [] for _, uri in members}
-    for (uri, _, _), pieces in zip(reads, storage.concurrently(fetch, reads, storage.read_threads([r[0] for r in reads]))):
-        out[uri].extend(pieces)
+    out = dict(zip([uri for _, uri in members], storage.concurrently(fetch, list(members), storage.read_threads([uri for _, uri in members]))))
     return out
 
 

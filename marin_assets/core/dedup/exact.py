@@ -66,13 +66,13 @@ def doc_lengths(source: str, normalized_uri: str, minhash_uri: str | None, rows:
     """Characters per document: the ``chars`` column minhash_buckets records, else the text."""
     if minhash_uri is not None:
         try:
-            chars = storage.read_parquet(minhash_uri, columns=["chars"]).column("chars").combine_chunks()
+            chars = storage.read_parquet_columns(minhash_uri, ["chars"]).column("chars").combine_chunks()
             if len(chars) == rows:
                 return chars.cast(pa.int64())
         except (KeyError, ValueError, pa.ArrowInvalid):
             pass
     try:
-        text = storage.read_parquet(normalized_uri, columns=["text"]).column("text")
+        text = storage.read_parquet_columns(normalized_uri, ["text"]).column("text")
     except (KeyError, ValueError, pa.ArrowInvalid) as exc:
         raise DedupError(f"source {source!r}: cannot read column 'text' from {normalized_uri} ({exc}); rematerialize the normalized partition {source!r}") from exc
     return pc.fill_null(pc.utf8_length(text), 0).combine_chunks().cast(pa.int64())
@@ -87,7 +87,7 @@ def exact_map(inputs: list[str], output: str, params: MapParams) -> dict[str, An
     pieces = []
     for k, normalized_uri in enumerate(normalized):
         try:
-            ids = storage.read_parquet(normalized_uri, columns=["id"]).column("id").combine_chunks().cast(pa.string())
+            ids = storage.read_parquet_columns(normalized_uri, ["id"]).column("id").combine_chunks().cast(pa.string())
         except (KeyError, ValueError, pa.ArrowInvalid) as exc:
             raise DedupError(
                 f"source {params.source!r}: cannot read column 'id' from {normalized_uri} ({exc}); rematerialize the "

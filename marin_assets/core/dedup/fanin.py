@@ -4,10 +4,10 @@ A step whose tasks each read a key range of every file the step before wrote rea
 writers, M files per task (at production counts tens of thousands). Where M is above the
 bound, merge tasks combine the files in groups of at most the bound into one file each, cut
 like the files they merge, until at most the bound remain (one level per factor of the bound:
-~25,000 map files are one level at 1,024). A merge task holds one span of blocks of its group
-at a time (about ``budget_bytes``), reads the group's files concurrently, each opened once for
-the task (its spans, in key order, from one read-ahead of ``budget_bytes`` / inputs), and writes
-its file through a local spool. The last level's files (read by the step's tasks) get an
+~25,000 map files are one level at 1,024). A merge task reads each file of its group in one
+request, front to back as it arrives (all of them at once, in key order), holds about
+``budget_bytes`` of their rows at a time, and writes its file through a local spool: its
+requests follow its inputs, not their bytes. The last level's files (read by the step's tasks) get an
 offsets index (:mod:`.block_index`): a reader then fetches each merged file's blocks in one
 request. Readers read the merged files with the same functions as the originals.
 """
@@ -30,7 +30,7 @@ from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.runner import ShardResult, ShardTask
 
 MAX_INPUTS = 1024  # files one task reads, at most (the default of the fuzzy task sizes)
-BUDGET_BYTES = 1 << 30  # a merge task's rows held at once (one span of blocks of its group; fewer spans, fewer requests)
+BUDGET_BYTES = 1 << 30  # a merge task's rows held at once (shared by its inputs' decoded, waiting rows)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,97 +53,148 @@ def _output_cuts(params: MergeFilesParams) -> np.ndarray:
     return shuffle.partition_cuts(params.blocks)
 
 
-def _input_cuts(params: MergeFilesParams, count: int, cuts: np.ndarray) -> np.ndarray:
-    """An input file's cuts from its block count (stored cuts: the output's, ``cuts``, read once
-    per task: not a read of the cuts file per input and span)."""
-    if params.cuts:
-        return cuts
-    if params.ranks:
-        return np.asarray([*range(count), shuffle.KEY_SPACE], np.uint64)
-    return shuffle.partition_cuts(count)
+_IPC_CONTINUATION = b"\xff\xff\xff\xff"  # how every block (an Arrow IPC stream) starts; a block file's offsets start with 0
+
+
+class _Stream:
+    """A streamed object (:func:`storage.open_stream`) that can look at its next bytes: Arrow
+    reads each block through :meth:`read`, and a look at the next four bytes tells a block from
+    the offsets that end the file."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw, self.head, self.position, self.closed = raw, b"", 0, False
+
+    def peek(self, n: int) -> bytes:
+        if len(self.head) < n:
+            self.head += self.raw.read(n - len(self.head))
+        return self.head[:n]
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            out = self.head + self.raw.read()
+        else:
+            out = self.head[:n] + (self.raw.read(n - len(self.head)) if n > len(self.head) else b"")
+        self.head = self.head[n:] if n is not None and 0 <= n < len(self.head) else b""
+        self.position += len(out)
+        return out
+
+    def tell(self) -> int:
+        return self.position
+
+    def close(self) -> None:
+        self.raw.close()
+        self.closed = True
 
 
 class _Input:
-    """One input of a merge task, open for the task's life: a block file's offsets (``count + 1``;
-    a sorted Parquet file: its size as one block) read once, its spans then read in key order
-    through the handle's read-ahead (``read_ahead`` bytes): a request per ``read_ahead`` bytes of
-    the file, not an open and a fetch per span."""
+    """One input of a merge task, read front to back in one request (:func:`storage.open_stream`,
+    a block file's blocks or a sorted Parquet file's row groups, in key order). Rows decoded and
+    not yet merged wait in ``pending``; every row with a key below ``frontier`` has been decoded."""
 
     def __init__(self, uri: str, read_ahead: int, blocks: int | None) -> None:
-        self.uri = uri
-        self.handle = shuffle.open_reads(uri, read_ahead)
+        self.uri, self.blocks = uri, blocks
+        self.pending: list[pa.Table] = []
+        self.held = 0  # bytes of ``pending``
+        self.frontier = 0
         if uri.endswith(shuffle.BLOCK_SUFFIX):
+            self.stream: Any = _Stream(storage.open_stream(uri))
             self.parquet = None
-            self.offsets = shuffle.block_offsets(self.handle, blocks)
         else:
-            self.parquet = pq.ParquetFile(self.handle)
-            self.offsets = np.asarray([0, self.handle.seek(0, 2)], np.int64)
+            self.stream = shuffle.open_reads(uri, read_ahead)
+            self.parquet = pq.ParquetFile(self.stream)
+            self.group = 0
 
-    def rows(self, params: MergeFilesParams, cuts: np.ndarray, lo: int, hi: int) -> pa.Table | None:
-        """This input's rows with ``lo <= key < hi``."""
+    def close(self) -> None:
+        self.stream.close()
+
+    def fill(self, share: int, floor: int) -> None:
+        """Decode blocks until ``share`` bytes wait and every row below ``floor`` is decoded."""
+        while self.frontier < shuffle.KEY_SPACE and (self.held < share or self.frontier < floor):
+            table = self._next()
+            if table is None:
+                self.frontier = shuffle.KEY_SPACE
+            elif table.num_rows:
+                self.pending.append(table)
+                self.held += table.nbytes
+                last = int(table.column("key")[-1].as_py())
+                # a key lies in one block of a block file; row groups of a Parquet file may split a key's rows
+                self.frontier = last + 1 if self.parquet is None else last
+
+    def take_below(self, hi: int) -> pa.Table | None:
+        """The waiting rows with ``key < hi``, in order (they are all decoded)."""
+        out = []
+        while self.pending:
+            table = self.pending[0]
+            cut = int(np.searchsorted(table.column("key").to_numpy().astype(np.uint64), np.uint64(hi), side="left"))
+            if cut:
+                out.append(table.slice(0, cut))
+            if cut < table.num_rows:
+                self.pending[0] = table.slice(cut)
+                break
+            self.pending.pop(0)
+        self.held = sum(t.nbytes for t in self.pending)
+        return pa.concat_tables(out) if out else None
+
+    def _next(self) -> pa.Table | None:
+        """The next block (None: the input is read to its end)."""
         if self.parquet is not None:
-            return self._parquet_rows(lo, hi)
-        spans, exact = shuffle.covering_spans(_input_cuts(params, self.offsets.size - 1, cuts), [(lo, hi)])
-        spans = [(b0, b1) for b0, b1 in spans if self.offsets[b1] > self.offsets[b0]]
-        pieces = shuffle.read_open_spans(self.handle, self.uri, self.offsets, spans) if spans else []
-        if not pieces:
-            return None
-        table = pa.concat_tables(pieces)
-        return table if exact else shuffle.keep_ranges(table, [(lo, hi)])
+            if self.group >= self.parquet.metadata.num_row_groups:
+                return None
+            self.group += 1
+            return self.parquet.read_row_group(self.group - 1, use_threads=False)
+        if self.stream.peek(4) == _IPC_CONTINUATION:
+            return pa.ipc.open_stream(self.stream).read_all()
+        self._check_offsets()
+        return None
 
-    def _parquet_rows(self, lo: int, hi: int) -> pa.Table | None:
-        groups = shuffle.overlapping_groups(self.parquet, [(lo, hi)])
-        if not groups:
-            return None
-        table = shuffle.keep_ranges(self.parquet.read_row_groups(groups, use_threads=False), [(lo, hi)])
-        return table if table.num_rows else None
-
-
-def _spans(params: MergeFilesParams, cuts: np.ndarray, footers: Sequence[np.ndarray]) -> list[tuple[int, int]]:
-    """Consecutive output blocks ``[b0, b1)`` whose rows (estimated from the inputs' block
-    sizes, spread evenly over each input block's key range) stay within the budget."""
-    weight = np.zeros(cuts.size - 1)
-    for offsets in footers:
-        own = _input_cuts(params, offsets.size - 1, cuts).astype(np.float64)
-        # the bytes below each output cut, the bytes of each input block spread evenly over its key range
-        weight += np.diff(np.interp(cuts.astype(np.float64), own, (offsets - offsets[0]).astype(np.float64)))
-    spans, start, held = [], 0, 0.0
-    for b in range(weight.size):
-        if b > start and held + weight[b] > params.budget_bytes:
-            spans.append((start, b))
-            start, held = b, 0.0
-        held += weight[b]
-    spans.append((start, weight.size))
-    return spans
+    def _check_offsets(self) -> None:
+        """The block offsets that end the file: their count, and their last one where the blocks ended."""
+        data_end = self.stream.tell()
+        tail = self.stream.read()
+        count = int(np.frombuffer(tail[-8:], "<u8")[0]) if len(tail) >= 16 else -1
+        last = int(np.frombuffer(tail[-16:-8], "<u8")[0]) if count >= 0 else -1
+        if count < 0 or len(tail) != 8 * (count + 2) or last != data_end:
+            raise ValueError(f"{self.uri} is no whole block file (its blocks end at byte {data_end}, followed by {len(tail)} bytes that are not their offsets); remove the run's _work folder and rerun")
+        if self.blocks is not None and count != self.blocks:
+            raise ValueError(f"{self.uri} holds {count} blocks where its merge expects {self.blocks}: it was written at other cuts; remove the run's _work folder and rerun")
 
 
 @shuffle.measured
 def merge_files(inputs: list[str], output: str, params: MergeFilesParams) -> dict[str, Any]:
-    """One file of the rows of ``inputs`` (in input order within a key), cut as ``params`` says."""
+    """One file of the rows of ``inputs`` (in input order within a key), cut as ``params`` says.
+
+    Each input is one request, read front to back as it arrives: at most ``budget_bytes`` /
+    inputs of its decoded rows wait at a time. Each span of output blocks is what every input
+    has decoded (at least one block), so the task holds about the budget plus one block."""
     cuts = _output_cuts(params)
     threads = shuffle.read_threads(inputs)
-    rows = 0
-    # one open file per input for the task's life, their read-aheads sharing the task's budget
-    read_ahead = params.budget_bytes // max(1, len(inputs))
+    share = params.budget_bytes // max(1, len(inputs))
+    rows = spans = 0
+    blocks = cuts.size - 1
     with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory(prefix="dedup-merge-") as tmp:
-        blocks = cuts.size - 1 if params.cuts else None  # inputs cut at stored cuts hold as many blocks as the output
-        files = shuffle.concurrently(lambda uri: _Input(uri, read_ahead, blocks), inputs, threads)
+        expected = blocks if params.cuts else None  # inputs cut at stored cuts hold as many blocks as the output
+        files = shuffle.concurrently(lambda uri: _Input(uri, share, expected), inputs, threads)
         for file in files:
-            stack.callback(file.handle.close)
-        spans = _spans(params, cuts, [f.offsets for f in files])
+            stack.callback(file.close)
         local = os.path.join(tmp, "merged" + shuffle.BLOCK_SUFFIX)
         with open(local, "wb") as handle:
             writer = shuffle.BlockWriter(handle, cuts, output)
-            for b0, b1 in spans:
-                lo, hi = int(cuts[b0]), int(cuts[b1])
-                parts = [t for t in shuffle.concurrently(lambda f: f.rows(params, cuts, lo, hi), files, threads) if t is not None]
+            b0 = 0
+            while b0 < blocks:
+                floor = int(cuts[b0 + 1])
+                shuffle.concurrently(lambda f: f.fill(share, floor), files, threads)
+                bound = min(f.frontier for f in files)
+                b1 = min(blocks, max(b0 + 1, int(np.searchsorted(cuts, np.uint64(bound), side="right")) - 1))
+                parts = [t for t in (f.take_below(int(cuts[b1])) for f in files) if t is not None]
                 if parts:
                     table = pa.concat_tables(parts, promote_options="default")
                     writer.add(table, b1)
                     rows += table.num_rows
+                spans += 1
+                b0 = b1
             writer.finish()
         storage.put_file(local, output)
-    return {"rows": rows, "files": len(inputs), "spans": len(spans)}
+    return {"rows": rows, "files": len(inputs), "spans": spans}
 
 
 def bounded(run: Callable[[list[ShardTask]], list[ShardResult]], files: Sequence[str], folder: str, limit: int, params: MergeFilesParams) -> list[str]:

@@ -175,12 +175,7 @@ def read_block_spans(uris: Iterable[str], spans: Sequence[tuple[int, int]], sche
     spans = [(int(a), int(b)) for a, b in spans if b > a]
 
     def read(uri: str) -> list[pa.Table]:
-        fs, path = storage.filesystem(uri)
-        with fs.open(path, "rb") as handle:
-            offsets = block_offsets(handle, blocks)
-            if blocks is not None and offsets.size - 1 != blocks:
-                raise ValueError(f"{uri} holds {offsets.size - 1} blocks where its readers expect {blocks}: it was written at other cuts; remove the run's _work folder and rerun")
-            return read_open_spans(handle, uri, offsets, spans)
+        return file_blocks(uri, lambda count: spans, blocks)
 
     files = list(uris) if spans else []
     pieces = [piece for part in _by_file(files, read, lambda count: spans, blocks) for piece in part]
@@ -198,59 +193,35 @@ def _by_file(files: Sequence[str], read: Any, spans_of: Any, blocks: int | None 
     return [got[uri] for uri in files]
 
 
-FOOTER_BYTES = 64 << 10  # a block file's tail read at least: a small file is read whole in that one request
-
-
-def block_offsets(handle: Any, blocks: int | None = None) -> np.ndarray:
-    """The ``count + 1`` block offsets of an open :func:`write_blocks` file, in one read of its
-    tail: the last :data:`FOOTER_BYTES`, or the whole footer where the reader knows ``blocks`` and
-    it is longer (a second read only where the offsets outgrow what was read). A file this small
-    is read whole, so its blocks then come from the handle's read-ahead, not another request."""
-    size = handle.seek(0, 2)
-    tail = min(size, max(FOOTER_BYTES, 8 * (blocks + 2) if blocks is not None else 0))
-    handle.seek(size - tail)
-    data = handle.read(tail)
-    count = int(np.frombuffer(data[-8:], "<u8")[0])
-    need = 8 * (count + 2)
-    if need > size:
-        raise ValueError(f"{getattr(handle, 'path', handle)} is no block file: its last 8 bytes count {count} blocks, more than its {size} bytes hold")
-    if need > tail:
-        handle.seek(size - need)
-        data = handle.read(need)
-    return np.frombuffer(data[len(data) - need : len(data) - 8], "<u8").astype(np.int64)
-
-
-def read_open_spans(handle: Any, uri: str, known: np.ndarray, spans: Sequence[tuple[int, int]]) -> list[pa.Table]:
-    """The non-empty blocks of ``spans`` of a block file open as ``handle`` whose block offsets
-    (``known``, :func:`block_offsets`) were read before: one read of each span's bytes."""
-    count = known.size - 1
-    pieces = []
+def file_blocks(uri: str, spans_of: Any, blocks: int | None = None) -> list[pa.Table]:
+    """The non-empty blocks of ``spans_of(block count)`` (sorted, disjoint spans) of one block
+    file: one ranged read of its end (its offsets, :func:`.block_index.read_tail`; a small file
+    whole), then one of each run of nearby spans not in it (:func:`.block_index.fetch_ranges`). ``blocks``: how many blocks the file must
+    hold (a file cut otherwise, e.g. left by a run with other task sizes, is an error, not wrong rows)."""
+    offsets, tail, tail_at = block_index.read_tail(uri, blocks)
+    count = offsets.size - 1
+    if blocks is not None and count != blocks:
+        raise ValueError(f"{uri} holds {count} blocks where its readers expect {blocks}: it was written at other cuts; remove the run's _work folder and rerun")
+    spans = [(int(b0), int(b1)) for b0, b1 in spans_of(count) if b1 > b0]
     for b0, b1 in spans:
         if not 0 <= b0 < b1 <= count:
             raise ValueError(f"{uri} holds {count} blocks, not blocks {b0}..{b1 - 1}")
-        offsets = known[b0 : b1 + 1]
-        if offsets[-1] == offsets[0]:
-            continue
-        handle.seek(int(offsets[0]))
-        data = pa.py_buffer(handle.read(int(offsets[-1] - offsets[0])))
-        rel = offsets - offsets[0]
-        for k in np.flatnonzero(np.diff(rel) > 0).tolist():
-            pieces.append(pa.ipc.open_stream(data.slice(int(rel[k]), int(rel[k + 1] - rel[k]))).read_all())
-    return pieces
+    fs, path = storage.filesystem(uri)
+    datas = block_index.fetch_ranges(fs, path, [(int(offsets[b0]), int(offsets[b1])) for b0, b1 in spans], tail, tail_at)
+    return [piece for (b0, b1), data in zip(spans, datas) for piece in _block_tables(data, offsets[b0 : b1 + 1] - offsets[b0])]
+
+
+def _block_tables(data: bytes, rel: np.ndarray) -> list[pa.Table]:
+    """The non-empty blocks in ``data`` (consecutive blocks starting at ``rel``, relative offsets)."""
+    buffer = pa.py_buffer(data)
+    return [pa.ipc.open_stream(buffer.slice(int(rel[k]), int(rel[k + 1] - rel[k]))).read_all() for k in np.flatnonzero(np.diff(rel) > 0).tolist()]
 
 
 def _read_counted(uri: str, schema: pa.Schema, spans_of: Any) -> pa.Table:
     """Blocks of one block file whose spans follow from its block count (``spans_of(count)``),
     read through one open file."""
-    pieces = _read_counted_blocks(uri, spans_of)
+    pieces = file_blocks(uri, spans_of)
     return pa.concat_tables(pieces) if pieces else schema.empty_table()
-
-
-def _read_counted_blocks(uri: str, spans_of: Any) -> list[pa.Table]:
-    fs, path = storage.filesystem(uri)
-    with fs.open(path, "rb") as handle:
-        offsets = block_offsets(handle)
-        return read_open_spans(handle, uri, offsets, [(a, b) for a, b in spans_of(offsets.size - 1) if b > a])
 
 
 def read_all_blocks(uri: str, schema: pa.Schema) -> pa.Table:
@@ -300,29 +271,27 @@ def scan_blocks(uri: str, keys: np.ndarray, max_bytes: int = SCAN_BYTES) -> Iter
     """The rows of the blocks of a :func:`write_keyed` file that hold any of the sorted
     ``keys`` (others unread), a run of consecutive such blocks (up to ``max_bytes``) per read
     and per table: a whole-file scan holds one run."""
+    offsets, tail, tail_at = block_index.read_tail(uri)
     fs, path = storage.filesystem(uri)
-    with fs.open(path, "rb") as handle:
-        offsets = block_offsets(handle)
-        count = offsets.size - 1
-        blocks = np.unique(np.searchsorted(partition_cuts(count), np.asarray(keys).astype(np.uint64), side="right") - 1)
-        blocks = blocks[(blocks >= 0) & (blocks < count)]
-        blocks = blocks[offsets[blocks + 1] > offsets[blocks]].tolist()
-        k = 0
-        while k < len(blocks):
-            run = [blocks[k]]  # consecutive blocks, read at once while they fit max_bytes
-            while k + len(run) < len(blocks) and blocks[k + len(run)] == run[-1] + 1 and offsets[run[-1] + 2] - offsets[run[0]] <= max_bytes:
-                run.append(blocks[k + len(run)])
-            k += len(run)
-            start = int(offsets[run[0]])
-            handle.seek(start)
-            data = pa.py_buffer(handle.read(int(offsets[run[-1] + 1]) - start))
-            yield pa.concat_tables([pa.ipc.open_stream(data.slice(int(offsets[b]) - start, int(offsets[b + 1] - offsets[b]))).read_all() for b in run])
+    count = offsets.size - 1
+    blocks = np.unique(np.searchsorted(partition_cuts(count), np.asarray(keys).astype(np.uint64), side="right") - 1)
+    blocks = blocks[(blocks >= 0) & (blocks < count)]
+    blocks = blocks[offsets[blocks + 1] > offsets[blocks]].tolist()
+    runs: list[tuple[int, int]] = []  # consecutive blocks, read at once while they fit max_bytes
+    for b in blocks:
+        if runs and runs[-1][1] == b and offsets[b + 1] - offsets[runs[-1][0]] <= max_bytes:
+            runs[-1] = (runs[-1][0], b + 1)
+        else:
+            runs.append((b, b + 1))
+    for b0, b1 in runs:  # one run read and held at a time
+        (data,) = block_index.fetch_ranges(fs, path, [(int(offsets[b0]), int(offsets[b1]))], tail, tail_at)
+        yield pa.concat_tables(_block_tables(data, offsets[b0 : b1 + 1] - offsets[b0]))
 
 
 def _read_keyed(uri: str, spans: Sequence[tuple[int, int]], schema: pa.Schema | None, columns: Sequence[str] | None) -> pa.Table:
     """Rows of a :func:`write_keyed` file whose key lies in the sorted, disjoint ``spans``
     (its cuts follow from its block count)."""
-    return _keyed_rows(_read_counted_blocks(uri, lambda count: covering_spans(partition_cuts(count), spans)[0]), spans, schema, columns)
+    return _keyed_rows(file_blocks(uri, lambda count: covering_spans(partition_cuts(count), spans)[0]), spans, schema, columns)
 
 
 def _keyed_rows(pieces: Sequence[pa.Table], spans: Sequence[tuple[int, int]], schema: pa.Schema | None, columns: Sequence[str] | None) -> pa.Table:

@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import fsspec
+import fsspec.asyn
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -284,10 +285,103 @@ def read_parquet(uri: str, columns: Sequence[str] | None = None) -> pa.Table:
         return pq.ParquetFile(handle).read(columns=list(columns) if columns is not None else None)
 
 
-def parquet_num_rows(uri: str) -> int:
+def read_parquet_object(uri: str, columns: Sequence[str] | None = None) -> pa.Table:
+    """:func:`read_parquet` of a file read for most of its bytes, in one request: from an object
+    store the whole object in one GET (then decoded from memory), not a size lookup, its footer
+    and its column chunks in reads that grow with its size."""
     fs, path = filesystem(uri)
-    with fs.open(path, "rb") as handle:
-        return pq.ParquetFile(handle).metadata.num_rows
+    if "file" in _protocols(fs):
+        return read_parquet(uri, columns)
+    return pq.ParquetFile(pa.BufferReader(fs.cat_file(path))).read(columns=list(columns) if columns is not None else None)
+
+
+PARQUET_TAIL = 64 << 10  # a footer read at least: most files' metadata in one request
+COALESCE_GAP = 1 << 20  # column chunks this close are fetched in one ranged read
+
+
+def _parquet_footer(fs: fsspec.AbstractFileSystem, path: str, uri: str) -> bytes:
+    """A Parquet file's footer (metadata, its length, the magic), from one ranged read of the
+    object's end (a second only where the metadata is longer than that read)."""
+    tail = fs.cat_file(path, start=-PARQUET_TAIL)
+    if len(tail) < 12 or tail[-4:] != b"PAR1":
+        raise ValueError(f"{uri} is no Parquet file (it does not end in PAR1); rewrite it or remove it")
+    need = int.from_bytes(tail[-8:-4], "little") + 8
+    if need > len(tail):
+        tail = fs.cat_file(path, start=-need)
+    return tail[len(tail) - need :]
+
+
+def _footer_metadata(footer: bytes) -> pq.FileMetaData:
+    # the footer behind a leading magic: all that the metadata reader looks at
+    return pq.ParquetFile(pa.BufferReader(b"PAR1" + footer)).metadata
+
+
+def parquet_num_rows(uri: str) -> int:
+    """A Parquet file's rows, from its footer: from an object store one ranged read of its end,
+    not a size lookup and then reads."""
+    fs, path = filesystem(uri)
+    if "file" in _protocols(fs):
+        return pq.ParquetFile(path).metadata.num_rows
+    return _footer_metadata(_parquet_footer(fs, path, uri)).num_rows
+
+
+class _KnownParts(io.RawIOBase):
+    """A file of which only some byte ranges were fetched, for a Parquet reader given the
+    metadata: a read outside them is a bug, not a silent zero."""
+
+    def __init__(self, uri: str, size: int, parts: dict[int, bytes]) -> None:
+        self.uri, self.size, self.parts, self.position = uri, size, sorted(parts.items()), 0
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.position = offset if whence == 0 else self.position + offset if whence == 1 else self.size + offset
+        return self.position
+
+    def tell(self) -> int:
+        return self.position
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.size - self.position if n is None or n < 0 else n
+        for start, data in self.parts:
+            if start <= self.position and self.position + n <= start + len(data):
+                out = data[self.position - start : self.position - start + n]
+                self.position += n
+                return out
+        raise ValueError(f"{self.uri}: bytes {self.position}..{self.position + n} were not fetched")
+
+
+def read_parquet_columns(uri: str, columns: Sequence[str]) -> pa.Table:
+    """Some columns of a Parquet file: from an object store its footer (one ranged read of its
+    end), then those columns' chunks (one ranged read per run of nearby chunks: one for a file of
+    one row group), not a size lookup and reads that grow with the file's size."""
+    fs, path = filesystem(uri)
+    if "file" in _protocols(fs):
+        return read_parquet(uri, columns)
+    footer = _parquet_footer(fs, path, uri)
+    meta = _footer_metadata(footer)
+    wanted = set(columns)
+    spans: list[list[int]] = []
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        for c in range(group.num_columns):
+            chunk = group.column(c)
+            if chunk.path_in_schema.split(".")[0] in wanted:
+                start = chunk.dictionary_page_offset if chunk.has_dictionary_page and chunk.dictionary_page_offset else chunk.data_page_offset
+                spans.append([start, start + chunk.total_compressed_size])
+    merged: list[list[int]] = []
+    for start, end in sorted(spans):
+        if merged and start - merged[-1][1] <= COALESCE_GAP:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    parts = dict(zip([s for s, _ in merged], concurrently(lambda span: fs.cat_file(path, span[0], span[1]), merged)))
+    size = max([end for _, end in merged], default=4) + len(footer)
+    return pq.ParquetFile(_KnownParts(uri, size, parts), metadata=meta).read(columns=list(columns))
 
 
 def shard_name(index: int, total: int) -> str:
@@ -417,3 +511,62 @@ def concurrently(fn: Any, items: Sequence[Any], threads: int = READ_THREADS) -> 
         return [fn(x) for x in items]
     with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
         return list(pool.map(fn, items))
+
+
+# --------------------------------------------------------------------------- one object, one request
+
+STREAM_BUFFER = 1 << 20  # bytes of a streamed object held at once by its reader
+
+
+def open_stream(uri: str) -> io.BufferedReader:
+    """``uri`` read front to back through one GET of the whole object, its body taken as it
+    arrives (:data:`STREAM_BUFFER` at a time): one request whatever its size, where a ranged
+    reader makes one per read-ahead. For a reader that reads every byte in order (a merge);
+    a store may offer its own (``fs.open_stream``), local files are opened as they are."""
+    fs, path = filesystem(uri)
+    own = getattr(fs, "open_stream", None)
+    if own is not None:
+        return own(path)
+    if "file" in _protocols(fs):
+        return open(path, "rb", buffering=STREAM_BUFFER)
+    if "gs" in _protocols(fs):
+        return io.BufferedReader(_GcsObjectStream(fs, path), STREAM_BUFFER)
+    return fs.open(path, "rb", block_size=STREAM_BUFFER, cache_type="readahead")
+
+
+def _protocols(fs: fsspec.AbstractFileSystem) -> tuple[str, ...]:
+    return tuple(fs.protocol) if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+
+
+class _GcsObjectStream(io.RawIOBase):
+    """The body of one Cloud Storage GET (the object's media download), read as it arrives
+    through the filesystem's own session and credentials."""
+
+    def __init__(self, fs: Any, path: str) -> None:
+        self._fs, self._path = fs, path
+        self._response = fsspec.asyn.sync(fs.loop, self._open)
+
+    async def _open(self) -> Any:
+        from gcsfs.retry import validate_response  # noqa: PLC0415
+
+        await self._fs._set_session()
+        url = self._fs.url(self._path)
+        response = await self._fs.session.get(url=url, params=self._fs._get_params({}), headers=self._fs._get_headers(None))
+        if response.status >= 400:
+            body = await response.read()
+            response.release()
+            validate_response(response.status, body, url)
+        return response
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = fsspec.asyn.sync(self._fs.loop, self._response.content.read, len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._response.release()
+        super().close()

@@ -100,7 +100,7 @@ def _gather_shard(normalized_uri: str, nodes_file: str, requests: pa.Table, para
     row (it is not read)."""
     nodes_table = None
     if requests.num_rows and params.runs:
-        nodes_table = storage.read_parquet(nodes_file, columns=["id", "node"])
+        nodes_table = storage.read_parquet_object(nodes_file, columns=["id", "node"])
         requests = requests.filter(pa.array(np.isin(requests.column("key").to_numpy(), nodes_table.column("node").to_numpy())))
     if requests.num_rows == 0:
         return None
@@ -108,9 +108,9 @@ def _gather_shard(normalized_uri: str, nodes_file: str, requests: pa.Table, para
     if nodes_table is not None:
         take = pa.array(rows_of(nodes_table.column("node").to_numpy(), node))
     else:
-        nodes_table = storage.read_parquet(nodes_file, columns=["id"])
+        nodes_table = storage.read_parquet_object(nodes_file, columns=["id"])
         take = pa.array(node - params.first_node)
-    table = storage.read_parquet(normalized_uri, columns=["id", "text"])
+    table = storage.read_parquet_columns(normalized_uri, ["id", "text"])
     ids = table.column("id").take(take).combine_chunks().cast(pa.string())
     expected = nodes_table.column("id").take(take).combine_chunks().cast(pa.string())
     if not ids.equals(expected):

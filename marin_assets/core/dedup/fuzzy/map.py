@@ -43,7 +43,7 @@ def _kept_nodes(previous: str, ids: pa.Array, digest: np.ndarray) -> tuple[np.nd
     nodes of the documents that are gone (not found, or found with other buckets)."""
     if not previous or not storage.exists(previous):
         return np.full(len(ids), -1, np.int64), np.zeros(0, np.int64)
-    old = storage.read_parquet(previous)
+    old = storage.read_parquet_object(previous)
     if "node" not in old.column_names or "digest" not in old.column_names:
         raise DedupError(f"node table {previous} has no node numbers; delete the fuzzy dedup cache and rerun")
     before = pl.from_arrow(old.select(["id", "node", "digest"]))
@@ -59,7 +59,7 @@ def _kept_nodes(previous: str, ids: pa.Array, digest: np.ndarray) -> tuple[np.nd
 def _shard_records(
     source: str, buckets_uri: str, normalized_uri: str, first_node: int, nodes_out: str, previous: str = "", added_node: int = -1
 ) -> tuple[np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
-    table = storage.read_parquet(buckets_uri)
+    table = storage.read_parquet_object(buckets_uri)
     if "buckets" not in table.column_names or "id" not in table.column_names:
         raise DedupError(f"source {source!r}: {buckets_uri} has no 'id'/'buckets' columns; rematerialize minhash_buckets for {source!r}")
     rows = table.num_rows

@@ -35,7 +35,7 @@ def _shard_members(nodes_file: str, params: ShardParams, labels: pa.Table) -> pa
     node = labels.column("node").to_numpy()
     label = labels.column("label").to_numpy()
     added = labels.column("added").to_numpy(zero_copy_only=False) if "added" in labels.column_names else np.zeros(node.size, bool)
-    nodes_table = storage.read_parquet(nodes_file)
+    nodes_table = storage.read_parquet_object(nodes_file)
     if "node" in nodes_table.column_names:
         mine = nodes_table.column("node").to_numpy()
         hit = np.isin(node, mine)
