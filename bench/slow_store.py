@@ -123,10 +123,10 @@ class SlowStore(AbstractFileSystem):
             handle.seek(lo)
             return handle.read(max(0, hi - lo))
 
-    def open_stream(self, path: str) -> Any:
+    def open_stream(self, path: str, buffer_bytes: int) -> Any:
         """One GET of a whole object, its body read as it arrives (:func:`storage.open_stream`)."""
         self.request("get")
-        return open(self._strip_protocol(path), "rb", buffering=1 << 20)
+        return open(self._strip_protocol(path), "rb", buffering=buffer_bytes)
 
     def _open(self, path: str, mode: str = "rb", block_size: int | None = None, **kwargs: Any) -> SlowFile:
         path = self._strip_protocol(path)

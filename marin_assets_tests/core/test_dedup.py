@@ -195,9 +195,10 @@ def test_a_merge_refuses_a_cut_input_naming_it_and_the_fix(tmp_path: Path) -> No
 
 def test_readers_of_a_final_merge_level_fetch_each_file_in_one_request_at_any_file_size(tmp_path: Path) -> None:
     """The last merge level writes an offsets index beside its files: a reader of one block of
-    every merged file makes two requests (the index's header and row) and one per file with
-    rows, whether the files are a few KiB (where a tail read holds a whole file) or many MiB,
-    and gets the rows the files hold, in file order, as from the same files without an index."""
+    every merged file makes one request for the index's row (the files and blocks are in their
+    names) and one per file with rows, whether the files are a few KiB (where a tail read holds
+    a whole file) or many MiB, and gets the rows the files hold, in file order, as from the same
+    files without an index."""
     from bench import slow_store
     from marin_assets.core.dedup import block_index, fanin
 
@@ -220,10 +221,10 @@ def test_readers_of_a_final_merge_level_fetch_each_file_in_one_request_at_any_fi
         for block in (0, 5):
             requests, table = _store_requests(dedup_shuffle.read_blocks, merged, block, schema, 8)
             assert table.equals(dedup_shuffle.read_blocks(plain, block, schema, 8))
-            assert table.num_rows > 0 and requests == 2 + len(merged), requests
+            assert table.num_rows > 0 and requests == 1 + len(merged), requests
             counts[rows_per_input, block] = requests
         keyed = _store_requests(dedup_shuffle.read_range, merged, 1 << 61, 1 << 62, ["node"], schema)
-        assert keyed[1].equals(dedup_shuffle.read_range(plain, 1 << 61, 1 << 62, ["node"], schema)) and keyed[0] == 2 + len(merged)
+        assert keyed[1].equals(dedup_shuffle.read_range(plain, 1 << 61, 1 << 62, ["node"], schema)) and keyed[0] == 1 + len(merged)
         with pytest.raises(ValueError, match="expect 16"):
             dedup_shuffle.read_blocks(merged, 0, schema, 16)
     assert len(set(counts.values())) == 1, counts
@@ -246,7 +247,7 @@ def test_a_reader_of_many_spans_fetches_nearby_ones_in_one_request_per_file(tmp_
     merged = fanin.bounded(ShardRunner().map, files, slow_store.uri(str(tmp_path / "step")), 2, fanin.MergeFilesParams(blocks=64))
     assert all(block_index.index_of(uri) for uri in merged)
     spans = [(1, 3), (20, 21), (40, 44)]
-    for uris, expected in ((files, 2 * len(files)), (merged, 2 + len(merged))):
+    for uris, expected in ((files, 2 * len(files)), (merged, 1 + len(merged))):
         requests, table = _store_requests(dedup_shuffle.read_block_spans, uris, spans, schema, 64)
         alone = pa.concat_tables([dedup_shuffle.read_block_spans([uri], [span], schema, 64) for uri in uris for span in spans])
         assert requests == expected and table.num_rows == alone.num_rows > 0, (requests, expected)
@@ -276,11 +277,12 @@ def test_an_offsets_index_reads_the_same_rows_on_local_disk_and_the_gcs_emulator
 
     root = str(tmp_path) if where == "local" else request.getfixturevalue("gcs_prefix")
     schema = pa.schema([("key", pa.int64()), ("node", pa.int64())])
-    files = [storage.join(root, "step", "merged-0", dedup_shuffle.block_name(g, 3)) for g in range(3)]
+    folder = storage.join(root, "step", block_index.merged_folder(0, 4))
+    files = [storage.join(folder, dedup_shuffle.block_name(g, 3)) for g in range(3)]
     for g, uri in enumerate(files):
         nodes = np.arange(g * 5000, (g + 1) * 5000, dtype=np.int64)
         dedup_shuffle.write_blocks(pa.table({"key": dedup_shuffle.hash_keys(nodes), "node": nodes}), uri, cuts=dedup_shuffle.partition_cuts(4))
-    assert block_index.write_index(files, storage.join(root, "step", "merged-0", block_index.INDEX_NAME)) == 4
+    assert block_index.write_index(files, storage.join(folder, block_index.INDEX_NAME)) == 4 and all(block_index.index_of(u) for u in files)
     whole = [dedup_shuffle.read_all_blocks(uri, schema) for uri in files]  # each file's own blocks, in order
     for block, (lo, hi) in enumerate(dedup_shuffle.partition_bounds(4)):
         own = pa.concat_tables([dedup_shuffle.keep_ranges(table, [(lo, hi)]) for table in whole])
@@ -614,7 +616,7 @@ def test_task_specs_name_a_manifest_not_every_input_at_production_counts(tmp_pat
 
     work = "gs://marin-us-central2/global/fuzzy_duplicates/0123456789abcdef/_work"
     maps = [f"{work}/map/source-{s:03d}/{dedup_shuffle.block_name(k, 200)}" for s in range(125) for k in range(200)]
-    merged = [f"{work}/edges/merged-0/{dedup_shuffle.block_name(g, 25)}" for g in range(25)]
+    merged = [f"{work}/edges/merged-0-b16384/{dedup_shuffle.block_name(g, 25)}" for g in range(25)]
     member = [f"{work}/members/merged/{dedup_shuffle.block_name(g, 256)}" for g in range(256)]
     texts = [f"{work}/gather/texts/{dedup_shuffle.block_name(g, 256)}" for g in range(256)]
     streamed = [f"{work}/gather/g{g:06d}.streamed.parquet" for g in range(25_000)]

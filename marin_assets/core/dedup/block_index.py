@@ -8,10 +8,11 @@ is small enough that the tail read holds it all (so the count would grow with th
 The final level of a merge (:func:`.fanin.bounded`) ends with one task that reads every merged
 file's tail once and writes, beside them, ``offsets.index``: a header (magic, F, B) and the
 ``(B + 1) x F`` offsets, block-major, so the offsets of block ``b`` of all F files lie in one
-row. A reader of such files reads the header and the rows of its blocks (two requests), then
-each file's bytes in one ranged request per span: F + 2 requests at any file size.
+row. A reader of such files reads the rows of its blocks (one request: F and B are in the files'
+names, so the header is not read), then each file's bytes in one ranged request per run of
+nearby spans: F + 1 requests at any file size.
 
-Merged files are found by name (``merged-<level>/part-<i>-of-<n>.blocks``, :func:`index_of`):
+Merged files are found by name (``merged-<level>-b<B>/part-<i>-of-<F>.blocks``, :func:`index_of`):
 every final merge level writes its index before any reader runs.
 """
 
@@ -31,18 +32,24 @@ MERGED_PREFIX = "merged-"
 _MAGIC = b"MRNBIX01"
 _HEADER = len(_MAGIC) + 16  # magic, files, blocks
 _PART = re.compile(r"part-(\d+)-of-(\d+)\.blocks")
+_MERGED = re.compile(MERGED_PREFIX + r"\d+-b(\d+)")
 TAIL_BYTES = 64 << 10  # a tail read at least: a small file's offsets in one request
 ROW_CHUNK_BYTES = 8 << 20  # rows of the index read at once, at most (more: one read per span edge)
 
 
-def index_of(uri: str) -> tuple[str, int, int] | None:
-    """``(index uri, column, files)`` of a file a final merge level wrote (file ``column`` of
-    ``files``), else None."""
+def merged_folder(level: int, blocks: int) -> str:
+    """The folder name of a final merge level whose files hold ``blocks`` blocks each."""
+    return f"{MERGED_PREFIX}{level}-b{blocks}"
+
+
+def index_of(uri: str) -> tuple[str, int, int, int] | None:
+    """``(index uri, column, files, blocks)`` of a file a final merge level wrote (file ``column``
+    of ``files``, each of ``blocks`` blocks), else None."""
     folder, _, name = uri.rpartition("/")
-    match = _PART.fullmatch(name)
-    if not match or not folder.rpartition("/")[2].startswith(MERGED_PREFIX):
+    match, level = _PART.fullmatch(name), _MERGED.fullmatch(folder.rpartition("/")[2])
+    if not match or not level:
         return None
-    return f"{folder}/{INDEX_NAME}", int(match[1]), int(match[2])
+    return f"{folder}/{INDEX_NAME}", int(match[1]), int(match[2]), int(level[1])
 
 
 def read_tail(uri: str, blocks: int | None = None) -> tuple[np.ndarray, bytes, int]:
@@ -75,19 +82,12 @@ def write_index(files: Sequence[str], uri: str) -> int:
     if len(blocks) != 1:
         raise ValueError(f"{uri}: the files of one merge level hold {sorted(blocks)} blocks; they must be cut alike. Remove the run's _work folder and rerun")
     (count,) = blocks
+    named = index_of(files[0]) if files else None
+    if named is not None and named[3] != count:
+        raise ValueError(f"{uri}: its files hold {count} blocks where their folder's name says {named[3]}; remove the run's _work folder and rerun")
     matrix = np.stack(offsets, axis=1).astype("<u8")  # row b: block b's start in every file
     storage.write_bytes(uri, _MAGIC + np.asarray([len(files), count], "<u8").tobytes() + matrix.tobytes())
     return count
-
-
-def _header(fs: Any, path: str, uri: str, files: int) -> int:
-    data = fs.cat_file(path, 0, _HEADER)
-    if data[: len(_MAGIC)] != _MAGIC:
-        raise ValueError(f"{uri} is no offsets index; remove the run's _work folder and rerun")
-    indexed, blocks = (int(x) for x in np.frombuffer(data[len(_MAGIC) :], "<u8"))
-    if indexed != files:
-        raise ValueError(f"{uri} indexes {indexed} files where its folder's names say {files}; remove the run's _work folder and rerun")
-    return blocks
 
 
 def _rows(fs: Any, path: str, files: int, wanted: Sequence[int]) -> dict[int, np.ndarray]:
@@ -102,6 +102,8 @@ def _rows(fs: Any, path: str, files: int, wanted: Sequence[int]) -> dict[int, np
     out: dict[int, np.ndarray] = {}
     for a, b in chunks:
         data = fs.cat_file(path, _HEADER + a * row_bytes, _HEADER + (b + 1) * row_bytes)
+        if len(data) != (b - a + 1) * row_bytes:
+            raise ValueError(f"{path} holds no rows {a}..{b} of {files} files: it is cut short or of another merge; remove the run's _work folder and rerun")
         matrix = np.frombuffer(data, "<u8").reshape(b - a + 1, files).astype(np.int64)
         out.update({row: matrix[row - a] for row in range(a, b + 1)})
     return out
@@ -142,12 +144,12 @@ def _streams(data: bytes) -> list[pa.Table]:
     return pieces
 
 
-def read_indexed(index: str, members: Sequence[tuple[int, str]], files: int, spans_of: Callable[[int], Sequence[tuple[int, int]]], blocks: int | None = None) -> dict[str, list[pa.Table]]:
-    """The blocks of ``spans_of(block count)`` of the files ``members`` (column, uri) of one
-    index (of ``files`` files): per file, its non-empty blocks in span order. ``blocks``: how
-    many blocks the reader expects each file to hold (another count is an error)."""
+def read_indexed(index: str, members: Sequence[tuple[int, str]], files: int, count: int, spans_of: Callable[[int], Sequence[tuple[int, int]]], blocks: int | None = None) -> dict[str, list[pa.Table]]:
+    """The blocks of ``spans_of(count)`` of the files ``members`` (column, uri) of one index (of
+    ``files`` files of ``count`` blocks, as their names say): per file, its non-empty blocks in
+    span order. ``blocks``: how many blocks the reader expects each file to hold (another count
+    is an error)."""
     fs, path = storage.filesystem(index)
-    count = _header(fs, path, index, files)
     if blocks is not None and count != blocks:
         raise ValueError(f"{index}: its files hold {count} blocks where their readers expect {blocks}: they were written at other cuts; remove the run's _work folder and rerun")
     spans = [(int(a), int(b)) for a, b in spans_of(count) if b > a]
@@ -165,14 +167,14 @@ def read_indexed(index: str, members: Sequence[tuple[int, str]], files: int, spa
     return out
 
 
-def group_indexed(uris: Sequence[str]) -> tuple[dict[tuple[str, int], list[tuple[int, str]]], list[str]]:
-    """``uris`` split into those of merged folders, by (index, files), and the rest."""
-    groups: dict[tuple[str, int], list[tuple[int, str]]] = {}
+def group_indexed(uris: Sequence[str]) -> tuple[dict[tuple[str, int, int], list[tuple[int, str]]], list[str]]:
+    """``uris`` split into those of merged folders, by (index, files, blocks), and the rest."""
+    groups: dict[tuple[str, int, int], list[tuple[int, str]]] = {}
     rest = []
     for uri in uris:
         found = index_of(uri)
         if found is None:
             rest.append(uri)
         else:
-            groups.setdefault((found[0], found[2]), []).append((found[1], uri))
+            groups.setdefault((found[0], found[2], found[3]), []).append((found[1], uri))
     return groups, rest

@@ -92,12 +92,13 @@ class _Input:
     not yet merged wait in ``pending``; every row with a key below ``frontier`` has been decoded."""
 
     def __init__(self, uri: str, read_ahead: int, blocks: int | None) -> None:
+        """``read_ahead``: the input's share of the task's budget (decoded rows, its read buffer)."""
         self.uri, self.blocks = uri, blocks
         self.pending: list[pa.Table] = []
         self.held = 0  # bytes of ``pending``
         self.frontier = 0
         if uri.endswith(shuffle.BLOCK_SUFFIX):
-            self.stream: Any = _Stream(storage.open_stream(uri))
+            self.stream: Any = _Stream(storage.open_stream(uri, min(storage.STREAM_BUFFER, max(shuffle.MIN_READ_AHEAD, read_ahead // 4))))
             self.parquet = None
         else:
             self.stream = shuffle.open_reads(uri, read_ahead)
@@ -163,9 +164,10 @@ class _Input:
 def merge_files(inputs: list[str], output: str, params: MergeFilesParams) -> dict[str, Any]:
     """One file of the rows of ``inputs`` (in input order within a key), cut as ``params`` says.
 
-    Each input is one request, read front to back as it arrives: at most ``budget_bytes`` /
-    inputs of its decoded rows wait at a time. Each span of output blocks is what every input
-    has decoded (at least one block), so the task holds about the budget plus one block."""
+    Each input is one request, read front to back as it arrives: about ``budget_bytes`` /
+    inputs of its decoded rows wait at a time, behind a read buffer of a quarter of that (64 KiB
+    to 1 MiB). Each span of output blocks is what every input has decoded (at least one block),
+    so the task holds about 1.25 x the budget plus one block."""
     cuts = _output_cuts(params)
     threads = shuffle.read_threads(inputs)
     share = params.budget_bytes // max(1, len(inputs))
@@ -203,11 +205,12 @@ def bounded(run: Callable[[list[ShardTask]], list[ShardResult]], files: Sequence
     files = list(files)
     limit = max(2, int(limit))
     level = 0
+    blocks = _output_cuts(params).size - 1 if len(files) > limit else 0
     while len(files) > limit:
         groups = -(-len(files) // limit)
         size = -(-len(files) // groups)
         final = groups <= limit  # its files are read by the step's readers: they get an offsets index
-        merged = storage.join(folder, f"{block_index.MERGED_PREFIX if final else 'level-'}{level}")
+        merged = storage.join(folder, block_index.merged_folder(level, blocks) if final else f"level-{level}")
         tasks = [ShardTask(merge_files, tuple(files[g * size : (g + 1) * size]), storage.join(merged, shuffle.block_name(g, groups)), params) for g in range(groups)]
         files = [r.output for r in run(tasks)]
         if final:

@@ -184,12 +184,12 @@ def read_block_spans(uris: Iterable[str], spans: Sequence[tuple[int, int]], sche
 
 def _by_file(files: Sequence[str], read: Any, spans_of: Any, blocks: int | None = None) -> list[list[pa.Table]]:
     """Per file of ``files``, in order, its blocks of ``spans_of(block count)``: files of a final
-    merge level through their offsets index (:mod:`.block_index`, one request per file), others
+    merge level through their offsets index (:mod:`.block_index`, one request per file and one for the index), others
     by ``read(uri)`` (their tail, then their blocks)."""
     groups, rest = block_index.group_indexed(files)
     got = dict(zip(rest, concurrently(read, rest, read_threads(rest))))
-    for (index, count), members in groups.items():
-        got.update(block_index.read_indexed(index, members, count, spans_of, blocks))
+    for (index, files_count, count), members in groups.items():
+        got.update(block_index.read_indexed(index, members, files_count, count, spans_of, blocks))
     return [got[uri] for uri in files]
 
 

@@ -518,20 +518,20 @@ def concurrently(fn: Any, items: Sequence[Any], threads: int = READ_THREADS) -> 
 STREAM_BUFFER = 1 << 20  # bytes of a streamed object held at once by its reader
 
 
-def open_stream(uri: str) -> io.BufferedReader:
+def open_stream(uri: str, buffer_bytes: int = STREAM_BUFFER) -> Any:
     """``uri`` read front to back through one GET of the whole object, its body taken as it
-    arrives (:data:`STREAM_BUFFER` at a time): one request whatever its size, where a ranged
-    reader makes one per read-ahead. For a reader that reads every byte in order (a merge);
-    a store may offer its own (``fs.open_stream``), local files are opened as they are."""
+    arrives (``buffer_bytes`` at a time): one request whatever its size, where a ranged reader
+    makes one per read-ahead. For a reader that reads every byte in order (a merge); a store may
+    offer its own (``fs.open_stream``), local files are opened as they are."""
     fs, path = filesystem(uri)
     own = getattr(fs, "open_stream", None)
     if own is not None:
-        return own(path)
+        return own(path, buffer_bytes)
     if "file" in _protocols(fs):
-        return open(path, "rb", buffering=STREAM_BUFFER)
+        return open(path, "rb", buffering=buffer_bytes)
     if "gs" in _protocols(fs):
-        return io.BufferedReader(_GcsObjectStream(fs, path), STREAM_BUFFER)
-    return fs.open(path, "rb", block_size=STREAM_BUFFER, cache_type="readahead")
+        return io.BufferedReader(_GcsObjectStream(fs, path), buffer_bytes)
+    return fs.open(path, "rb", block_size=buffer_bytes, cache_type="readahead")
 
 
 def _protocols(fs: fsspec.AbstractFileSystem) -> tuple[str, ...]:
