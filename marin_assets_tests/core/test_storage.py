@@ -110,3 +110,51 @@ def test_reads_of_a_whole_object_columns_or_rows_cost_the_same_requests_at_any_s
     storage.write_bytes(storage.join(root, "bad.parquet"), b"not parquet at all")
     with pytest.raises(ValueError, match="is no Parquet file"):
         storage.parquet_num_rows(storage.join(root, "bad.parquet"))
+
+
+def test_a_merge_can_hold_more_streams_open_than_a_connection_pool_allows(gcs_prefix: str) -> None:
+    """A merge task opens one stream per input (up to 1,024) and reads them in turn: each stream
+    holds its own connection, so opening the 101st does not wait for one of the first 100 to
+    finish (a shared pool of 100 connections would wait forever: a connection is busy until its
+    body, larger than the client's read buffer, is read), and every stream reads its object whole."""
+    import threading
+
+    size = 512 << 10
+    uris = [storage.join(gcs_prefix, "many", f"o{k:03d}.bin") for k in range(110)]
+    storage.concurrently(lambda k: storage.write_bytes(uris[k], bytes([65 + k % 26]) * (size + k)), list(range(len(uris))))
+    streams: list = []
+    opening = threading.Thread(target=lambda: streams.extend(storage.open_stream(u, 1 << 16) for u in uris), daemon=True)
+    opening.start()
+    opening.join(timeout=60)
+    assert not opening.is_alive() and len(streams) == len(uris), f"{len(streams)} of {len(uris)} streams opened"
+    try:
+        got = [b"".join(iter(lambda s=s: s.read(size // 4), b"")) for s in streams]
+    finally:
+        for stream in streams:
+            stream.close()
+    assert got == [bytes([65 + k % 26]) * (size + k) for k in range(len(uris))]
+
+
+def test_a_stream_whose_connection_breaks_resumes_where_it_stopped(gcs_prefix: str) -> None:
+    """A merge reads an input for as long as it runs: where the connection breaks mid-body, the
+    stream asks for the rest (a ranged GET from the byte reached) and the reader gets every byte
+    once, in order."""
+    import fsspec.asyn
+
+    body = bytes(range(65, 91)) * (80 << 10)  # ~2 MiB, larger than the client's read buffer
+    uri = storage.join(gcs_prefix, "long.bin")
+    storage.write_bytes(uri, body)
+    stream = storage.open_stream(uri, 1 << 16)
+    try:
+        head = stream.read(300 << 10)
+        raw = stream.raw
+        fs = raw._fs
+
+        async def drop() -> None:
+            raw._response.connection.transport.abort()
+
+        fsspec.asyn.sync(fs.loop, drop)
+        rest = stream.read()
+    finally:
+        stream.close()
+    assert head + rest == body

@@ -11,6 +11,7 @@ through the same code. Two rules keep killed runs harmless:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import hashlib
@@ -539,34 +540,62 @@ def _protocols(fs: fsspec.AbstractFileSystem) -> tuple[str, ...]:
 
 
 class _GcsObjectStream(io.RawIOBase):
-    """The body of one Cloud Storage GET (the object's media download), read as it arrives
-    through the filesystem's own session and credentials."""
+    """The body of one Cloud Storage GET (the object's media download), read as it arrives with
+    the filesystem's credentials. Each stream has a connection of its own (a merge holds up to
+    1,024 open at once, past any shared pool's limit, and a stream waits while the others are
+    read); a connection that breaks mid-body is resumed from the byte reached, at the same
+    object generation, a few times before the read fails."""
+
+    RESUMES = 3
 
     def __init__(self, fs: Any, path: str) -> None:
         self._fs, self._path = fs, path
-        self._response = fsspec.asyn.sync(fs.loop, self._open)
+        self._session: Any = None
+        self._response: Any = None
+        self._position, self._generation = 0, None
+        fsspec.asyn.sync(fs.loop, self._open)
 
-    async def _open(self) -> Any:
+    async def _open(self) -> None:
+        import aiohttp  # noqa: PLC0415
         from gcsfs.retry import validate_response  # noqa: PLC0415
 
-        await self._fs._set_session()
-        url = self._fs.url(self._path)
-        response = await self._fs.session.get(url=url, params=self._fs._get_params({}), headers=self._fs._get_headers(None))
+        if self._session is None:  # no overall timeout: a merge reads its inputs for as long as it runs
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=60))
+        url = self._fs.url(self._path, generation=self._generation) if self._generation else self._fs.url(self._path)
+        headers = self._fs._get_headers({"Range": f"bytes={self._position}-"} if self._position else None)
+        response = await self._session.get(url=url, params=self._fs._get_params({}), headers=headers)
         if response.status >= 400:
             body = await response.read()
             response.release()
             validate_response(response.status, body, url)
-        return response
+        self._generation = self._generation or response.headers.get("x-goog-generation")
+        self._response = response
+
+    async def _read(self, n: int) -> bytes:
+        import aiohttp  # noqa: PLC0415
+
+        for attempt in range(self.RESUMES + 1):
+            try:
+                data = await self._response.content.read(n)
+                self._position += len(data)
+                return data
+            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, asyncio.TimeoutError):
+                if attempt == self.RESUMES:
+                    raise
+                self._response.release()
+                await self._open()
+        return b""
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
-        data = fsspec.asyn.sync(self._fs.loop, self._response.content.read, len(buffer))
+        data = fsspec.asyn.sync(self._fs.loop, self._read, len(buffer))
         buffer[: len(data)] = data
         return len(data)
 
     def close(self) -> None:
         if not self.closed:
             self._response.release()
+            fsspec.asyn.sync(self._fs.loop, self._session.close)
         super().close()
