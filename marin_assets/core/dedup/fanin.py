@@ -87,9 +87,10 @@ class _Stream:
 
 
 class _Input:
-    """One input of a merge task, read front to back in one request (:func:`storage.open_stream`,
-    a block file's blocks or a sorted Parquet file's row groups, in key order). Rows decoded and
-    not yet merged wait in ``pending``; every row with a key below ``frontier`` has been decoded."""
+    """One input of a merge task, read front to back in key order: a block file's blocks in one
+    request (:func:`storage.open_stream`), a sorted Parquet file's row groups through a
+    read-ahead. Rows decoded and not yet merged wait in ``pending``; every row with a key below
+    ``frontier`` has been decoded."""
 
     def __init__(self, uri: str, read_ahead: int, blocks: int | None) -> None:
         """``read_ahead``: the input's share of the task's budget (decoded rows, its read buffer)."""

@@ -184,8 +184,8 @@ def read_block_spans(uris: Iterable[str], spans: Sequence[tuple[int, int]], sche
 
 def _by_file(files: Sequence[str], read: Any, spans_of: Any, blocks: int | None = None) -> list[list[pa.Table]]:
     """Per file of ``files``, in order, its blocks of ``spans_of(block count)``: files of a final
-    merge level through their offsets index (:mod:`.block_index`, one request per file and one for the index), others
-    by ``read(uri)`` (their tail, then their blocks)."""
+    merge level through their offsets index (:mod:`.block_index`: one request for the index's
+    rows, one per file), others by ``read(uri)`` (their tail, then their blocks)."""
     groups, rest = block_index.group_indexed(files)
     got = dict(zip(rest, concurrently(read, rest, read_threads(rest))))
     for (index, files_count, count), members in groups.items():
@@ -196,8 +196,9 @@ def _by_file(files: Sequence[str], read: Any, spans_of: Any, blocks: int | None 
 def file_blocks(uri: str, spans_of: Any, blocks: int | None = None) -> list[pa.Table]:
     """The non-empty blocks of ``spans_of(block count)`` (sorted, disjoint spans) of one block
     file: one ranged read of its end (its offsets, :func:`.block_index.read_tail`; a small file
-    whole), then one of each run of nearby spans not in it (:func:`.block_index.fetch_ranges`). ``blocks``: how many blocks the file must
-    hold (a file cut otherwise, e.g. left by a run with other task sizes, is an error, not wrong rows)."""
+    whole), then one of each run of nearby spans not in it (:func:`.block_index.fetch_ranges`).
+    ``blocks``: how many blocks the file must hold (a file cut otherwise, e.g. left by a run with
+    other task sizes, is an error, not wrong rows)."""
     offsets, tail, tail_at = block_index.read_tail(uri, blocks)
     count = offsets.size - 1
     if blocks is not None and count != blocks:
@@ -218,8 +219,8 @@ def _block_tables(data: bytes, rel: np.ndarray) -> list[pa.Table]:
 
 
 def _read_counted(uri: str, schema: pa.Schema, spans_of: Any) -> pa.Table:
-    """Blocks of one block file whose spans follow from its block count (``spans_of(count)``),
-    read through one open file."""
+    """Blocks of one block file whose spans follow from its block count (``spans_of(count)``,
+    :func:`file_blocks`), as one table."""
     pieces = file_blocks(uri, spans_of)
     return pa.concat_tables(pieces) if pieces else schema.empty_table()
 
