@@ -133,6 +133,8 @@ def test_a_merge_can_hold_more_streams_open_than_a_connection_pool_allows(gcs_pr
         for stream in streams:
             stream.close()
     assert got == [bytes([65 + k % 26]) * (size + k) for k in range(len(uris))]
+    with pytest.raises(FileNotFoundError, match="o999"):
+        storage.open_stream(storage.join(gcs_prefix, "many", "o999.bin"))
 
 
 def test_a_stream_whose_connection_breaks_resumes_where_it_stopped(gcs_prefix: str) -> None:

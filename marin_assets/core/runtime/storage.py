@@ -61,8 +61,7 @@ def filesystem(uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
 
 
 def _is_object_store(fs: fsspec.AbstractFileSystem) -> bool:
-    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
-    return any(p in _OBJECT_STORE_PROTOCOLS for p in protocols)
+    return any(p in _OBJECT_STORE_PROTOCOLS for p in _protocols(fs))
 
 
 def resolve_prefix(prefix: str | None = None) -> str:
@@ -553,7 +552,11 @@ class _GcsObjectStream(io.RawIOBase):
         self._session: Any = None
         self._response: Any = None
         self._position, self._generation = 0, None
-        fsspec.asyn.sync(fs.loop, self._open)
+        try:
+            fsspec.asyn.sync(fs.loop, self._open)
+        except BaseException:
+            self.close()
+            raise
 
     async def _open(self) -> None:
         import aiohttp  # noqa: PLC0415
@@ -596,6 +599,8 @@ class _GcsObjectStream(io.RawIOBase):
 
     def close(self) -> None:
         if not self.closed:
-            self._response.release()
-            fsspec.asyn.sync(self._fs.loop, self._session.close)
+            if self._response is not None:
+                self._response.release()
+            if self._session is not None:
+                fsspec.asyn.sync(self._fs.loop, self._session.close)
         super().close()
