@@ -70,14 +70,9 @@ def read_tail(uri: str, blocks: int | None = None) -> tuple[np.ndarray, bytes, i
     return offsets, data, int(offsets[-1]) + need - len(data)
 
 
-def tail_offsets(uri: str, blocks: int | None = None) -> np.ndarray:
-    """:func:`read_tail`'s offsets."""
-    return read_tail(uri, blocks)[0]
-
-
 def write_index(files: Sequence[str], uri: str) -> int:
     """Read every file's offsets (concurrently) and write the index of ``files`` to ``uri``; its blocks per file."""
-    offsets = storage.concurrently(tail_offsets, list(files), storage.read_threads(list(files)))
+    offsets = storage.concurrently(lambda uri: read_tail(uri)[0], list(files), storage.read_threads(list(files)))
     blocks = {o.size - 1 for o in offsets}
     if len(blocks) != 1:
         raise ValueError(f"{uri}: the files of one merge level hold {sorted(blocks)} blocks; they must be cut alike. Remove the run's _work folder and rerun")
@@ -109,31 +104,6 @@ def _rows(fs: Any, path: str, files: int, wanted: Sequence[int]) -> dict[int, np
     return out
 
 
-def fetch_ranges(fs: Any, path: str, ranges: Sequence[tuple[int, int]], tail: bytes = b"", tail_at: int | None = None) -> list[bytes]:
-    """The bytes of each ``(start, end)`` of ``ranges`` (sorted, disjoint) of one file: from
-    ``tail`` (its bytes from ``tail_at`` on, already read) where they lie there, else in ranged
-    reads of runs of ranges less than :data:`.storage.COALESCE_GAP` apart (ranges of a reader's
-    spans separated by blocks of no rows or few are one request, not one each)."""
-    out = [b""] * len(ranges)
-    runs: list[list[int]] = []  # [start, end, first range, last range]
-    for k, (a, b) in enumerate(ranges):
-        if b <= a:
-            continue
-        if tail_at is not None and a >= tail_at:
-            out[k] = tail[a - tail_at : b - tail_at]
-        elif runs and a - runs[-1][1] <= storage.COALESCE_GAP:
-            runs[-1][1], runs[-1][3] = b, k
-        else:
-            runs.append([a, b, k, k])
-    for start, end, first, last in runs:
-        data = fs.cat_file(path, start, end)
-        for k in range(first, last + 1):
-            a, b = ranges[k]
-            if b > a and not (tail_at is not None and a >= tail_at):
-                out[k] = data[a - start : b - start]
-    return out
-
-
 def _streams(data: bytes) -> list[pa.Table]:
     """The blocks in ``data``: Arrow IPC streams one after another."""
     buffer = pa.py_buffer(data)
@@ -161,7 +131,7 @@ def read_indexed(index: str, members: Sequence[tuple[int, str]], files: int, cou
         col, uri = member
         fs_, path_ = storage.filesystem(uri)
         ranges = [(int(rows[b0][col]), int(rows[b1][col])) for b0, b1 in spans]
-        return [piece for data in fetch_ranges(fs_, path_, ranges) for piece in _streams(data)]
+        return [piece for data in storage.fetch_ranges(fs_, path_, ranges) for piece in _streams(data)]
 
     out = dict(zip([uri for _, uri in members], storage.concurrently(fetch, list(members), storage.read_threads([uri for _, uri in members]))))
     return out

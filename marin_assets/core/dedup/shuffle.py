@@ -196,7 +196,7 @@ def _by_file(files: Sequence[str], read: Any, spans_of: Any, blocks: int | None 
 def file_blocks(uri: str, spans_of: Any, blocks: int | None = None) -> list[pa.Table]:
     """The non-empty blocks of ``spans_of(block count)`` (sorted, disjoint spans) of one block
     file: one ranged read of its end (its offsets, :func:`.block_index.read_tail`; a small file
-    whole), then one of each run of nearby spans not in it (:func:`.block_index.fetch_ranges`).
+    whole), then one of each run of nearby spans not in it (:func:`.storage.fetch_ranges`).
     ``blocks``: how many blocks the file must hold (a file cut otherwise, e.g. left by a run with
     other task sizes, is an error, not wrong rows)."""
     offsets, tail, tail_at = block_index.read_tail(uri, blocks)
@@ -208,7 +208,7 @@ def file_blocks(uri: str, spans_of: Any, blocks: int | None = None) -> list[pa.T
         if not 0 <= b0 < b1 <= count:
             raise ValueError(f"{uri} holds {count} blocks, not blocks {b0}..{b1 - 1}")
     fs, path = storage.filesystem(uri)
-    datas = block_index.fetch_ranges(fs, path, [(int(offsets[b0]), int(offsets[b1])) for b0, b1 in spans], tail, tail_at)
+    datas = storage.fetch_ranges(fs, path, [(int(offsets[b0]), int(offsets[b1])) for b0, b1 in spans], tail, tail_at)
     return [piece for (b0, b1), data in zip(spans, datas) for piece in _block_tables(data, offsets[b0 : b1 + 1] - offsets[b0])]
 
 
@@ -285,7 +285,7 @@ def scan_blocks(uri: str, keys: np.ndarray, max_bytes: int = SCAN_BYTES) -> Iter
         else:
             runs.append((b, b + 1))
     for b0, b1 in runs:  # one run read and held at a time
-        (data,) = block_index.fetch_ranges(fs, path, [(int(offsets[b0]), int(offsets[b1]))], tail, tail_at)
+        (data,) = storage.fetch_ranges(fs, path, [(int(offsets[b0]), int(offsets[b1]))], tail, tail_at)
         yield pa.concat_tables(_block_tables(data, offsets[b0 : b1 + 1] - offsets[b0]))
 
 

@@ -346,42 +346,67 @@ class _KnownParts(io.RawIOBase):
         return self.position
 
     def read(self, n: int = -1) -> bytes:
+        """``n`` bytes from the parts that hold them (a read may span adjacent parts)."""
         n = self.size - self.position if n is None or n < 0 else n
+        out, at, end = [], self.position, self.position + n
         for start, data in self.parts:
-            if start <= self.position and self.position + n <= start + len(data):
-                out = data[self.position - start : self.position - start + n]
-                self.position += n
-                return out
-        raise ValueError(f"{self.uri}: bytes {self.position}..{self.position + n} were not fetched")
+            if start <= at < start + len(data):
+                out.append(data[at - start : min(len(data), end - start)])
+                at = min(start + len(data), end)
+                if at == end:
+                    self.position = end
+                    return b"".join(out)
+        raise ValueError(f"{self.uri}: bytes {self.position}..{end} were not fetched")
+
+
+def fetch_ranges(fs: Any, path: str, ranges: Sequence[tuple[int, int]], tail: bytes = b"", tail_at: int | None = None) -> list[bytes]:
+    """The bytes of each ``(start, end)`` of ``ranges`` (sorted, disjoint) of one file: from
+    ``tail`` (its bytes from ``tail_at`` on, already read) where they lie there, else in ranged
+    reads of runs of ranges less than :data:`COALESCE_GAP` apart (a block reader's spans with
+    few bytes between them, a Parquet row group's column chunks: one request, not one each)."""
+    out = [b""] * len(ranges)
+    runs: list[list[int]] = []  # [start, end, first range, last range]
+    for k, (a, b) in enumerate(ranges):
+        if b <= a:
+            continue
+        if tail_at is not None and a >= tail_at:
+            out[k] = tail[a - tail_at : b - tail_at]
+        elif runs and a - runs[-1][1] <= COALESCE_GAP:
+            runs[-1][1], runs[-1][3] = b, k
+        else:
+            runs.append([a, b, k, k])
+    for start, end, first, last in runs:
+        data = fs.cat_file(path, start, end)
+        for k in range(first, last + 1):
+            a, b = ranges[k]
+            if b > a and not (tail_at is not None and a >= tail_at):
+                out[k] = data[a - start : b - start]
+    return out
 
 
 def read_parquet_columns(uri: str, columns: Sequence[str]) -> pa.Table:
     """Some columns of a Parquet file: from an object store its footer (one ranged read of its
-    end), then those columns' chunks (one ranged read per run of nearby chunks: one for a file of
-    one row group), not a size lookup and reads that grow with the file's size."""
+    end), then those columns' chunks (:func:`fetch_ranges`: one ranged read per run of nearby
+    chunks, one for a file of one row group), not a size lookup and reads that grow with the
+    file's size."""
     fs, path = filesystem(uri)
     if "file" in _protocols(fs):
         return read_parquet(uri, columns)
     footer = _parquet_footer(fs, path, uri)
     meta = _footer_metadata(footer)
     wanted = set(columns)
-    spans: list[list[int]] = []
+    spans: list[tuple[int, int]] = []
     for g in range(meta.num_row_groups):
         group = meta.row_group(g)
         for c in range(group.num_columns):
             chunk = group.column(c)
             if chunk.path_in_schema.split(".")[0] in wanted:
                 start = chunk.dictionary_page_offset if chunk.has_dictionary_page and chunk.dictionary_page_offset else chunk.data_page_offset
-                spans.append([start, start + chunk.total_compressed_size])
-    merged: list[list[int]] = []
-    for start, end in sorted(spans):
-        if merged and start - merged[-1][1] <= COALESCE_GAP:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    parts = dict(zip([s for s, _ in merged], concurrently(lambda span: fs.cat_file(path, span[0], span[1]), merged)))
-    size = max([end for _, end in merged], default=4) + len(footer)
-    return pq.ParquetFile(_KnownParts(uri, size, parts), metadata=meta).read(columns=list(columns))
+                spans.append((start, start + chunk.total_compressed_size))
+    spans.sort()
+    parts = dict(zip([start for start, _ in spans], fetch_ranges(fs, path, spans)))
+    size = max([end for _, end in spans], default=4) + len(footer)
+    return pq.ParquetFile(_KnownParts(uri, size, parts), metadata=meta, pre_buffer=False).read(columns=list(columns), use_threads=False)
 
 
 def shard_name(index: int, total: int) -> str:
