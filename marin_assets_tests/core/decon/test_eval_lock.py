@@ -21,7 +21,7 @@ from marin_assets.core.decon import rules as decon
 from marin_assets.core.decon.eval_sources import fetch_eval_set, lock_registry, registry_rows
 from marin_assets.core.runtime import storage
 from marin_assets.defs.resources import MarinResource
-from marin_assets_tests.recipes.web_fixtures import LoopbackServer
+from marin_assets_tests.recipes.loopback import LoopbackServer
 
 QUESTIONS = [
     {"id": f"q{i}", "question": f"Which of the planted questions number {i} asks about the orbit of a small moon "
