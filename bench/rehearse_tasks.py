@@ -71,7 +71,7 @@ MERGE_FILES = 16  # group files per merge task (production: 1,024)
 # fuzzy task sizes below 1x's records, edges and members, so every step's task count grows with the
 # corpus and 1x already fills each step's fan-in: a shard per map task and 4 inputs per task at most
 # (production: 16 and 1,024); 1x's 4 map files, 7 label files and 4 removal parts fill it
-FUZZY = FuzzyScale(records_per_partition=512, edges_per_task=8, union_find_max_edges=0, members_per_partition=2, shards_per_map=1, max_inputs_per_task=4)
+FUZZY = FuzzyScale(records_per_task=512, edges_per_task=8, union_find_max_edges=0, members_per_task=2, shards_per_map=1, max_inputs_per_task=4)
 IDS_PER_PARTITION = 32  # exact dedup's reduce tasks (production: 8,000,000 ids each)
 EXACT_INPUTS = 2  # files one exact task reads, at most (production: 1,024): 1x's 2 map files and 2 reduce parts fill it
 GOAL = 1.3

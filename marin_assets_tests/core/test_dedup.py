@@ -504,7 +504,7 @@ def test_fuzzy_results_are_identical_across_reruns_shard_counts_and_spilling(tmp
     resharded, stats = run_fuzzy(
         tmp_path / "c",
         {"alpha": 3, "beta": 2, "gamma": 4, "delta": 2},
-        scale=FuzzyScale(records_per_partition=500, edges_per_task=10, union_find_max_edges=0, members_per_partition=8),
+        scale=FuzzyScale(records_per_task=500, edges_per_task=10, union_find_max_edges=0, members_per_task=8),
     )
     assert stats["bucket_partitions"] > 1 and stats["verify_partitions"] > 1
     assert stats["cc_method"] == "star_rounds" and stats["cc_rounds"] >= 1
@@ -523,7 +523,7 @@ def test_fuzzy_rejects_buckets_that_are_not_co_partitioned(tmp_path: Path) -> No
 # --------------------------------------------------------------------------- sharded steps
 
 
-SMALL_TASKS = FuzzyScale(records_per_partition=4000, edges_per_task=1500, union_find_max_edges=0, members_per_partition=150)
+SMALL_TASKS = FuzzyScale(records_per_task=4000, edges_per_task=1500, union_find_max_edges=0, members_per_task=150)
 
 
 def outputs(out: str, sources) -> dict[str, set[tuple[str, str, str]]]:
@@ -701,7 +701,7 @@ def test_verify_ranges_finer_than_the_member_blocks_read_their_covering_block(tm
     words = [f"w{k}" for k in range(5000)]
     short = [" ".join(rng.choice(words) for _ in range(8)) for _ in range(1500)]  # unclustered, short: a low mean length
     normalized, buckets = big_cluster_corpus(tmp_path, extra={"beta": short})
-    scale = dataclasses.replace(SMALL_TASKS, members_per_partition=10**6, member_chars_per_partition=40_000)
+    scale = dataclasses.replace(SMALL_TASKS, members_per_task=10**6, member_chars_per_task=40_000)
     out = str(tmp_path / "out")
     stats = find_fuzzy_duplicates(buckets, normalized, {"gamma"}, out, scale=scale)
     mean = sum(stats["chars_per_source"].values()) // stats["docs"]
@@ -941,7 +941,7 @@ def test_incremental_rebuild_of_one_changed_source_equals_a_full_rebuild(tmp_pat
     inc = str(tmp_path / "incremental")
     # verify ranges differ from the first run's; the added documents' buckets are found by
     # several key ranges, each scanning the map files in several tasks
-    other_counts = dataclasses.replace(SMALL_TASKS, members_per_partition=60, records_per_partition=200, scan_records_per_task=3000)
+    other_counts = dataclasses.replace(SMALL_TASKS, members_per_task=60, records_per_task=200, scan_records_per_task=3000)
     inc_stats = find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, inc, scale=other_counts, cache_uri=cache, previous_uri=first)
     full = str(tmp_path / "full")
     full2_stats = find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, full, scale=SMALL_TASKS)

@@ -43,6 +43,11 @@ def removed_uri(out_dir_uri: str, source: str) -> str:
     return storage.join(out_dir_uri, source, REMOVED_FILE)
 
 
+def removal_files(exact_uri: str, fuzzy_uri: str, source: str) -> tuple[str, str]:
+    """The source's removal files in the exact and the fuzzy dedup outputs: what its pool drops."""
+    return removed_uri(exact_uri, source), removed_uri(fuzzy_uri, source)
+
+
 def removed_ids_digest(ids: Iterable[str]) -> str:
     """sha256 of the sorted removed ids: the per-source fingerprint of a dedup decision."""
     digest = hashlib.sha256()
