@@ -13,8 +13,7 @@ import dagster as dg
 from marin_assets.core import specs
 from marin_assets.core.runtime.stages import StageSpec
 from marin_assets.core.specs import SOURCE_PINS
-from marin_assets.defs.mixture.partitions import proxy_run_partitions, study_partitions
-from marin_assets.defs.partitions import source_partitions
+from marin_assets.defs.partitions import proxy_run_partitions, source_partitions, study_partitions
 
 # Who answers for the assets, and the tags the UI filters by: set here, once, for every stage.
 OWNERS = ["team:marin-data"]

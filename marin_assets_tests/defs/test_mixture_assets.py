@@ -17,10 +17,10 @@ import polars as pl
 import pytest
 
 from marin_assets.core.mixture import swarm as ms
-from marin_assets.core.pool import groups as mixture
+from marin_assets.core.pool.groups import sampling_groups, write_sampling_groups
 from marin_assets.core.runtime import stages, storage
 from marin_assets.core.specs import MIXTURE_SWARM, SAMPLING_GROUPS
-from marin_assets.defs.mixture.partitions import RUNS, STUDIES, proxy_run_key
+from marin_assets.defs.partitions import RUNS, STUDIES, proxy_run_key
 from marin_assets.defs.mixture.sensors import mixture_studies
 from marin_assets.defs.resources import MarinResource
 
@@ -265,7 +265,7 @@ def test_launcher_submits_each_run_once_with_its_state_in_metadata(env, tmp_path
 def test_too_few_runs_publish_token_proportional_with_a_failing_check(env) -> None:
     root, defs, instance = env
     study = ms.StudyParams(name="few", target_budget=20_000.0, proxy_budget=2_000.0, n_runs=4, seq_len=16, trainer="external",
-                           phases=(ms.Phase("main", 1.0),), search_candidates=500, search_rounds=2)
+                           phases=(ms.TrainingPhase("main", 1.0),), search_candidates=500, search_rounds=2)
     ms.write_study(root, study)
     instance.add_dynamic_partitions(STUDIES, ["few"])
     assert defs.resolve_job_def("mixture_proposal").execute_in_process(partition_key="few", instance=instance).success

@@ -7,13 +7,11 @@ from marin_assets.core.ingest import raw as ingest
 from marin_assets.core.runtime import stages
 from marin_assets.core.specs import RAW_FILES, SOURCE_PINS
 from marin_assets.defs.metadata import materialized
-from marin_assets.defs.partitions import source_partitions
+from marin_assets.defs.partitions import INVALID, REMOVED, source_partitions
 from marin_assets.defs.resources import MarinResource, source_or_fail
 from marin_assets.defs.stage_assets import stage_asset, tags_for
 from marin_assets.defs.ray import step_log
 
-REMOVED = "removed-from-catalog"
-INVALID = "invalid-catalog-entry"
 DATA_VERSION_TAG = "dagster/data_version"
 
 

@@ -145,18 +145,9 @@ def quality_bands(context: dg.AssetExecutionContext, marin: MarinResource, curat
         sources=len(sources),
         band_sizes=markdown_table(rows[:200]) if rows else None,
         per_topic_digest=dg.MetadataValue.json(manifest["stats"].get("per_topic_digest", {})),
-        per_source_digest=_json_or_none(band_slices(manifest["stats"])),
-        decided=[manifest["stats"].get("per_topic_digest"), band_slices(manifest["stats"])] if "per_topic_digest" in manifest["stats"] else None,
+        per_source_digest=_json_or_none(quality.band_slices(manifest["stats"])),
+        decided=[manifest["stats"].get("per_topic_digest"), quality.band_slices(manifest["stats"])] if "per_topic_digest" in manifest["stats"] else None,
     )
-
-
-def band_slices(stats: dict) -> dict[str, str] | None:
-    """Per source, a digest of the band edges of the topics it has documents in: what its pool
-    reads of ``quality_bands`` (``None`` for an output recorded before topics were kept per source)."""
-    topics_of, digests = stats.get("topics_per_source"), stats.get("per_topic_digest")
-    if topics_of is None or digests is None:
-        return None
-    return {s: storage.fingerprint("bands", [digests[str(t)] for t in topics]) for s, topics in sorted(topics_of.items())}
 
 
 def _json_or_none(value: dict | None) -> dg.MetadataValue | None:
