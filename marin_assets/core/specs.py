@@ -14,7 +14,7 @@ import dataclasses
 from marin_assets.core.decon.rules import CODE_VERSION as DECON_CODE_VERSION
 from marin_assets.core.decon.rules import DeconParams
 from marin_assets.core.dedup.decisions import ExactDedupParams, FuzzyDedupParams
-from marin_assets.core.dedup.minhash import MinHashParams
+from marin_assets.core.dedup.minhash import MinHashParams, minhash_shard
 from marin_assets.core.embed.embeddings import EmbedParams
 from marin_assets.core.embed.quality import BandParams, QualityParams, QualityScoreParams
 from marin_assets.core.embed.topics import AssignParams, TopicParams
@@ -75,7 +75,8 @@ NORMALIZED = StageSpec(
 
 # dedup
 MINHASH_BUCKETS = StageSpec(
-    "minhash_buckets", (NORMALIZED,), params=MinHashParams, group="dedup",
+    "minhash_buckets", (NORMALIZED,), params=MinHashParams, group="dedup", shard_fn=minhash_shard, rows_counter="docs",
+    description="Co-partitioned LSH band buckets (26 bands x 11 rows of a 286-permutation MinHash) per document.",
     phase="source_chain", bench=Bench("minhash", "vs datasketch update_batch, MinHash.bulk and rensa, per CPU second"),
 )
 EXACT_DUPLICATES = StageSpec(
