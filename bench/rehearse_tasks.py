@@ -50,7 +50,7 @@ from bench.rehearse_kit import (
     REQUEST_S,
     counted_map,
 )
-from marin_assets.catalog.sources import load_catalog
+from marin_assets.core.ingest.recipes import checked_catalog
 from marin_assets.core.decon import rules as decon
 from marin_assets.core.dedup import minhash
 from marin_assets.core.dedup.decisions import removed_uri
@@ -321,7 +321,7 @@ def every_stage(scales: Sequence[int] | None = None) -> bool:
     ok = all([stage_row(name, runs) for name in STAGES])
     low, top = runs[scales[0]], runs[scales[-1]]
     ratio = top.group_requests / max(1, low.group_requests)
-    sources = len(load_catalog(None, strict=False).sources)  # the whole pool, also under BENCH_QUICK
+    sources = len(checked_catalog(None, strict=False).sources)  # the whole pool, also under BENCH_QUICK
     print("rehearse tasks sampling_groups (its step, no tasks): requests per source " + " ".join(f"{s}x={runs[s].group_requests}" for s in scales)
           + f" ratio {ratio:.2f} {'PASS' if ratio <= GOAL else 'MISS'}; full pool {sources} sources x {top.group_requests} requests x 30 ms"
           f" = {sources * top.group_requests * REQUEST_S:.0f} s, one after another in the step", flush=True)  # fmt: skip

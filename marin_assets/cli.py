@@ -27,11 +27,12 @@ def _catalog_path(args: argparse.Namespace) -> str | None:
 
 
 def _cmd_sources(args: argparse.Namespace) -> int:
-    from marin_assets.catalog.sources import format_sources_table, load_catalog
+    from marin_assets.catalog.sources import format_sources_table
+    from marin_assets.core.ingest.recipes import checked_catalog
     from marin_assets.core.ingest import raw as ingest
     from marin_assets.core.ingest.transforms import known_transforms
 
-    catalog = load_catalog(_catalog_path(args))
+    catalog = checked_catalog(_catalog_path(args))
     print(format_sources_table(catalog))
     transforms = known_transforms()
     runnable, missing = [], []
@@ -166,9 +167,9 @@ def build_selection(with_models: bool = False) -> list[list[str]]:
 
 def _cmd_build(args: argparse.Namespace) -> int:
     from marin_assets import backfill
-    from marin_assets.catalog.sources import load_catalog
+    from marin_assets.core.ingest.recipes import checked_catalog
 
-    names = list(load_catalog(_catalog_path(args)).names)
+    names = list(checked_catalog(_catalog_path(args)).names)
     sources = [s.strip() for s in args.sources.split(",") if s.strip()] or names
     unknown = sorted(set(sources) - set(names))
     if unknown:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import dagster as dg
 
-from marin_assets.catalog.sources import load_catalog
+from marin_assets.core.ingest.recipes import checked_catalog
 from marin_assets.defs.settings import configured_catalog_path
 
 # Loaded leniently: an invalid entry becomes a partition whose source_pins observation fails
 # with its error, and every other source still loads. The partitions are fixed when the code
 # location loads (a reload picks up new entries).
-source_partitions = dg.StaticPartitionsDefinition(list(load_catalog(configured_catalog_path(), strict=False).partition_names))
+source_partitions = dg.StaticPartitionsDefinition(list(checked_catalog(configured_catalog_path(), strict=False).partition_names))
 
 # The pin version of a partition with no recipe: its catalog entry is gone, or does not load.
 REMOVED = "removed-from-catalog"

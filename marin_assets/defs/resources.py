@@ -16,10 +16,11 @@ import dagster as dg
 from dagster_ray import RayResource
 
 from marin_assets.catalog.evals import EvalRegistry, load_evals
-from marin_assets.catalog.sources import Catalog, EntryError, load_catalog
+from marin_assets.catalog.sources import Catalog, EntryError
 from marin_assets.core.ingest import hub
 from marin_assets.core.ingest.providers import ProviderAccess
 from marin_assets.core.ingest.providers.http import parse_mirrors, policy_with_wait
+from marin_assets.core.ingest.recipes import checked_catalog
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.runner import ShardRunner, TaskResources
 from marin_assets.defs.ray import PROGRESS_EVERY, ray_cluster, runner_address, step_progress
@@ -54,7 +55,7 @@ class MarinResource(SettingsResource):
 
     def catalog(self) -> Catalog:
         """The catalog as it is on disk now (re-read so edited pins are seen without a restart)."""
-        return self._load("catalog_path", lambda path: load_catalog(path, strict=False))
+        return self._load("catalog_path", lambda path: checked_catalog(path, strict=False))
 
     def catalog_label(self) -> str:
         return self.resolved("catalog_path") or "packaged catalog"
