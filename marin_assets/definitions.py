@@ -17,7 +17,6 @@ from marin_assets.defs.resources import CurationResource, DedupResource, Encoder
 from marin_assets.defs.stage_assets import shard_asset  # noqa: E402
 
 
-
 def stage_assets() -> list[dg.AssetsDefinition | dg.SourceAsset]:
     """The asset of every spec: generated from it when it names its shard function, else found in
     the ``assets`` module of its group's folder (``marin_assets/defs/<group>/assets.py``)."""
