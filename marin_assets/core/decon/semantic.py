@@ -26,6 +26,7 @@ A model without a threshold flags nothing and says so (``uncalibrated_model``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 import time
@@ -42,6 +43,7 @@ from marin_assets.core.decon.params import EvalRow
 from marin_assets.core.embed import embeddings as embed
 from marin_assets.core.runtime import storage
 
+CODE_VERSION = "1"  # the eval_embeddings folder: units, vectors, lexicon
 POLICIES = ("flag", "drop")  # flag: reported only; drop: the pool drops semantic flags too
 WORD = re.compile(r"[^\W\d_]{2,}")  # words of 2+ letters (numbers are often written out); ``_`` splits identifiers
 PARAGRAPH = re.compile(r"\n[ \t]*\n")  # a blank line ends a paragraph
@@ -56,13 +58,14 @@ class SemanticParams:
     """The semantic tier's settings; thresholds are (model, document cosine, window cosine)."""
 
     policy: str = "flag"
-    thresholds: tuple[tuple[str, float, float], ...] = ((embed.OFFLINE_MODEL, 0.75, 0.75),)
+    # calibrated on the paraphrase fixture's calibration split (bench/bench_semantic.py --calibrate)
+    thresholds: tuple[tuple[str, float, float], ...] = ((embed.OFFLINE_MODEL, 0.692, 0.597),)
     min_field_words: int = 8  # a field this long is a unit of its own (a copy of only the question)
     window_lookup_tokens: int = 96  # words of a window scored for lexical evidence (half overlapping)
     window_tokens: int = 256  # at most this many words of it are encoded
     max_windows_per_doc: int = 2
     lexical_share: float = 0.3  # of a unit's distinctive-word weight in one window
-    lexical_min_terms: int = 5
+    lexical_min_terms: int = 6
     max_term_units: int = 1_000  # a word in more units is not distinctive
     max_term_fraction: float = 0.1  # ... nor one in more than this share of the units
     span_pad_tokens: int = 8
@@ -306,3 +309,35 @@ def mark_semantic(texts: Sequence[str | None], doc_vectors: np.ndarray, index: E
     counters["cpu_seconds"] = time.process_time() - started  # type: ignore[assignment]
     return SemanticMarks(flagged, np.where(use_window, win_sim, doc_sim), np.where(use_window, win_unit, doc_unit),
                          doc_sim, win_sim, share, counters)
+
+
+# ----------------------------------------------------------------------------- per shard
+
+
+@functools.lru_cache(maxsize=2)
+def _cached_index(uri: str) -> EvalEmbeddings:
+    return load_eval_embeddings(uri)
+
+
+def shard_marks(texts: pa.ChunkedArray, ids: pa.ChunkedArray, embeddings_uri: str, index_uri: str,
+                encoder: embed.EncoderParams, params: SemanticParams) -> tuple[SemanticMarks, EvalEmbeddings]:
+    """The semantic tier over one shard, reading its kept embeddings (co-partitioned, same ids in
+    the same order) and the eval index; the encoder must be the one both were built with."""
+    index = _cached_index(index_uri)
+    table = storage.read_parquet(embeddings_uri, columns=["id", "embedding"])
+    kept = embed.embedding_metadata(table.schema).get("model")
+    if kept != index.info.get("model") or encoder.model != kept:
+        raise ValueError(
+            f"{embeddings_uri}: the kept embeddings come from model {kept!r}, eval_embeddings from "
+            f"{index.info.get('model')!r} and the encoder is {encoder.model!r}; re-materialize embeddings and "
+            "eval_embeddings with the same encoder (MARIN_EMBED_MODEL)")
+    if not table.column("id").equals(ids):
+        raise ValueError(f"{embeddings_uri}: its ids are not those of the normalized shard, in order; "
+                         "re-materialize embeddings for this source")
+    vectors = embed.vectors_from_table(table)
+    return mark_semantic(texts.to_pylist(), vectors, index, encoder, params), index
+
+
+def by_eval_set(marks: SemanticMarks, index: EvalEmbeddings) -> dict[str, int]:
+    """Flagged documents per eval set (of the unit each is nearest to)."""
+    return dict(sorted(Counter(index.eval_sets[u] for u in marks.unit[marks.flagged].tolist()).items()))
