@@ -352,18 +352,21 @@ def contamination_shard(input_uris: list[str], output_uri: str, params: DeconPar
     ``params.drop_set_uris`` / ``coverage_drop_set_uris`` each rule's drop sets. The counters
     carry flagged documents per eval set and per rule, a bottom-k sample of flagged excerpts
     with their eval rows, and samples of documents only one rule flags.
+
+    With ``params.semantic_index_uri`` (the ``eval_embeddings`` folder) the inputs are the
+    normalized shard and its embeddings shard, and the semantic tier adds
+    ``contaminated_semantic``, ``semantic_row`` and ``semantic_similarity`` (``semantic``).
     """
     _required_index(params, "contamination_shard")
-    input_uris_all = list(input_uris)
     semantic_on = bool(params.semantic_index_uri)
     if semantic_on and len(input_uris) != 2:
         raise ValueError(f"contamination_shard with the semantic tier takes a normalized and an embeddings shard, got {input_uris}")
-    input_uris = input_uris[:1] if semantic_on else input_uris
+    normalized_uris = input_uris[:1] if semantic_on else input_uris
     if params.rule_name not in (EITHER, *RULES):
         raise ValueError(f"unknown decontamination rule {params.rule_name!r}; use {EITHER!r}, 'coverage' or 'marin'")
     indexes = {rule: load_eval_index(params.index_uri, rule, params.index_cache_dir) for rule in ("marin", "coverage")}
     drops = {"marin": load_drop_set(params.drop_set_uris), "coverage": load_drop_set(params.coverage_drop_set_uris)}
-    tables = [storage.read_parquet(u, columns=["id", params.text_column]) for u in input_uris]
+    tables = [storage.read_parquet(u, columns=["id", params.text_column]) for u in normalized_uris]
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     texts = table.column(params.text_column)
     marks = {rule: mark_documents(texts, indexes[rule], drops[rule], params, rule) for rule in ("marin", "coverage")}
@@ -371,7 +374,7 @@ def contamination_shard(input_uris: list[str], output_uri: str, params: DeconPar
     chosen_index = indexes["marin" if params.rule_name == "marin" else "coverage"]
     columns, semantic_counters = {}, {}
     if semantic_on:
-        columns, semantic_counters = _semantic(table, texts, input_uris_all[1], params, chosen.contaminated)
+        columns, semantic_counters = _semantic(table, texts, input_uris[1], params, chosen.contaminated)
         chosen.counters["contaminated"] = int(chosen.contaminated.sum())
     out = pa.table({
         "id": table.column("id"),

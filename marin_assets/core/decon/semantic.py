@@ -11,12 +11,13 @@ out). An embedding model can: its vectors of an eval item and of a rewording of 
 * **Whole documents.** A document's kept embedding (the ``embeddings`` asset; no second pass)
   within ``document`` cosine of a unit is flagged ``semantic``.
 * **Window look.** A document's embedding is an average over its first tokens; an item inside a
-  long document barely moves it. So candidate windows (``window_tokens`` words, half
+  long document barely moves it. So windows of ``window_lookup_tokens`` words (half
   overlapping) are scored by the weighted share of a unit's distinctive words they hold; the
   best ``max_windows_per_doc`` windows with at least ``lexical_share`` (and
-  ``lexical_min_terms`` words) are cut to the span those words cover and encoded; a span within
-  ``window`` cosine of a unit flags the document. Clean documents rarely hold a third of an
-  item's rare words in one window, so few documents are looked at.
+  ``lexical_min_terms`` words) are cut to the paragraph holding most of those words (at most
+  ``window_tokens`` words) and encoded; one within ``window`` cosine of a unit flags the
+  document. Clean documents rarely hold that many of an item's rare words in one window, so few
+  documents are looked at.
 
 Cosine thresholds depend on the model: ``SemanticParams.thresholds`` holds them per model,
 calibrated on the paraphrase fixture's calibration split (``bench/bench_decon.py --semantic``).
