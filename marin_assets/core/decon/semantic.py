@@ -332,7 +332,7 @@ def shard_marks(texts: pa.ChunkedArray, ids: pa.ChunkedArray, embeddings_uri: st
             f"{embeddings_uri}: the kept embeddings come from model {kept!r}, eval_embeddings from "
             f"{index.info.get('model')!r} and the encoder is {encoder.model!r}; re-materialize embeddings and "
             "eval_embeddings with the same encoder (MARIN_EMBED_MODEL)")
-    if not table.column("id").equals(ids):
+    if not table.column("id").cast(pa.large_string()).equals(ids.cast(pa.large_string())):
         raise ValueError(f"{embeddings_uri}: its ids are not those of the normalized shard, in order; "
                          "re-materialize embeddings for this source")
     vectors = embed.vectors_from_table(table)

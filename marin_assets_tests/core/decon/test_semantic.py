@@ -122,7 +122,8 @@ def _shard(tmp_path, index_dir: str, texts: list[str]) -> tuple[list[str], decon
     """A normalized shard, its kept embeddings and the 13-gram index of the fixture's rows."""
     ids = [f"doc{k}" for k in range(len(texts))]
     normalized = str(tmp_path / "normalized" / "shard-00000.parquet")
-    storage.write_parquet(pa.table({"id": ids, "text": texts}), normalized)
+    # typed as normalized shards are; the embeddings shard stores plain strings
+    storage.write_parquet(pa.table({"id": pa.array(ids, pa.large_string()), "text": pa.array(texts, pa.large_string())}), normalized)
     vectors = str(tmp_path / "embeddings" / "shard-00000.parquet")
     embed.embed_shard([normalized], vectors, embed.EmbedParams(encoder=embed.offline_encoder_params()))
     ngrams = str(tmp_path / "ngrams")
