@@ -158,17 +158,17 @@ class CurationResource(SettingsResource):
         return self.resolved("annotations") or ""
 
     def tokenizer_params(self, encoder: EncoderResource | None = None) -> Any:
-        from marin_assets.core.pool import curated as pool
+        from marin_assets.core.pool import tokens
 
         choice = self.resolved("tokenizer") or ""
         if not choice:
             choice = "offline" if (encoder or EncoderResource()).offline() else ""
         if choice == "offline":
-            return pool.offline_tokenizer_params()
+            return tokens.offline_tokenizer_params()
         if choice:
             name, _, revision = choice.partition("@")
-            return pool.TokenizerParams(name=name, revision=revision or None)
-        return pool.TokenizerParams()
+            return tokens.TokenizerParams(name=name, revision=revision or None)
+        return tokens.TokenizerParams()
 
     def band_params(self) -> Any:
         from marin_assets.core.embed import quality
