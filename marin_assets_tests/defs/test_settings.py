@@ -12,7 +12,7 @@ import dagster as dg
 import pytest
 
 from marin_assets.catalog.sources import CatalogError
-from marin_assets.core.pool import curated as pool
+from marin_assets.core.pool import tokens
 from marin_assets.defs.resources import RESOURCES, CurationResource, EncoderResource, MarinResource, settings_table
 from marin_assets.defs.settings import DEFS_SETTINGS, all_settings, defs_setting
 from marin_assets_tests.fixtures.pipeline import catalog_with
@@ -101,12 +101,12 @@ def test_encoder_and_curation_choices_follow_their_variables(monkeypatch) -> Non
         monkeypatch.delenv(name, raising=False)
     encoder, curation = EncoderResource(), CurationResource()
     offline_tokenizer = curation.tokenizer_params()
-    assert encoder.offline() and offline_tokenizer == pool.offline_tokenizer_params()
+    assert encoder.offline() and offline_tokenizer == tokens.offline_tokenizer_params()
     monkeypatch.setenv("MARIN_EMBED_MODEL", "org/encoder")
     monkeypatch.setenv("MARIN_EMBED_REVISION", "abc1234")
     params = encoder.params()
     assert (params.model, params.revision) == ("org/encoder", "abc1234")
-    assert curation.tokenizer_params() == pool.TokenizerParams()  # the pinned Marin tokenizer with a real encoder
+    assert curation.tokenizer_params() == tokens.TokenizerParams()  # the pinned Marin tokenizer with a real encoder
     monkeypatch.setenv("MARIN_BAND_METHOD", "fixed")
     monkeypatch.setenv("MARIN_TOKEN_BUDGET", "1e9")
     assert curation.band_params().method == "fixed"
@@ -125,10 +125,9 @@ def test_the_fuzzy_dedup_resource_hands_core_its_rule_and_task_sizes(monkeypatch
     resource = DedupResource()
     assert resource.fuzzy_scale() == FuzzyScale() and resource.fuzzy_rule() == FuzzyDedupParams()
     reference = dataclasses.asdict(FuzzyScale()) | dataclasses.asdict(FuzzyDedupParams())
-    names = {"records_per_task": "records_per_partition", "members_per_task": "members_per_partition", "member_chars_per_task": "member_chars_per_partition", "containment": "containment_threshold"}
     for name, field in DedupResource.model_fields.items():
         shown = field.json_schema_extra["shown_default"].strip("`")
-        assert float(shown) == reference[names.get(name, name)], name
+        assert float(shown) == reference[name], name
     monkeypatch.setenv("MARIN_FUZZY_MAX_INPUTS_PER_TASK", "256")
     monkeypatch.setenv("MARIN_FUZZY_RECORDS_PER_TASK", "1000")
-    assert resource.fuzzy_scale() == dataclasses.replace(FuzzyScale(), max_inputs_per_task=256, records_per_partition=1000)
+    assert resource.fuzzy_scale() == dataclasses.replace(FuzzyScale(), max_inputs_per_task=256, records_per_task=1000)

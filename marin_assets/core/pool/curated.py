@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 from marin_assets.core.embed.quality import BandEdges, all_groups, band_of, group_name, load_band_edges
 from marin_assets.core.pool.tokens import TOKENIZER_KEY, tokenizer_calls
 from marin_assets.core.runtime import storage
-from marin_assets.core.runtime.errors import BadInput
+from marin_assets.errors import BadInput
 
 INDEX_SCHEMA = pa.schema(
     [("group", pa.string()), ("file", pa.string()), ("source", pa.string()), ("documents", pa.int64()), ("tokens", pa.int64())]

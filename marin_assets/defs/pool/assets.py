@@ -5,10 +5,11 @@ import dataclasses
 import dagster as dg
 
 from marin_assets.core.dedup import decisions as dedup
+from marin_assets.core.embed import quality
 from marin_assets.core.embed import topics as topic_core
 from marin_assets.core.pool import curated as pool_core
-from marin_assets.core.pool import groups as mixture
-from marin_assets.core.pool import rebuild
+from marin_assets.core.pool import groups as pool_groups
+from marin_assets.core.pool import rebuild, tokens
 from marin_assets.core.runtime import stages, storage
 from marin_assets.core.specs import (
     CONTAMINATION,
@@ -19,12 +20,12 @@ from marin_assets.core.specs import (
     QUALITY_BANDS,
     QUALITY_SCORES,
     SAMPLING_GROUPS,
+    TOKEN_COUNTS,
     TOPIC_MODEL,
     TOPICS,
 )
 from marin_assets.defs import report
 from marin_assets.defs.metadata import markdown_table, materialized
-from marin_assets.defs.quality.assets import band_slices
 from marin_assets.defs.resources import CurationResource, MarinResource, source_or_fail
 from marin_assets.defs.stage_assets import stage_asset
 from marin_assets.defs.ray import step_log
@@ -45,7 +46,7 @@ class Decisions:
     @classmethod
     def current(cls, layout: storage.Layout) -> "Decisions":
         bands, exact, fuzzy = (stages.current_input(layout, s) for s in (QUALITY_BANDS, EXACT_DUPLICATES, FUZZY_DUPLICATES))
-        return cls(bands, exact, fuzzy, band_slices(stages.stats_of(bands)) or {},
+        return cls(bands, exact, fuzzy, quality.band_slices(stages.stats_of(bands)) or {},
                    stages.stats_of(exact)["removed_ids_digest"], stages.stats_of(fuzzy)["removed_ids_digest"])  # fmt: skip
 
     def slices(self, name: str) -> dict:
@@ -53,20 +54,21 @@ class Decisions:
         return {"bands": self.band_slices.get(name, self.bands.fingerprint), "exact": self.exact_slices.get(name, ""), "fuzzy": self.fuzzy_slices.get(name, "")}
 
 
-def pool_fingerprint(layout: storage.Layout, name: str, fuzzy_exempt: bool, tokenizer: object, decisions: Decisions) -> tuple[list[stages.StageInput], dict, str]:
-    """The source's per-source inputs, what else decides its pool, and the fingerprint the pool gets if built now."""
-    upstream = [stages.current_input(layout, stage, name) for stage in (NORMALIZED, TOPICS, QUALITY_SCORES, CONTAMINATION)]
-    extra = {**decisions.slices(name), "exempt": fuzzy_exempt, "tokenizer": tokenizer}
+def pool_fingerprint(layout: storage.Layout, name: str, fuzzy_exempt: bool, decisions: Decisions) -> tuple[list[stages.StageInput], dict, str]:
+    """The source's per-source inputs (its token counts, and so their tokenizer, among them), what
+    else decides its pool, and the fingerprint the pool gets if built now."""
+    upstream = [stages.current_input(layout, stage, name) for stage in (NORMALIZED, TOPICS, QUALITY_SCORES, CONTAMINATION, TOKEN_COUNTS)]
+    extra = {**decisions.slices(name), "exempt": fuzzy_exempt}
     return upstream, extra, stages.fingerprint_of(POOL, stages.key({}, extra), upstream)
 
 
-def stale_pools(layout: storage.Layout, pools: dict[str, stages.StageInput], catalog, tokenizer: object) -> dict[str, str]:
+def stale_pools(layout: storage.Layout, pools: dict[str, stages.StageInput], catalog) -> dict[str, str]:
     """The pools read whose inputs moved since they were built: source -> why."""
     decisions = Decisions.current(layout)
     stale = {}
     for name, inp in sorted(pools.items()):
         try:
-            expected = pool_fingerprint(layout, name, catalog.by_name(name).fuzzy_exempt, tokenizer, decisions)[2]
+            expected = pool_fingerprint(layout, name, catalog.by_name(name).fuzzy_exempt, decisions)[2]
         except stages.MissingInput as exc:
             stale[name] = str(exc)
             continue
@@ -76,18 +78,43 @@ def stale_pools(layout: storage.Layout, pools: dict[str, stages.StageInput], cat
 
 
 @stage_asset(
+    TOKEN_COUNTS,
+    kinds={"parquet"},
+    description="Tokens per document under the pinned tokenizer (id, tokens), co-partitioned with normalized: "
+    "counted once, summed by the pool on every rebuild.",
+)
+def token_counts(context: dg.AssetExecutionContext, marin: MarinResource, curation: CurationResource) -> dg.MaterializeResult:
+    source = source_or_fail(marin, context.partition_key)
+    layout = marin.layout()
+    manifest = stages.run_shards(
+        TOKEN_COUNTS,
+        layout,
+        source=source.name,
+        inputs=[stages.current_input(layout, NORMALIZED, source.name)],
+        shard_fn=tokens.token_counts_shard,
+        params=tokens.TokenCountParams(tokenizer=curation.tokenizer_params()),
+        runner=marin.runner(),
+        progress=step_log(context),
+    )
+    totals = manifest["totals"]
+    per_shard = manifest["per_shard"]
+    return materialized(manifest, rows=int(totals.get("documents", 0)), counters=totals,
+                        tokenizer=per_shard[0].get("tokenizer", "") if per_shard else "")  # fmt: skip
+
+
+@stage_asset(
     POOL,
     kinds={"parquet"},
     description="The source's surviving documents (contaminated, then near-duplicate, then exact-duplicate documents "
     "dropped), each filed under its group c00q0..c39q4 with its token count.",
 )
-def pool(context: dg.AssetExecutionContext, marin: MarinResource, curation: CurationResource) -> dg.MaterializeResult:
+def pool(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
     source = source_or_fail(marin, context.partition_key)
     layout = marin.layout()
     name = source.name
-    tokenizer = curation.tokenizer_params()
     decisions = Decisions.current(layout)
-    upstream, extra, _ = pool_fingerprint(layout, name, source.fuzzy_exempt, tokenizer, decisions)
+    upstream, extra, _ = pool_fingerprint(layout, name, source.fuzzy_exempt, decisions)
+    exact_removed, fuzzy_removed = dedup.removal_files(decisions.exact.uri, decisions.fuzzy.uri, name)
     manifest = stages.run_shards(
         POOL,
         layout,
@@ -99,10 +126,9 @@ def pool(context: dg.AssetExecutionContext, marin: MarinResource, curation: Cura
             source=name,
             pool_dir=out.data_uri,
             band_edges_uri=decisions.bands.uri,
-            exact_removed_uri=dedup.removed_uri(decisions.exact.uri, name),
-            fuzzy_removed_uri=dedup.removed_uri(decisions.fuzzy.uri, name),
+            exact_removed_uri=exact_removed,
+            fuzzy_removed_uri=fuzzy_removed,
             fuzzy_exempt=source.fuzzy_exempt,
-            tokenizer=tokenizer,
         ),
         fingerprint_params={},
         extra_fingerprint=extra,
@@ -140,7 +166,7 @@ def sampling_groups(context: dg.AssetExecutionContext, marin: MarinResource, cur
     if not found:
         raise dg.Failure("no source has a curated pool yet; materialize pool first")
     model = stages.current_input(layout, TOPIC_MODEL)
-    stale = stale_pools(layout, found, marin.catalog(), curation.tokenizer_params())
+    stale = stale_pools(layout, found, marin.catalog())
     if stale:
         context.log.warning(f"{len(stale)} pools are stale (re-materialize pool for them): {', '.join(stale)}")
     params = curation.mixture_params()
@@ -156,8 +182,8 @@ def sampling_groups(context: dg.AssetExecutionContext, marin: MarinResource, cur
             for source, inp in sorted(found.items())
         ]
         counts = pool_core.group_counts_and_files(per_source, storage.join(out, "pool_files.parquet"))
-        result = mixture.sampling_groups(counts, labels, params)
-        written = mixture.write_sampling_groups(result, out)
+        result = pool_groups.sampling_groups(counts, labels, params)
+        written = pool_groups.write_sampling_groups(result, out)
         return {**result.summary, **written, "source_figures": figures, "published_figures": published or {}}
 
     manifest = stages.run_global(
@@ -167,7 +193,7 @@ def sampling_groups(context: dg.AssetExecutionContext, marin: MarinResource, cur
         params=params,
         build=build,
     )
-    groups, group_sources = mixture.read_sampling_groups(manifest["uri"])
+    groups, group_sources = pool_groups.read_sampling_groups(manifest["uri"])
     rebuilt, report_meta = rebuild_report_metadata(figures, manifest["stats"].get("published_figures"), marin.catalog(), curation.report_params(), _tokenizer_of(found))
     table = groups.filter(groups["documents"] > 0).sort("group")
     images = {
