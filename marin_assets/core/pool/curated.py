@@ -1,8 +1,8 @@
 """The curated pool: every surviving document of a source, filed under its sampling group.
 
 Per normalized shard, joined with its co-partitioned attributes (topics, quality scores,
-contamination, token counts) and the source's sparse duplicate lists, documents are dropped in this order,
-each drop counted once under the first reason that applies:
+contamination, token counts) and the source's sparse duplicate lists, documents are dropped in
+this order, each drop counted once under the first reason that applies:
 
 1. contaminated (13-gram overlap with an eval set);
 2. verified near-duplicate, unless the source is fuzzy-exempt (then counted as exempted);
@@ -10,12 +10,12 @@ each drop counted once under the first reason that applies:
 4. bad rows: no text, or no topic or score (counted, never silently lost).
 
 A survivor gets its band within its topic from the global band edges and its token count from
-the source's token counts (:mod:`.tokens`: counted once, so the pool tokenizes nothing), and is written to ``<pool dir>/<group>/<source slug>-<shard basename>``
-with ``id``, ``text``, ``source``, ``source_id``, ``topic``, ``band``, ``score``, ``tokens``.
-The shard's *index* (group, file, documents, tokens), written last at the task's output URI,
-says which group files the shard produced. Output files depend only on the inputs, so a rerun
-rewrites identical files, and the runner's per-shard marker makes a resumed run skip finished
-shards. After the map, :func:`compact_pool` merges a source's group files into a bounded number
+the shard's token counts (:mod:`.tokens`: counted once, so the pool tokenizes nothing), and is
+written to ``<pool dir>/<group>/<source slug>-<shard basename>`` with ``id``, ``text``,
+``source``, ``source_id``, ``topic``, ``band``, ``score``, ``tokens``. The shard's *index*
+(group, file, documents, tokens), written last at the task's output URI, says which group files
+the shard produced. Output files depend only on the inputs, so a rerun rewrites identical files,
+and the runner's per-shard marker makes a resumed run skip finished shards. After the map, :func:`compact_pool` merges a source's group files into a bounded number
 per group, indexed in ``group_files.parquet`` (what the sampling groups are counted from).
 """
 

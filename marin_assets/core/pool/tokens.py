@@ -93,25 +93,17 @@ def load_tokenizer(name: str, revision: str | None, file: str = "tokenizer.json"
 _ENCODE_TEXTS = 64  # texts per tokenizer call: its buffers grow with the call (~80 MiB at 1,024 documents of ~1.7 kB), its CPU time does not drop
 
 
-def count_tokens(
-    texts: Sequence[str] | pa.Array | pa.ChunkedArray, params: TokenizerParams, rows: np.ndarray | None = None
-) -> tuple[np.ndarray, str]:
+def count_tokens(texts: Sequence[str] | pa.Array | pa.ChunkedArray, params: TokenizerParams) -> tuple[np.ndarray, str]:
     """Tokens per text (int64) under the pinned tokenizer, and the tokenizer's label.
 
-    An Arrow column becomes Python strings ``params.batch_texts`` at a time (only its ``rows``, in
-    that order, when given), so a shard's texts are never copied in full; each tokenizer call
-    takes a few dozen texts (``_ENCODE_TEXTS``).
+    An Arrow column becomes Python strings ``params.batch_texts`` at a time, so a shard's texts
+    are never copied in full; each tokenizer call takes a few dozen texts (``_ENCODE_TEXTS``).
     """
     tokenizer, label = load_tokenizer(params.name, params.revision, params.file)
     arrow = isinstance(texts, (pa.Array, pa.ChunkedArray))
-    if rows is not None and not arrow:
-        raise TypeError("count_tokens: rows= selects entries of an Arrow column")
-    total = len(rows) if rows is not None else len(texts)
-    counts = np.zeros(total, dtype=np.int64)
-    for start in range(0, total, params.batch_texts):
-        if rows is not None:
-            batch = texts.take(pa.array(rows[start : start + params.batch_texts], pa.int64())).to_pylist()
-        elif arrow:
+    counts = np.zeros(len(texts), dtype=np.int64)
+    for start in range(0, len(texts), params.batch_texts):
+        if arrow:
             batch = texts.slice(start, params.batch_texts).to_pylist()
         else:
             batch = list(texts[start : start + params.batch_texts])
