@@ -7,8 +7,8 @@ the task starts in its worker) grows by at most 1.3x, and CPU seconds per docume
 (memory does not grow with the file) and within 1.3x of the 1x normalize peak (same shard
 target), and embedding at ``max_seq_length`` 8192 within 1.3x of the 512-token run.
 
-Stages: normalize, minhash_buckets, contamination, token_counts, pool, pool_group_files (merging
-a source's group files), sampling_groups on a generated corpus (1x = ``BENCH_SCALE_MB`` MiB of text, default
+Stages: normalize, minhash_buckets, contamination, token_counts, pool, pool_group_files
+(merging a source's group files), sampling_groups on a generated corpus (1x = ``BENCH_SCALE_MB`` MiB of text, default
 200; one corpus generated once, scale k reads its first k x 1x files), normalize on a single large
 file (a concatenation of corpus files), embeddings (offline model, 512 tokens) on
 ``BENCH_EMBED_DOCS`` (500) documents, and embedding memory at 8,192 vs 512 tokens
@@ -16,10 +16,11 @@ file (a concatenation of corpus files), embeddings (offline model, 512 tokens) o
 child process of its own, interleaved). The pool runs side by side with the task it replaced,
 which counted its documents' tokens itself (``pool_shard_tokenizing``), ``BENCH_POOL_ROUNDS``
 (3) rounds interleaved on the same inputs: goal, its CPU per MiB <= 0.15x the tokenizing task's,
-no tokenizer call in its tasks, the same documents and tokens per group. Every figure is printed, one line per
-stage and scale (``scale-bench <stage> <scale>x: ...``): the capacity table in docs/scale.md cites them.
+no tokenizer call in its tasks, the same documents and tokens per group. Every figure is
+printed, one line per stage and scale (``scale-bench <stage> <scale>x: ...``): the capacity table
+in docs/scale.md cites them.
 
-    make bench-scale                      # the full run docs/scale.md cites (24 min on 2 idle cores; pool is most of it)
+    make bench-scale                      # the full run docs/scale.md cites (24 min on 2 idle cores before the pool ran twice)
     BENCH_QUICK=1 make bench-scale        # 1x = 20 MiB, 1x/4x only
     BENCH_SCALES=1 BENCH_SCALE_MB=500 BENCH_SHARD_MB=256 BENCH_FILE_MB=125 BENCH_BIG_FILE_MB=0 \
         BENCH_EMBED_DOCS=0 BENCH_LONG_DOCS=0 make bench-scale   # 256 MiB (production) shards; 0 skips a part
