@@ -42,6 +42,7 @@ RESULTS_DIR = "results"
 STUDY_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 TRAINERS = ("builtin", "external")
 OPTIMIZERS = ("topk", "regmix", "trust_region", "argmin")
+NGRAM_TRAINER = "marin_assets.core.mixture.proxy_trainer:train_run"  # the fast stand-in: a byte n-gram model
 
 
 class StudyError(ConfigurationError, ValueError):
@@ -89,8 +90,12 @@ class GateParams:
     ``min_spearman`` / ``min_r2``: cross-validated floors; ``min_runs`` and ``runs_per_feature``
     (runs per weight feature, phases x groups): enough runs for the features; ``noise_ratio``:
     the spread of the targets across mixtures must exceed this many replicate standard
-    deviations; ``baseline_margin``: the Spearman by which the fit must beat the
-    KL-to-proportional-only baseline.
+    deviations; ``baseline_margin``: the Spearman, averaged over the same cross-validation
+    folds, by which the KL-to-proportional-only baseline must beat the fit to refuse it (a tie
+    within the margin is not a loss, so no verdict turns on a 0.001 difference);
+    ``min_gain``: the smallest gain of the target over proportional that is ever claimed,
+    predicted or measured, whatever the noise estimate (a trainer that ignores its seed
+    measures a noise of 0).
     """
 
     min_spearman: float = 0.5
@@ -98,7 +103,8 @@ class GateParams:
     min_runs: int = 8
     runs_per_feature: float = 0.1
     noise_ratio: float = 2.0
-    baseline_margin: float = 0.0
+    baseline_margin: float = 0.02
+    min_gain: float = 0.002
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,8 +123,14 @@ class StudyParams:
     transfers to a larger run).
     ``target_weights``: the target as a weighted sum of metrics (empty: ``target_metric``);
     ``target_limits``: per-metric ceilings the optimized mixture's prediction must respect.
+    ``validation_sizes``: the model sizes of the trainer's ladder that ``mixture_validation``
+    trains both mixtures at (each with ``validation_seeds`` seeds; empty: the proxy's own size).
     ``launcher``: a command template run once per run without results (external trainer), see
-    ``mixture.launcher``.
+    ``mixture.launcher``; ``launcher_status``: a template that prints a run's JSON state, with
+    which each submitted run is followed to its end (polled every ``job_poll_s`` seconds).
+    ``train_run``: the built-in trainer, a ``module:function`` of the ``mixture.jobs`` interface,
+    each run a Ray task on the configured cluster reserving ``job_cpus`` / ``job_gpus``;
+    ``job_retries``: attempts after a run's first failure (built-in and followed runs alike).
     """
 
     name: str
@@ -145,7 +157,14 @@ class StudyParams:
     validation_budget_scale: float = 1.0
     target_weights: tuple[tuple[str, float], ...] = ()
     target_limits: tuple[tuple[str, float], ...] = ()
+    validation_sizes: tuple[str, ...] = ()
     launcher: str = ""
+    launcher_status: str = ""
+    train_run: str = NGRAM_TRAINER
+    job_retries: int = 2
+    job_poll_s: float = 30.0
+    job_cpus: float = 1.0
+    job_gpus: float = 0.0
     proxy: ProxyTrainerParams = ProxyTrainerParams()
     gate: GateParams = GateParams()
 
@@ -215,6 +234,8 @@ def validate_study(params: StudyParams, where: str = "study") -> StudyParams:
         fail(f"validation_budget_scale {params.validation_budget_scale:g} must be between 1 and target_budget / proxy_budget")
     if params.replicate_mixtures < 0 or params.replicate_seeds < 1 or params.validation_seeds < 2:
         fail("replicate_mixtures must be >= 0, replicate_seeds >= 1 and validation_seeds >= 2 (noise needs two runs)")
+    if params.gate.baseline_margin < 0 or not params.gate.min_gain > 0:
+        fail("gate.baseline_margin must be >= 0 and gate.min_gain > 0 (the smallest gain ever claimed)")
     if any(not w > 0 for _, w in params.target_weights):
         fail(f"target_weights {dict(params.target_weights)} must be positive")
     if params.launcher:
@@ -222,8 +243,18 @@ def validate_study(params: StudyParams, where: str = "study") -> StudyParams:
             fail("a launcher submits runs to an external trainer; set trainer: external or remove launcher")
         try:
             check_template(params.launcher)
+            if params.launcher_status:
+                check_template(params.launcher_status)
         except LauncherError as exc:
             fail(str(exc))
+    elif params.launcher_status:
+        fail("launcher_status follows the runs a launcher submits; set launcher too, or remove launcher_status")
+    if params.job_retries < 0 or not params.job_poll_s > 0 or params.job_cpus < 0 or params.job_gpus < 0:
+        fail("job_retries, job_cpus and job_gpus must be >= 0 and job_poll_s > 0")
+    if ":" not in params.train_run:
+        fail(f"train_run {params.train_run!r} must be an importable 'module:function'")
+    if len(set(params.validation_sizes)) != len(params.validation_sizes) or not all(STUDY_NAME.match(s) for s in params.validation_sizes):
+        fail(f"validation_sizes {list(params.validation_sizes)} must be distinct names (lowercase letters, digits, '-' or '_')")
     unknown_limits = sorted(set(dict(params.target_limits)) - set(params.target()))
     if unknown_limits:
         fail(f"target_limits name metrics {unknown_limits} that are not in the target {sorted(params.target())}; add them to target_weights")
@@ -246,13 +277,15 @@ def study_from_mapping(raw: Mapping[str, Any], where: str = "study") -> StudyPar
             values["proxy"] = ProxyTrainerParams(**values["proxy"])
         if "gate" in values:
             values["gate"] = GateParams(**values["gate"])
+        if "validation_sizes" in values:
+            values["validation_sizes"] = tuple(str(x) for x in values["validation_sizes"])
         for key in ("target_weights", "target_limits"):
             if key in values:
                 values[key] = tuple((str(m), float(v)) for m, v in dict(values[key]).items())
-        for key in ("target_budget", "proxy_budget", "max_epochs", "kl_weight", "sparse_share", "validation_budget_scale"):
+        for key in ("target_budget", "proxy_budget", "max_epochs", "kl_weight", "sparse_share", "validation_budget_scale", "job_poll_s", "job_cpus", "job_gpus"):
             if key in values:
                 values[key] = float(values[key])
-        for key in ("n_runs", "seed", "block_size", "seq_len", "search_candidates", "search_rounds", "top_k", "replicate_mixtures", "replicate_seeds", "validation_seeds"):
+        for key in ("n_runs", "seed", "block_size", "seq_len", "search_candidates", "search_rounds", "top_k", "replicate_mixtures", "replicate_seeds", "validation_seeds", "job_retries"):
             if key in values:
                 values[key] = int(values[key])
         params = StudyParams(**values)
@@ -267,6 +300,7 @@ def study_to_mapping(params: StudyParams) -> dict[str, Any]:
     raw["concentration"] = list(params.concentration)
     raw["target_weights"] = dict(params.target_weights)
     raw["target_limits"] = dict(params.target_limits)
+    raw["validation_sizes"] = list(params.validation_sizes)
     return raw
 
 
