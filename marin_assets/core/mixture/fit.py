@@ -418,11 +418,14 @@ def distance_to_nearest(cand: np.ndarray, observed: np.ndarray, shares: np.ndarr
 
 
 def _simulated(rng: np.random.Generator, prior: np.ndarray, study: StudyParams, n: int) -> np.ndarray:
-    """``n`` Dirichlet proposals around the prior (RegMix's simulation), a share of them sparse."""
+    """``n`` Dirichlet proposals around the prior (RegMix's simulation) or, ``explore_share`` of
+    them, around the uniform mix; a share of them sparse."""
     n_phases = len(study.phases)
     lo, hi = study.concentration
     conc = np.exp(rng.uniform(np.log(min(lo, 0.1)), np.log(max(hi, 10.0)), size=n))
-    first = dirichlet_batch(rng, np.broadcast_to(prior, (n, n_phases, len(prior))), conc)
+    uniform = np.where(prior > 0, 1.0, 0.0) / float((prior > 0).sum())
+    centers = np.where((rng.random(n) < study.explore_share)[:, None], uniform[None, :], prior[None, :])  # as the swarm explores
+    first = dirichlet_batch(rng, np.broadcast_to(centers[:, None, :], (n, n_phases, len(prior))), conc)
     sparse = rng.random(n) < study.sparse_share
     if sparse.any():
         keep = rng.random((int(sparse.sum()), 1, len(prior))) < rng.uniform(0.1, 0.6, size=(int(sparse.sum()), 1, 1))

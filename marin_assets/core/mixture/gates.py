@@ -71,7 +71,8 @@ def replicate_noise(targets: np.ndarray, mixture_ids: Sequence[str]) -> dict[str
     noise = math.sqrt(sum(float(((v - v.mean()) ** 2).sum()) for v in replicated) / dof) if dof else None
     means = np.array([np.mean(v) for v in by_mix.values()])
     spread = float(means.std(ddof=1)) if len(means) > 1 else 0.0
-    return {"noise_sd": noise, "spread_sd": spread, "replicated_mixtures": len(replicated), "mixtures": len(by_mix)}
+    identical = bool(replicated) and all(len(set(v.tolist())) == 1 for v in replicated)
+    return {"noise_sd": noise, "spread_sd": spread, "replicated_mixtures": len(replicated), "mixtures": len(by_mix), "identical_replicates": identical}
 
 
 def _refuse_duplicates(run_ids: Sequence[str]) -> None:
@@ -100,7 +101,7 @@ def data_gates(targets: np.ndarray, run_ids: Sequence[str], mixture_ids: Sequenc
     noise = replicate_noise(y[finite], [m for m, f in zip(mixture_ids, finite) if f])
     if noise["noise_sd"] is None:
         reasons.append(_reason("noise", "no replicate runs, so the run-to-run noise is unknown", "add replicates (replicate_mixtures >= 1, replicate_seeds >= 2)"))
-    elif noise["noise_sd"] <= 0:
+    elif noise["identical_replicates"]:
         reasons.append(_reason("noise", f"the replicates of {noise['replicated_mixtures']} mixtures gave identical targets (noise sd 0): the trainer ignores "
                                "its seed, so the run-to-run noise is unknown", "make the trainer use the config's seed (data order, initialization)"))
     elif not noise["spread_sd"] > params.noise_ratio * noise["noise_sd"]:

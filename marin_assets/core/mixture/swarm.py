@@ -10,8 +10,12 @@ repeats every group as many times as the full run would. A rare group can shrink
 sequences, which makes a real trainer fail; such groups are reported per run, never dropped.
 
 Proposals follow RegMix: Dirichlet draws around the token-proportional prior with a random
-concentration, a share of them sparse (a random subset of groups), each phase drawn on its own,
-then made feasible (every group within ``max_epochs`` summed over phases in the full run) and
+concentration, a share of them sparse (a random subset of groups), each phase drawn on its own.
+Draws around the prior rarely give a small group more than a sliver, so ``explore_share`` of
+the runs are drawn around the uniform mix instead, at concentrations spread over
+``EXPLORE_CONCENTRATIONS``, and sparse subsets are drawn uniformly over the groups: small groups
+get several epochs in some runs, and the fit can see what they are worth. All are then made
+feasible (every group within ``max_epochs`` summed over phases in the full run) and
 rounded to the mixture block (``block_size`` sequences; a group whose weight gets no sequence of
 the block vanishes, which is reported). Run ``r0000`` is always the token-proportional mix itself.
 
@@ -36,7 +40,7 @@ from marin_assets.core.pool.groups import MixtureError
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.errors import ConfigurationError
 
-MIXTURE_CODE_VERSION = "2"  # 2: replicate runs with seeds, epoch features, gates, top-k optimizer
+MIXTURE_CODE_VERSION = "3"  # 2: replicate runs with seeds, epoch features, gates, top-k optimizer; 3: exploring proposals, runs as jobs, validation per size
 STUDY_FILE = "study.yaml"
 RESULTS_DIR = "results"
 STUDY_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -112,6 +116,9 @@ class StudyParams:
     """One mixture study. Defaults are the Marin hero run's: two phases (pretraining 15T,
     cooldown 3.75T tokens, so 0.8 / 0.2), an 8-epoch cap summed over phases, KL weight 0.05 to
     the token-proportional mix, mixture blocks of 49,152 sequences of 4,096 tokens.
+    ``explore_share``: the share of proposals drawn around the uniform mix rather than the prior
+    (small groups upweighted, within the epoch caps), for the swarm and the optimizer's simulated
+    candidates alike;
     ``search_candidates`` / ``search_rounds``: the optimizer's proposals per round and rounds;
     ``optimizer``: ``topk`` (the mean of the best ``top_k`` candidates of the search), ``regmix``
     (the mean of the best ``top_k`` simulated candidates), ``trust_region`` (the best candidate
@@ -145,6 +152,7 @@ class StudyParams:
     seq_len: int = 4_096
     sparse_share: float = 0.25
     concentration: tuple[float, float] = (0.1, 5.0)
+    explore_share: float = 0.5
     trainer: str = "builtin"
     target_metric: str = "macro_bpb"
     search_candidates: int = 20_000
@@ -217,8 +225,8 @@ def validate_study(params: StudyParams, where: str = "study") -> StudyParams:
         fail("max_epochs must be positive and kl_weight non-negative")
     if params.block_size < 1 or params.seq_len < 1:
         fail("block_size and seq_len must be positive")
-    if not 0 <= params.sparse_share <= 1:
-        fail("sparse_share must be within [0, 1]")
+    if not 0 <= params.sparse_share <= 1 or not 0 <= params.explore_share <= 1:
+        fail("sparse_share and explore_share must be within [0, 1]")
     lo, hi = params.concentration
     if not 0 < lo <= hi:
         fail("concentration must be (low, high) with 0 < low <= high")
@@ -282,7 +290,7 @@ def study_from_mapping(raw: Mapping[str, Any], where: str = "study") -> StudyPar
         for key in ("target_weights", "target_limits"):
             if key in values:
                 values[key] = tuple((str(m), float(v)) for m, v in dict(values[key]).items())
-        for key in ("target_budget", "proxy_budget", "max_epochs", "kl_weight", "sparse_share", "validation_budget_scale", "job_poll_s", "job_cpus", "job_gpus"):
+        for key in ("target_budget", "proxy_budget", "max_epochs", "kl_weight", "sparse_share", "explore_share", "validation_budget_scale", "job_poll_s", "job_cpus", "job_gpus"):
             if key in values:
                 values[key] = float(values[key])
         for key in ("n_runs", "seed", "block_size", "seq_len", "search_candidates", "search_rounds", "top_k", "replicate_mixtures", "replicate_seeds", "validation_seeds", "job_retries"):
@@ -499,10 +507,15 @@ def dirichlet_around(rng: np.random.Generator, prior: np.ndarray, concentration:
     return draw / draw.sum()
 
 
+EXPLORE_CONCENTRATIONS = (0.3, 1.0, 3.0, 10.0)  # around the uniform mix: spiky to near-uniform
+
+
 def propose_mixtures(tokens: np.ndarray, params: StudyParams) -> np.ndarray:
-    """``n_runs`` mixtures, (runs x phases x groups), feasible, run 0 the token-proportional mix."""
+    """``n_runs`` mixtures, (runs x phases x groups), feasible, run 0 the token-proportional mix;
+    ``explore_share`` of the others drawn around the uniform mix."""
     tokens = np.asarray(tokens, dtype=np.float64)
     prior = proportional_prior(tokens)
+    uniform = np.where(prior > 0, 1.0, 0.0) / float((prior > 0).sum())
     rng = np.random.default_rng(params.seed)
     n_phases = len(params.phases)
     active = np.flatnonzero(prior > 0)
@@ -510,17 +523,20 @@ def propose_mixtures(tokens: np.ndarray, params: StudyParams) -> np.ndarray:
     out = np.zeros((params.n_runs, n_phases, len(tokens)), dtype=np.float64)
     out[0] = project_feasible(np.tile(prior, (n_phases, 1)), tokens, params, prior)
     for i in range(1, params.n_runs):
+        explore = rng.random() < params.explore_share
         sparse = rng.random() < params.sparse_share
         rows = []
         for _ in range(n_phases):
-            concentration = float(np.exp(rng.uniform(np.log(lo), np.log(hi))))
+            if explore:
+                center, concentration = uniform, float(EXPLORE_CONCENTRATIONS[rng.integers(len(EXPLORE_CONCENTRATIONS))])
+            else:
+                center, concentration = prior, float(np.exp(rng.uniform(np.log(lo), np.log(hi))))
             subset = None
             if sparse and len(active) > 2:
                 k = int(rng.integers(max(2, len(active) // 10), max(3, len(active) // 2) + 1))
-                chosen = rng.choice(active, size=min(k, len(active)), replace=False, p=prior[active] / prior[active].sum())
                 subset = np.zeros(len(tokens), dtype=bool)
-                subset[chosen] = True
-            rows.append(dirichlet_around(rng, prior, concentration, subset))
+                subset[rng.choice(active, size=min(k, len(active)), replace=False)] = True  # uniformly: small groups as often as large
+            rows.append(dirichlet_around(rng, center, concentration, subset))
         out[i] = project_feasible(np.array(rows), tokens, params, prior)
     return out
 
