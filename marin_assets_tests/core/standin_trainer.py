@@ -70,3 +70,10 @@ def c00_run(config: dict, results_dir: str, size: str = "", seed: int = 0) -> di
     moves it by +-0.002."""
     share = sum(ph["share"] * w for ph in config["phases"] for g, w in ph["weights"].items() if g.startswith("c00"))
     return {"macro_bpb": 3.0 + (share if size == "big" else -share) + 0.002 * (seed % 3 - 1)}
+
+
+def flaky_c00_run(config: dict, results_dir: str, size: str = "", seed: int = 0) -> dict[str, float]:
+    """``c00_run`` whose first attempt of every run fails (as a lost worker would)."""
+    if _attempt(results_dir, config["run_id"]) == 1:
+        raise RuntimeError(f"worker lost on the first attempt of {config['run_id']}")
+    return c00_run(config, results_dir, size, seed)

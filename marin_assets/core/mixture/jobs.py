@@ -121,6 +121,8 @@ def follow(jobs: Sequence[ProxyJob], trainer: str, results_dir: str, *, ray_addr
            on_event: Event | None = None, local_cpus: int = 0) -> FollowReport:
     """Train every job to its end (Ray tasks on ``ray_address``, else here, one after another)."""
     load_trainer(trainer)  # a bad path fails before anything is submitted
+    fs, path = storage.filesystem(results_dir)
+    fs.makedirs(path, exist_ok=True)  # where the trainer may write its own rows
     emit = on_event or (lambda *_: None)
     report = FollowReport({}, {}, {})
     causes: dict[str, list[str]] = {j.run_id: [] for j in jobs}
