@@ -290,7 +290,7 @@ def test_a_mixture_validation_measures_worse_leaves_consumers_on_token_proportio
     root, defs, instance = env
     study = ms.StudyParams(name="transfer", target_budget=20_000.0, proxy_budget=4_000.0, n_runs=16, seq_len=16, phases=(ms.Phase("main", 1.0),),
                            search_candidates=500, search_rounds=2, validation_sizes=("small", "big"),
-                           train_run="marin_assets_tests.core.standin_trainer:c00_run", proxy=ms.ProxyTrainerParams(order=2, holdout_mod=4))
+                           train_run="marin_assets_tests.core.mixture.standin_trainer:c00_run", proxy=ms.ProxyTrainerParams(order=2, holdout_mod=4))
     ms.write_study(root, study)
     instance.add_dynamic_partitions(STUDIES, ["transfer"])
     assert defs.resolve_job_def("mixture_proposal").execute_in_process(partition_key="transfer", instance=instance).success
@@ -319,7 +319,7 @@ def test_builtin_runs_are_ray_tasks_followed_and_retried_from_the_step(env, monk
     root, defs, instance = env
     monkeypatch.setenv("MARIN_RAY_ADDRESS", "local")
     study = ms.StudyParams(name="onray", target_budget=20_000.0, proxy_budget=4_000.0, n_runs=2, seq_len=16, phases=(ms.Phase("main", 1.0),),
-                           train_run="marin_assets_tests.core.standin_trainer:flaky_c00_run", job_retries=1, proxy=ms.ProxyTrainerParams(order=2, holdout_mod=4))
+                           train_run="marin_assets_tests.core.mixture.standin_trainer:flaky_c00_run", job_retries=1, proxy=ms.ProxyTrainerParams(order=2, holdout_mod=4))
     ms.write_study(root, study)
     instance.add_dynamic_partitions(STUDIES, ["onray"])
     assert defs.resolve_job_def("mixture_proposal").execute_in_process(partition_key="onray", instance=instance).success

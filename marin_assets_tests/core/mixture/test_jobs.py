@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from marin_assets.core.mixture import jobs, launcher, results
-from marin_assets_tests.core import standin_trainer
+from marin_assets_tests.core.mixture import standin_trainer
 
-TRAINER = "marin_assets_tests.core.standin_trainer:train_run"
+TRAINER = "marin_assets_tests.core.mixture.standin_trainer:train_run"
 
 
 def _config(rid: str, fail_attempts: int = 0, seed: int = 0) -> dict:
@@ -52,7 +52,7 @@ def test_a_rerun_rewrites_a_run_s_results_without_duplicates(tmp_path) -> None:
 
 def test_a_trainer_path_that_does_not_load_is_refused_before_anything_runs(tmp_path) -> None:
     with pytest.raises(jobs.TrainerError, match="importable 'module:function'"):
-        jobs.follow(_jobs(), "marin_assets_tests.core.standin_trainer:nope", str(tmp_path))
+        jobs.follow(_jobs(), "marin_assets_tests.core.mixture.standin_trainer:nope", str(tmp_path))
 
 
 @pytest.mark.system  # starts a local Ray cluster
