@@ -38,6 +38,7 @@ from marin_assets.defs.mixture.partitions import (
 from marin_assets.defs.mixture.study import (
     current_output,
     eval_set_input,
+    evaluation_dir,
     evaluation_texts,
     study_asset,
     study_params,
@@ -169,9 +170,7 @@ def proxy_results(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
         elif kind == "external":
             rows = mine.rows
         else:
-            eval_dir = swarm_uri if proxy_trainer.read_evaluation_texts(swarm_uri) is not None else out
-            if eval_dir == out:
-                proxy_trainer.write_evaluation_texts(evaluation_texts(marin, root, study, params, storage.read_json(storage.join(swarm_uri, "pool_files.json"))), out)
+            eval_dir = evaluation_dir(marin, root, study, params, swarm_uri, out)
             train_builtin(context, marin, study, params, {run: builtin_job_config(config, params, eval_dir)}, folder)
             rows = read_back()
             extra = {"groups_without_proxy_tokens": sorted(g for g, c in config["components"].items() if int(c["proxy_tokens"]) <= 0), "trainer": params.train_run}

@@ -8,7 +8,7 @@ import dagster as dg
 import numpy as np
 import polars as pl
 
-from marin_assets.core.mixture import gates, launcher, proxy_trainer, results
+from marin_assets.core.mixture import gates, launcher, results
 from marin_assets.core.mixture import swarm as swarm_core
 from marin_assets.core.mixture import validation as validation_core
 from marin_assets.core.runtime import stages, storage
@@ -18,7 +18,7 @@ from marin_assets.defs.mixture.jobs import builtin_job_config, follow_launched, 
 from marin_assets.defs.mixture.partitions import study_partitions
 from marin_assets.defs.mixture.study import (
     current_output,
-    evaluation_texts,
+    evaluation_dir,
     study_asset,
     study_params,
     target_name,
@@ -84,9 +84,7 @@ def mixture_validation(context: dg.AssetExecutionContext, marin: MarinResource) 
         for rid, config in configs.items():
             storage.write_json(config_uris[rid], config)
         if external is None:
-            eval_dir = swarm_uri if proxy_trainer.read_evaluation_texts(swarm_uri) is not None else out
-            if eval_dir == out:
-                proxy_trainer.write_evaluation_texts(evaluation_texts(marin, root, study, params, pool_files), out)
+            eval_dir = evaluation_dir(marin, root, study, params, swarm_uri, out)
             metrics = train_builtin(context, marin, study, params, {rid: builtin_job_config(c, params, eval_dir) for rid, c in configs.items()}, folder)
         elif params.launcher_status and any(not m for m in external.values()):  # submitted and followed to their end
             follow_launched(context, study, params, {rid: config_uris[rid] for rid, m in external.items() if not m}, folder)
