@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -76,8 +77,7 @@ def replicate_noise(targets: np.ndarray, mixture_ids: Sequence[str]) -> dict[str
 
 
 def _refuse_duplicates(run_ids: Sequence[str]) -> None:
-    seen: set[str] = set()
-    twice = sorted({r for r in run_ids if r in seen or seen.add(r)})  # type: ignore[func-returns-value]
+    twice = sorted(r for r, n in Counter(run_ids).items() if n > 1)
     if twice:
         raise MixtureError(f"run ids {twice[:5]} appear more than once; each run has one result (fix the results that report them twice)")
 
