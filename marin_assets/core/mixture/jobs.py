@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from marin_assets.core.runtime import storage
-from marin_assets.core.runtime.errors import ConfigurationError
+from marin_assets.errors import ConfigurationError
 from marin_assets.core.runtime.runner import TaskResources, connect_ray
 
 CAUSE_CHARS = 600

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from marin_assets.core.mixture.jobs import Event, FollowReport
-from marin_assets.core.runtime.errors import ConfigurationError
+from marin_assets.errors import ConfigurationError
 
 PLACEHOLDERS = ("config", "run_id", "study", "results")
 OUTPUT_TAIL = 2_000

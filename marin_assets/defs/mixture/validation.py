@@ -15,7 +15,7 @@ from marin_assets.core.runtime import stages, storage
 from marin_assets.core.specs import MIXTURE_SWARM, MIXTURE_VALIDATION, MIXTURE_WEIGHTS
 from marin_assets.defs.metadata import markdown_table, materialized
 from marin_assets.defs.mixture.jobs import builtin_job_config, follow_launched, train_builtin
-from marin_assets.defs.mixture.partitions import study_partitions
+from marin_assets.defs.partitions import study_partitions
 from marin_assets.defs.mixture.study import (
     current_output,
     evaluation_dir,
