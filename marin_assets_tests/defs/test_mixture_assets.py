@@ -285,10 +285,10 @@ def test_too_few_runs_publish_token_proportional_with_a_failing_check(env) -> No
     assert published["phases"][0]["weights"] == pytest.approx({g: w for g, w in table.select("group", "proportional_weight").iter_rows() if w > 0}, abs=1 / study.block_size)
 
 
-@pytest.mark.system  # ~20 proxy job runs, a fit and a validation at two sizes
+@pytest.mark.system  # ~30 proxy job runs, a fit and a validation at two sizes
 def test_a_mixture_validation_measures_worse_leaves_consumers_on_token_proportional(env) -> None:
     root, defs, instance = env
-    study = ms.StudyParams(name="transfer", target_budget=20_000.0, proxy_budget=4_000.0, n_runs=16, seq_len=16, phases=(ms.Phase("main", 1.0),),
+    study = ms.StudyParams(name="transfer", target_budget=20_000.0, proxy_budget=4_000.0, n_runs=24, seq_len=16, phases=(ms.TrainingPhase("main", 1.0),),
                            search_candidates=500, search_rounds=2, validation_sizes=("small", "big"),
                            train_run="marin_assets_tests.core.mixture.standin_trainer:c00_run", proxy=ms.ProxyTrainerParams(order=2, holdout_mod=4))
     ms.write_study(root, study)
@@ -318,7 +318,7 @@ def test_builtin_runs_are_ray_tasks_followed_and_retried_from_the_step(env, monk
     ray = pytest.importorskip("ray")
     root, defs, instance = env
     monkeypatch.setenv("MARIN_RAY_ADDRESS", "local")
-    study = ms.StudyParams(name="onray", target_budget=20_000.0, proxy_budget=4_000.0, n_runs=2, seq_len=16, phases=(ms.Phase("main", 1.0),),
+    study = ms.StudyParams(name="onray", target_budget=20_000.0, proxy_budget=4_000.0, n_runs=2, seq_len=16, phases=(ms.TrainingPhase("main", 1.0),),
                            train_run="marin_assets_tests.core.mixture.standin_trainer:flaky_c00_run", job_retries=1, proxy=ms.ProxyTrainerParams(order=2, holdout_mod=4))
     ms.write_study(root, study)
     instance.add_dynamic_partitions(STUDIES, ["onray"])

@@ -143,7 +143,7 @@ def test_a_share_of_proposals_explores_small_groups_within_the_caps() -> None:
     """Token counts over two decades: drawn only around the prior, the smallest fifth of the groups
     rarely gets more than a sliver; drawn around the uniform mix too, many runs repeat them."""
     tokens = np.floor(np.exp(np.random.default_rng(0).uniform(np.log(1e8), np.log(1e10), 200)))
-    study = ms.StudyParams(name="explore", target_budget=float(tokens.sum()), proxy_budget=1e8, n_runs=128, phases=(ms.Phase("main", 1.0),))
+    study = ms.StudyParams(name="explore", target_budget=float(tokens.sum()), proxy_budget=1e8, n_runs=128, phases=(ms.TrainingPhase("main", 1.0),))
     small = tokens <= np.quantile(tokens, 0.2)
     budgets = study.phase_budgets(study.target_budget)
 
