@@ -3,7 +3,7 @@ positives on real clean documents, and what the tier costs beside the embedding 
 
 Run: ``python bench/bench_semantic.py`` (also ``python bench/bench_decon.py --semantic`` and
 ``python -m bench --only semantic``); ``--calibrate`` also prints the thresholds the
-calibration split gives.
+calibration split gives; ``BENCH_QUICK=1`` takes 250 clean documents of each kind, not 700.
 
 The fixture (``marin_assets/testing/paraphrase.py``): 66 eval items over three sets (prose
 questions and answers, math word problems, code), each reworded by hand, planted standalone and
@@ -72,7 +72,7 @@ def run(tmp: str) -> dict:
     semantic.build_eval_embeddings([i.row() for i in items], index_dir, encoder)
     index = semantic.load_eval_embeddings(index_dir)
     planted = paraphrase.planted_documents(items)
-    clean = paraphrase.clean_documents()
+    clean = paraphrase.clean_documents(harness.pick(700, 250))  # per kind of clean text
     texts = [t for _, _, t in planted] + [t for _, t in clean]
     vectors, embed_cpu = _embedding_pass(texts, tmp)
     started = time.process_time()
