@@ -1,4 +1,4 @@
-"""13-gram decontamination: the eval index, boilerplate drop sets, per-document contamination."""
+"""Decontamination: the eval n-gram and embedding indexes, boilerplate drop sets, per-document contamination."""
 
 import dataclasses
 import hashlib
@@ -74,9 +74,9 @@ def eval_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.M
     )
 
 
-def eval_embeddings_key(registry_digest: str, encoder, params: semantic.SemanticParams) -> tuple[dict, dict]:
-    """(parameters, extras) the eval embedding index is fingerprinted by: the lock (the registry's
-    digest is its input), the model and what decides the units; thresholds and policy do not."""
+def eval_embeddings_key(encoder, params: semantic.SemanticParams) -> tuple[dict, dict]:
+    """(parameters, extras) the eval embedding index is fingerprinted by beside its input, the
+    registry's digest (the lock): the model and what decides the units; thresholds and policy do not."""
     return ({"min_field_words": params.min_field_words, "max_term_units": params.max_term_units,
              "max_term_fraction": params.max_term_fraction},
             {"model": encoder.model, "revision": encoder.revision, "max_tokens": encoder.max_tokens})
@@ -92,7 +92,7 @@ def eval_embeddings(context: dg.AssetExecutionContext, marin: MarinResource, enc
     layout = marin.layout()
     registry = marin.evals()
     params, model = semantic.SemanticParams(), encoder.params()
-    fingerprint_params, extra = eval_embeddings_key(eval_sources.registry_digest(registry), model, params)
+    fingerprint_params, extra = eval_embeddings_key(model, params)
 
     def build(out: str) -> dict:
         rows = eval_sources.registry_rows(
@@ -200,7 +200,8 @@ def boilerplate_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) 
 @stage_asset(
     CONTAMINATION,
     kinds={"parquet"},
-    description="Per document: contaminated, max overlap, matched eval sets and rows (co-partitioned evidence).",
+    description="Per document: contaminated, max overlap, matched eval sets and rows (co-partitioned evidence), and the "
+    "semantic tier's flag, nearest eval row and cosine (dropped too under MARIN_SEMANTIC_POLICY=drop).",
 )
 def contamination(context: dg.AssetExecutionContext, marin: MarinResource, encoder: EncoderResource,
                   curation: CurationResource) -> dg.MaterializeResult:

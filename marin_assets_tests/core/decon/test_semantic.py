@@ -62,7 +62,7 @@ def test_the_index_is_keyed_by_lock_and_model_only(tmp_path) -> None:
     built = []
 
     def materialize(digest: str, encoder: embed.EncoderParams, params: semantic.SemanticParams) -> str:
-        fingerprint_params, extra = eval_embeddings_key(digest, encoder, params)
+        fingerprint_params, extra = eval_embeddings_key(encoder, params)
         manifest = stages.run_global(
             EVAL_EMBEDDINGS, layout, inputs={"registry": stages.StageInput("lock", digest)}, params=fingerprint_params,
             extra_fingerprint=extra, build=lambda out: built.append(out) or {"rows": 1})
