@@ -184,7 +184,7 @@ def _removals_summary(run: FuzzyRun, verified: Sequence[ShardResult], published:
             removed_chars[run.sources[int(k)]] += int(c)
         for k, n in r.stats["histogram"].items():
             histogram[k] = histogram.get(k, 0) + int(n)
-        examples.extend(r.stats["examples"])
+        examples.extend(e for e in r.stats["examples"] if e)  # emptied: not among the step's best (``CompactResults``)
     return {
         "docs_in_clusters": sum(int(r.stats.get("clustered_docs", 0)) for r in verified),
         "largest_cluster": max((int(r.stats["largest_cluster"]) for r in verified), default=0),

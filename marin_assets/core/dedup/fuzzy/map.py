@@ -223,6 +223,8 @@ def run_map(run: FuzzyRun) -> Mapped:
     for source, n_uri, nodes, first, rows, m, k in plan:
         runs = mapped[m].stats.get("runs")
         shards.append((source, n_uri, nodes, first, rows, tuple(tuple(r) for r in runs[k]) if runs else ()))
+    for r in mapped:  # read into the shards: not held twice
+        r.stats.pop("runs", None)
     per = run.scale.shards_per_map
     groups = [list(range(g, min(g + per, len(shards)))) for g in range(0, len(shards), per)]
     group_runs = [merge_runs([r for i in idx for r in shard_runs(*shards[i][3:6])]) for idx in groups]
