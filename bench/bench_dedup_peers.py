@@ -156,7 +156,7 @@ def run_ours(data: Path, work: Path) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
     cpu, line = measured([sys.executable, "-m", "bench.bench_dedup_peers", "--ours", str(data), str(work)], env)
     removed = set((work / "removed.txt").read_text().split())
-    return {"cpu_s": cpu, "peak_kib": line["vmhwm_kib"], "step_peak_kib": line["fuzzy_step_kib"], "removed": removed}
+    return {"cpu_s": cpu, "peak_kib": line["vmhwm_kib"], "step_peak_kib": line["fuzzy_step_kib"], "task_peaks_kib": line["task_peaks_kib"], "removed": removed}
 
 
 def ours_child(data: Path, work: Path) -> None:
@@ -175,11 +175,12 @@ def ours_child(data: Path, work: Path) -> None:
             minhash.minhash_shard([n_uri], b_uri, minhash.MinHashParams())
     whole = peak_rss_bytes()
     reset_peak_rss()
-    find_fuzzy_duplicates(buckets, normalized, (), str(work / "fuzzy"))
+    stats = find_fuzzy_duplicates(buckets, normalized, (), str(work / "fuzzy"))
     step = peak_rss_bytes()
     removed = [i for s in normalized for i in storage.read_parquet(removed_uri(str(work / "fuzzy"), s), columns=["id"]).column("id").to_pylist()]
     (work / "removed.txt").write_text("\n".join(removed) + "\n")
-    print(json.dumps({"vmhwm_kib": max(whole, step) // 1024, "fuzzy_step_kib": step // 1024}))
+    largest = {name: cost["max_rss_kb"] for name, cost in stats["steps"].items()}
+    print(json.dumps({"vmhwm_kib": max(whole, step) // 1024, "fuzzy_step_kib": step // 1024, "task_peaks_kib": largest}))
 
 
 def datatrove_python() -> Path:
@@ -294,6 +295,7 @@ def size_runs(files: list[tuple[str, str, str]], installs: dict[str, Path], docs
             "cpu_range": (min(m["cpu_s"] for m in measured_runs), max(m["cpu_s"] for m in measured_runs)),
             "peak_mib": max(m["peak_kib"] for m in measured_runs) / 1024,
             "step_peak_mib": max(m.get("step_peak_kib", 0) for m in measured_runs) / 1024,
+            "task_peaks_mib": {k: v / 1024 for k, v in measured_runs[0].get("task_peaks_kib", {}).items()},
             "removed": len(measured_runs[0]["removed"]),
             "same_removals_every_round": all(m["removed"] == measured_runs[0]["removed"] for m in measured_runs),
             **reference.quality(measured_runs[0]["removed"]),
@@ -312,7 +314,7 @@ def report(sizes: list[dict[str, Any]]) -> bool:
             extra = (large["systems"][label]["cpu_s"] - small["systems"][label]["cpu_s"]) / max(1, large["docs"] - small["docs"]) * 1000
             print(f"  {label:<26} CPU {s['cpu_s']:7.1f} s [{lo:.1f}..{hi:.1f}] = {1000 * s['cpu_s'] / size['docs']:6.2f} s per 1,000 docs "
                   f"({extra:.2f} per extra 1,000); peak {s['peak_mib']:,.0f} MiB"
-                  + (f" (fuzzy_duplicates step {s['step_peak_mib']:,.0f} MiB)" if s["step_peak_mib"] else "")
+                  + (f" (fuzzy_duplicates step {s['step_peak_mib']:,.0f} MiB; by step: " + ", ".join(f"{k} {v:,.0f}" for k, v in s["task_peaks_mib"].items()) + ")" if s["step_peak_mib"] else "")
                   + f"; removed {s['removed']:,}; false removals {s['false']} of {s['sampled']} sampled; missed pairs {s['missed']:,}", flush=True)  # fmt: skip
         ours, peer = size["systems"][OURS], size["systems"][MATCHED]
         ratio = ours["cpu_s"] / peer["cpu_s"]

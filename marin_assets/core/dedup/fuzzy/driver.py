@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import dataclasses
+import io
+import json
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -29,7 +31,6 @@ from marin_assets.core.dedup.fuzzy.state import (
     pair_shards,
     previous_state,
     source_fingerprint,
-    step_costs,
 )
 from marin_assets.core.dedup.fuzzy.verify import run_verify
 from marin_assets.core.runtime import storage
@@ -149,7 +150,7 @@ def finish(run: FuzzyRun, passes: Sequence[Sequence[ShardResult]], verified: Seq
     at its largest (before the collection)."""
     run.state["published"] = {s: {"uri": removed_uri(run.out_dir, s), "removed": int(published[s]["removed"]), "digest": str(published[s]["digest"])} for s in run.sources}
     run.state["clustered_docs"] = sum(int(r.stats.get("clustered_docs", 0)) for r in verified)
-    storage.write_json(storage.join(run.out_dir, STATE_FILE), run.state | {"verify_files": [r.output for r in verified]})
+    write_state(storage.join(run.out_dir, STATE_FILE), run.state | {"verify_files": [r.output for r in verified]})
     fs, work_path = storage.filesystem(run.work)
     scratch_bytes = int(fs.du(work_path)) if fs.exists(work_path) else 0
     final = {r.output for r in verified}
@@ -159,6 +160,15 @@ def finish(run: FuzzyRun, passes: Sequence[Sequence[ShardResult]], verified: Seq
                 storage.remove(uri)
     collect_scratch(run.work, run.cache, run.state["cache_entries"], (run.before or {}).get("cache_entries", {}))
     return scratch_bytes
+
+
+def write_state(uri: str, state: Mapping[str, Any]) -> None:
+    """The state as ``storage.write_json`` writes it, streamed: at the pool's size its node
+    tables alone are ~60 MB of JSON, not held as one string (and its bytes) in the driver."""
+    with storage.open_atomic(uri) as handle:
+        text = io.TextIOWrapper(handle, encoding="utf-8")
+        json.dump(state, text, indent=2, sort_keys=True)
+        text.detach()  # flushes into ``handle``, which the block closes
 
 
 def _verify_totals(passes: Sequence[Sequence[ShardResult]], final: Sequence[ShardResult]) -> dict[str, int]:
@@ -211,7 +221,6 @@ def summary(
     changed: list[str] | None,
 ) -> dict[str, Any]:
     """The run's counters, from what the tasks returned (nothing re-reads the corpus)."""
-    fresh = [r for r in run.results if not r.reused]
     return {
         "docs": sum(mapped.docs_per_source.values()),
         "docs_per_source": mapped.docs_per_source,
@@ -230,11 +239,11 @@ def summary(
         "shards_read_for_text": sum(int(r.stats["shard_read"]) for r in gathered),
         **_removals_summary(run, final, published, mapped.docs_per_source),
         "exempt_sources": list(run.exempt),
-        "tasks": len(run.results),
-        "task_cpu_s": round(sum(float(r.stats.get("cpu_s", 0)) for r in fresh), 3),
-        "warmup_cpu_s": round(sum(float(r.stats.get("warmup_cpu_s", 0)) for r in fresh), 3),
-        "max_task_rss_kb": max(int(r.stats.get("rss_kb", 0)) for r in run.results),
+        "tasks": run.costs.tasks,
+        "task_cpu_s": round(run.costs.cpu_s, 3),
+        "warmup_cpu_s": round(run.costs.warmup_cpu_s, 3),
+        "max_task_rss_kb": run.costs.max_rss_kb,
         "max_task_inputs": run.widest,
         "max_inputs_per_task": run.scale.max_inputs_per_task,
-        "steps": step_costs(run.results),
+        "steps": run.costs.steps,
     }

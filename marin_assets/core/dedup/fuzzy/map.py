@@ -19,7 +19,7 @@ from marin_assets.core.dedup.decisions import (
 )
 from marin_assets.core.dedup.exact import doc_lengths
 from marin_assets.core.dedup.fuzzy.layout import LAYOUT, NODE_SCHEMA, RANK_SHIFT, RECORD_SCHEMA, added_uri, gone_uri, merge_runs, node_runs, nodes_uri, shard_runs
-from marin_assets.core.dedup.fuzzy.state import FuzzyRun, Mapped, Shard
+from marin_assets.core.dedup.fuzzy.state import FuzzyRun, Mapped, Shard, own_runs
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.runner import ShardTask
 
@@ -222,12 +222,13 @@ def run_map(run: FuzzyRun) -> Mapped:
     shards: list[Shard] = []
     for source, n_uri, nodes, first, rows, m, k in plan:
         runs = mapped[m].stats.get("runs")
-        shards.append((source, n_uri, nodes, first, rows, tuple(tuple(r) for r in runs[k]) if runs else ()))
+        own = tuple(tuple(r) for r in runs[k]) if runs else ()
+        shards.append((source, n_uri, nodes, first, rows, None if own == ((first, first + rows),) else own))
     for r in mapped:  # read into the shards: not held twice
         r.stats.pop("runs", None)
     per = run.scale.shards_per_map
     groups = [list(range(g, min(g + per, len(shards)))) for g in range(0, len(shards), per)]
-    group_runs = [merge_runs([r for i in idx for r in shard_runs(*shards[i][3:6])]) for idx in groups]
+    group_runs = [merge_runs([r for i in idx for r in shard_runs(shards[i][3], shards[i][4], own_runs(shards[i]))]) for idx in groups]
     node_cuts = storage.join(run.work, "members", "node_cuts.bin")
     shuffle.write_cuts(node_cuts, sorted({0, shuffle.KEY_SPACE} | {x for runs in group_runs for run_ in runs for x in run_}))
     return Mapped(tasks, mapped, shards, groups, node_cuts, docs, chars, lost_shards, renumbered)

@@ -10,10 +10,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from marin_assets.core.dedup import shuffle
+from marin_assets.core.dedup import manifest, shuffle
 from marin_assets.core.dedup.components import LABEL_SCHEMA
 from marin_assets.core.dedup.fuzzy.layout import DELTA_SCHEMA, MEMBER_SCHEMA, merge_runs, rows_of, shard_runs
-from marin_assets.core.dedup.fuzzy.state import Components, FuzzyRun, Mapped, Members, verify_partitions
+from marin_assets.core.dedup.fuzzy.state import Components, FuzzyRun, Mapped, Members, own_runs, verify_partitions
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.runner import ShardResult, ShardTask
 
@@ -99,13 +99,14 @@ def run_members(run: FuzzyRun, mapped: Mapped, comps: Components, changed: Seque
         mean_chars = sum(mapped.chars_per_source.values()) // max(1, sum(mapped.docs_per_source.values()))
         member_blocks = verify_partitions(comps.labelled, comps.labelled * mean_chars, scale)
     label_files = run.merged(comps.member_label_files, storage.join(run.work, "members", "labels"), scale.max_inputs_per_task - scale.shards_per_map, cuts=mapped.node_cuts)
+    labels = (manifest.reference_to(label_files, storage.join(run.work, "manifests")),) if len(label_files) >= manifest.MIN_INPUTS else tuple(label_files)  # every task reads them all
     members = run.run(
         [
             ShardTask(
                 fuzzy_members_group,
-                (*(shards[i][2] for i in idx), *label_files),
+                (*(shards[i][2] for i in idx), *labels),
                 storage.join(run.work, "members", f"g{m:06d}.blocks"),
-                GroupParams(tuple(ShardParams(shards[i][0], shards[i][3], shards[i][4], rank[shards[i][0]], shards[i][5]) for i in idx), mapped.node_cuts, member_blocks, delta=comps.incremental),
+                GroupParams(tuple(ShardParams(shards[i][0], shards[i][3], shards[i][4], rank[shards[i][0]], own_runs(shards[i])) for i in idx), mapped.node_cuts, member_blocks, delta=comps.incremental),
             )
             for m, idx in enumerate(mapped.groups)
         ]

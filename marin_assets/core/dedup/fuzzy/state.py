@@ -17,8 +17,52 @@ from marin_assets.core.dedup.fuzzy.layout import LAYOUT, RANK_SHIFT, STATE_FILE,
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.runner import ShardResult, ShardRunner, ShardTask
 
-# One shard as the steps after the map see it: (source, normalized shard, node table, first node, rows, node ranges)
-Shard = tuple[str, str, str, int, int, tuple[tuple[int, int], ...]]
+# One shard as the steps after the map see it: (source, normalized shard, node table, first node,
+# rows, node ranges; None: its first rows, the usual case, not held as ~180 bytes of tuples a shard)
+Shard = tuple[str, str, str, int, int, tuple[tuple[int, int], ...] | None]
+
+
+def own_runs(shard: Shard) -> tuple[tuple[int, int], ...]:
+    """A shard's node ranges as its map task returned them."""
+    _, _, _, first, rows, runs = shard
+    return ((first, first + rows),) if runs is None else runs
+
+
+def step_of(output: str) -> str:
+    """A task's step, from its output's folder."""
+    parts = output.rstrip("/").split("/")
+    if parts[-2].startswith(("merged-", "level-")):
+        return "merge"
+    if "cc" in parts or parts[-2] in ("labels", "delta"):
+        return "components"
+    if parts[-2] in ("edges", "members", "plan", "gather", "verify", "removals", "publish"):
+        return parts[-2]
+    return "map"
+
+
+@dataclasses.dataclass
+class TaskCosts:
+    """Every task's costs as the summary reports them, added up as each step ends: the run keeps
+    these, not every result (~250,000 of them at the pool's size). ``steps``: per step, tasks,
+    CPU seconds of the tasks run now, peak RSS."""
+
+    tasks: int = 0
+    cpu_s: float = 0.0
+    warmup_cpu_s: float = 0.0
+    max_rss_kb: int = 0
+    steps: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+
+    def add(self, results: Sequence[ShardResult]) -> None:
+        for r in results:
+            rss, cpu = int(r.stats.get("rss_kb", 0)), 0.0 if r.reused else float(r.stats.get("cpu_s", 0))
+            self.tasks += 1
+            self.max_rss_kb = max(self.max_rss_kb, rss)
+            self.cpu_s += cpu
+            self.warmup_cpu_s += 0.0 if r.reused else float(r.stats.get("warmup_cpu_s", 0))
+            entry = self.steps.setdefault(step_of(r.output), {"tasks": 0, "cpu_s": 0.0, "max_rss_kb": 0})
+            entry["tasks"] += 1
+            entry["cpu_s"] = round(entry["cpu_s"] + cpu, 3)
+            entry["max_rss_kb"] = max(entry["max_rss_kb"], rss)
 
 
 @dataclasses.dataclass
@@ -40,7 +84,7 @@ class FuzzyRun:
     slot: dict[str, int] = dataclasses.field(default_factory=dict)
     next_row: dict[str, int] = dataclasses.field(default_factory=dict)
     added_base: dict[str, int] = dataclasses.field(default_factory=dict)
-    results: list[ShardResult] = dataclasses.field(default_factory=list)
+    costs: TaskCosts = dataclasses.field(default_factory=TaskCosts)
     state: dict[str, Any] = dataclasses.field(default_factory=dict)
     widest: int = 0  # the most input files any task of the run was given
 
@@ -57,13 +101,13 @@ class FuzzyRun:
         return storage.join(self.out_dir, "_work")
 
     def run(self, tasks: list[ShardTask]) -> list[ShardResult]:
-        """Run one step's tasks; their results join the run's (for the costs and counters). A
+        """Run one step's tasks; their costs join the run's (:class:`TaskCosts`). A
         task's many inputs are named by the step's manifest (:mod:`.manifest`), not listed.
         Each result is made compact as it arrives (:class:`CompactResults`), so what the
         driver holds grows with the tasks by a few hundred bytes each, not by the sources."""
-        self.widest = max([self.widest, *(len(t.inputs) for t in tasks)])
+        self.widest = max([self.widest, *(manifest.count(t.inputs) for t in tasks)])
         done = self.runner.map(manifest.name_inputs(tasks, storage.join(self.work, "manifests")), CompactResults(self.num_examples))
-        self.results.extend(done)
+        self.costs.add(done)
         return done
 
     def map(self, tasks: list[ShardTask]) -> list[ShardResult]:
@@ -301,26 +345,6 @@ def collect_scratch(work: str, cache: str, current: Mapping[str, str], supersede
             storage.remove(uri, recursive=True)
             removed.append(uri)
     return removed
-
-
-def step_costs(results: Sequence[ShardResult]) -> dict[str, dict[str, float]]:
-    """Per step (the task output's folder): tasks, CPU seconds of the tasks run now, peak RSS."""
-    out: dict[str, dict[str, float]] = {}
-    for r in results:
-        parts = r.output.rstrip("/").split("/")
-        if parts[-2].startswith(("merged-", "level-")):
-            step = "merge"
-        elif "cc" in parts or parts[-2] in ("labels", "delta"):
-            step = "components"
-        elif parts[-2] in ("edges", "members", "plan", "gather", "verify", "removals", "publish"):
-            step = parts[-2]
-        else:
-            step = "map"
-        entry = out.setdefault(step, {"tasks": 0, "cpu_s": 0.0, "max_rss_kb": 0})
-        entry["tasks"] += 1
-        entry["cpu_s"] = round(entry["cpu_s"] + (0.0 if r.reused else float(r.stats.get("cpu_s", 0))), 3)
-        entry["max_rss_kb"] = max(entry["max_rss_kb"], int(r.stats.get("rss_kb", 0)))
-    return out
 
 
 @dataclasses.dataclass(frozen=True)
