@@ -25,7 +25,7 @@ removal (of up to 300 sampled removals): no kept document holds half of the remo
 more false removals and fewer missed pairs, at both sizes; and the in-process
 ``fuzzy_duplicates`` step's peak at 4x within 1.3x of its peak at 1x. Exits 1 on a miss.
 
-``python -m bench.bench_dedup_peers`` (``BENCH_QUICK=1``: 1,000 and 4,000 documents, one round;
+``python -m bench.bench_dedup_peers`` (``BENCH_QUICK=1``: 500 and 2,000 documents, one round;
 default 2,000 and 8,000, two rounds).
 """
 
@@ -333,7 +333,7 @@ def main() -> int:
     if sys.argv[1:2] == ["--ours"]:
         ours_child(Path(sys.argv[2]), Path(sys.argv[3]))
         return 0
-    base, rounds = pick(2000, 1000), pick(2, 1)
+    base, rounds = pick(2000, 500), pick(2, 1)
     python = datatrove_python()
     files = corpus_files()
     installs = {f"{p.parent.parent.name}-{p.name}": p for p in python_installs()}

@@ -15,7 +15,7 @@ from marin_assets.core.dedup.fuzzy.added import run_added_edges
 from marin_assets.core.dedup.fuzzy.edges import run_full_components
 from marin_assets.core.dedup.fuzzy.gather import run_gather
 from marin_assets.core.dedup.fuzzy.layout import LAYOUT, STATE_FILE, FuzzyScale, added_uri, clusters_uri
-from marin_assets.core.dedup.fuzzy.map import run_map
+from marin_assets.core.dedup.fuzzy.map import node_tables, run_map
 from marin_assets.core.dedup.fuzzy.members import run_members
 from marin_assets.core.dedup.fuzzy.merge import run_merge, run_relabel
 from marin_assets.core.dedup.fuzzy.plan import run_plan
@@ -81,7 +81,7 @@ def find_fuzzy_duplicates(
     members = run_members(run, mapped, comps, changed)
     gathered, passes, final = verify_passes(run, mapped, members, comps, changed)
     published = run_publish(run, passes, final, changed is not None, members.verify_parts)
-    scratch_bytes = finish(run, passes, final, published)
+    scratch_bytes = finish(run, mapped, passes, final, published)
     return summary(run, mapped, comps, members, gathered, passes, final, published, changed) | {"scratch_bytes": scratch_bytes}
 
 
@@ -145,12 +145,12 @@ def verify_pass(run: FuzzyRun, mapped: Mapped, members: Members, comps: Componen
     return gathered, run_verify(run, mapped, members, comps, vpass, gathered)
 
 
-def finish(run: FuzzyRun, passes: Sequence[Sequence[ShardResult]], verified: Sequence[ShardResult], published: Mapping[str, Mapping[str, Any]]) -> int:
+def finish(run: FuzzyRun, mapped: Mapped, passes: Sequence[Sequence[ShardResult]], verified: Sequence[ShardResult], published: Mapping[str, Mapping[str, Any]]) -> int:
     """Write the state for the next run, then collect the scratch; returns the scratch's bytes
     at its largest (before the collection)."""
     run.state["published"] = {s: {"uri": removed_uri(run.out_dir, s), "removed": int(published[s]["removed"]), "digest": str(published[s]["digest"])} for s in run.sources}
     run.state["clustered_docs"] = sum(int(r.stats.get("clustered_docs", 0)) for r in verified)
-    write_state(storage.join(run.out_dir, STATE_FILE), run.state | {"verify_files": [r.output for r in verified]})
+    write_state(storage.join(run.out_dir, STATE_FILE), run.state | {"node_tables": node_tables(run, mapped), "verify_files": [r.output for r in verified]})
     fs, work_path = storage.filesystem(run.work)
     scratch_bytes = int(fs.du(work_path)) if fs.exists(work_path) else 0
     final = {r.output for r in verified}

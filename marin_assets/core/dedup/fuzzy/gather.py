@@ -20,7 +20,7 @@ from marin_assets.core.dedup.decisions import (
     DedupError,
 )
 from marin_assets.core.dedup.fuzzy.layout import REQUEST_SCHEMA, TEXT_SCHEMA, merge_runs, rows_of, section_uri, shard_runs, streamed_uri
-from marin_assets.core.dedup.fuzzy.state import FuzzyRun, Mapped, own_runs
+from marin_assets.core.dedup.fuzzy.state import FuzzyRun, Mapped
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.runner import ShardResult, ShardTask
 
@@ -32,7 +32,7 @@ class GatherParams:
     rows: int
     max_chars: int
     batch_chars: int = VERIFY_BATCH_CHARS
-    runs: tuple[tuple[int, int], ...] = ()
+    runs: tuple[tuple[int, int], ...] | None = ()  # None: its first rows (as its map task returned them)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +101,7 @@ def _gather_shard(normalized_uri: str, nodes_file: str, requests: pa.Table, para
     flag, and a row group size of about ``batch_chars``; None when the shard has no requested
     row (it is not read)."""
     nodes_table = None
-    if requests.num_rows and params.runs:
+    if requests.num_rows and params.runs != ():  # None: its first rows, still mapped by its node table
         nodes_table = storage.read_parquet_object(nodes_file, columns=["id", "node"])
         requests = requests.filter(pa.array(np.isin(requests.column("key").to_numpy(), nodes_table.column("node").to_numpy())))
     if requests.num_rows == 0:
@@ -165,8 +165,8 @@ def run_gather(run: FuzzyRun, mapped: Mapped, plans: Sequence[ShardResult], incr
     scale = run.scale
 
     def shard(i: int) -> GatherParams:
-        source, _, _, first, rows, _ = mapped.shards[i]
-        return GatherParams(source, first, rows, run.rule.max_chars_per_doc, scale.verify_batch_chars, own_runs(mapped.shards[i]))
+        source, _, _, first, rows, runs = mapped.shards[i]
+        return GatherParams(source, first, rows, run.rule.max_chars_per_doc, scale.verify_batch_chars, runs)
 
     # a gather task reads its shards' normalized files and node tables, and every plan file
     plan_files = tuple(run.merged([r.output for r in plans], storage.join(run.work, "gather", prefix + "plans"), scale.max_inputs_per_task - 2 * scale.shards_per_map, cuts=mapped.node_cuts))

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 from marin_assets.core.dedup import manifest, shuffle
 from marin_assets.core.dedup.components import LABEL_SCHEMA
 from marin_assets.core.dedup.fuzzy.layout import DELTA_SCHEMA, MEMBER_SCHEMA, merge_runs, rows_of, shard_runs
-from marin_assets.core.dedup.fuzzy.state import Components, FuzzyRun, Mapped, Members, own_runs, verify_partitions
+from marin_assets.core.dedup.fuzzy.state import Components, FuzzyRun, Mapped, Members, verify_partitions
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.runner import ShardResult, ShardTask
 
@@ -24,7 +24,7 @@ class ShardParams:
     first_node: int
     rows: int
     rank: int = 0
-    runs: tuple[tuple[int, int], ...] = ()  # node ranges covering the shard's nodes (none: first_node + rows)
+    runs: tuple[tuple[int, int], ...] | None = ()  # node ranges covering the shard's nodes (empty or None: first_node + rows)
 
 
 def _shard_members(nodes_file: str, params: ShardParams, labels: pa.Table) -> pa.Table:
@@ -106,7 +106,7 @@ def run_members(run: FuzzyRun, mapped: Mapped, comps: Components, changed: Seque
                 fuzzy_members_group,
                 (*(shards[i][2] for i in idx), *labels),
                 storage.join(run.work, "members", f"g{m:06d}.blocks"),
-                GroupParams(tuple(ShardParams(shards[i][0], shards[i][3], shards[i][4], rank[shards[i][0]], own_runs(shards[i])) for i in idx), mapped.node_cuts, member_blocks, delta=comps.incremental),
+                GroupParams(tuple(ShardParams(shards[i][0], shards[i][3], shards[i][4], rank[shards[i][0]], shards[i][5]) for i in idx), mapped.node_cuts, member_blocks, delta=comps.incremental),
             )
             for m, idx in enumerate(mapped.groups)
         ]

@@ -22,12 +22,6 @@ from marin_assets.core.runtime.runner import ShardResult, ShardRunner, ShardTask
 Shard = tuple[str, str, str, int, int, tuple[tuple[int, int], ...] | None]
 
 
-def own_runs(shard: Shard) -> tuple[tuple[int, int], ...]:
-    """A shard's node ranges as its map task returned them."""
-    _, _, _, first, rows, runs = shard
-    return ((first, first + rows),) if runs is None else runs
-
-
 def step_of(output: str) -> str:
     """A task's step, from its output's folder."""
     parts = output.rstrip("/").split("/")
