@@ -116,16 +116,21 @@ class FuzzyRun:
         return fanin.bounded(self.run, files, folder, limit, fanin.MergeFilesParams(budget_bytes=self.scale.merge_bytes, **cut))
 
 
+def _smallest(values: list[int]) -> np.ndarray:
+    """``values`` in the narrowest integer type that holds them."""
+    return np.array(values, np.min_scalar_type(max(values, default=0)) if min(values, default=0) >= 0 else np.int64)
+
+
 class RankCounts(Mapping[str, int]):
-    """A verify task's count per source rank (the ``{str(rank): n}`` it returns) as two arrays:
-    ~12 bytes a source, not ~100 (a dict entry with its key and value objects); 16,384 verify
-    tasks x 146 sources would otherwise hold ~0.5 GB in the driver."""
+    """A verify task's count per source rank (the ``{str(rank): n}`` it returns) as two arrays
+    of the narrowest integer types: a few bytes a source, not ~100 (a dict entry with its key and
+    value objects); 16,384 verify tasks x 146 sources would otherwise hold ~0.5 GB in the driver."""
 
     __slots__ = ("_ranks", "_counts")
 
     def __init__(self, counts: Mapping[str, int]) -> None:
-        self._ranks = np.fromiter((int(k) for k in counts), np.int32, len(counts))
-        self._counts = np.fromiter((int(v) for v in counts.values()), np.int64, len(counts))
+        self._ranks = _smallest([int(k) for k in counts])
+        self._counts = _smallest([int(v) for v in counts.values()])
 
     def __getitem__(self, key: str) -> int:
         hit = np.flatnonzero(self._ranks == int(key))
