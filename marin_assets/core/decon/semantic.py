@@ -12,12 +12,13 @@ out). An embedding model can: its vectors of an eval item and of a rewording of 
   within ``document`` cosine of a unit is flagged ``semantic``.
 * **Window look.** A document's embedding is an average over its first tokens; an item inside a
   long document barely moves it. So windows of ``window_lookup_tokens`` words (half
-  overlapping) are scored by the weighted share of a unit's distinctive words they hold; the
-  best ``max_windows_per_doc`` windows with at least ``lexical_share`` (and
-  ``lexical_min_terms`` words) are cut to the paragraph holding most of those words (at most
-  ``window_tokens`` words) and encoded; one within ``window`` cosine of a unit flags the
-  document. Clean documents rarely hold that many of an item's rare words in one window, so few
-  documents are looked at.
+  overlapping) are scored by the weighted share of a unit's distinctive words they hold (a
+  number counts as its words: paraphrases write numbers out); the best windows with at least
+  ``lexical_share`` (and ``lexical_min_terms`` words) are cut to the paragraph holding most of
+  those words (at most ``window_tokens`` words) and up to ``max_windows_per_doc`` distinct
+  paragraphs are encoded; one within ``window`` cosine of a unit flags the document. Clean
+  documents rarely hold that many of an item's rare words in one window, so few documents are
+  looked at.
 
 Cosine thresholds depend on the model: ``SemanticParams.thresholds`` holds them per model,
 calibrated on the paraphrase fixture's calibration split (``bench/bench_decon.py --semantic``).
@@ -44,9 +45,13 @@ from marin_assets.core.decon.params import EvalRow
 from marin_assets.core.embed import embeddings as embed
 from marin_assets.core.runtime import storage
 
-CODE_VERSION = "1"  # the eval_embeddings folder: units, vectors, lexicon
+CODE_VERSION = "2"  # the eval_embeddings folder: units, vectors, lexicon
 POLICIES = ("flag", "drop")  # flag: reported only; drop: the pool drops semantic flags too
-WORD = re.compile(r"[^\W\d_]{2,}")  # words of 2+ letters (numbers are often written out); ``_`` splits identifiers
+WORD = re.compile(r"[^\W\d_]{2,}|\d+")  # words of 2+ letters (``_`` splits identifiers), and numbers
+MIN_NUMBER_WORDS = 10  # smaller numbers (indexes, counters, everywhere in code) stay digits
+_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+         "seventeen eighteen nineteen").split()
+_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
 PARAGRAPH = re.compile(r"\n[ \t]*\n")  # a blank line ends a paragraph
 UNITS_FILE = "units.parquet"
 VECTORS_FILE = "vectors.npy"
@@ -60,11 +65,11 @@ class SemanticParams:
 
     policy: str = "flag"
     # calibrated on the paraphrase fixture's calibration split (bench/bench_semantic.py --calibrate)
-    thresholds: tuple[tuple[str, float, float], ...] = ((embed.OFFLINE_MODEL, 0.692, 0.597),)
+    thresholds: tuple[tuple[str, float, float], ...] = ((embed.OFFLINE_MODEL, 0.703, 0.632),)
     min_field_words: int = 8  # a field this long is a unit of its own (a copy of only the question)
     window_lookup_tokens: int = 96  # words of a window scored for lexical evidence (half overlapping)
     window_tokens: int = 256  # at most this many words of it are encoded
-    max_windows_per_doc: int = 2
+    max_windows_per_doc: int = 6  # distinct paragraphs encoded per candidate document
     lexical_share: float = 0.3  # of a unit's distinctive-word weight in one window
     lexical_min_terms: int = 6
     max_term_units: int = 1_000  # a word in more units is not distinctive
@@ -102,8 +107,26 @@ def lexical_term(word: str) -> str:
     return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
 
 
+def number_words(n: int) -> list[str]:
+    """``n`` (below a million) as the words a paraphrase writes it with: 96 -> ninety, six."""
+    if n < 20:
+        return [_ONES[n]]
+    if n < 100:
+        return [_TENS[n // 10]] + (number_words(n % 10) if n % 10 else [])
+    big, unit = (1000, "thousand") if n >= 1000 else (100, "hundred")
+    return number_words(n // big) + [unit] + (number_words(n % big) if n % big else [])
+
+
+def token_terms(token: str) -> list[str]:
+    """The lexicon's terms of one token: a word's term; a number of two to six digits as its
+    words (a paraphrase writes it out); a smaller number as its digits; none for a larger one."""
+    if not token.isdigit() or int(token) < MIN_NUMBER_WORDS:
+        return [lexical_term(token)]
+    return number_words(int(token)) if len(token) <= 6 else []
+
+
 def words(text: str) -> list[str]:
-    return [lexical_term(w) for w in WORD.findall(text)]
+    return [t for w in WORD.findall(text) for t in token_terms(w)]
 
 
 def _lexicon(texts: Sequence[str], params: SemanticParams) -> tuple[list[str], np.ndarray, sp.csr_matrix]:
@@ -213,7 +236,7 @@ def _candidate_windows(texts: Sequence[str], index: EvalEmbeddings, params: Sema
     half = max(params.window_lookup_tokens // 2, 1)
     doc_of, win_rows, win_cols, spans = [], [], [], []
     for d, text in enumerate(texts):
-        found = [(m.start(), m.end(), index.term_ids.get(lexical_term(m.group()), -1)) for m in WORD.finditer(text or "")]
+        found = [(m.start(), m.end(), index.term_ids.get(t, -1)) for m in WORD.finditer(text or "") for t in token_terms(m.group())]
         pos = np.array([k for k, f in enumerate(found) if f[2] >= 0], dtype=np.int64)
         if len(pos) < params.lexical_min_terms:
             continue
@@ -237,8 +260,12 @@ def _candidate_windows(texts: Sequence[str], index: EvalEmbeddings, params: Sema
         chosen.setdefault(doc_of[w], []).append((float(best[w]), w))
     out = []
     for d, scored in chosen.items():
-        for _, w in sorted(scored, reverse=True)[:params.max_windows_per_doc]:
-            out.append((d, _span_text(texts[d], spans[w], int(best_unit[w]), index, params), float(best[w])))
+        kept: dict[str, float] = {}  # overlapping windows often cut to the same paragraph: encode it once
+        for share, w in sorted(scored, reverse=True):
+            kept.setdefault(_span_text(texts[d], spans[w], int(best_unit[w]), index, params), share)
+            if len(kept) == params.max_windows_per_doc:
+                break
+        out.extend((d, span, share) for span, share in kept.items())
     return out
 
 

@@ -94,6 +94,32 @@ def built_index(tmp_path_factory) -> str:
     return out
 
 
+def test_a_number_and_the_words_it_is_written_with_are_the_same_terms() -> None:
+    written_out = semantic.words("Eighty-four apples and one thousand two hundred pears, 7 left")
+    assert semantic.words("84 apples and 1200 pears, 7 left") == written_out
+    assert semantic.words("seven left") != semantic.words("7 left")  # small numbers stay digits (code)
+    assert semantic.words("id 12345678") == ["id"]
+
+
+def test_a_candidate_document_encodes_each_paragraph_once() -> None:
+    """Overlapping windows that cut to the same paragraph are encoded once; further windows
+    (elsewhere in the document) are looked at too."""
+    item = next(i for i in ITEMS if i.eval_set == "fixture_math")
+    units = semantic.eval_units([item.row()], 8)
+    texts = [u[3] for u in units]
+    terms, weight, incidence = semantic._lexicon(texts, semantic.SemanticParams(max_term_fraction=1.0))
+    index = semantic.EvalEmbeddings({}, None, [u[0] for u in units], [u[1] for u in units], texts,
+                                    {t: k for k, t in enumerate(terms)}, weight, incidence,
+                                    np.asarray(incidence @ weight).ravel())
+    filler = " ".join(["plain filler text about nothing"] * 40)
+    document = "\n\n".join([filler, item.text, filler, item.paraphrase, filler])
+    windows = semantic._candidate_windows([document], index, semantic.SemanticParams(max_term_fraction=1.0))
+    spans = [span for _, span, _ in windows]
+    assert len(spans) == len(set(spans)) >= 2  # the copied row's paragraphs and the paraphrase
+    assert any(s in item.paraphrase and len(s) >= 0.95 * len(item.paraphrase) for s in spans)  # its words' span
+    assert not any("filler" in s for s in spans)
+
+
 @pytest.mark.system
 def test_reworded_items_are_found_and_clean_code_and_word_problems_are_not(built_index) -> None:
     """Held-out items (thresholds were calibrated on the other half), the bundled model, the
