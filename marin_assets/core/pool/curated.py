@@ -38,6 +38,7 @@ from marin_assets.core.embed.embeddings import OFFLINE_MODEL, OFFLINE_MODEL_REVI
 from marin_assets.core.embed.quality import BandEdges, all_groups, band_of, group_name, load_band_edges
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.errors import BadInput
+from marin_assets.core.runtime.integrity import check_text_ids
 
 # Token counts of the training data: the Llama-3 tokenizer the Marin models train with, at the
 # revision its tokenized caches were built with (the recorded short pin; the Hub resolves it to
@@ -259,6 +260,7 @@ def pool_shard(input_uris: list[str], output_uri: str, params: PoolParams) -> di
     # Only the pool's columns are read: provider columns can be most of a shard.
     normalized = storage.read_parquet(normalized_uri, columns=[c for c in ("id", params.text_column, "source_id") if c in available])
     ids = normalized.column("id")
+    check_text_ids(normalized_uri, ids, normalized.column(params.text_column))
     n = len(ids)
     topics = storage.read_parquet(topics_uri, columns=["id", "topic"])
     scores = storage.read_parquet(quality_uri, columns=["id", "score"])
