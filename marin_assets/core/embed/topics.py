@@ -190,7 +190,7 @@ def read_rows(uri: str, rows: np.ndarray, columns: Sequence[str]) -> pa.Table:
     rows = np.asarray(rows, dtype=np.int64)
     fs, path = storage.filesystem(uri)
     with fs.open(path, "rb") as handle:
-        parquet = pq.ParquetFile(handle)
+        parquet = storage.parquet_file(handle)
         meta = parquet.metadata
         sizes = np.array([meta.row_group(g).num_rows for g in range(meta.num_row_groups)], dtype=np.int64)
         starts = np.concatenate([[0], np.cumsum(sizes)])

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from marin_assets.core.runtime import integrity, storage
@@ -297,6 +297,27 @@ def reusable(out: Output) -> dict[str, Any] | None:
         if out.data_uri:
             storage.remove(out.data_uri, recursive=True)
     return None
+
+
+def verify_outputs(layout: storage.Layout, specs: Sequence[StageSpec], sources: Sequence[str]) -> Iterator[tuple[str, dict[str, str]]]:
+    """Each current output of ``specs`` (per source of ``sources`` for partitioned stages) and
+    its files that differ from its manifest's records, every file's bytes read (empty: intact)."""
+    for spec in specs:
+        if spec.study_stage:
+            continue
+        for part in sources if spec.partitioned else [None]:
+            record = storage.read_current(spec.group_uri(layout, part))
+            if record is None:
+                continue
+            manifest = storage.read_manifest(record["uri"])
+            if manifest is None:
+                yield record["uri"], {storage.manifest_uri(record["uri"]): "the output is incomplete (no manifest)"}
+                continue
+            out = Output(record["uri"], record["fingerprint"], record.get("data_uri") or spec.data_uri(layout, part, record["fingerprint"]))
+            if not manifest.get("files"):
+                yield out.uri, {storage.manifest_uri(out.uri): "records no file digests (written before outputs carried them): rematerialize to record them"}
+                continue
+            yield out.uri, damaged_files(out, manifest, digests=True)
 
 
 def run_shards(

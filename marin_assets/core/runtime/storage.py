@@ -348,9 +348,10 @@ def parquet_num_rows(uri: str) -> int:
     """A Parquet file's rows, from its footer: from an object store one ranged read of its end,
     not a size lookup and then reads."""
     fs, path = filesystem(uri)
-    if "file" in _protocols(fs):
-        return pq.ParquetFile(path).metadata.num_rows
-    return _footer_metadata(_parquet_footer(fs, path, uri)).num_rows
+    with reading_parquet(uri):
+        if "file" in _protocols(fs):
+            return pq.ParquetFile(path).metadata.num_rows
+        return _footer_metadata(_parquet_footer(fs, path, uri)).num_rows
 
 
 class _KnownParts(io.RawIOBase):
