@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import sys
 import time
 
 import numpy as np
 
-from bench.harness import absolute_goal, pick
+from bench.harness import absolute_goal, exit_status, pick
 from marin_assets.core.mixture import fit as mf
 from marin_assets.core.mixture import gates
 from marin_assets.core.mixture import swarm as ms
@@ -125,4 +126,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main()))

@@ -19,6 +19,7 @@ Goals: throughput >= 0.7x the reference on both; the peak memory on the large fi
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 
 import numpy as np
@@ -129,4 +130,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(harness.exit_status(main()))
