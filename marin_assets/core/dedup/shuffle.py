@@ -413,7 +413,7 @@ def _read_file_ranges(uri: str, spans: Sequence[tuple[int, int]], columns: Seque
     if uri.endswith(BLOCK_SUFFIX):  # equal-range blocks (write_keyed): the blocks covering the spans
         return _read_keyed(uri, spans, schema, columns)
     fs, path = storage.filesystem(uri)
-    with fs.open(path, "rb") as handle:
+    with storage.reading_parquet(uri), fs.open(path, "rb") as handle:
         reader = storage.parquet_file(handle)
         groups = overlapping_groups(reader, spans)
         if not groups:
@@ -561,7 +561,7 @@ def merge_sorted(runs: Sequence[Iterator[pa.Table]], keys: Sequence[str]) -> Ite
 def parquet_row_groups(uri: str, columns: Sequence[str] | None = None) -> Iterator[pa.Table]:
     """A Parquet file's row groups, one at a time (the file opened for the stream's life)."""
     fs, path = storage.filesystem(uri)
-    with fs.open(path, "rb") as handle:
+    with storage.reading_parquet(uri), fs.open(path, "rb") as handle:
         reader = storage.parquet_file(handle)
         for g in range(reader.metadata.num_row_groups):
             yield reader.read_row_group(g, columns=columns, use_threads=False)

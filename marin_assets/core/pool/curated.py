@@ -206,7 +206,7 @@ def _removed_ids_in_shard(removed_uri: str, shard_ids: pa.Array, params: PoolPar
     if len(shard_ids) == 0:
         return pa.array([], pa.string())
     low, high = pc.min(shard_ids).as_py(), pc.max(shard_ids).as_py()
-    with fs.open(path, "rb") as handle:
+    with storage.reading_parquet(removed_uri), fs.open(path, "rb") as handle:
         parquet = storage.parquet_file(handle)
         if "id" not in parquet.schema_arrow.names:
             raise PoolError(f"source {params.source!r}: {removed_uri} has no 'id' column; rebuild the {what} dedup output")
@@ -228,7 +228,7 @@ def _null_mask(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
 
 def _column_names(uri: str) -> list[str]:
     fs, path = storage.filesystem(uri)
-    with fs.open(path, "rb") as handle:
+    with storage.reading_parquet(uri), fs.open(path, "rb") as handle:
         return list(storage.parquet_file(handle).schema_arrow.names)
 
 

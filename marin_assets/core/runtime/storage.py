@@ -279,7 +279,7 @@ def reading_parquet(uri: str) -> Iterator[None]:
         yield
     except FileNotFoundError:
         raise
-    except (pa.ArrowInvalid, OSError) as exc:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:  # the last: footer statistics no longer UTF-8
         raise CorruptOutput(f"{uri} cannot be read as Parquet ({exc}); {repair_hint(uri)}") from exc
 
 
