@@ -9,6 +9,7 @@
     marin-assets dev                the Dagster UI on the embedded default (demo Hub if no HF_ENDPOINT)
     marin-assets build [--sources a,b]  each source's chain and the global steps after it, one backfill, followed to the end
     marin-assets verify [--sources a,b]  re-read published outputs; every file against its recorded size and digest
+    marin-assets instance           create the DAGSTER_HOME instance's storage once, before any run
     marin-assets runs [--free]      runs whose process died (still STARTED, holding pool slots); --free frees them
 """
 
@@ -74,6 +75,16 @@ def _cmd_serve_hub(args: argparse.Namespace) -> int:
     from marin_assets.testing.hub_server import serve  # test and demo infrastructure, not a stage
 
     serve(args.root, port=args.port, host=args.host)
+    return 0
+
+
+def _cmd_instance(args: argparse.Namespace) -> int:
+    """Create the DAGSTER_HOME instance's storage (its databases and their schema version) now,
+    in one process: runs started at once on a fresh instance would each create it, and a
+    version table stamped twice leaves every later command failing."""
+    from dagster import DagsterInstance
+
+    DagsterInstance.get().dispose()
     return 0
 
 
@@ -256,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sources", default="", help="comma-separated catalog sources (default: every source)")
     p.add_argument("--catalog", default=None, help="catalog file (default: MARIN_CATALOG or the packaged one)")
     p.set_defaults(fn=_cmd_verify)
+
+    p = sub.add_parser("instance", help="create the DAGSTER_HOME instance's storage once, before any run (make home does)")
+    p.set_defaults(fn=_cmd_instance)
 
     p = sub.add_parser("runs", help="runs whose process died and that still hold pool slots")
     p.add_argument("--free", action="store_true", help="mark them failed and free their pool slots")

@@ -4,6 +4,7 @@ the spec (``marin_assets.core.specs``), so an asset's ``deps`` are its declared 
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import dagster as dg
 
 from marin_assets.core import specs
+from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.stages import StageSpec
 from marin_assets.core.specs import SOURCE_PINS
 from marin_assets.defs.mixture.partitions import proxy_run_partitions, study_partitions
@@ -51,7 +53,7 @@ def stage_asset(spec: StageSpec, **kwargs: Any) -> Callable[[Callable[..., Any]]
     for field in ("name", "deps", "partitions_def", "group_name", "code_version"):
         if field in kwargs:
             raise TypeError(f"stage_asset({spec.name}): '{field}' comes from the stage spec")
-    return dg.asset(
+    decorate = dg.asset(
         name=spec.name,
         deps=deps_for(spec),
         partitions_def=partitions_for(spec),
@@ -61,6 +63,22 @@ def stage_asset(spec: StageSpec, **kwargs: Any) -> Callable[[Callable[..., Any]]
         tags={**tags_for(spec), **kwargs.pop("tags", {})},
         **kwargs,
     )
+    return lambda fn: decorate(named_writer(fn))
+
+
+def named_writer(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` run with its Dagster run named as the writer of what it writes, so a second run
+    that wants to write the same output is told which run holds it."""
+
+    @functools.wraps(fn)
+    def run(context: Any, *args: Any, **kwargs: Any) -> Any:
+        token = storage.WRITER.set(f"run {context.run_id}")
+        try:
+            return fn(context, *args, **kwargs)
+        finally:
+            storage.WRITER.reset(token)
+
+    return run
 
 
 def stage_assets() -> list[dg.AssetsDefinition | dg.SourceAsset]:

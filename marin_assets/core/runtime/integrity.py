@@ -24,7 +24,7 @@ from marin_assets.core.runtime.errors import CorruptOutput
 
 DIGEST = "xxh3_128"
 BLOCK_BYTES = 8 << 20
-UNRECORDED = (storage.MANIFEST, storage.PARTIAL_DIR)  # written after the records, or dropped once it is written
+UNRECORDED = (storage.MANIFEST, storage.PARTIAL_DIR, storage.WRITING)  # written after the records, or dropped once it is written
 
 
 def file_digest(uri: str) -> str:

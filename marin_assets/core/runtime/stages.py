@@ -240,15 +240,17 @@ def run_stage(
 def _record(group_uri: str, out: Output, header: Mapping[str, Any], build: Callable[[Output], Mapping[str, Any]]) -> dict[str, Any]:
     """The one writer of manifests and pointers: reuse the complete ``out`` when its files are
     what was written, or ``build`` it and write its manifest (``header``, the body ``build``
-    returns and each file's size and digest) last; then point the group's ``_current.json`` at it."""
-    manifest = reusable(out)
-    reused = manifest is not None
-    if manifest is None:
-        manifest = dict(header) | dict(build(out)) | {"fingerprint": out.fingerprint}
-        manifest["files"] = integrity.file_records(out.uri)
-        if out.data_uri:
-            manifest["data_files"] = integrity.file_records(out.data_uri)
-        storage.write_manifest(out.uri, manifest)
+    returns and each file's size and digest) last; then point the group's ``_current.json`` at it.
+    One run at a time does this for one output folder (``storage.one_writer``)."""
+    with storage.one_writer(out.uri):
+        manifest = reusable(out)
+        reused = manifest is not None
+        if manifest is None:
+            manifest = dict(header) | dict(build(out)) | {"fingerprint": out.fingerprint}
+            manifest["files"] = integrity.file_records(out.uri)
+            if out.data_uri:
+                manifest["data_files"] = integrity.file_records(out.data_uri)
+            storage.write_manifest(out.uri, manifest)
     pointer = {"data_uri": out.data_uri} if out.data_uri else {}
     storage.publish_current(group_uri, out.fingerprint, out.uri, **pointer)
     return manifest | {"uri": out.uri, "fingerprint": out.fingerprint, "reused": reused} | pointer
@@ -293,7 +295,9 @@ def reusable(out: Output) -> dict[str, Any] | None:
             storage.remove(record)
             storage.remove(uri)
     else:
-        storage.remove(out.uri, recursive=True)
+        for entry in storage.listdir(out.uri):
+            if storage.basename(entry) != storage.WRITING:  # this run's hold on the folder stays
+                storage.remove(entry, recursive=True)
         if out.data_uri:
             storage.remove(out.data_uri, recursive=True)
     return None

@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import io
 import json
 import os
 import re
+import socket
 import tempfile
+import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +34,7 @@ import fsspec.asyn
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from marin_assets.core.runtime.errors import CorruptOutput
+from marin_assets.core.runtime.errors import ConfigurationError, CorruptOutput
 from marin_assets.core.runtime.trust import inside, pid_alive, pid_tag
 
 MANIFEST = "_manifest.json"
@@ -498,6 +502,93 @@ def publish_current(group_uri: str, fingerprint: str, uri: str, **extra: Any) ->
 def read_current(group_uri: str) -> dict[str, Any] | None:
     uri = join(group_uri, CURRENT)
     return read_json(uri) if exists(uri) else None
+
+
+# --------------------------------------------------------------------------- one writer per output
+
+WRITING = "_writing.json"  # an output folder's writer: who, since when, last heartbeat
+STALE_AFTER_S = 300.0  # a writer whose heartbeat is older is gone (a lost machine); on this host a dead pid is gone at once
+HEARTBEAT_S = 30.0
+WRITER: contextvars.ContextVar[str] = contextvars.ContextVar("marin_writer", default="")  # the run, as the orchestrator names it
+
+
+class OutputBusy(ConfigurationError):
+    """Another live run writes this output folder now."""
+
+
+def _writer_record() -> dict[str, Any]:
+    return {"run": WRITER.get() or f"process {os.getpid()}", "host": socket.gethostname(), "pid": os.getpid(),
+            "token": uuid.uuid4().hex, "since": time.time(), "heartbeat": time.time()}  # fmt: skip
+
+
+def _create_exclusive(uri: str, payload: Mapping[str, Any]) -> bool:
+    """Create ``uri`` holding ``payload`` unless it exists (False): a hard link of a finished
+    temporary file on local disk, an upload on condition that no generation exists on Cloud Storage."""
+    data = json.dumps(dict(payload)).encode()
+    path = local_path(uri)
+    if path is not None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}{_tmp_suffix()}"
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+        try:
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            os.remove(tmp)
+    fs, fspath = filesystem(uri)
+    if fs.exists(fspath):
+        return False
+    try:
+        fs.pipe_file(fspath, data, mode="create")
+    except FileExistsError:
+        return False
+    return read_json(uri).get("token") == payload["token"]  # a store without the condition: the last writer holds it
+
+
+def _gone(holder: Mapping[str, Any]) -> bool:
+    if holder.get("host") == socket.gethostname() and not pid_alive(int(holder.get("pid", 0))):
+        return True
+    return time.time() - float(holder.get("heartbeat", 0)) > STALE_AFTER_S
+
+
+@contextlib.contextmanager
+def one_writer(dir_uri: str) -> Iterator[None]:
+    """Hold ``dir_uri`` for this run while the block runs: a second run that wants to write it
+    stops at once with ``OutputBusy`` naming the first (its run, host and process); a holder
+    whose process is gone (or whose heartbeat stopped) is replaced."""
+    uri, mine = join(dir_uri, WRITING), _writer_record()
+    while not _create_exclusive(uri, mine):
+        try:
+            holder = read_json(uri)
+        except (FileNotFoundError, ValueError):  # released meanwhile, or written this instant
+            continue
+        if not _gone(holder):
+            raise OutputBusy(
+                f"{dir_uri} is being written by {holder.get('run')} (process {holder.get('pid')} on {holder.get('host')}, "
+                f"since {time.strftime('%H:%M:%S', time.localtime(float(holder.get('since', 0))))}); wait for it to finish, "
+                f"then materialize again: its output is reused"
+            )
+        if read_json(uri).get("token") == holder.get("token"):
+            remove(uri)
+    beating = threading.Event()
+
+    def heartbeat() -> None:
+        while not beating.wait(HEARTBEAT_S):
+            write_json(uri, dict(mine, heartbeat=time.time()))
+
+    thread = threading.Thread(target=heartbeat, daemon=True, name="marin-writer-heartbeat")
+    thread.start()
+    try:
+        yield
+    finally:
+        beating.set()
+        thread.join()
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            if read_json(uri).get("token") == mine["token"]:
+                remove(uri)
 
 
 # --------------------------------------------------------------------------- fingerprints
