@@ -94,6 +94,48 @@ def test_a_huge_line_in_a_compressed_file_is_counted_in_bounded_memory(world, na
     world.rows(6, seen["rows"], seen["counters"]["too_long"])
 
 
+WRITE_CELL_BOMB = """
+import sys, pyarrow as pa, pyarrow.parquet as pq
+path, cell = sys.argv[1], int(sys.argv[2])
+schema = pa.schema([("id", pa.string()), ("text", pa.large_string())])
+rows = lambda first: pa.table({"id": [f"r{i}" for i in range(first, first + 50)], "text": [f"row {i} of the fault suite" for i in range(first, first + 50)]}, schema)
+big = pa.LargeStringArray.from_buffers(1, pa.py_buffer(memoryview(pa.array([0, cell], pa.int64()).buffers()[1])), pa.py_buffer(b"a" * cell))
+with pq.ParquetWriter(path, schema, compression="zstd") as writer:  # rows, the cell in a row group of its own, rows
+    writer.write_table(rows(0))
+    writer.write_table(pa.table({"id": ["bomb"], "text": big}, schema))
+    writer.write_table(rows(50))
+"""
+
+
+def write_cell_bomb(path: Path, cell_bytes: int) -> None:
+    """A Parquet file of 100 rows and one ``cell_bytes`` text cell, written in a child (it holds the cell)."""
+    subprocess.run([sys.executable, "-c", WRITE_CELL_BOMB, str(path), str(cell_bytes)], check=True, timeout=300)
+
+
+@pytest.mark.system  # a GiB compressed in a child, then read in another
+def test_a_huge_parquet_cell_is_counted_in_bounded_memory(world):
+    path = world.root / "cell.parquet"
+    write_cell_bomb(path, 1 << 30)
+    assert path.stat().st_size < MIB  # a GiB of text in well under a MiB
+    world.inject()
+    seen = read_in_subprocess("parquet", path)
+    assert seen["rows"] == 100 and seen["counters"]["too_long"] == 1
+    world.peak("parquet cell", seen["grown"], BOUND)
+    world.rows(101, seen["rows"], seen["counters"]["too_long"])
+
+
+def test_normalize_counts_a_parquet_cell_over_the_limit_with_its_file_and_row_group(world, monkeypatch, caplog):
+    monkeypatch.setattr(formats, "MAX_ROW_BYTES", 64 << 10)
+    path = world.scratch / "cell.parquet"
+    write_cell_bomb(path, 1 << 20)
+    world.inject()
+    with caplog.at_level(logging.WARNING):
+        manifest = run(world, {"cell.parquet": path.read_bytes()})
+    assert manifest["rows"] == 100 and manifest["bad_rows"]["too_long"] == 1
+    assert any("cell.parquet' line 1: row group 1 (1 rows): column text has a page of" in r.getMessage() for r in caplog.records)
+    account(world, manifest, 101)
+
+
 @pytest.fixture(scope="module")
 def zip_bomb(tmp_path_factory) -> Path:
     """Two award files and one member inflating to 512 MiB, in a zip of about half a MiB."""
