@@ -34,6 +34,7 @@ import fsspec.asyn
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from marin_assets.core.runtime import retry
 from marin_assets.core.runtime.errors import ConfigurationError, CorruptOutput
 from marin_assets.core.runtime.trust import inside, pid_alive, pid_tag
 
@@ -690,9 +691,11 @@ class _GcsObjectStream(io.RawIOBase):
     the filesystem's credentials. Each stream has a connection of its own (a merge holds up to
     1,024 open at once, past any shared pool's limit, and a stream waits while the others are
     read); a connection that breaks mid-body is resumed from the byte reached, at the same
-    object generation, a few times before the read fails."""
+    object generation, a few times before the read fails. Each GET (the first, and each resume) is
+    tried again after a 429, a 5xx or a refused connection, waiting per ``POLICY``."""
 
     RESUMES = 3
+    POLICY = retry.RetryPolicy(attempts=8, base_wait_s=1.0, min_wait_s=1.0, max_wait_s=60.0, max_jitter_s=5.0)
 
     def __init__(self, fs: Any, path: str) -> None:
         self._fs, self._path = fs, path
@@ -713,11 +716,25 @@ class _GcsObjectStream(io.RawIOBase):
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=60))
         url = self._fs.url(self._path, generation=self._generation) if self._generation else self._fs.url(self._path)
         headers = self._fs._get_headers({"Range": f"bytes={self._position}-"} if self._position else None)
-        response = await self._session.get(url=url, params=self._fs._get_params({}), headers=headers)
-        if response.status >= 400:
-            body = await response.read()
-            response.release()
-            validate_response(response.status, body, url)
+        last = self.POLICY.attempts - 1
+        for attempt in range(self.POLICY.attempts):  # a 5xx, 429 or refused connection, at open and on resume
+            try:
+                response = await self._session.get(url=url, params=self._fs._get_params({}), headers=headers)
+            except (aiohttp.ClientConnectionError, asyncio.TimeoutError):
+                if attempt == last:
+                    raise
+                await asyncio.sleep(self.POLICY.wait_s(attempt))
+                continue
+            if response.status in retry.RETRY_STATUS and attempt < last:
+                reset = retry.rate_limit_reset(response.headers)
+                response.release()
+                await asyncio.sleep(self.POLICY.wait_s(attempt, reset))
+                continue
+            if response.status >= 400:
+                body = await response.read()
+                response.release()
+                validate_response(response.status, body, url)
+            break
         self._generation = self._generation or response.headers.get("x-goog-generation")
         self._response = response
 
