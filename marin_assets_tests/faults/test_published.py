@@ -30,7 +30,7 @@ from marin_assets.core.ingest import normalize
 from marin_assets.core.pool import curated as pool
 from marin_assets.core.runtime import integrity, stages, storage
 from marin_assets.core.runtime.runner import ShardRunner
-from marin_assets_tests.core.test_pool import build_pool_inputs
+from marin_assets_tests.core.pool.test_curated import build_pool_inputs
 
 FLIPS = int(os.environ.get("FAULT_FLIPS", "20"))  # per output: 60 single-bit flips over the three
 

@@ -279,10 +279,11 @@ def repair_hint(uri: str) -> str:
 @contextlib.contextmanager
 def reading_parquet(uri: str) -> Iterator[None]:
     """Errors of a Parquet reader (a page whose checksum fails, a cut-off file, a broken footer)
-    as ``CorruptOutput`` naming the file and the fix; a missing file stays ``FileNotFoundError``."""
+    as ``CorruptOutput`` naming the file and the fix; a missing file, a dropped connection or a
+    timeout stay what they are (a retry may help those)."""
     try:
         yield
-    except FileNotFoundError:
+    except (FileNotFoundError, ConnectionError, TimeoutError):
         raise
     except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:  # the last: footer statistics no longer UTF-8
         raise CorruptOutput(f"{uri} cannot be read as Parquet ({exc}); {repair_hint(uri)}") from exc
