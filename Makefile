@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml
 
 # The instance's storage is created here, once, before any run: runs started at once on a fresh
 # instance would each create it.
-home: install
+home:
 	@mkdir -p $(DAGSTER_HOME) $(MARIN_PREFIX)
 	@ln -sf $(CURDIR)/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
 	@$(BIN)/marin-assets instance

@@ -198,3 +198,17 @@ def test_bit_flips_and_a_cut_in_the_pool_are_caught_by_the_next_run_and_by_its_r
     flip_and_read(world, rng, manifest, files, read)
     rematerialize_repairs(world, manifest, files[0], lambda p: flip(p, 8 * (p.stat().st_size // 2)), built_pool)
     rematerialize_repairs(world, manifest, files[-1], cut_in_half, built_pool)
+
+
+def test_marin_assets_verify_names_a_damaged_file_and_exits_non_zero(world, capsys):
+    from marin_assets import cli
+
+    manifest = build_normalized(world, "src", 1)
+    assert cli.main(["verify", "--sources", "src"]) == 0
+    assert "outputs checked, 0 damaged" in capsys.readouterr().out
+    shard = Path(storage.list_shards(manifest["uri"])[0])
+    flip(shard, 8 * (shard.stat().st_size // 2))
+    world.inject()
+    assert cli.main(["verify", "--sources", "src"]) == 1
+    out = capsys.readouterr().out
+    assert f"DAMAGED {shard}: its digest is" in out and "1 damaged; rematerialize" in out
