@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import xxhash
 
 from marin_assets.core.runtime import kernels, storage
-from marin_assets.core.runtime.errors import CorruptOutput
+from marin_assets.errors import CorruptOutput
 
 DIGEST = "xxh3_128"
 BLOCK_BYTES = 8 << 20

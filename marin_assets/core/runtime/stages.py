@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from marin_assets.core.runtime import integrity, storage
-from marin_assets.core.runtime.errors import BadInput, ConfigurationError
 from marin_assets.core.runtime.runner import ShardFn, ShardResult, ShardRunner, ShardTask
+from marin_assets.errors import BadInput, ConfigurationError
 
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,9 @@ class StageSpec:
     ``by_run`` marks a study stage with one partition per proxy run.
     ``phase`` names the job that builds it (``specs.PHASES``), ``step`` its step's size beyond the
     default pod, ``bench`` the bench that holds it to a goal.
+    ``shard_fn`` (per source): its asset is generated, each input shard mapped by it with the
+    reference ``params``; ``rows_counter`` names the shards' counter of rows, ``description``
+    what the UI says of it.
     """
 
     name: str
@@ -82,6 +85,9 @@ class StageSpec:
     phase: str = ""
     step: StepSize | None = None
     bench: Bench | None = None
+    shard_fn: ShardFn | None = None
+    rows_counter: str = "rows"
+    description: str = ""
 
     @property
     def co_partitioned(self) -> bool:

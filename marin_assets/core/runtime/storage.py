@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from marin_assets.core.runtime import retry
-from marin_assets.core.runtime.errors import ConfigurationError, CorruptOutput
+from marin_assets.errors import ConfigurationError, CorruptOutput
 from marin_assets.core.runtime.trust import inside, pid_alive, pid_tag
 
 MANIFEST = "_manifest.json"

@@ -6,7 +6,7 @@ import numpy as np
 
 from marin_assets.core.embed import embeddings as embed
 from marin_assets.core.runtime import storage
-from marin_assets.core.runtime.errors import CorruptOutput
+from marin_assets.errors import CorruptOutput
 from marin_assets.core import specs
 from marin_assets.core.specs import EMBEDDINGS
 from marin_assets.defs.checks.output import NoOutput, damaged, missing_output, output_uri, parquet_schema

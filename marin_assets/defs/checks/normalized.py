@@ -7,7 +7,7 @@ import pyarrow as pa
 
 from marin_assets.core.ingest import formats
 from marin_assets.core.runtime import storage
-from marin_assets.core.runtime.errors import CorruptOutput
+from marin_assets.errors import CorruptOutput
 from marin_assets.core.specs import NORMALIZED
 from marin_assets.defs.checks.output import NoOutput, damaged, missing_output, output_uri, parquet_schema
 from marin_assets.defs.partitions import source_partitions

@@ -6,7 +6,7 @@ import dagster as dg
 import pyarrow as pa
 
 from marin_assets.core.runtime import integrity, storage
-from marin_assets.core.runtime.errors import BadInput
+from marin_assets.errors import BadInput
 
 
 class NoOutput(BadInput):

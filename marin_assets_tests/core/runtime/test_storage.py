@@ -9,7 +9,7 @@ import pytest
 
 from marin_assets.core import specs
 from marin_assets.core.runtime import storage
-from marin_assets.core.runtime.errors import CorruptOutput
+from marin_assets.errors import CorruptOutput
 
 
 @pytest.fixture(params=["local", "gcs"])
