@@ -158,8 +158,7 @@ def test_bit_flips_and_a_cut_in_a_global_dedup_decision_are_caught_by_the_next_r
     removed = Path(decisions.removed_uri(manifest["uri"], "beta"))
     assert manifest["stats"]["removed"] == 40  # the shared documents, kept in alpha
     ids = storage.read_parquet(storage.list_shards(inputs["beta"].uri)[0], ["id"]).column("id").combine_chunks()
-    pool_params = pool.PoolParams(source="beta", pool_dir="", band_edges_uri="", exact_removed_uri=str(removed), fuzzy_removed_uri="",
-                                  fuzzy_exempt=True, tokenizer=pool.offline_tokenizer_params())  # fmt: skip
+    pool_params = pool.PoolParams(source="beta", pool_dir="", band_edges_uri="", exact_removed_uri=str(removed), fuzzy_removed_uri="", fuzzy_exempt=True)
 
     def pool_read() -> pa.Table:  # how the pool reads its slice of the removal list
         return pa.table({"id": pool._removed_ids_in_shard(str(removed), ids, pool_params, "exact").cast(pa.string())})
@@ -176,7 +175,7 @@ def built_pool(world):
     slug = pool.source_slug("alpha")
     upstream = [stages.StageInput(storage.join(built.root, folder, slug), folder, stage.name)
                 for folder, stage in (("normalized", specs.NORMALIZED), ("topics", specs.TOPICS), ("quality", specs.QUALITY_SCORES),
-                                      ("contamination", specs.CONTAMINATION))]  # fmt: skip
+                                      ("contamination", specs.CONTAMINATION), ("tokens", specs.TOKEN_COUNTS))]  # fmt: skip
     params = next(t.params for t in built.tasks if t.params.source == "alpha")
 
     def run() -> dict:
