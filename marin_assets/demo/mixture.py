@@ -26,6 +26,7 @@ DEMO_STUDY = swarm_core.StudyParams(
     seq_len=64,  # the demo's groups are small: short sequences keep most of them in a proxy
     search_candidates=4_000,
     search_rounds=4,
+    trainer="ngram_fixture",  # seconds per proxy; a real study trains the language-model proxy (trainer: builtin)
     proxy=swarm_core.ProxyTrainerParams(order=3, eval_set="locked"),
 )
 
@@ -58,7 +59,7 @@ def run_mixture_demo(defs: Any, instance: Any, study: swarm_core.StudyParams = D
         result = proxies.execute_in_process(partition_key=proxy_run_key(study.name, run), instance=instance, run_config=QUIET)
         meta = _metadata(result, "proxy_results")
         values.append(f"{run}{'/s' + str(meta['seed']) if meta.get('seed') else ''} {meta.get('target_value', float('nan')):.4f}")
-    print(f"  proxies ({study.target_metric}): " + ", ".join(values), flush=True)
+    print(f"  proxies (trainer {study.trainer}, {study.target_metric}): " + ", ".join(values), flush=True)
     fitted = defs.resolve_job_def("mixture_fit").execute_in_process(partition_key=study.name, instance=instance, run_config=QUIET)
     model, weights = _metadata(fitted, "mixture_model"), _metadata(fitted, "mixture_weights")
     validated = defs.resolve_job_def("mixture_validate").execute_in_process(partition_key=study.name, instance=instance, run_config=QUIET)

@@ -32,6 +32,7 @@ import numpy as np
 import polars as pl
 
 from marin_assets.core.mixture.launcher import LauncherError, check_template
+from marin_assets.core.mixture.lm_params import LMProxyParams, check_lm_params, lm_params_from_mapping
 from marin_assets.core.pool.groups import MixtureError
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.errors import ConfigurationError
@@ -40,7 +41,8 @@ MIXTURE_CODE_VERSION = "2"  # 2: replicate runs with seeds, epoch features, gate
 STUDY_FILE = "study.yaml"
 RESULTS_DIR = "results"
 STUDY_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
-TRAINERS = ("builtin", "external")
+TRAINERS = ("builtin", "ngram_fixture", "external")
+BUILTIN_TRAINERS = ("builtin", "ngram_fixture")  # trained in-process: the language model, and the n-gram fixture for tests
 OPTIMIZERS = ("topk", "regmix", "trust_region", "argmin")
 
 
@@ -61,8 +63,8 @@ class Phase:
 
 @dataclasses.dataclass(frozen=True)
 class ProxyTrainerParams:
-    """The built-in proxy: a byte-level n-gram model (Witten-Bell interpolation) trained on the
-    proxy's truncated mixture; bits per byte on held-out pool documents, one domain per source.
+    """What the built-in trainers read and are scored on (the language model's own settings are
+    ``StudyParams.lm``); ``order`` and ``repeat_scale`` belong to the byte n-gram fixture.
 
     ``holdout_mod``: a document whose id hash is 0 modulo this is never trained on (and is the
     evaluation text when no ``eval_set`` is named). ``eval_set``: the text the proxy is scored
@@ -71,7 +73,7 @@ class ProxyTrainerParams:
     path inside the study folder, or a URI). ``repeat_scale``: R* of the data-constrained
     scaling form; e epochs of a group count as ``1 + R* (1 - exp(-(e - 1) / R*))`` epochs of
     fresh data, so each repeat is worth less than the one before. The byte caps bound what one
-    run reads (the built-in trainer is for demos and tests).
+    run reads.
     """
 
     order: int = 4
@@ -118,7 +120,9 @@ class StudyParams:
     ``target_weights``: the target as a weighted sum of metrics (empty: ``target_metric``);
     ``target_limits``: per-metric ceilings the optimized mixture's prediction must respect.
     ``launcher``: a command template run once per run without results (external trainer), see
-    ``mixture.launcher``.
+    ``mixture.launcher``. ``trainer``: ``builtin`` (the language-model proxy, settings ``lm``, see
+    ``mixture.lm_proxy``), ``ngram_fixture`` (a byte n-gram, seconds per run, for tests) or
+    ``external``.
     """
 
     name: str
@@ -147,6 +151,7 @@ class StudyParams:
     target_limits: tuple[tuple[str, float], ...] = ()
     launcher: str = ""
     proxy: ProxyTrainerParams = ProxyTrainerParams()
+    lm: LMProxyParams = LMProxyParams()
     gate: GateParams = GateParams()
 
     def phase_budgets(self, budget: float) -> np.ndarray:
@@ -209,6 +214,8 @@ def validate_study(params: StudyParams, where: str = "study") -> StudyParams:
         fail("search_candidates must be >= 100 and search_rounds >= 0")
     if params.proxy.order < 1 or params.proxy.holdout_mod < 2 or not params.proxy.repeat_scale > 0:
         fail("proxy.order must be >= 1, proxy.holdout_mod >= 2 and proxy.repeat_scale > 0")
+    if check_lm_params(params.lm):
+        fail(check_lm_params(params.lm))
     if params.optimizer not in OPTIMIZERS or params.top_k < 1:
         fail(f"optimizer {params.optimizer!r} must be one of {OPTIMIZERS} and top_k >= 1")
     if not 1.0 <= params.validation_budget_scale <= params.target_budget / params.proxy_budget:
@@ -246,6 +253,8 @@ def study_from_mapping(raw: Mapping[str, Any], where: str = "study") -> StudyPar
             values["proxy"] = ProxyTrainerParams(**values["proxy"])
         if "gate" in values:
             values["gate"] = GateParams(**values["gate"])
+        if "lm" in values:
+            values["lm"] = lm_params_from_mapping(values["lm"])
         for key in ("target_weights", "target_limits"):
             if key in values:
                 values[key] = tuple((str(m), float(v)) for m, v in dict(values[key]).items())
@@ -265,6 +274,7 @@ def study_to_mapping(params: StudyParams) -> dict[str, Any]:
     raw = dataclasses.asdict(params)
     raw["phases"] = [dataclasses.asdict(p) for p in params.phases]
     raw["concentration"] = list(params.concentration)
+    raw["lm"]["ladder"] = [dataclasses.asdict(s) for s in params.lm.ladder]
     raw["target_weights"] = dict(params.target_weights)
     raw["target_limits"] = dict(params.target_limits)
     return raw

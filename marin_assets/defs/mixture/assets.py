@@ -14,7 +14,7 @@ import dagster as dg
 import numpy as np
 import polars as pl
 
-from marin_assets.core.mixture import fit, gates, launcher, proxy_trainer, results
+from marin_assets.core.mixture import fit, gates, launcher, lm_proxy, proxy_trainer, results
 from marin_assets.core.mixture import swarm as swarm_core
 from marin_assets.core.pool import curated as pool_core
 from marin_assets.core.pool import groups as mixture
@@ -69,7 +69,7 @@ def mixture_swarm(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
         except mixture.MixtureError as exc:
             raise dg.Failure(f"study '{study}': {exc}") from exc
         written = swarm_core.write_swarm(swarm, out, pool_files)
-        if params.trainer == "builtin":  # the built-in proxies share one evaluation text
+        if params.trainer in swarm_core.BUILTIN_TRAINERS:  # the built-in proxies share one evaluation text
             proxy_trainer.write_evaluation_texts(evaluation_texts(marin, root, study, params, pool_files), out)
         return {**swarm.summary, **written}
 
@@ -135,7 +135,7 @@ def proxy_results(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
     if mine.rows.height:
         kind = "external"
         digest = hashlib.sha256(mine.rows.drop("file").write_csv().encode()).hexdigest()[:16]
-    elif params.trainer == "builtin":
+    elif params.trainer in swarm_core.BUILTIN_TRAINERS:
         kind, digest = "builtin", ""
     elif params.launcher:
         kind, digest = "launched", ""
@@ -159,13 +159,13 @@ def proxy_results(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
             eval_texts = proxy_trainer.read_evaluation_texts(swarm_uri)
             if eval_texts is None:
                 eval_texts = evaluation_texts(marin, root, study, params, storage.read_json(storage.join(swarm_uri, "pool_files.json")))
-            trained = proxy_trainer.train_proxy(config, eval_texts, params.proxy)
+            trained = lm_proxy.train_builtin(params, config, eval_texts, out)
             rows = pl.DataFrame(trained["rows"], schema=results.RESULT_SCHEMA).with_columns(pl.lit("builtin").alias("file"))
             extra = {"train_bytes": trained["train_bytes"], "groups_trained": trained["groups_trained"], "groups_without_proxy_tokens": trained["groups_without_proxy_tokens"]}
         storage.write_parquet(rows, storage.join(out, "results.parquet"))
         return {"source": kind, "rows": rows.height, "metrics": results.final_metrics(rows), **extra}
 
-    proxy_params = {"trainer": kind, "proxy": params.proxy if kind == "builtin" else None, "launcher": params.launcher if kind == "launched" else None}
+    proxy_params = {"trainer": kind, "proxy": (params.trainer, params.proxy, params.lm) if kind == "builtin" else None, "launcher": params.launcher if kind == "launched" else None}
     manifest = stages.run_study(
         PROXY_RESULTS, marin.layout(), study=study, run=run, decided_by=proxy_params, inputs={"swarm": swarm_fp, "results": digest}, build=build
     )

@@ -60,7 +60,7 @@ def eval_set_uri(root: str, study: str, params: swarm_core.StudyParams) -> str:
 def eval_set_input(marin: MarinResource, root: str, study: str, params: swarm_core.StudyParams) -> dict[str, str]:
     """Fingerprint input of the built-in proxy's evaluation text: the locked registry or the file's bytes."""
     name = params.proxy.eval_set
-    if params.trainer != "builtin" or not name:
+    if params.trainer not in swarm_core.BUILTIN_TRAINERS or not name:
         return {}
     if name == "locked":
         return {"eval_set": eval_sources.registry_digest(marin.evals())}

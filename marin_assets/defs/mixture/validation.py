@@ -8,7 +8,7 @@ import dagster as dg
 import numpy as np
 import polars as pl
 
-from marin_assets.core.mixture import gates, launcher, proxy_trainer, results
+from marin_assets.core.mixture import gates, launcher, lm_proxy, proxy_trainer, results
 from marin_assets.core.mixture import swarm as swarm_core
 from marin_assets.core.mixture import validation as validation_core
 from marin_assets.core.runtime import stages, storage
@@ -63,7 +63,7 @@ def mixture_validation(context: dg.AssetExecutionContext, marin: MarinResource) 
     configs = validation_core.validation_configs(
         params, _matrix(table, "candidate_block_sequences", phases), _matrix(table, "proportional_weight", phases), group_table, pool_files, folder  # type: ignore[arg-type]
     )
-    if params.trainer == "builtin":
+    if params.trainer in swarm_core.BUILTIN_TRAINERS:
         external, digest = None, ""
     else:
         found = results.read_results(folder)
@@ -75,7 +75,7 @@ def mixture_validation(context: dg.AssetExecutionContext, marin: MarinResource) 
             storage.write_json(storage.join(out, "configs", f"{rid}.json"), config)
         if external is None:
             texts = proxy_trainer.read_evaluation_texts(swarm_uri) or evaluation_texts(marin, root, study, params, pool_files)
-            metrics = {rid: proxy_trainer.train_proxy(c, texts, params.proxy)["metrics"] for rid, c in configs.items()}
+            metrics = {rid: lm_proxy.train_builtin(params, c, texts, storage.join(out, "runs", rid))["metrics"] for rid, c in configs.items()}
         else:
             metrics = external
         rows = [(rid, which, seed, _target(metrics[rid], params)) for which in validation_core.MIXTURES for seed in range(params.validation_seeds)
