@@ -43,19 +43,24 @@ from marin_assets.core.mixture.swarm import ProxyTrainerParams
 
 EPOCHS = (1, 2, 4, 8, 16)
 SEEDS = (0, 1, 2)
-DOC_BYTES = 16_384  # documents are cut to this many bytes
+DOC_BYTES = 2_048  # a file is cut into documents of at most this many bytes: many documents per run
 GROUP_BYTES = 6_000_000
 PROXY = ProxyTrainerParams(holdout_mod=10, max_train_bytes_per_group=8_000_000, order=4)
 
 
 def _documents(paths: list[str], read: Any) -> list[tuple[str, str]]:
+    """(id, text) of each piece of each file; a file's pieces share the id's first 8 hex
+    characters, so a file is held out whole."""
     docs, size = [], 0
     for path in paths:
-        for n, text in enumerate(read(path)):
-            if len(text) < 200:
-                continue
-            docs.append((f"{path}#{n}", text[:DOC_BYTES]))
-            size += len(docs[-1][1])
+        head = hashlib.sha256(path.encode()).hexdigest()[:8]
+        for text in read(path):
+            for start in range(0, len(text), DOC_BYTES):
+                piece = text[start : start + DOC_BYTES]
+                if len(piece) < 200:
+                    continue
+                docs.append((head + hashlib.sha256(f"{path}#{start}".encode()).hexdigest()[:24], piece))
+                size += len(piece)
             if size >= GROUP_BYTES:
                 return docs
     return docs
@@ -86,7 +91,7 @@ def assemble_pool(folder: str) -> dict[str, list[str]]:
     for group, docs in groups.items():
         if not docs:
             raise SystemExit(f"bench_proxy: no {group} documents found on this machine")
-        ids = [hashlib.sha256(name.encode()).hexdigest()[:32] for name, _ in docs]
+        ids = [i for i, _ in docs]
         texts = [t for _, t in docs]
         uri = os.path.join(folder, f"{group}.parquet")
         pl.DataFrame({"id": ids, "text": texts, "source": [group] * len(docs), "tokens": [len(t.encode()) for t in texts]}).write_parquet(uri)
