@@ -45,13 +45,13 @@ class LMProxyParams:
     size: str = "proxy"
     ladder: tuple[ModelSize, ...] = LADDER
     context: int = 128
-    batch_size: int = 16
-    learning_rate: float = 2e-3
+    batch_size: int = 8
+    learning_rate: float = 1e-3
     min_lr_ratio: float = 0.1
     warmup_fraction: float = 0.05
     weight_decay: float = 0.01
     grad_clip: float = 1.0
-    checkpoint_every: int = 50
+    checkpoint_every: int = 250
     eval_bytes_per_domain: int = 32_768
     device: str = "auto"
     threads: int = 1

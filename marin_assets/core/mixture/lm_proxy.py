@@ -29,7 +29,7 @@ import math
 import os
 import time
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -90,34 +90,41 @@ def windows_of(text: bytes, context: int) -> np.ndarray:
     return data[: n * context].reshape(n, context)
 
 
-def training_plan(config: Mapping[str, Any], windows: Mapping[str, int], steps: int, batch: int) -> list[tuple[str, int]]:
-    """(group, window) of every training sequence in order, ``steps x batch`` of them.
+def training_plan(config: Mapping[str, Any], windows: Mapping[str, int], steps: int, batch: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The groups (sorted), and per training sequence in order its group's index and window:
+    ``steps x batch`` sequences.
 
     Phase ``p`` gets its share of the steps; within it each group gets its weight's share of the
     sequences (renormalized over ``windows``' groups, those with training text) and reads its
     windows in an order drawn per epoch; the phase's sequences are then shuffled."""
     seed = int(config.get("seed", 0))
     phases = config["phases"]
+    names = sorted(windows)
     ends = np.round(np.cumsum([float(p["share"]) for p in phases]) / sum(float(p["share"]) for p in phases) * steps).astype(int)
-    cursors = {g: 0 for g in windows}
-    orders: dict[str, list[int]] = {g: [] for g in windows}
-    plan: list[tuple[str, int]] = []
+    cursors = dict.fromkeys(names, 0)
+    orders = {g: np.zeros(0, dtype=np.int64) for g in names}
+    group_parts, window_parts = [], []
     start = 0
     for p, (phase, end) in enumerate(zip(phases, ends)):
-        names = sorted(g for g, w in phase["weights"].items() if g in windows and float(w) > 0)
+        weighted = [g for g in names if float(phase["weights"].get(g, 0.0)) > 0]
         n = (int(end) - start) * batch
         start = int(end)
-        if not names or n <= 0:
+        if not weighted or n <= 0:
             continue
-        counts = _largest_remainder(np.array([float(phase["weights"][g]) for g in names]), n)
-        sequence: list[tuple[str, int]] = []
-        for g, count in zip(names, counts):
+        counts = _largest_remainder(np.array([float(phase["weights"][g]) for g in weighted]), n)
+        groups, chosen = [], []
+        for g, count in zip(weighted, counts):
             while len(orders[g]) < cursors[g] + count:  # one more epoch of the group's windows
-                orders[g] += _rng(seed, g, str(len(orders[g]) // windows[g])).permutation(windows[g]).tolist()
-            sequence += [(g, w) for w in orders[g][cursors[g] : cursors[g] + count]]
+                orders[g] = np.concatenate([orders[g], _rng(seed, g, str(len(orders[g]) // windows[g])).permutation(windows[g])])
+            chosen.append(orders[g][cursors[g] : cursors[g] + count])
+            groups.append(np.full(count, names.index(g), dtype=np.int32))
             cursors[g] += int(count)
-        plan += [sequence[i] for i in _rng(seed, "phase", str(p)).permutation(len(sequence))]
-    return plan
+        shuffle = _rng(seed, "phase", str(p)).permutation(n)
+        group_parts.append(np.concatenate(groups)[shuffle])
+        window_parts.append(np.concatenate(chosen)[shuffle])
+    if not group_parts:
+        return names, np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
+    return names, np.concatenate(group_parts), np.concatenate(window_parts)
 
 
 # --------------------------------------------------------------------------- training
@@ -227,7 +234,7 @@ def train_lm_proxy(
         raise ValueError(f"run {config['run_id']}: none of its groups has training text within its proxy_tokens; raise proxy_budget")
     windows = {g: windows_of(t, lm.context) for g, t in texts.items()}
     steps = max(1, round(float(config["experiment_budget"]) / (lm.batch_size * lm.context)))
-    plan = training_plan(config, {g: len(w) for g, w in windows.items()}, steps, lm.batch_size)
+    names, plan_groups, plan_windows = training_plan(config, {g: len(w) for g, w in windows.items()}, steps, lm.batch_size)
 
     torch.manual_seed(seed)
     model = build_model(rung, lm.context).to(device)
@@ -249,8 +256,8 @@ def train_lm_proxy(
     wall, cpu = time.perf_counter(), time.process_time()
     model.train()
     for step in range(start, steps):
-        rows = plan[step * lm.batch_size : (step + 1) * lm.batch_size]
-        batch = torch.tensor(np.stack([windows[g][w] for g, w in rows]).astype(np.int64), device=device)
+        at = slice(step * lm.batch_size, (step + 1) * lm.batch_size)
+        batch = torch.tensor(np.stack([windows[names[g]][w] for g, w in zip(plan_groups[at], plan_windows[at])]).astype(np.int64), device=device)
         loss = model(input_ids=batch, labels=batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), lm.grad_clip)
