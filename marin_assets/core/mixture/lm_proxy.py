@@ -103,6 +103,7 @@ def training_plan(config: Mapping[str, Any], windows: Mapping[str, int], steps: 
     ends = np.round(np.cumsum([float(p["share"]) for p in phases]) / sum(float(p["share"]) for p in phases) * steps).astype(int)
     cursors = dict.fromkeys(names, 0)
     orders = {g: np.zeros(0, dtype=np.int64) for g in names}
+    streams = {g: _rng(seed, g) for g in names}
     group_parts, window_parts = [], []
     start = 0
     for p, (phase, end) in enumerate(zip(phases, ends)):
@@ -114,8 +115,10 @@ def training_plan(config: Mapping[str, Any], windows: Mapping[str, int], steps: 
         counts = _largest_remainder(np.array([float(phase["weights"][g]) for g in weighted]), n)
         groups, chosen = [], []
         for g, count in zip(weighted, counts):
-            while len(orders[g]) < cursors[g] + count:  # one more epoch of the group's windows
-                orders[g] = np.concatenate([orders[g], _rng(seed, g, str(len(orders[g]) // windows[g])).permutation(windows[g])])
+            missing = cursors[g] + count - len(orders[g])
+            if missing > 0:  # more epochs of the group's windows, each in its own order
+                epochs = -(-missing // windows[g])
+                orders[g] = np.concatenate([orders[g], np.argsort(streams[g].random((epochs, windows[g])), axis=1).ravel()])
             chosen.append(orders[g][cursors[g] : cursors[g] + count])
             groups.append(np.full(count, names.index(g), dtype=np.int32))
             cursors[g] += int(count)
