@@ -135,7 +135,7 @@ def repeatability(files: dict[str, list[str]], evals: dict[str, bytes], lm: LMPr
     groups = sorted(files)
     tokens = {g: budget for g in groups}  # each group's distinct tokens: one budget (at most one epoch)
     draws = [np.full(len(groups), 1 / len(groups))] + [rng.dirichlet(np.ones(len(groups))) for _ in range(mixtures - 1)]
-    print(f"\n  lm: macro_bpb over {', '.join(groups)} at {budget:,} tokens: seeds {list(SEEDS)} at the uniform mixture, {mixtures} mixtures with seed 0", flush=True)
+    print(f"\n  lm: macro_bpb over {', '.join(groups)} at {budget:,} tokens: seeds {list(SEEDS)} at the uniform mixture, {mixtures} mixtures with seed {SEEDS[0]}", flush=True)
     targets = []
     for m, w in enumerate(draws):
         weights = {g: float(x) for g, x in zip(groups, w) if x > 0}
