@@ -26,7 +26,6 @@ import hashlib
 import io
 import json
 import math
-import os
 import time
 import zlib
 from collections.abc import Callable, Mapping
@@ -227,8 +226,6 @@ def train_lm_proxy(
         raise ValueError("no evaluation text: name an eval set (proxy.eval_set), or the pool needs documents whose id hash is 0 modulo holdout_mod")
     rung = lm.model_size(size or str(config.get("model_size") or lm.size))
     device = choose_device(lm.device, torch.cuda.is_available())
-    if device == "cuda":
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
     torch.use_deterministic_algorithms(True, warn_only=device == "cuda")  # a CUDA kernel without a deterministic twin warns, not fails
     torch.set_num_threads(lm.threads)
     seed = int(config.get("seed", 0))
