@@ -36,7 +36,7 @@ class LMProxyParams:
     validation at larger sizes does); ``ladder``: the sizes by name. The learning rate warms up
     linearly over ``warmup_fraction`` of the steps, then follows a cosine to ``min_lr_ratio`` x
     ``learning_rate``. On the proxy bench's text, 8 sequences per step at a peak of 1e-3 ended
-    lower than 16 per step or a peak of 3e-3, at the same spread over seeds. ``checkpoint_every``: steps between checkpoints (model,
+    lower than 16 per step or a peak of 3e-3, at a similar spread over seeds. ``checkpoint_every``: steps between checkpoints (model,
     optimizer, data position, random states) in the run's folder, so a killed run resumes.
     ``eval_bytes_per_domain``: evaluation text scored per domain. ``device``: ``auto`` (CUDA
     when present), ``cpu`` or ``cuda``; ``threads``: CPU threads per run (runs train side by side).
