@@ -26,7 +26,7 @@ DEMO_STUDY = swarm_core.StudyParams(
     seq_len=64,  # the demo's groups are small: short sequences keep most of them in a proxy
     search_candidates=4_000,
     search_rounds=4,
-    trainer="ngram_fixture",  # seconds per proxy; a real study trains the language-model proxy (trainer: builtin)
+    train_run=swarm_core.NGRAM_TRAINER,  # seconds per proxy; a real study trains the language-model proxy (the default)
     proxy=swarm_core.ProxyTrainerParams(order=3, eval_set="locked"),
 )
 
@@ -50,7 +50,9 @@ def run_mixture_demo(defs: Any, instance: Any, study: swarm_core.StudyParams = D
     if not storage.exists(storage.join(swarm_core.study_dir(root, study.name), swarm_core.STUDY_FILE)):
         swarm_core.write_study(root, study)  # an edited spec is kept
     add_study(instance, study.name)
-    print(f"\n== mixture study '{study.name}' ==", flush=True)
+    trainer = swarm_core.load_study(root, study.name).train_run
+    what = "a byte n-gram model, the fast stand-in; not a language model" if trainer == swarm_core.NGRAM_TRAINER else "as the study names it"
+    print(f"\n== mixture study '{study.name}' ==\n  trainer: {trainer} ({what})", flush=True)
     swarm = defs.resolve_job_def("mixture_proposal").execute_in_process(partition_key=study.name, instance=instance, run_config=QUIET)
     print(str(_metadata(swarm, "mixture_swarm").get("summary", "")).replace("```", "").strip("\n"), flush=True)
     proxies = defs.resolve_job_def("mixture_proxies")
@@ -59,7 +61,7 @@ def run_mixture_demo(defs: Any, instance: Any, study: swarm_core.StudyParams = D
         result = proxies.execute_in_process(partition_key=proxy_run_key(study.name, run), instance=instance, run_config=QUIET)
         meta = _metadata(result, "proxy_results")
         values.append(f"{run}{'/s' + str(meta['seed']) if meta.get('seed') else ''} {meta.get('target_value', float('nan')):.4f}")
-    print(f"  proxies (trainer {study.trainer}, {study.target_metric}): " + ", ".join(values), flush=True)
+    print(f"  proxies ({study.target_metric}): " + ", ".join(values), flush=True)
     fitted = defs.resolve_job_def("mixture_fit").execute_in_process(partition_key=study.name, instance=instance, run_config=QUIET)
     model, weights = _metadata(fitted, "mixture_model"), _metadata(fitted, "mixture_weights")
     validated = defs.resolve_job_def("mixture_validate").execute_in_process(partition_key=study.name, instance=instance, run_config=QUIET)

@@ -32,7 +32,7 @@ class LMProxyParams:
     """The byte-level transformer proxy. A run trains ``experiment_budget`` tokens (bytes) of its
     mixture in sequences of ``context`` bytes, ``batch_size`` per step.
 
-    ``size``: the ladder rung swarm runs train (a config's ``model_size`` overrides it, as
+    ``size``: the ladder rung swarm runs train (a config's ``size`` overrides it, as
     validation at larger sizes does); ``ladder``: the sizes by name. The learning rate warms up
     linearly over ``warmup_fraction`` of the steps, then follows a cosine to ``min_lr_ratio`` x
     ``learning_rate``. On the proxy bench's text, 8 sequences per step at a peak of 1e-3 ended
@@ -106,3 +106,8 @@ def lm_params_from_mapping(raw: Mapping[str, Any]) -> LMProxyParams:
             except (TypeError, ValueError):
                 raise ValueError(f"lm.{f.name} {values[f.name]!r} must be a number") from None
     return LMProxyParams(**values)
+
+
+def lm_params_to_mapping(params: LMProxyParams) -> dict[str, Any]:
+    """The settings as plain values (a study spec's ``lm:``, a job config's ``lm``)."""
+    return {**dataclasses.asdict(params), "ladder": [dataclasses.asdict(s) for s in params.ladder]}

@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 
 from marin_assets.core.mixture import proxy_trainer
-from marin_assets.core.mixture.lm_params import LMProxyParams, ModelSize
-from marin_assets.core.mixture.swarm import ProxyTrainerParams, StudyParams
+from marin_assets.core.mixture.lm_params import LMProxyParams, ModelSize, lm_params_from_mapping
+from marin_assets.core.mixture.swarm import ProxyTrainerParams
 from marin_assets.core.runtime import storage
 
 CHECKPOINT = "checkpoint.pt"
@@ -218,13 +218,13 @@ def train_lm_proxy(
     size: str | None = None, progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Train one proxy from its trainer config at ladder rung ``size`` (default: the config's
-    ``model_size``, else ``lm.size``), checkpointing into ``work_dir``; returns the metrics and
+    ``size``, else ``lm.size``), checkpointing into ``work_dir``; returns the metrics and
     the result rows of the external results schema. ``progress(step, steps)`` follows each step."""
     import torch  # noqa: PLC0415
 
     if not eval_texts:
         raise ValueError("no evaluation text: name an eval set (proxy.eval_set), or the pool needs documents whose id hash is 0 modulo holdout_mod")
-    rung = lm.model_size(size or str(config.get("model_size") or lm.size))
+    rung = lm.model_size(size or str(config.get("size") or lm.size))
     device = choose_device(lm.device, torch.cuda.is_available())
     torch.use_deterministic_algorithms(True, warn_only=device == "cuda")  # a CUDA kernel without a deterministic twin warns, not fails
     torch.set_num_threads(lm.threads)
@@ -287,9 +287,16 @@ def train_lm_proxy(
     }
 
 
-def train_builtin(study: StudyParams, config: Mapping[str, Any], eval_texts: Mapping[str, bytes], work_dir: str) -> dict[str, Any]:
-    """One built-in proxy run: the language model (``trainer: builtin``), or the byte n-gram
-    fixture (``trainer: ngram_fixture``, seconds per run, for tests)."""
-    if study.trainer == "ngram_fixture":
-        return proxy_trainer.train_proxy(config, eval_texts, study.proxy)
-    return train_lm_proxy(config, eval_texts, study.proxy, study.lm, work_dir)
+def train_run(config: Mapping[str, Any], results_dir: str, size: str = "", seed: int = 0) -> dict[str, float]:
+    """The job interface (``mixture.jobs``) over the language-model proxy: ``config`` carries
+    ``proxy`` and ``lm`` (the study's settings as mappings) and ``evaluation_dir`` (the study's
+    evaluation text, see ``proxy_trainer.write_evaluation_texts``). ``size``: a rung of the
+    ladder (``""``: ``lm.size``). Checkpoints go to ``<results_dir>/_checkpoints/<run>-<size>-s<seed>/``
+    (the results reader skips names starting with ``_``), so a retried or restarted run resumes."""
+    texts = proxy_trainer.read_evaluation_texts(str(config["evaluation_dir"]))
+    if texts is None:
+        raise ValueError(f"no evaluation text under {config['evaluation_dir']}; materialize mixture_swarm again")
+    lm = lm_params_from_mapping(config.get("lm", {}))
+    rung = size or lm.size
+    work = storage.join(results_dir, "_checkpoints", f"{config['run_id']}-{rung}-s{int(seed)}")
+    return train_lm_proxy({**config, "seed": int(seed)}, texts, ProxyTrainerParams(**dict(config["proxy"])), lm, work, size=rung)["metrics"]

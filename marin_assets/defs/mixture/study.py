@@ -60,7 +60,7 @@ def eval_set_uri(root: str, study: str, params: swarm_core.StudyParams) -> str:
 def eval_set_input(marin: MarinResource, root: str, study: str, params: swarm_core.StudyParams) -> dict[str, str]:
     """Fingerprint input of the built-in proxy's evaluation text: the locked registry or the file's bytes."""
     name = params.proxy.eval_set
-    if params.trainer not in swarm_core.BUILTIN_TRAINERS or not name:
+    if params.trainer != "builtin" or not name:
         return {}
     if name == "locked":
         return {"eval_set": eval_sources.registry_digest(marin.evals())}
@@ -82,6 +82,15 @@ def evaluation_texts(marin: MarinResource, root: str, study: str, params: swarm_
     except (ValueError, eval_sources.EvalIndexError) as exc:
         raise dg.Failure(f"study '{study}': {exc}") from exc
     return proxy_trainer.evaluation_texts(pool_files, params.proxy)
+
+
+def evaluation_dir(marin: MarinResource, root: str, study: str, params: swarm_core.StudyParams, swarm_uri: str, out: str) -> str:
+    """The folder holding the built-in trainer's evaluation text: the swarm's, or (a swarm written
+    without it) ``out``, where it is written now."""
+    if proxy_trainer.read_evaluation_texts(swarm_uri) is not None:
+        return swarm_uri
+    proxy_trainer.write_evaluation_texts(evaluation_texts(marin, root, study, params, storage.read_json(storage.join(swarm_uri, "pool_files.json"))), out)
+    return out
 
 
 def current_output(marin: MarinResource, spec: StageSpec, study: str, run: str | None = None) -> tuple[str, str]:

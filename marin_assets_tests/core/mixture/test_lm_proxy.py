@@ -17,10 +17,12 @@ import textwrap
 import polars as pl
 import pytest
 
+from marin_assets.core.mixture import jobs
 from marin_assets.core.mixture import lm_proxy as lp
 from marin_assets.core.mixture import proxy_trainer as pt
+from marin_assets.core.mixture import results as results_core
 from marin_assets.core.mixture import swarm as ms
-from marin_assets.core.mixture.lm_params import LMProxyParams, ModelSize
+from marin_assets.core.mixture.lm_params import LMProxyParams, ModelSize, lm_params_to_mapping
 
 CODE = "def add(a, b):\n    return a + b\n\nfor i in range(10):\n    print(add(i, i))\n"
 PROSE = "The river runs quietly past the old mill, where the miller keeps his grain and his stories.\n"
@@ -59,7 +61,7 @@ def test_a_run_is_deterministic_per_seed(tmp_path) -> None:
     assert other["weights_sha256"] != first["weights_sha256"] and other["metrics"] != first["metrics"]
     assert set(first["metrics"]) == {"bpb/code", "bpb/prose", "macro_bpb"} and 0 < first["metrics"]["macro_bpb"] < 9
     assert first["steps"] == 12 and first["tokens"] == 12 * 4 * 16 and first["rows"][0]["step"] == 12
-    wide = lp.train_lm_proxy({**_config(files), "model_size": "wide"}, evals, PROXY, TINY, str(tmp_path / "d"))  # a validation rung
+    wide = lp.train_lm_proxy({**_config(files), "size": "wide"}, evals, PROXY, TINY, str(tmp_path / "d"))  # a validation rung
     assert wide["model_size"] == "wide" and wide["parameters"] > first["parameters"]
 
 
@@ -114,13 +116,17 @@ def test_device_follows_availability() -> None:
 
 
 @pytest.mark.system  # trains language models (importing transformers alone takes seconds)
-def test_builtin_means_the_language_model_and_the_ngram_is_a_named_fixture(tmp_path) -> None:
+def test_the_default_trainer_is_the_language_model_through_the_job_interface(tmp_path) -> None:
     files = _pool(tmp_path)
-    evals = pt.evaluation_texts(files, PROXY)
-    study = ms.StudyParams(name="s", proxy=PROXY, lm=TINY)
-    assert ms.StudyParams(name="s").trainer == "builtin"
-    assert lp.train_builtin(study, _config(files), evals, str(tmp_path / "lm"))["model_size"] == "tiny"
-    assert "model_size" not in lp.train_builtin(dataclasses.replace(study, trainer="ngram_fixture"), _config(files), evals, str(tmp_path / "ng"))
+    pt.write_evaluation_texts(pt.evaluation_texts(files, PROXY), str(tmp_path / "swarm"))
+    assert ms.StudyParams(name="s").train_run == ms.LM_TRAINER != ms.NGRAM_TRAINER
+    trainer = jobs.load_trainer(ms.LM_TRAINER)
+    config = {**_config(files), "proxy": dataclasses.asdict(PROXY), "lm": lm_params_to_mapping(TINY), "evaluation_dir": str(tmp_path / "swarm")}
+    results = tmp_path / "results"
+    metrics = trainer(config, str(results), size="wide", seed=1)
+    assert (results / "_checkpoints" / "r0001-wide-s1" / lp.CHECKPOINT).exists()
+    assert results_core.results_files(str(results)) == []  # checkpoints are not results
+    assert metrics == trainer(config, str(tmp_path / "again"), size="wide", seed=1) != trainer(config, str(results), size="tiny", seed=1)
 
 
 @pytest.mark.parametrize(
@@ -154,7 +160,8 @@ def test_lm_settings_round_trip_through_the_spec(tmp_path) -> None:
 CHILD = textwrap.dedent(
     """
     import json, sys
-    from marin_assets.core.mixture import lm_proxy as lp
+    from marin_assets.core.mixture import jobs
+from marin_assets.core.mixture import lm_proxy as lp
     from marin_assets.core.mixture.lm_params import LMProxyParams, lm_params_from_mapping
     from marin_assets.core.mixture.swarm import ProxyTrainerParams
     args = json.loads(sys.argv[1])
