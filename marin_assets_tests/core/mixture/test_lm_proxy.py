@@ -160,9 +160,8 @@ def test_lm_settings_round_trip_through_the_spec(tmp_path) -> None:
 CHILD = textwrap.dedent(
     """
     import json, sys
-    from marin_assets.core.mixture import jobs
-from marin_assets.core.mixture import lm_proxy as lp
-    from marin_assets.core.mixture.lm_params import LMProxyParams, lm_params_from_mapping
+    from marin_assets.core.mixture import lm_proxy as lp
+    from marin_assets.core.mixture.lm_params import lm_params_from_mapping
     from marin_assets.core.mixture.swarm import ProxyTrainerParams
     args = json.loads(sys.argv[1])
     evals = {d: t.encode() for d, t in args["evals"].items()}
@@ -188,7 +187,7 @@ def test_a_killed_worker_resumes_and_ends_as_an_uninterrupted_run(tmp_path) -> N
     lm = dataclasses.replace(TINY, checkpoint_every=10)
     work = tmp_path / "killed"
     args = {"config": config, "evals": {d: t.decode() for d, t in evals.items()}, "proxy": dataclasses.asdict(PROXY),
-            "lm": {**dataclasses.asdict(lm), "ladder": [dataclasses.asdict(s) for s in lm.ladder]}, "work": str(work), "hold_at": 14}
+            "lm": lm_params_to_mapping(lm), "work": str(work), "hold_at": 14}
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH", "")]))}
     child = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(args)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     try:
