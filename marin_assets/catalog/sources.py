@@ -83,6 +83,9 @@ class Provider:
         return f"{where}@{self.revision}" if self.revision else where
 
 
+DEFAULT_MAX_DUP_REMOVAL = 0.5
+
+
 @dataclasses.dataclass(frozen=True)
 class Source:
     """One catalog entry: the recipe that turns a provider's files into normalized documents."""
@@ -101,13 +104,16 @@ class Source:
     bare: bool
     exact_dedup: bool
     provider: Provider
+    # The share of its documents a dedup step may remove before its removal_ratio check fails:
+    # raise it for a source that is legitimately mostly copies (vendored files, mirrors).
+    max_dup_removal: float = DEFAULT_MAX_DUP_REMOVAL
 
     def recipe_fingerprint(self) -> dict[str, Any]:
         """Everything that defines how this source is built, as plain JSON-ready values.
 
         This is what the ``source_pins`` data version hashes: a changed pin, file
         selection, schema field, transform or flag changes it; token counts, licence,
-        notes, family, fuzzy exemption and download sharing do not.
+        notes, family, fuzzy exemption, the removal limit and download sharing do not.
         """
         p = self.provider
         return {
@@ -277,7 +283,7 @@ def _broken_key(entry: Any, position: int, seen: Mapping[str, int]) -> str:
 
 _SOURCE_KEYS = {
     "name", "family", "rough_tokens_b", "license", "notes", "gated", "fuzzy_exempt", "input_format",
-    "text_field", "id_field", "transform", "bare", "exact_dedup", "provider",
+    "text_field", "id_field", "transform", "bare", "exact_dedup", "provider", "max_dup_removal",
 }
 _PROVIDER_KEYS = {f.name for f in dataclasses.fields(Provider)}
 
@@ -401,7 +407,15 @@ def _parse_source(table: Any, position: int, path: str, known: _Known = _Known()
         bare=e.flag("bare", False),
         exact_dedup=e.flag("exact_dedup", True),
         provider=_parse_provider(_Entry(provider_table, label, path, prefix="provider."), name),
+        max_dup_removal=_share(e, "max_dup_removal", DEFAULT_MAX_DUP_REMOVAL),
     )
+
+
+def _share(e: _Entry, field: str, default: float) -> float:
+    value = e.table.get(field, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise e.fail(field, f"must be a share of the source's documents from 0 to 1, got {value!r}")
+    return float(value)
 
 
 def _parse_provider(e: _Entry, name: str) -> Provider:
