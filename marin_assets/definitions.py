@@ -9,10 +9,11 @@ warnings.filterwarnings("ignore", category=dg.BetaWarning)
 warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 
 from marin_assets.core import specs  # noqa: E402
+from marin_assets.defs.alerts import ALERT_SENSORS  # noqa: E402
 from marin_assets.defs.automation import CHECKS, SENSORS, executor_from_env, with_automation  # noqa: E402
 from marin_assets.defs.jobs import JOBS  # noqa: E402
 from marin_assets.defs.mixture.sensors import MIXTURE_SENSORS  # noqa: E402
-from marin_assets.defs.resources import CurationResource, DedupResource, EncoderResource, MarinResource  # noqa: E402
+from marin_assets.defs.resources import AlertResource, CurationResource, DedupResource, EncoderResource, MarinResource  # noqa: E402
 from marin_assets.defs.stage_assets import stage_assets  # noqa: E402
 
 # Pipeline stages run by automation; mixture studies run per study, from their own sensor.
@@ -23,7 +24,7 @@ defs = dg.Definitions(
     assets=with_automation(_PIPELINE) + [a for a in _ASSETS if a not in _PIPELINE],
     asset_checks=CHECKS,
     jobs=JOBS,
-    sensors=SENSORS + MIXTURE_SENSORS,
+    sensors=SENSORS + MIXTURE_SENSORS + ALERT_SENSORS,
     executor=executor_from_env(),
-    resources={"marin": MarinResource(), "encoder": EncoderResource(), "curation": CurationResource(), "fuzzy_dedup": DedupResource()},
+    resources={"marin": MarinResource(), "encoder": EncoderResource(), "curation": CurationResource(), "fuzzy_dedup": DedupResource(), "alerts": AlertResource()},
 )
