@@ -73,7 +73,7 @@ faults: install
 	$(BIN)/python -m pytest -q marin_assets_tests/faults
 
 check: install
-	$(BIN)/dagster definitions validate -m marin_assets.definitions
+	$(BIN)/dg check defs
 
 ## Benchmarks against their peers; ONLY=minhash,normalize selects, BENCH_QUICK=1 shortens.
 bench: install

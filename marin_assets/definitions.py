@@ -1,20 +1,15 @@
 """The Dagster code location of marin-assets: every stage's asset (found from its spec), the
 checks, the jobs of its phases, the sensors and the resources."""
 
-import warnings
-
 import dagster as dg
 
-warnings.filterwarnings("ignore", category=dg.BetaWarning)
-warnings.filterwarnings("ignore", category=dg.PreviewWarning)
-
-from marin_assets.core import specs  # noqa: E402
-from marin_assets.defs.alerts import ALERT_SENSORS  # noqa: E402
-from marin_assets.defs.automation import CHECKS, SENSORS, executor_from_env, with_automation  # noqa: E402
-from marin_assets.defs.jobs import JOBS  # noqa: E402
-from marin_assets.defs.mixture.sensors import MIXTURE_SENSORS  # noqa: E402
-from marin_assets.defs.resources import AlertResource, CurationResource, DedupResource, EncoderResource, MarinResource  # noqa: E402
-from marin_assets.defs.stage_assets import stage_assets  # noqa: E402
+from marin_assets.core import specs
+from marin_assets.defs.alerts import ALERT_SENSORS
+from marin_assets.defs.automation import CHECKS, SENSORS, executor_from_env, with_automation
+from marin_assets.defs.jobs import JOBS
+from marin_assets.defs.mixture.sensors import MIXTURE_SENSORS
+from marin_assets.defs.resources import AlertResource, CurationResource, DedupResource, EncoderResource, MarinResource
+from marin_assets.defs.stage_assets import stage_assets
 
 # Pipeline stages run by automation; mixture studies run per study, from their own sensor.
 _ASSETS = stage_assets()
