@@ -10,6 +10,7 @@ from marin_assets.defs.jobs import JOBS
 from marin_assets.defs.mixture.sensors import MIXTURE_SENSORS
 from marin_assets.defs.resources import AlertResource, CurationResource, DedupResource, EncoderResource, MarinResource
 from marin_assets.defs.stage_assets import stage_assets
+from marin_assets.defs.status import source_status_check, source_status_sensor
 
 # Pipeline stages run by automation; mixture studies run per study, from their own sensor.
 _ASSETS = stage_assets()
@@ -17,9 +18,9 @@ _PIPELINE = [a for a in _ASSETS if not specs.BY_NAME[a.key.to_user_string()].stu
 
 defs = dg.Definitions(
     assets=with_automation(_PIPELINE) + [a for a in _ASSETS if a not in _PIPELINE],
-    asset_checks=CHECKS,
+    asset_checks=CHECKS + [source_status_check],
     jobs=JOBS,
-    sensors=SENSORS + MIXTURE_SENSORS + ALERT_SENSORS,
+    sensors=SENSORS + MIXTURE_SENSORS + ALERT_SENSORS + [source_status_sensor],
     executor=executor_from_env(),
     resources={"marin": MarinResource(), "encoder": EncoderResource(), "curation": CurationResource(), "fuzzy_dedup": DedupResource(), "alerts": AlertResource()},
 )

@@ -5,8 +5,8 @@ before its last stage), *building* (its latest run is queued or running), *faile
 run failed: the cause is the innermost error), *stale* (built, but something it read moved:
 its pin, a per-source input rebuilt since, or its own slice of a global decision, judged by the
 ``per_source_digest`` each global step publishes, the rule automation follows), or *built*.
-The state is read from the instance's event log, a few queries per asset (not per source and
-asset), so the 146 sources of the catalog take a few seconds at most. ``marin-assets status``
+The state is read from the instance's event log: one query per asset for what is built, then
+one per built source and asset for what it read. ``marin-assets status``
 prints it; the ``source_status`` sensor records it as a check on ``source_pins`` for the UI.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
+import hashlib
 from typing import Any
 
 import dagster as dg
@@ -23,6 +24,7 @@ from dagster._core.events import DagsterEventType
 from marin_assets.core.specs import POOL, RAW_FILES, SOURCE_PINS
 from marin_assets.core.ingest import raw as ingest
 from marin_assets.defs.automation.conditions import INPUT_POINTER, RECIPE_METADATA, SLICE_METADATA
+from marin_assets.defs.resources import MarinResource
 
 BUILDING = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED)
 ORDER = ("failed", "stale", "building", "partly built", "built", "never built")
@@ -43,7 +45,8 @@ def _value(metadata: Any, key: str) -> Any:
 
 
 class _Log:
-    """The event-log reads, batched per asset and cached."""
+    """The event-log reads: the latest materialization per partition, one query per asset; then
+    the records of the partitions built (their input pointers), cached."""
 
     def __init__(self, instance: dg.DagsterInstance, graph: Any):
         self.instance, self.graph = instance, graph
@@ -51,8 +54,6 @@ class _Log:
                                  if graph.get(k).partitions_def is not None and k.to_user_string() != SOURCE_PINS.name)  # fmt: skip
         storage = instance.event_log_storage
         self.latest = {k: storage.get_latest_storage_id_by_partition(k, DagsterEventType.ASSET_MATERIALIZATION) for k in self.per_source}
-        self.read = {k: storage.get_latest_tags_by_partition(k, DagsterEventType.ASSET_MATERIALIZATION, [INPUT_POINTER + p.to_user_string() for p in self.parents(k)])
-                     for k in self.per_source}  # fmt: skip
 
     def parents(self, key: dg.AssetKey) -> list[dg.AssetKey]:
         return sorted(p for p in self.graph.get(key).parent_keys if p.to_user_string() != SOURCE_PINS.name)
@@ -77,9 +78,10 @@ class _Log:
         """What each built asset of the source read that has moved since, in graph order."""
         reasons: list[str] = []
         for key in self.per_source:
-            tags = self.read[key].get(source)
-            if tags is None:
+            if source not in self.latest[key]:
                 continue
+            record = self.record(key, source)
+            tags = (record.asset_materialization.tags if record and record.asset_materialization else None) or {}
             for parent in self.parents(key):
                 read = int(tags.get(INPUT_POINTER + parent.to_user_string(), -1))
                 partitioned = self.graph.get(parent).partitions_def is not None
@@ -168,3 +170,51 @@ def format_source_status(statuses: list[SourceStatus], every: bool = False) -> s
     if never and not every:
         lines.append(f"never built: {len(never)} sources (--all lists them)")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the same table in the UI
+
+STATUS_CHECK = "source_status"
+STATUS_INTERVAL_S = 120
+
+
+def status_markdown(statuses: list[SourceStatus]) -> str:
+    """The table for the UI: a summary line, then every source ever built (never-built ones counted)."""
+    rows = status_rows(statuses)
+    lines = [status_summary(statuses), "", "| source | state | reason | last build | tokens |", "|---|---|---|---|---:|"]
+    lines += [f"| {r['source']} | **{r['state']}** | {r['reason']} | {r['last build']} | {r['tokens']} |" for r in rows]
+    return "\n".join(lines)
+
+
+def status_evaluation(statuses: list[SourceStatus]) -> dict[str, Any]:
+    """The ``source_status`` verdict: fails (a warning) while a source failed or is stale."""
+    troubled = [s for s in statuses if s.state in ("failed", "stale")]
+    return dict(
+        passed=not troubled, severity=dg.AssetCheckSeverity.WARN,
+        description=status_summary(statuses) + ("; " + ", ".join(f"{s.source}: {s.state}" for s in troubled[:10]) if troubled else ""),
+        metadata={"status": dg.MetadataValue.md(status_markdown(statuses)),
+                  **{state: sum(s.state == state for s in statuses) for state in ORDER}},
+    )  # fmt: skip
+
+
+def _statuses(instance: dg.DagsterInstance, graph: Any, marin: Any) -> list[SourceStatus]:
+    return source_status(instance, graph, marin.catalog())
+
+
+@dg.asset_check(asset=SOURCE_PINS.name, name=STATUS_CHECK, description="Every catalog source: built, stale (why), failed (why), never built; last build and tokens (marin-assets status).")
+def source_status_check(context, marin: MarinResource) -> dg.AssetCheckResult:
+    from marin_assets.definitions import defs  # the graph this check belongs to (imported when it runs)
+
+    return dg.AssetCheckResult(**status_evaluation(_statuses(context.instance, defs.resolve_asset_graph(), marin)))
+
+
+@dg.sensor(name="source_status", minimum_interval_seconds=STATUS_INTERVAL_S, default_status=dg.DefaultSensorStatus.RUNNING,
+           description=f"Every {STATUS_INTERVAL_S // 60} minutes: records the source_status check on source_pins when the table of sources changed (no run).")  # fmt: skip
+def source_status_sensor(context: dg.SensorEvaluationContext, marin: MarinResource) -> dg.SensorResult:
+    statuses = _statuses(context.instance, context.repository_def.asset_graph, marin)
+    table = status_markdown(statuses)
+    digest = hashlib.sha256(table.encode()).hexdigest()[:16]
+    if digest == context.cursor:
+        return dg.SensorResult(skip_reason=f"unchanged: {status_summary(statuses)}")
+    evaluation = dg.AssetCheckEvaluation(asset_key=dg.AssetKey(SOURCE_PINS.name), check_name=STATUS_CHECK, **status_evaluation(statuses))
+    return dg.SensorResult(asset_events=[evaluation], cursor=digest, skip_reason=status_summary(statuses))
