@@ -278,7 +278,7 @@ def scale_run(root: str, scale: int, check: bool, ray: bool = True, corpus: str 
         "driver_requests": driver_requests,
     }
     if check:
-        from marin_assets_tests.dedup_reference import reference_fuzzy_removals  # noqa: PLC0415
+        from marin_assets_tests.core.dedup.reference import reference_fuzzy_removals  # noqa: PLC0415
 
         ref = reference_fuzzy_removals(layout["buckets"], layout["normalized"], set())
         out = storage.join(base, "fuzzy")

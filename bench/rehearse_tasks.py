@@ -214,7 +214,7 @@ def curation(root: str, attrs: dict[str, dict[str, list[str]]], stage: dict[str,
         hist, _, _ = quality.score_histogram_by_tasks(pairs, storage.join(root, "bands", "_histograms"), quality.BandParams(), StageRunner(stage["quality_bands"]))
     stage["quality_bands"].shards += sum(len(p) for p in pairs.values())
     shards = [topics.SourceShards(s, tuple(attrs["embeddings"][s]), rows=tuple(attrs["rows"][s])) for s in SOURCES]
-    with fan_in(topics, "SHARDS_PER_SAMPLE_TASK", FAN_IN):
+    with fan_in(topics.layout, "SHARDS_PER_SAMPLE_TASK", FAN_IN):
         topics.sample_embeddings(shards, topics.TopicParams(), StageRunner(stage["topic_model sample"]), storage.join(root, "topic_model", "_sample"))
     stage["topic_model sample"].shards += sum(len(s.embeddings) for s in shards)
     return quality.save_band_edges(quality.band_edges(hist, quality.BandParams()), storage.join(root, "bands"))

@@ -55,12 +55,13 @@ def _read_migration_scripts_once() -> None:
 # worker (importing sentence-transformers and loading the model costs ~6 CPU-seconds per process).
 # automation/test_checks.py is not one: only its system test embeds.
 MODEL_MODULES = frozenset(
-    {"marin_assets_tests/core/test_embed.py", "marin_assets_tests/core/test_quality.py", "marin_assets_tests/core/test_topics.py"}
+    {"marin_assets_tests/core/embed/test_embeddings.py", "marin_assets_tests/core/embed/test_quality.py",
+     "marin_assets_tests/core/embed/test_topics.py"}
 )
 
-# Long modules whose tests share nothing built once per module: each test is a unit of its own,
-# so their tests spread over the workers instead of making one worker the last to finish.
-SPLIT_MODULES = frozenset({"marin_assets_tests/core/test_dedup.py"})
+# Folders of long modules whose tests share nothing built once per module: each test is a unit of
+# its own, so their tests spread over the workers instead of making one worker the last to finish.
+SPLIT_MODULES = ("marin_assets_tests/core/dedup/",)
 
 # Where `make test-fast` keeps each unit's seconds from its last run (pytest's cache folder), so the
 # next run hands out the longest units first.
@@ -71,10 +72,10 @@ UNIT_SECONDS_KEY = "marin_assets/test-fast-unit-seconds"
 FIRST_RUN_GUESS_S = {
     "model": 14.0,
     "marin_assets_tests/automation/test_checks.py": 8.0,
-    "marin_assets_tests/core/test_dedup.py::test_incremental_components_follow_added_and_removed_documents_like_a_full_rebuild": 8.0,
-    "marin_assets_tests/core/test_dedup.py::test_a_cluster_whose_added_member_is_retained_is_verified_in_full": 5.0,
-    "marin_assets_tests/core/test_dedup.py::test_incremental_rebuild_of_one_changed_source_equals_a_full_rebuild": 4.0,
-    "marin_assets_tests/core/test_dedup.py::test_big_clusters_of_near_copies_keep_exactly_the_pairwise_survivors[6000]": 4.0,
+    "marin_assets_tests/core/dedup/fuzzy/test_merge.py::test_incremental_components_follow_added_and_removed_documents_like_a_full_rebuild": 8.0,
+    "marin_assets_tests/core/dedup/fuzzy/test_clusters.py::test_a_cluster_whose_added_member_is_retained_is_verified_in_full": 5.0,
+    "marin_assets_tests/core/dedup/fuzzy/test_merge.py::test_incremental_rebuild_of_one_changed_source_equals_a_full_rebuild": 4.0,
+    "marin_assets_tests/core/dedup/test_decisions.py::test_big_clusters_of_near_copies_keep_exactly_the_pairwise_survivors[6000]": 4.0,
     "marin_assets_tests/defs/test_ingest_assets.py": 9.0,
     "marin_assets_tests/recipes/test_web_sources.py": 7.0,
     "marin_assets_tests/faults/test_runs_and_catalog.py": 6.0,
@@ -85,9 +86,9 @@ GUESS_S_SPLIT_TEST = 3.0
 
 def unit_of(nodeid: str) -> str:
     """The scheduling unit of a test: its module, "model" for the modules that load the model, or
-    the test itself in a module of ``SPLIT_MODULES``."""
+    the test itself in a module under ``SPLIT_MODULES``."""
     module = nodeid.split("::", 1)[0]
-    if module in SPLIT_MODULES:
+    if module.startswith(SPLIT_MODULES):
         return nodeid
     return "model" if module in MODEL_MODULES else module
 
@@ -100,7 +101,7 @@ def _loadfile(config: pytest.Config) -> bool:
 def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN201
     """``--dist loadfile`` (`make test-fast`), refined: a module's tests stay on one worker (its
     module-scoped fixtures, a Ray cluster or an encoded fixture set, are built once, not once per
-    worker) unless it is in ``SPLIT_MODULES``, the modules that load the embedding model share one
+    worker) unless it is under ``SPLIT_MODULES``, the modules that load the embedding model share one
     worker, and the longest units (seconds from the last run) are handed out first, so no worker
     is left with a long one at the end."""
     if config.getvalue("dist") != "loadfile":

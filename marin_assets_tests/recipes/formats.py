@@ -12,6 +12,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
+from marin_assets.core.ingest.normalize import NormalizeParams
+
+# normalize's cap on a whitespace run (`NormalizeParams.max_whitespace_run`): fixtures plant runs against it.
+RUN = NormalizeParams().max_whitespace_run
+
 # A JSON-lines row may be a dict (encoded here) or raw bytes (written verbatim: invalid UTF-8,
 # broken JSON), so fixtures can hold the lines providers really ship.
 Line = Mapping[str, Any] | bytes

@@ -16,13 +16,11 @@ from typing import Any
 from marin_assets.catalog.sources import load_catalog
 from marin_assets.core.ingest import raw as ingest
 from marin_assets.core.ingest.hub import select_paths
-from marin_assets.core.ingest.normalize import NormalizeParams, input_format_of
+from marin_assets.core.ingest.normalize import input_format_of
 from marin_assets_tests.recipes import FixtureCase, register_fixture
-from marin_assets_tests.recipes.formats import encode, is_json
+from marin_assets_tests.recipes.formats import RUN, encode, is_json
 
 STEM = "part-00000"
-RUN = NormalizeParams().max_whitespace_run
-
 
 def concrete_path(glob: str, ext: str, stem: str = STEM) -> str:
     """A file path that ``glob`` selects: ``**`` becomes one folder, ``*`` the stem."""

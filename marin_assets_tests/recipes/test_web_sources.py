@@ -25,6 +25,8 @@ from marin_assets.core.runtime import storage
 from marin_assets_tests.fixtures.pipeline import catalog_with
 from marin_assets_tests.recipes import FixtureCase, fixture_builders
 from marin_assets_tests.recipes import web_fixtures as fx
+from marin_assets_tests.recipes.hub_bucket import BucketApi, BucketFile
+from marin_assets_tests.recipes.loopback import LoopbackServer, zstd
 
 HPLT, NSF, DOCX, GHALOGS, CODE_V2, BIO = "hplt_v3", "nsf_awards", "docx-corpus/en", "ghalogs/public", "nemotron_code_v2/content", "biocorpus"
 CATALOG = load_catalog()
@@ -44,7 +46,7 @@ FAULTS = {
 
 @pytest.fixture
 def web_server():
-    server = fx.LoopbackServer().start()
+    server = LoopbackServer().start()
     yield server
     server.stop()
 
@@ -65,7 +67,7 @@ def case_of(name: str) -> FixtureCase:
     return fixture_builders()[name](CATALOG.by_name(name))
 
 
-def place(pipeline, web_server, tmp_path: Path, name: str, case: FixtureCase, edit: dict | None = None) -> fx.BucketApi | None:
+def place(pipeline, web_server, tmp_path: Path, name: str, case: FixtureCase, edit: dict | None = None) -> BucketApi | None:
     """Serve, stage or hold the case's files and point the pipeline at a catalog scaled to them."""
     placement = PLACEMENTS[name]
     edit = edit if edit is not None else dict(placement.edit)
@@ -81,7 +83,7 @@ def place(pipeline, web_server, tmp_path: Path, name: str, case: FixtureCase, ed
     else:
         scratch = tmp_path / "xet"
         scratch.mkdir(exist_ok=True)
-        return fx.BucketApi(web_server, BUCKET_ID, [fx.BucketFile(p, d) for p, d in case.files.items()], str(scratch))
+        return BucketApi(web_server, BUCKET_ID, [BucketFile(p, d) for p, d in case.files.items()], str(scratch))
     return None
 
 
@@ -232,7 +234,7 @@ def test_missing_shard_names_follow_the_numbering() -> None:
 def test_biocorpus_changed_bucket_is_refused(web, web_server, tmp_path) -> None:
     api = place(web, web_server, tmp_path, BIO, case_of(BIO))
     assert api is not None
-    late = fx.BucketFile("data/part-002.jsonl.zst", fx.zstd(b'{"id": "new", "text": "late"}\n'), uploaded_at="2026-08-02T09:00:00Z")
+    late = BucketFile("data/part-002.jsonl.zst", zstd(b'{"id": "new", "text": "late"}\n'), uploaded_at="2026-08-02T09:00:00Z")
     api.add(late)
     message = failure(web.materialize(["raw_files"], partition=BIO, raise_on_error=False))
     pinned = PLACEMENTS[BIO].edit["provider"]["sha256"]
@@ -319,7 +321,7 @@ def test_drift_checks_of_web_and_bucket_pins(web, web_server, tmp_path) -> None:
     api = place(web, web_server, tmp_path, BIO, case_of(BIO))
     bio = load(web.catalog_path).by_name(BIO)
     assert pins.check_pin(bio, layout, access=access)[0] == pins.OK
-    api.add(fx.BucketFile("data/part-009.jsonl.zst", b"late"))
+    api.add(BucketFile("data/part-009.jsonl.zst", b"late"))
     status, detail = pins.check_pin(bio, layout, access=access)
     assert status == pins.REVISION_GONE and bio.provider.sha256 in detail
     place(web, web_server, tmp_path, DOCX, case_of(DOCX), {})  # the packaged pin, another manifest served

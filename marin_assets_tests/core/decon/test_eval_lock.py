@@ -21,7 +21,7 @@ from marin_assets.core.decon import rules as decon
 from marin_assets.core.decon.eval_sources import fetch_eval_set, lock_registry, registry_rows
 from marin_assets.core.runtime import storage
 from marin_assets.defs.resources import MarinResource
-from marin_assets_tests.recipes.web_fixtures import LoopbackServer
+from marin_assets_tests.recipes.loopback import LoopbackServer
 
 QUESTIONS = [
     {"id": f"q{i}", "question": f"Which of the planted questions number {i} asks about the orbit of a small moon "
@@ -177,7 +177,7 @@ def test_the_packaged_registry_locks_and_builds_without_edits(tmp_path, web, hub
     """The packaged registry (copied as is), its mandatory sets served by the local Hub and a loopback
     mirror with fixture data of the registry's own field names and row counts: the lock command pins
     them, reports the best-effort sets it cannot pin, and the index builds from the lock alone."""
-    catalog = Path(__file__).parents[2] / "marin_assets" / "catalog"
+    catalog = Path(__file__).parents[3] / "marin_assets" / "catalog"
     for name in ("evals.toml", "evals_lm_eval.toml"):
         shutil.copy(catalog / name, tmp_path / name)
     registry = load_evals(tmp_path / "evals.toml")
@@ -222,7 +222,7 @@ def test_a_local_eval_file_is_fingerprinted_by_its_bytes_not_its_path(tmp_path):
     """The same registry in two checkouts gives one eval index fingerprint; edited rows give another."""
     from marin_assets.core.decon.eval_sources import registry_digest  # noqa: PLC0415
 
-    demo = Path(__file__).parents[2] / "marin_assets" / "demo"
+    demo = Path(__file__).parents[3] / "marin_assets" / "demo"
     digests = []
     for name in ("checkout_a", "checkout_b"):
         copy = tmp_path / name

@@ -12,7 +12,7 @@ from marin_assets.core.pool import curated as pool
 from marin_assets.core.pool import groups as mixture
 from marin_assets.core.runtime.runner import ShardRunner
 from marin_assets.defs import report
-from marin_assets_tests.core.test_pool import N_TOPICS, build_pool_inputs, read_pool
+from marin_assets_tests.core.pool.test_curated import N_TOPICS, build_pool_inputs, read_pool
 
 LABELS = {0: "rivers, stone, harbor", 1: "music, letters", 2: "planets, theory", 3: "gardens, winter"}
 

@@ -18,7 +18,7 @@ from marin_assets.core.decon.rules import (
     source_drop_set,
 )
 from marin_assets.core.runtime import storage
-from marin_assets_tests.core.test_decon import ENZYME, LICENSED_TASK, PROJECTILE, PROJECTILE_ANSWER, filler, page
+from marin_assets_tests.core.decon.test_rules import ENZYME, LICENSED_TASK, PROJECTILE, PROJECTILE_ANSWER, filler, page
 
 P = DeconParams()
 

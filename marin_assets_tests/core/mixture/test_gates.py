@@ -1,7 +1,7 @@
 """Gates on a study's fit: an optimized mixture is published only on evidence; otherwise
 token-proportional weights, with the reason and what to add.
 
-The truth is the synthetic study of ``test_mixture_fit`` (4 domains, 20 groups, a power law in
+The truth is the synthetic study of ``test_fit`` (4 domains, 20 groups, a power law in
 the weighted relevant data); replicate runs repeat a mixture with fresh measurement noise.
 """
 
@@ -16,7 +16,7 @@ import pytest
 from marin_assets.core.mixture import fit as mf
 from marin_assets.core.mixture import gates
 from marin_assets.core.mixture import swarm as ms
-from marin_assets_tests.core.test_mixture_fit import STUDY, TOKENS, TRUTH
+from marin_assets_tests.core.mixture.test_fit import STUDY, TOKENS, TRUTH
 
 FIT = mf.FitParams(seed=0, bootstrap=4, lgbm_estimators=200)
 STUDY_GATED = dataclasses.replace(STUDY, replicate_mixtures=2, replicate_seeds=3, search_candidates=2_000, search_rounds=2)

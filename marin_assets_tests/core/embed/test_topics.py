@@ -182,8 +182,8 @@ def test_the_sample_drawn_by_tasks_with_counted_rows_is_the_same_and_reads_no_fo
             kinds.append(len(tasks))
             return super().map(tasks, on_done)
 
-    monkeypatch.setattr(topics, "SHARDS_PER_SAMPLE_TASK", 2)
-    monkeypatch.setattr(topics, "PARTS_PER_COMBINE_TASK", 2)
+    monkeypatch.setattr(topics.layout, "SHARDS_PER_SAMPLE_TASK", 2)
+    monkeypatch.setattr(topics.layout, "PARTS_PER_COMBINE_TASK", 2)
     monkeypatch.setattr(storage, "parquet_num_rows", lambda uri: pytest.fail(f"read the footer of {uri}"))
     work = tmp_path / "work"
     by_tasks = topics.sample_embeddings(counted, params, Counting(), str(work))
@@ -352,8 +352,8 @@ def test_label_texts_are_read_by_tasks_and_checked_against_the_embeddings(corpus
             kinds.append(len(tasks))
             return super().map(tasks, on_done)
 
-    monkeypatch.setattr(topics, "SHARDS_PER_SAMPLE_TASK", 1)
-    monkeypatch.setattr(topics, "PARTS_PER_COMBINE_TASK", 3)
+    monkeypatch.setattr(topics.layout, "SHARDS_PER_SAMPLE_TASK", 1)
+    monkeypatch.setattr(topics.layout, "PARTS_PER_COMBINE_TASK", 3)
     rows = np.arange(0, len(sample), 2)
     texts = topics._read_texts(sample, rows, 40, Counting(), str(tmp_path / "work"))
     assert kinds == [4, 2] and not (tmp_path / "work").exists()  # a task per shard, their 4 parts put together by 2
@@ -389,7 +389,7 @@ def test_the_fit_is_one_task_with_its_reservation_that_alone_reads_the_sample(co
     root = corpus["root"] / "models"
     small = topics.TopicParams(n_topics=6, k_fine=20, sample_size=60, fit_memory_bytes=3 << 30, fit_cpus=2)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(topics, "load_sample_parts", load)
+        patch.setattr(topics.fit, "load_sample_parts", load)
         stats = topics.train_topic_model(corpus["sources"], str(root / "reserved"), small, Recording())
     fits = [t for t in tasks if t.fn is topics.fit_topics]
     assert len(fits) == 1 and fits[0].resources == TaskResources(cpus=2, memory_bytes=3 << 30)  # a full sample: as configured

@@ -19,7 +19,7 @@ from marin_assets.core.decon.rules import (
 from marin_assets.core.decon.text_normalize import normalize_batch
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.kernels import string_buffers
-from marin_assets_tests.core.test_decon import (
+from marin_assets_tests.core.decon.test_rules import (
     CAPITAL,
     EVAL_ROWS,
     LICENCE,
