@@ -24,6 +24,7 @@ from dagster._core.events import DagsterEventType
 from marin_assets.core.specs import POOL, RAW_FILES, SOURCE_PINS
 from marin_assets.core.ingest import raw as ingest
 from marin_assets.defs.automation.conditions import INPUT_POINTER, RECIPE_METADATA, SLICE_METADATA
+from marin_assets.defs.metadata import table as metadata_table
 from marin_assets.defs.resources import MarinResource
 
 BUILDING = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED)
@@ -178,12 +179,10 @@ STATUS_CHECK = "source_status"
 STATUS_INTERVAL_S = 120
 
 
-def status_markdown(statuses: list[SourceStatus]) -> str:
-    """The table for the UI: a summary line, then every source ever built (never-built ones counted)."""
-    rows = status_rows(statuses)
-    lines = [status_summary(statuses), "", "| source | state | reason | last build | tokens |", "|---|---|---|---|---:|"]
-    lines += [f"| {r['source']} | **{r['state']}** | {r['reason']} | {r['last build']} | {r['tokens']} |" for r in rows]
-    return "\n".join(lines)
+def status_table(statuses: list[SourceStatus]) -> dg.MetadataValue:
+    """The table for the UI (a Dagster table, shown inline): every source ever built, failed and
+    stale first; the never-built ones are counted in the summary."""
+    return metadata_table(status_rows(statuses), columns=["source", "state", "reason", "last build", "tokens"])
 
 
 def status_evaluation(statuses: list[SourceStatus]) -> dict[str, Any]:
@@ -192,7 +191,7 @@ def status_evaluation(statuses: list[SourceStatus]) -> dict[str, Any]:
     return dict(
         passed=not troubled, severity=dg.AssetCheckSeverity.WARN,
         description=status_summary(statuses) + ("; " + ", ".join(f"{s.source}: {s.state}" for s in troubled[:10]) if troubled else ""),
-        metadata={"status": dg.MetadataValue.md(status_markdown(statuses)),
+        metadata={"summary": status_summary(statuses), "sources": status_table(statuses),
                   **{state: sum(s.state == state for s in statuses) for state in ORDER}},
     )  # fmt: skip
 
@@ -212,8 +211,7 @@ def source_status_check(context, marin: MarinResource) -> dg.AssetCheckResult:
            description=f"Every {STATUS_INTERVAL_S // 60} minutes: records the source_status check on source_pins when the table of sources changed (no run).")  # fmt: skip
 def source_status_sensor(context: dg.SensorEvaluationContext, marin: MarinResource) -> dg.SensorResult:
     statuses = _statuses(context.instance, context.repository_def.asset_graph, marin)
-    table = status_markdown(statuses)
-    digest = hashlib.sha256(table.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(repr(status_rows(statuses)).encode()).hexdigest()[:16]
     if digest == context.cursor:
         return dg.SensorResult(skip_reason=f"unchanged: {status_summary(statuses)}")
     evaluation = dg.AssetCheckEvaluation(asset_key=dg.AssetKey(SOURCE_PINS.name), check_name=STATUS_CHECK, **status_evaluation(statuses))

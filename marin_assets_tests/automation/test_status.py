@@ -110,7 +110,8 @@ def test_the_ui_check_is_recorded_when_the_table_changes(catalog: Path) -> None:
         first = tick(None)
         (evaluation,) = first.asset_events
         assert evaluation.check_name == STATUS_CHECK and evaluation.passed
-        table = evaluation.metadata["status"].value
-        assert "| agenttrove | **partly built** | not built yet: pool |" in table
+        rows = [r.data for r in evaluation.metadata["sources"].records]
+        assert rows == [{"source": "agenttrove", "state": "partly built", "reason": "not built yet: pool", "last build": rows[0]["last build"], "tokens": ""}]
+        assert evaluation.metadata["summary"].value == "4 catalog sources: 1 partly built, 3 never built"
         assert evaluation.metadata["never built"].value == 3
         assert tick(first.cursor).asset_events == [], "an unchanged table records nothing"

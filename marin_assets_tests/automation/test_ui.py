@@ -248,3 +248,64 @@ def test_a_pin_edit_marks_that_sources_chain_stale(built_dev, browser) -> None:
                              message="the Unsynced popover naming source_pins' new data version")  # fmt: skip
     finally:
         _screenshot(browser, "ui-chain-stale-after-pin-edit.png")
+
+
+def _fits_the_width(driver, name: str) -> None:
+    """Nothing on the page is wider than its box: no sideways scrolling at 1600 px."""
+    overflow = driver.execute_script("""
+        const out = [];
+        for (const e of document.querySelectorAll('table, pre, main, [class*="Box"]')) {
+            const style = getComputedStyle(e);
+            if (e.offsetParent && e.scrollWidth > e.clientWidth + 2 && style.overflowX !== 'hidden' && e.clientWidth > 200)
+                out.push(e.tagName + ' ' + e.scrollWidth + '>' + e.clientWidth + ' ' + (e.innerText || '').slice(0, 60));
+        }
+        if (document.documentElement.scrollWidth > window.innerWidth + 2) out.push('page ' + document.documentElement.scrollWidth);
+        return out;""")
+    assert overflow == [], f"{name}: wider than the window: {overflow[:5]}"
+
+
+def test_operator_views_at_1600px(built_dev, browser) -> None:
+    """The views an operator reads, as screenshots at 1600 px: the lineage with each asset's
+    state, a pool partition's page, sampling_groups (pictures first) and the table of sources
+    (the source_status check on source_pins), each readable without scrolling sideways."""
+    from selenium.webdriver.common.by import By
+
+    assert browser.execute_script("return window.innerWidth") >= 1580
+    browser.get(f"{built_dev.url}/asset-groups")
+    try:
+        _menu_item(
+            browser,
+            "//button[.//*[@aria-label='zoom_out']]/following::button[.//*[@aria-label='settings']][1]",
+            "//*[starts-with(normalize-space(.), 'Expand all groups')][self::a or self::button or @role='menuitem']",
+        )
+        _wait(browser, 120).until(lambda d: {"pool", "sampling_groups", "exact_duplicates"} <= _texts(d), message="the lineage's nodes")
+        time.sleep(2)  # the graph's layout animation
+    finally:
+        _screenshot(browser, "ui-lineage.png")
+
+    browser.get(f"{built_dev.url}/assets/pool?view=partitions&partition={EDITED.replace('/', '%2F')}")
+    try:
+        _wait(browser, 120).until(lambda d: "Latest materialization" in " ".join(_texts(d)) or "Materialized" in " ".join(_texts(d)),
+                                  message="the pool partition's page")  # fmt: skip
+        _fits_the_width(browser, "pool partition")
+    finally:
+        _screenshot(browser, "ui-pool-partition.png")
+
+    browser.get(f"{built_dev.url}/assets/sampling_groups")
+    try:
+        _wait(browser, 120).until(lambda d: "tokens_heatmap" in _texts(d), message="sampling_groups' pictures")
+        names = [e.text.strip() for e in browser.find_elements(By.XPATH, "//td[1]") if e.text.strip()]
+        assert names.index("tokens_heatmap") < names.index("rebuild_report") < names.index("groups_table"), names
+        _fits_the_width(browser, "sampling_groups")
+    finally:
+        _screenshot(browser, "ui-sampling-groups.png")
+
+    browser.get(f"{built_dev.url}/assets/source_pins?view=checks")
+    try:
+        _click(browser, "//*[normalize-space(text())='source_status']", timeout_s=180)
+        _wait(browser, 180).until(lambda d: {"source", "state", "reason", "last build", "tokens"} <= _texts(d) and "built" in _texts(d),
+                                  message="the table of sources (source_status's metadata)")  # fmt: skip
+        assert any(t.startswith("146 catalog sources:") for t in _texts(browser))
+        _fits_the_width(browser, "source_status")
+    finally:
+        _screenshot(browser, "ui-status-table.png")
