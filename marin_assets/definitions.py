@@ -9,6 +9,7 @@ from marin_assets.defs.automation import CHECKS, SENSORS, executor_from_env, wit
 from marin_assets.defs.jobs import JOBS
 from marin_assets.defs.mixture.sensors import MIXTURE_SENSORS
 from marin_assets.defs.resources import AlertResource, CurationResource, DedupResource, EncoderResource, MarinResource
+from marin_assets.defs.slices import slice_assets
 from marin_assets.defs.stage_assets import stage_assets
 from marin_assets.defs.status import source_status_check, source_status_sensor
 
@@ -17,7 +18,7 @@ _ASSETS = stage_assets()
 _PIPELINE = [a for a in _ASSETS if not specs.BY_NAME[a.key.to_user_string()].study_stage]
 
 defs = dg.Definitions(
-    assets=with_automation(_PIPELINE) + [a for a in _ASSETS if a not in _PIPELINE],
+    assets=with_automation(_PIPELINE) + slice_assets({s.name: s.group for s in specs.ALL}) + [a for a in _ASSETS if a not in _PIPELINE],
     asset_checks=CHECKS + [source_status_check],
     jobs=JOBS,
     sensors=SENSORS + MIXTURE_SENSORS + ALERT_SENSORS + [source_status_sensor],

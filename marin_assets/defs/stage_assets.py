@@ -15,6 +15,7 @@ from marin_assets.core.runtime.stages import StageSpec
 from marin_assets.core.specs import SOURCE_PINS
 from marin_assets.defs.mixture.partitions import proxy_run_partitions, study_partitions
 from marin_assets.defs.partitions import source_partitions
+from marin_assets.defs.slices import SLICED, slice_key
 
 # Who answers for the assets, and the tags the UI filters by: set here, once, for every stage.
 OWNERS = ["team:marin-data"]
@@ -39,8 +40,10 @@ def deps_for(spec: StageSpec) -> list[dg.AssetKey]:
     """The spec's inputs, plus ``source_pins`` for every per-source stage that does not read it:
     Dagster marks stale only the direct dependents of a changed data version, and a pin edit
     rebuilds the source's whole chain, so the whole chain is shown stale. Automation ignores
-    this extra edge (``conditions.per_source_condition``); the stage never reads it."""
-    deps = [key(i) for i in spec.inputs]
+    this extra edge (``conditions.per_source_condition``); the stage never reads it. A global
+    input that publishes per-source digests is read through its slice asset (``defs/slices.py``):
+    the stage turns stale only where its own part of the decision moved."""
+    deps = [slice_key(i.name) if spec.partitioned and i.name in SLICED else key(i) for i in spec.inputs]
     if spec.partitioned and spec.name != SOURCE_PINS.name and SOURCE_PINS not in spec.inputs:
         deps.append(key(SOURCE_PINS))
     return deps

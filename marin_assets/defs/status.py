@@ -16,6 +16,7 @@ import dataclasses
 import datetime
 import functools
 import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
@@ -24,6 +25,7 @@ from dagster._core.events import DagsterEventType
 from marin_assets.core.specs import POOL, RAW_FILES, SOURCE_PINS
 from marin_assets.core.ingest import raw as ingest
 from marin_assets.defs.automation.conditions import INPUT_POINTER, RECIPE_METADATA, SLICE_METADATA
+from marin_assets.defs.slices import global_of
 from marin_assets.defs.metadata import table as metadata_table
 from marin_assets.defs.resources import MarinResource
 
@@ -66,6 +68,11 @@ class _Log:
         return records[0] if records else None
 
     @functools.cache
+    def slice_recorded(self, key: dg.AssetKey) -> Mapping[str, int]:
+        """When each source's slice was last recorded (storage id)."""
+        return self.instance.event_log_storage.get_latest_storage_id_by_partition(key, DagsterEventType.ASSET_OBSERVATION)
+
+    @functools.cache
     def latest_global(self, key: dg.AssetKey) -> int | None:
         record = self.record(key)
         return record.storage_id if record else None
@@ -85,6 +92,10 @@ class _Log:
             tags = (record.asset_materialization.tags if record and record.asset_materialization else None) or {}
             for parent in self.parents(key):
                 read = int(tags.get(INPUT_POINTER + parent.to_user_string(), -1))
+                if global_of(parent) is not None:  # a slice is recorded again only when it moved
+                    if self.slice_recorded(parent).get(source, -1) > read:
+                        reasons.append(f"its slice of {global_of(parent).to_user_string()} moved")
+                    continue
                 partitioned = self.graph.get(parent).partitions_def is not None
                 newest = self.latest.get(parent, {}).get(source) if partitioned else self.latest_global(parent)
                 if newest is None or newest <= read:
@@ -202,9 +213,7 @@ def _statuses(instance: dg.DagsterInstance, graph: Any, marin: Any) -> list[Sour
 
 @dg.asset_check(asset=SOURCE_PINS.name, name=STATUS_CHECK, description="Every catalog source: built, stale (why), failed (why), never built; last build and tokens (marin-assets status).")
 def source_status_check(context, marin: MarinResource) -> dg.AssetCheckResult:
-    from marin_assets.definitions import defs  # the graph this check belongs to (imported when it runs)
-
-    return dg.AssetCheckResult(**status_evaluation(_statuses(context.instance, defs.resolve_asset_graph(), marin)))
+    return dg.AssetCheckResult(**status_evaluation(_statuses(context.instance, context.repository_def.asset_graph, marin)))
 
 
 @dg.sensor(name="source_status", minimum_interval_seconds=STATUS_INTERVAL_S, default_status=dg.DefaultSensorStatus.RUNNING,

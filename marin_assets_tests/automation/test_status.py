@@ -11,6 +11,7 @@ import pytest
 from marin_assets.catalog.sources import load_catalog
 from marin_assets.core.ingest import raw as ingest
 from marin_assets.defs.resources import MarinResource
+from marin_assets.defs.slices import record_slices, slice_assets
 from marin_assets.defs.status import STATUS_CHECK, format_source_status, source_status, source_status_check, source_status_sensor
 from marin_assets_tests.fixtures.pipeline import catalog_with
 
@@ -40,15 +41,19 @@ def graph_for(catalog: Path) -> list:
 
     @dg.asset
     def exact_duplicates() -> dg.MaterializeResult:
-        return dg.MaterializeResult(metadata={"per_source_digest": dict(SLICES)}, data_version=dg.DataVersion("-".join(sorted(SLICES.values())) + str(len(SLICES))))
+        version = "-".join(f"{k}={v}" for k, v in sorted(SLICES.items()))
+        record_slices(SLICES, version)  # as every global step with per-source digests does
+        return dg.MaterializeResult(metadata={"per_source_digest": dict(SLICES)}, data_version=dg.DataVersion(version))
 
-    @dg.asset(partitions_def=PARTS, deps=[raw_files, exact_duplicates])
+    (by_source,) = slice_assets({}, PARTS, names=["exact_duplicates"])
+
+    @dg.asset(partitions_def=PARTS, deps=[raw_files, "exact_duplicates_by_source"])
     def pool(context) -> dg.MaterializeResult:
         if context.partition_key in FAIL:
             raise dg.Failure(f"source '{context.partition_key}': band edges missing; rebuild quality_bands")
         return dg.MaterializeResult(metadata={"tokens": 1000 + len(context.partition_key)})
 
-    return [dg.AssetSpec("source_pins", partitions_def=PARTS), raw_files, exact_duplicates, pool]
+    return [dg.AssetSpec("source_pins", partitions_def=PARTS), raw_files, exact_duplicates, by_source, pool]
 
 
 def build(instance, assets, selection: str, partition: str | None = None) -> None:
