@@ -94,8 +94,8 @@ UNIQUE_1X = 430
 # the bench holds everything it is given, and its peak grows with the corpus)
 MIB = 1 << 20
 SCALE = FuzzyScale(
-    records_per_partition=80_000, edges_per_task=60_000, union_find_max_edges=30_000, members_per_partition=4_000, shards_per_map=4, max_inputs_per_task=16,
-    merge_bytes=8 * MIB, member_chars_per_partition=8 * MIB, cluster_chars_in_memory=4 * MIB, verify_index_bytes=8 * MIB,
+    records_per_task=80_000, edges_per_task=60_000, union_find_max_edges=30_000, members_per_task=4_000, shards_per_map=4, max_inputs_per_task=16,
+    merge_bytes=8 * MIB, member_chars_per_task=8 * MIB, cluster_chars_in_memory=4 * MIB, verify_index_bytes=8 * MIB,
 )  # fmt: skip
 IDS_PER_PARTITION = 4_000
 PROCESSES = 2

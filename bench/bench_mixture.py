@@ -67,7 +67,7 @@ def make_truth(seed: int, n_runs: int, flat: float = 1.0) -> Truth:
     tokens = np.floor(np.exp(rng.uniform(np.log(1e8), np.log(1e10), N_GROUPS)))
     relevance = (rng.random((N_DOMAINS, N_GROUPS)) < 0.05) * rng.uniform(1, 4, (N_DOMAINS, N_GROUPS)) + 0.05 * rng.random((N_DOMAINS, N_GROUPS))
     study = ms.StudyParams(name=f"synthetic{seed}", target_budget=float(tokens.sum()), proxy_budget=1e8, n_runs=n_runs, seed=seed,
-                           phases=(ms.Phase("main", 1.0),), kl_weight=0.0, search_candidates=pick(20_000, 8_000), search_rounds=pick(8, 4))
+                           phases=(ms.TrainingPhase("main", 1.0),), kl_weight=0.0, search_candidates=pick(20_000, 8_000), search_rounds=pick(8, 4))
     return Truth(tokens, relevance, rng.uniform(0.8, 1.2, N_DOMAINS), rng.uniform(0.05, 0.1, N_DOMAINS) * flat, study)
 
 

@@ -306,12 +306,12 @@ def pool_peer(shard: str, attrs: dict, work: str) -> dict:
 
 def groups_ours(index_uris: list[str], work: str) -> dict:
     from marin_assets.core.pool import curated as pool
-    from marin_assets.core.pool import groups as mixture
+    from marin_assets.core.pool.groups import MixtureParams, sampling_groups, write_sampling_groups
 
     with harness.timed():
         counts = pool.group_counts_and_files([("bench", index_uris, os.path.join(work, "pool"))], os.path.join(work, "ours_files.parquet"))
-        result = mixture.sampling_groups(counts, {}, mixture.MixtureParams())
-        mixture.write_sampling_groups(result, os.path.join(work, "ours_groups"))
+        result = sampling_groups(counts, {}, MixtureParams())
+        write_sampling_groups(result, os.path.join(work, "ours_groups"))
     return {"items": len(index_uris), "groups": result.summary.get("groups_with_documents", 0)}
 
 

@@ -21,7 +21,7 @@ import dagster as dg
 
 from bench import slow_store
 from bench.harness import MIB, QUICK
-from marin_assets.catalog.sources import load_catalog
+from marin_assets.core.ingest.recipes import checked_catalog
 from marin_assets.core.dedup import manifest
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.runner import (
@@ -58,7 +58,7 @@ class SourceSize:
 
 def pool_sources() -> list[SourceSize]:
     """The catalog's sources with their share of the pool's shards (each at least one)."""
-    catalog = load_catalog(None, strict=False)
+    catalog = checked_catalog(None, strict=False)
     tokens = {s.name: s.rough_tokens_b for s in catalog.sources}
     total = math.fsum(tokens.values())
     sized = sorted((SourceSize(n, max(1, round(POOL_SHARDS * t / total))) for n, t in tokens.items()), key=lambda s: -s.shards)

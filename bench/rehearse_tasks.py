@@ -50,7 +50,7 @@ from bench.rehearse_kit import (
     REQUEST_S,
     counted_map,
 )
-from marin_assets.catalog.sources import load_catalog
+from marin_assets.core.ingest.recipes import checked_catalog
 from marin_assets.core.decon import rules as decon
 from marin_assets.core.dedup import minhash
 from marin_assets.core.dedup.decisions import removed_uri
@@ -71,7 +71,7 @@ MERGE_FILES = 16  # group files per merge task (production: 1,024)
 # fuzzy task sizes below 1x's records, edges and members, so every step's task count grows with the
 # corpus and 1x already fills each step's fan-in: a shard per map task and 4 inputs per task at most
 # (production: 16 and 1,024); 1x's 4 map files, 7 label files and 4 removal parts fill it
-FUZZY = FuzzyScale(records_per_partition=512, edges_per_task=8, union_find_max_edges=0, members_per_partition=2, shards_per_map=1, max_inputs_per_task=4)
+FUZZY = FuzzyScale(records_per_task=512, edges_per_task=8, union_find_max_edges=0, members_per_task=2, shards_per_map=1, max_inputs_per_task=4)
 IDS_PER_PARTITION = 32  # exact dedup's reduce tasks (production: 8,000,000 ids each)
 EXACT_INPUTS = 2  # files one exact task reads, at most (production: 1,024): 1x's 2 map files and 2 reduce parts fill it
 GOAL = 1.3
@@ -321,7 +321,7 @@ def every_stage(scales: Sequence[int] | None = None) -> bool:
     ok = all([stage_row(name, runs) for name in STAGES])
     low, top = runs[scales[0]], runs[scales[-1]]
     ratio = top.group_requests / max(1, low.group_requests)
-    sources = len(load_catalog(None, strict=False).sources)  # the whole pool, also under BENCH_QUICK
+    sources = len(checked_catalog(None, strict=False).sources)  # the whole pool, also under BENCH_QUICK
     print("rehearse tasks sampling_groups (its step, no tasks): requests per source " + " ".join(f"{s}x={runs[s].group_requests}" for s in scales)
           + f" ratio {ratio:.2f} {'PASS' if ratio <= GOAL else 'MISS'}; full pool {sources} sources x {top.group_requests} requests x 30 ms"
           f" = {sources * top.group_requests * REQUEST_S:.0f} s, one after another in the step", flush=True)  # fmt: skip

@@ -47,7 +47,7 @@ from marin_assets.core.embed import embeddings as embed
 from marin_assets.core.embed import quality
 from marin_assets.core.ingest import normalize
 from marin_assets.core.pool import curated as pool
-from marin_assets.core.pool import groups as mixture
+from marin_assets.core.pool.groups import MixtureParams, sampling_groups, write_sampling_groups
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.runner import LOCAL, ShardResult, ShardRunner, ShardTask  # noqa: E402
 
@@ -125,8 +125,8 @@ def synthetic_attributes(input_uris: list[str], output_uri: str, params: dict) -
 def sampling_groups_task(input_uris: list[str], output_uri: str, params: dict) -> dict:
     """The sampling_groups step (per-source aggregation, streamed file list) as one task."""
     counts = pool.group_counts_and_files([(params["source"], input_uris, params["pool_dir"])], storage.join(output_uri + ".d", "pool_files.parquet"))
-    result = mixture.sampling_groups(counts, {}, mixture.MixtureParams())
-    mixture.write_sampling_groups(result, output_uri + ".d")
+    result = sampling_groups(counts, {}, MixtureParams())
+    write_sampling_groups(result, output_uri + ".d")
     storage.write_bytes(output_uri, b"done")
     return {"documents": result.summary["documents"], "tokens": result.summary["tokens"]}
 

@@ -23,7 +23,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from marin_assets.core.runtime.errors import ConfigurationError
+from marin_assets.errors import ConfigurationError
 
 TERMINAL = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
 SUCCESS = {"COMPLETED", "COMPLETED_SUCCESS"}

@@ -29,11 +29,12 @@ def _catalog_path(args: argparse.Namespace) -> str | None:
 
 
 def _cmd_sources(args: argparse.Namespace) -> int:
-    from marin_assets.catalog.sources import format_sources_table, load_catalog
+    from marin_assets.catalog.sources import format_sources_table
+    from marin_assets.core.ingest.recipes import checked_catalog
     from marin_assets.core.ingest import raw as ingest
     from marin_assets.core.ingest.transforms import known_transforms
 
-    catalog = load_catalog(_catalog_path(args))
+    catalog = checked_catalog(_catalog_path(args))
     print(format_sources_table(catalog))
     transforms = known_transforms()
     runnable, missing = [], []
@@ -138,7 +139,7 @@ def _cmd_runs(args: argparse.Namespace) -> int:
 def _cmd_evals(args: argparse.Namespace) -> int:
     from marin_assets.catalog.evals import load_evals, write_lock
     from marin_assets.core.decon.eval_sources import lock_registry
-    from marin_assets.core.runtime.errors import MarinError
+    from marin_assets.errors import MarinError
     from marin_assets.defs.resources import MarinResource
 
     marin = MarinResource()  # MARIN_EVALS, HF_ENDPOINT, HF_TOKEN, MARIN_WEB_MIRROR, retry waits
@@ -217,9 +218,9 @@ def build_selection(with_models: bool = False) -> list[list[str]]:
 
 def _cmd_build(args: argparse.Namespace) -> int:
     from marin_assets import backfill
-    from marin_assets.catalog.sources import load_catalog
+    from marin_assets.core.ingest.recipes import checked_catalog
 
-    names = list(load_catalog(_catalog_path(args)).names)
+    names = list(checked_catalog(_catalog_path(args)).names)
     sources = [s.strip() for s in args.sources.split(",") if s.strip()] or names
     unknown = sorted(set(sources) - set(names))
     if unknown:

@@ -1,5 +1,7 @@
-"""The import structure: each core package imports only what its docstring allows, and no
-module of the product or the benches imports itself back through others."""
+"""The import structure: the catalog imports no code of the project, each core package imports
+only what its docstring allows, the Dagster wiring imports down (never an asset module from
+another module of the wiring), and no module of the product or the benches imports itself back
+through others."""
 
 from __future__ import annotations
 
@@ -97,6 +99,8 @@ def test_every_core_package_documents_its_purpose_and_imports_only_what_it_allow
             if not module.startswith(f"marin_assets.core.{package}"):
                 continue
             for target in targets:
+                if target == LAYERS[0]:
+                    continue  # the error vocabulary, below every layer
                 if target.startswith("marin_assets.catalog"):
                     used = "catalog"
                 elif target.startswith("marin_assets.core.") and target != "marin_assets.core.specs":
@@ -105,4 +109,55 @@ def test_every_core_package_documents_its_purpose_and_imports_only_what_it_allow
                     used = target  # anything else of the product (defs, testing, specs) is never allowed
                 if used not in allowed:
                     offenders.append(f"{module} imports {target}")
+    assert offenders == []
+
+
+LAYERS = ("marin_assets.errors", "marin_assets.catalog", "marin_assets.core", "marin_assets.defs")
+"""From the bottom up: a layer imports only from the layers below it and itself. ``errors`` (the
+four kinds of failure, importing nothing) is the vocabulary every layer's errors derive from."""
+
+
+def layer_of(module: str) -> int | None:
+    return next((i for i, layer in enumerate(LAYERS) if module == layer or module.startswith(layer + ".")), None)
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Imports from a layer into a layer above it, or out of the three layers (demo, testing, CLI, code location)."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        here = layer_of(module)
+        if here is None:
+            continue
+        for target in sorted(targets):
+            there = layer_of(target)
+            if there is None or there > here:
+                found.append(f"{module} imports {target}")
+    return found
+
+
+def test_the_layer_check_sees_an_arrow_back_up() -> None:
+    graph = {"marin_assets.catalog.sources": {"marin_assets.core.ingest.formats"}, "marin_assets.core.x": {"marin_assets.defs.y"},
+             "marin_assets.defs.z": {"marin_assets.demo.run"}, "marin_assets.defs.w": {"marin_assets.core.x", "marin_assets.catalog.sources"}}
+    assert upward_imports(graph) == [
+        "marin_assets.catalog.sources imports marin_assets.core.ingest.formats",
+        "marin_assets.core.x imports marin_assets.defs.y",
+        "marin_assets.defs.z imports marin_assets.demo.run",
+    ]
+
+
+def test_catalog_core_and_defs_import_only_downward() -> None:
+    assert upward_imports(import_graph("marin_assets")) == []
+
+
+def asset_modules(graph: dict[str, set[str]]) -> set[str]:
+    return {m for m in graph if re.fullmatch(r"marin_assets\.defs\.\w+\.assets", m)}
+
+
+def test_no_module_of_the_wiring_imports_an_asset_module() -> None:
+    """Asset modules share what they need through core or one non-asset defs module; only the
+    code location (``marin_assets.definitions``) gathers them."""
+    graph = import_graph("marin_assets")
+    assets = asset_modules(graph)
+    assert {"marin_assets.defs.ingest.assets", "marin_assets.defs.pool.assets"} <= assets
+    offenders = sorted(f"{m} imports {t}" for m, targets in graph.items() if m.startswith("marin_assets.defs") for t in targets & assets)
     assert offenders == []

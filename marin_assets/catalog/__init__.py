@@ -4,7 +4,6 @@ Never imports dagster; the Dagster wiring reads the catalog through ``load_catal
 """
 
 from marin_assets.catalog.sources import (
-    INPUT_FORMATS,
     PROVIDER_KINDS,
     Catalog,
     CatalogError,
@@ -17,7 +16,6 @@ from marin_assets.catalog.sources import (
 )
 
 __all__ = [
-    "INPUT_FORMATS",
     "PROVIDER_KINDS",
     "Catalog",
     "CatalogError",

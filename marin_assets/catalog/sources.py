@@ -18,15 +18,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from marin_assets.core.ingest.formats import CATALOG_FORMATS
-from marin_assets.core.runtime.errors import ConfigurationError
+from marin_assets.errors import ConfigurationError
 
 PACKAGED_CATALOG = "sources.toml"
 
 PROVIDER_KINDS = ("hf", "prestaged", "web", "api")
 REPO_TYPES = ("dataset", "bucket")
-# Upstream file formats as downloaded (the one format table); json.gz is Dolma-style gzipped JSON lines.
-INPUT_FORMATS = CATALOG_FORMATS
 
 # Dagster partition keys may not contain these (plus control characters); whitespace is
 # refused too, so names survive shells, URLs and paths unquoted.
@@ -210,14 +207,15 @@ def default_catalog_path() -> Path:
 
 
 def load_catalog(path: str | Path | None = None, *, strict: bool = True,
-                 known_transforms: Collection[str] | None = None, check_transforms: bool = True) -> Catalog:  # fmt: skip
+                 known_formats: Collection[str] | None = None, known_transforms: Collection[str] | None = None) -> Catalog:  # fmt: skip
     """Read and validate the catalog; read from disk on every call so edited pins are seen.
 
     ``strict=False`` keeps going past invalid entries: the valid ones load and each invalid one
     is listed in ``Catalog.broken`` with its error (so one bad entry does not take down the
-    code location). Transforms are checked against ``known_transforms`` (default: the family
-    transforms this version of the project has); ``check_transforms=False`` is for reports
-    that list what is not implemented yet (``marin-assets status``).
+    code location). ``known_formats`` and ``known_transforms`` are what the caller can build
+    (``core.ingest.recipes.checked_catalog`` hands in the project's format table and family
+    transforms): an entry naming another is refused; left out, that field is not checked (a
+    report listing what is not implemented yet, or a reader of pins).
     """
     where = Path(path) if path is not None else default_catalog_path()
     try:
@@ -226,21 +224,16 @@ def load_catalog(path: str | Path | None = None, *, strict: bool = True,
         raise CatalogError(f"catalog file {str(where)!r} does not exist", path=str(where)) from None
     except tomllib.TOMLDecodeError as exc:
         raise CatalogError(f"catalog file {str(where)!r} is not valid TOML: {exc}", path=str(where)) from None
-    return parse_catalog(raw, path=str(where), strict=strict, known_transforms=known_transforms, check_transforms=check_transforms)
-
-
-def _known_transforms() -> frozenset[str]:
-    from marin_assets.core.ingest.transforms import known_transforms  # noqa: PLC0415 - the transform registry
-
-    return frozenset(known_transforms())
+    return parse_catalog(raw, path=str(where), strict=strict, known_formats=known_formats, known_transforms=known_transforms)
 
 
 def parse_catalog(raw: Mapping[str, Any], path: str = "", *, strict: bool = True,
-                  known_transforms: Collection[str] | None = None, check_transforms: bool = True) -> Catalog:  # fmt: skip
+                  known_formats: Collection[str] | None = None, known_transforms: Collection[str] | None = None) -> Catalog:  # fmt: skip
     """Validate an already-parsed catalog document (the ``[[source]]`` array)."""
-    transforms: frozenset[str] | None = None
-    if check_transforms:
-        transforms = frozenset(known_transforms) if known_transforms is not None else _known_transforms()
+    known = _Known(
+        tuple(known_formats) if known_formats is not None else None,
+        frozenset(known_transforms) if known_transforms is not None else None,
+    )
     unknown = set(raw) - {"source"}
     if unknown:
         raise CatalogError(
@@ -255,7 +248,7 @@ def parse_catalog(raw: Mapping[str, Any], path: str = "", *, strict: bool = True
     seen: dict[str, int] = {}
     for position, entry in enumerate(entries, start=1):
         try:
-            source = _parse_source(entry, position, path, transforms)
+            source = _parse_source(entry, position, path, known)
             if source.name in seen:
                 raise CatalogError(
                     f"catalog entry {source.name!r}: field 'name' is duplicated (entries #{seen[source.name]} "
@@ -343,7 +336,15 @@ def _check_relative(entry: _Entry, field: str, value: str) -> None:
         raise entry.fail(field, f"must be a relative path without '..', got {value!r}")
 
 
-def _parse_source(table: Any, position: int, path: str, transforms: frozenset[str] | None = None) -> Source:
+@dataclasses.dataclass(frozen=True)
+class _Known:
+    """What the caller can build (``None``: not checked)."""
+
+    formats: tuple[str, ...] | None = None
+    transforms: frozenset[str] | None = None
+
+
+def _parse_source(table: Any, position: int, path: str, known: _Known = _Known()) -> Source:
     if not isinstance(table, Mapping):
         raise CatalogError(f"catalog entry #{position}: must be a [[source]] table (in {path})", path=path)
     raw_name = table.get("name")
@@ -368,16 +369,16 @@ def _parse_source(table: Any, position: int, path: str, transforms: frozenset[st
         raise e.fail("rough_tokens_b", f"must be a positive number of billions of tokens, got {tokens!r}")
 
     input_format = e.text("input_format")
-    if input_format not in INPUT_FORMATS:
-        raise e.fail("input_format", f"has unknown format {input_format!r} (known: {', '.join(INPUT_FORMATS)})")
+    if known.formats is not None and input_format not in known.formats:
+        raise e.fail("input_format", f"has unknown format {input_format!r} (known: {', '.join(known.formats)})")
     text_field = e.text("text_field", "text")
     if not text_field:
         raise e.fail("text_field", "must name a column")
     transform = table.get("transform")
     if transform is not None and (not isinstance(transform, str) or not _RECIPE_NAME.match(transform)):
         raise e.fail("transform", f"must be a snake_case recipe name, got {transform!r}")
-    if transform is not None and transforms is not None and transform not in transforms:
-        raise e.fail("transform", f"names no known family transform {transform!r} (known: {', '.join(sorted(transforms))})")
+    if transform is not None and known.transforms is not None and transform not in known.transforms:
+        raise e.fail("transform", f"names no known family transform {transform!r} (known: {', '.join(sorted(known.transforms))})")
 
     family = e.text("family")
     if not family:

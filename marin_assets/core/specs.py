@@ -14,7 +14,7 @@ import dataclasses
 from marin_assets.core.decon.rules import CODE_VERSION as DECON_CODE_VERSION
 from marin_assets.core.decon.rules import DeconParams
 from marin_assets.core.dedup.decisions import ExactDedupParams, FuzzyDedupParams
-from marin_assets.core.dedup.minhash import MinHashParams
+from marin_assets.core.dedup.minhash import MinHashParams, minhash_shard
 from marin_assets.core.embed.embeddings import EmbedParams
 from marin_assets.core.embed.quality import BandParams, QualityParams, QualityScoreParams
 from marin_assets.core.embed.topics import AssignParams, TopicParams
@@ -24,7 +24,39 @@ from marin_assets.core.mixture.fit import FitParams, OptimizeParams
 from marin_assets.core.mixture.swarm import MIXTURE_CODE_VERSION, StudyParams
 from marin_assets.core.pool.curated import PoolParams
 from marin_assets.core.pool.groups import MixtureParams
+from marin_assets.errors import ConfigurationError
 from marin_assets.core.runtime.stages import Bench, StageSpec, StepSize
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """A job over the stages whose ``phase`` names it; a full build runs the build phases in order."""
+
+    name: str
+    description: str
+    build: bool = True  # part of a full build (mixture studies run per study instead)
+
+    @property
+    def stages(self) -> tuple[StageSpec, ...]:
+        return tuple(s for s in ALL if s.phase == self.name)
+
+
+PHASES: tuple[Phase, ...] = (
+    Phase("eval_index", "Global: the eval n-gram index and the quality scorer."),
+    Phase("source_chain", "Per source: provider files, normalized shards, MinHash buckets, embeddings."),
+    Phase("global_decisions", "Global: exact and fuzzy dedup, drop sets, the topic model."),
+    Phase("source_attributes", "Per source: contamination, topics, quality scores."),
+    Phase("bands", "Global: 5 quality bands per topic."),
+    Phase("source_pool", "Per source: the curated pool, filed by group."),
+    Phase("groups", "Global: the 200 sampling groups."),
+    Phase("mixture_proposal", "Per study: propose the proxy mixtures.", build=False),
+    Phase("mixture_proxies", "Per study and run: train (built-in) or collect (external) one proxy's results; backfill a study's runs to train them in parallel.", build=False),
+    Phase("mixture_fit", "Per study: fit the surrogates and optimize the weights.", build=False),
+    Phase("mixture_validate", "Per study: train the optimized and the token-proportional mixtures with several seeds and measure the gain.", build=False),
+)
+
+GROUPS = ("ingest", "dedup", "decon", "embed", "pool", "mixture")
+"""The stage families: each is a core package (``core/<group>/``) and a defs folder (``defs/<group>/``)."""
 
 # ingest: observed recipes, then provider copies (addressed by content under raw/, recorded by pin)
 SOURCE_PINS = StageSpec(
@@ -37,13 +69,14 @@ RAW_FILES = StageSpec(
 )
 NORMALIZED = StageSpec(
     "normalized", (RAW_FILES,), params=normalize.NormalizeParams, code_version=normalize.CODE_VERSION,
-    group="normalize", folder="normalized/{source}",
+    group="ingest", folder="normalized/{source}",
     phase="source_chain", step=StepSize("2", "4Gi", scratch="64Gi"), bench=Bench("normalize", "vs plain polars read+hash+write, small files and one large file, memory growth"),
 )  # fmt: skip
 
 # dedup
 MINHASH_BUCKETS = StageSpec(
-    "minhash_buckets", (NORMALIZED,), params=MinHashParams, group="dedup",
+    "minhash_buckets", (NORMALIZED,), params=MinHashParams, group="dedup", shard_fn=minhash_shard, rows_counter="docs",
+    description="Co-partitioned LSH band buckets (26 bands x 11 rows of a 286-permutation MinHash) per document.",
     phase="source_chain", bench=Bench("minhash", "vs datasketch update_batch, MinHash.bulk and rensa, per CPU second"),
 )
 EXACT_DUPLICATES = StageSpec(
@@ -69,7 +102,7 @@ CONTAMINATION = StageSpec(
     phase="source_attributes", bench=Bench("stages", "contamination_shard vs a Python set of 13-gram strings, per CPU second and memory"),
 )
 
-# embeddings and topics
+# embeddings, topics and quality (one family: everything read off the document vectors)
 EMBEDDINGS = StageSpec(
     "embeddings", (NORMALIZED,), params=EmbedParams, group="embed",
     phase="source_chain", step=StepSize("8", "32Gi", gpu=1), bench=Bench("embed", "embed_shard vs a bare SentenceTransformer.encode"),
@@ -83,17 +116,16 @@ TOPICS = StageSpec(
     phase="source_attributes", bench=Bench("stages", "assign_topics_shard vs one plain faiss IndexFlatL2 search of the shard, per CPU second and memory"),
 )
 
-# quality
 QUALITY_MODEL = StageSpec(
-    "quality_model", (), partitioned=False, params=QualityParams, group="quality",
+    "quality_model", (), partitioned=False, params=QualityParams, group="embed",
     phase="eval_index", bench=Bench("stages", "train_quality_model on the labels' vectors vs scikit-learn RidgeCV on the same split, per CPU second and memory (encoding: the embed bench)"),
 )
 QUALITY_SCORES = StageSpec(
-    "quality_scores", (EMBEDDINGS, QUALITY_MODEL), params=QualityScoreParams, group="quality",
+    "quality_scores", (EMBEDDINGS, QUALITY_MODEL), params=QualityScoreParams, group="embed",
     phase="source_attributes", bench=Bench("stages", "quality_scores_shard vs the same weights as a plain numpy product and np.interp, per CPU second and memory"),
 )
 QUALITY_BANDS = StageSpec(
-    "quality_bands", (TOPICS, QUALITY_SCORES), partitioned=False, params=BandParams, group="quality",
+    "quality_bands", (TOPICS, QUALITY_SCORES), partitioned=False, params=BandParams, group="embed",
     code_version="2",  # 2: per-topic and per-source digests of the band edges in the manifest (automation reads them)
     phase="bands", step=StepSize("2", "8Gi"), bench=Bench("stages", "streamed score histograms and band edges vs polars: join on id, quantiles per topic, per CPU second and memory"),
 )
@@ -141,34 +173,19 @@ MIXTURE_VALIDATION = StageSpec(
     phase="mixture_validate", bench=Bench("mixture", "a synthetic ground truth: true regret of each optimizer and the gates' calls on signal and on noise"),
 )  # fmt: skip
 
-ALL: tuple[StageSpec, ...] = tuple(v for v in dict(globals()).values() if isinstance(v, StageSpec))
+
+def registered(stages: tuple[StageSpec, ...]) -> tuple[StageSpec, ...]:
+    """``stages``, refused when one names a phase or group nothing places (it would be in no job,
+    or its asset in no ``defs/<group>/assets.py``); only ``source_pins``, observed, has no phase."""
+    phases = [p.name for p in PHASES]
+    for spec in stages:
+        if spec.group not in GROUPS:
+            raise ConfigurationError(f"stage spec '{spec.name}': unknown group '{spec.group}'; the known groups are {list(GROUPS)}")
+        if spec.phase not in phases and not (spec.name == SOURCE_PINS.name and not spec.phase):
+            raise ConfigurationError(f"stage spec '{spec.name}': unknown phase '{spec.phase}'; the known phases are {phases}")
+    return stages
+
+
+ALL: tuple[StageSpec, ...] = registered(tuple(v for v in dict(globals()).values() if isinstance(v, StageSpec)))
 """Every stage above, in the order written: a new spec is found without listing it again."""
 BY_NAME = {s.name: s for s in ALL}
-
-
-@dataclasses.dataclass(frozen=True)
-class Phase:
-    """A job over the stages whose ``phase`` names it; a full build runs the build phases in order."""
-
-    name: str
-    description: str
-    build: bool = True  # part of a full build (mixture studies run per study instead)
-
-    @property
-    def stages(self) -> tuple[StageSpec, ...]:
-        return tuple(s for s in ALL if s.phase == self.name)
-
-
-PHASES: tuple[Phase, ...] = (
-    Phase("eval_index", "Global: the eval n-gram index and the quality scorer."),
-    Phase("source_chain", "Per source: provider files, normalized shards, MinHash buckets, embeddings."),
-    Phase("global_decisions", "Global: exact and fuzzy dedup, drop sets, the topic model."),
-    Phase("source_attributes", "Per source: contamination, topics, quality scores."),
-    Phase("bands", "Global: 5 quality bands per topic."),
-    Phase("source_pool", "Per source: the curated pool, filed by group."),
-    Phase("groups", "Global: the 200 sampling groups."),
-    Phase("mixture_proposal", "Per study: propose the proxy mixtures.", build=False),
-    Phase("mixture_proxies", "Per study and run: train (built-in) or collect (external) one proxy's results; backfill a study's runs to train them in parallel.", build=False),
-    Phase("mixture_fit", "Per study: fit the surrogates and optimize the weights.", build=False),
-    Phase("mixture_validate", "Per study: train the optimized and the token-proportional mixtures with several seeds and measure the gain.", build=False),
-)

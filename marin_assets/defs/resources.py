@@ -16,10 +16,11 @@ import dagster as dg
 from dagster_ray import RayResource
 
 from marin_assets.catalog.evals import EvalRegistry, load_evals
-from marin_assets.catalog.sources import Catalog, EntryError, load_catalog
+from marin_assets.catalog.sources import Catalog, EntryError
 from marin_assets.core.ingest import hub
 from marin_assets.core.ingest.providers import ProviderAccess
 from marin_assets.core.ingest.providers.http import parse_mirrors, policy_with_wait
+from marin_assets.core.ingest.recipes import checked_catalog
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.runner import ShardRunner, TaskResources
 from marin_assets.defs.ray import PROGRESS_EVERY, ray_cluster, runner_address, step_progress
@@ -54,7 +55,7 @@ class MarinResource(SettingsResource):
 
     def catalog(self) -> Catalog:
         """The catalog as it is on disk now (re-read so edited pins are seen without a restart)."""
-        return self._load("catalog_path", lambda path: load_catalog(path, strict=False))
+        return self._load("catalog_path", lambda path: checked_catalog(path, strict=False))
 
     def catalog_label(self) -> str:
         return self.resolved("catalog_path") or "packaged catalog"
@@ -176,9 +177,9 @@ class CurationResource(SettingsResource):
         return quality.BandParams(method=self.resolved("band_method") or "quantile")
 
     def mixture_params(self) -> Any:
-        from marin_assets.core.pool import groups as mixture
+        from marin_assets.core.pool.groups import MixtureParams
 
-        return mixture.MixtureParams(token_budget=self.resolved("token_budget") or None)
+        return MixtureParams(token_budget=self.resolved("token_budget") or None)
 
     def report_params(self) -> Any:
         from marin_assets.core.pool import rebuild
@@ -194,7 +195,7 @@ class DedupResource(SettingsResource):
     never change the removals (they are no part of the stage's fingerprint): an operator sizes
     the shuffle for the cluster; the rule changes the removals."""
 
-    containment: float | None = setting("MARIN_FUZZY_CONTAINMENT", "`0.75`", "fuzzy dedup rule: a member is removed when a retained, at least as long member contains this share of its word n-grams")
+    containment_threshold: float | None = setting("MARIN_FUZZY_CONTAINMENT", "`0.75`", "fuzzy dedup rule: a member is removed when a retained, at least as long member contains this share of its word n-grams")
     ngram_size: int | None = setting("MARIN_FUZZY_NGRAM_SIZE", "`3`", "fuzzy dedup rule: words per n-gram")
     max_chars_per_doc: int | None = setting("MARIN_FUZZY_MAX_CHARS_PER_DOC", "8388608", "fuzzy dedup rule: characters of a document compared")
     records_per_task: int | None = setting("MARIN_FUZZY_RECORDS_PER_TASK", "16000000", "fuzzy dedup: bucket records per edges task")
@@ -211,23 +212,19 @@ class DedupResource(SettingsResource):
     scan_records_per_task: int | None = setting("MARIN_FUZZY_SCAN_RECORDS_PER_TASK", "64000000", "fuzzy dedup, incremental: map records one task scans for the added documents' buckets")
     sources_per_publish: int | None = setting("MARIN_FUZZY_SOURCES_PER_PUBLISH", "`16`", "fuzzy dedup: sources one publish task writes")
 
-    _SCALE = {
-        "records_per_task": "records_per_partition",
-        "members_per_task": "members_per_partition",
-        "member_chars_per_task": "member_chars_per_partition",
-    }
+    _RULE = ("containment_threshold", "ngram_size", "max_chars_per_doc")  # FuzzyDedupParams; the rest is FuzzyScale
 
     def fuzzy_rule(self) -> Any:
         from marin_assets.core.dedup.decisions import FuzzyDedupParams
 
-        rule = {"containment_threshold": self.resolved("containment"), "ngram_size": self.resolved("ngram_size"), "max_chars_per_doc": self.resolved("max_chars_per_doc")}
+        rule = {n: self.resolved(n) for n in self._RULE}
         return FuzzyDedupParams(**{k: v for k, v in rule.items() if v is not None})
 
     def fuzzy_scale(self) -> Any:
         from marin_assets.core.dedup.fuzzy import FuzzyScale
 
-        names = [n for n in type(self).model_fields if n not in ("containment", "ngram_size", "max_chars_per_doc")]
-        sizes = {self._SCALE.get(n, n): self.resolved(n) for n in names}
+        names = [n for n in type(self).model_fields if n not in self._RULE]
+        sizes = {n: self.resolved(n) for n in names}
         return FuzzyScale(**{k: v for k, v in sizes.items() if v is not None})
 
 

@@ -1,20 +1,20 @@
 """Assets generated from stage specs: dependencies, partitions, group and code version come from
 the spec (``marin_assets.core.specs``), so an asset's ``deps`` are its declared inputs (plus
-``source_pins`` for per-source stages, see ``deps_for``)."""
+``source_pins`` for per-source stages, see ``deps_for``). A spec that names its shard function
+gets its whole asset here (``shard_asset``); the others are written with ``stage_asset``."""
 
-from __future__ import annotations
-
-import importlib
 from collections.abc import Callable
 from typing import Any
 
 import dagster as dg
 
-from marin_assets.core import specs
+from marin_assets.core.runtime import stages
 from marin_assets.core.runtime.stages import StageSpec
 from marin_assets.core.specs import SOURCE_PINS
-from marin_assets.defs.mixture.partitions import proxy_run_partitions, study_partitions
-from marin_assets.defs.partitions import source_partitions
+from marin_assets.defs.metadata import materialized
+from marin_assets.defs.partitions import proxy_run_partitions, source_partitions, study_partitions
+from marin_assets.defs.ray import step_log
+from marin_assets.defs.resources import MarinResource, source_or_fail
 from marin_assets.defs.slices import SLICED, slice_key
 
 # Who answers for the assets, and the tags the UI filters by: set here, once, for every stage.
@@ -66,16 +66,28 @@ def stage_asset(spec: StageSpec, **kwargs: Any) -> Callable[[Callable[..., Any]]
     )
 
 
-def stage_assets() -> list[dg.AssetsDefinition | dg.SourceAsset]:
-    """The asset of every spec, found in the ``assets`` module of its group's folder
-    (``marin_assets/defs/<group>/assets.py``): a new stage needs no list of its own."""
-    found: dict[str, dg.AssetsDefinition | dg.SourceAsset] = {}
-    for group in dict.fromkeys(s.group for s in specs.ALL):
-        module = importlib.import_module(f"marin_assets.defs.{group}.assets")
-        for value in vars(module).values():
-            if isinstance(value, (dg.AssetsDefinition, dg.SourceAsset)) and value.key.to_user_string() in specs.BY_NAME:
-                found[value.key.to_user_string()] = value
-    missing = [s.name for s in specs.ALL if s.name not in found]
-    if missing:
-        raise TypeError(f"no asset for the stages {missing}: write one with @stage_asset in marin_assets/defs/<group>/assets.py")
-    return [found[s.name] for s in specs.ALL]
+def shard_asset(spec: StageSpec) -> dg.AssetsDefinition:
+    """The asset of a per-source spec that names its ``shard_fn``: each shard of the source's
+    current inputs (co-partitioned, in the spec's order) mapped to one output shard with the
+    parameters' reference values; its metadata are the shards' counters."""
+    if not (spec.shard_fn and spec.partitioned):
+        raise TypeError(f"shard_asset({spec.name}): only a per-source spec with a shard_fn is generated")
+
+    @stage_asset(spec, kinds={"parquet"}, description=spec.description or None)
+    def _asset(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
+        source = source_or_fail(marin, context.partition_key)
+        layout = marin.layout()
+        manifest = stages.run_shards(
+            spec,
+            layout,
+            source=source.name,
+            inputs=[stages.current_input(layout, i, source.name) for i in spec.inputs],
+            shard_fn=spec.shard_fn,
+            params=spec.params() if spec.params else None,
+            runner=marin.runner(),
+            progress=step_log(context),
+        )
+        totals = manifest["totals"]
+        return materialized(manifest, rows=int(totals.get(spec.rows_counter, 0)), counters=totals)
+
+    return _asset

@@ -22,7 +22,7 @@ DEMO_STUDY = swarm_core.StudyParams(
     proxy_budget=1.0e5,
     n_runs=12,
     seed=0,
-    phases=(swarm_core.Phase("main", 1.0),),
+    phases=(swarm_core.TrainingPhase("main", 1.0),),
     seq_len=64,  # the demo's groups are small: short sequences keep most of them in a proxy
     search_candidates=4_000,
     search_rounds=4,
@@ -43,7 +43,7 @@ def _metadata(result: Any, asset: str) -> dict[str, Any]:
 
 def run_mixture_demo(defs: Any, instance: Any, study: swarm_core.StudyParams = DEMO_STUDY) -> dict[str, Any]:
     """Propose, train every proxy, fit, gate, optimize and validate the demo study; print what each step found."""
-    from marin_assets.defs.mixture.partitions import add_study, proxy_run_key
+    from marin_assets.defs.partitions import add_study, proxy_run_key
 
     root = defs.resources["marin"].layout().root  # the MARIN_PREFIX setting, as the assets see it
     if not storage.exists(storage.join(swarm_core.study_dir(root, study.name), swarm_core.STUDY_FILE)):

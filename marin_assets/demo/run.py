@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from marin_assets.catalog.sources import load_catalog
+from marin_assets.core.ingest.recipes import checked_catalog
 from marin_assets.demo.sample import DEMO_SOURCES, build_sample_files
 
 SAMPLE_VERSION = "2"
@@ -57,7 +57,7 @@ def build_demo_hub(root: str | None = None) -> str:
     marker = Path(root) / f".sample-v{SAMPLE_VERSION}"
     if marker.exists():
         return root
-    catalog = load_catalog()
+    catalog = checked_catalog()
     store = HubRepoStore(root)
     files = build_sample_files(demo_eval_items())
     for name in DEMO_SOURCES:
@@ -142,7 +142,7 @@ def _record_pins(instance: Any, sources: Sequence[str]) -> None:
     from marin_assets.core.ingest import raw as ingest
     from marin_assets.defs.automation.sensors import pin_observations
 
-    catalog = load_catalog(os.environ.get("MARIN_CATALOG") or None)
+    catalog = checked_catalog(os.environ.get("MARIN_CATALOG") or None)
     for event in pin_observations({name: ingest.recipe_fingerprint(catalog.by_name(name)) for name in sources}, {}):
         instance.report_runless_asset_event(event)
 

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
-from marin_assets.core.runtime.errors import NOT_SERVED_HEADER
+from marin_assets.errors import NOT_SERVED_HEADER
 
 REPO_TYPES = ("dataset", "model", "space")
 DEFAULT_BRANCH = "main"

@@ -18,7 +18,7 @@ import pytest
 from dagster._core.definitions.observe import observe
 from dagster._serdes import serialize_value
 
-from marin_assets.defs.ingest.assets import REMOVED
+from marin_assets.defs.partitions import REMOVED
 from marin_assets_tests.automation.sources import LIBRE, PEPS, entry_like, publish_source
 from marin_assets_tests.fixtures.pipeline import catalog_with
 

@@ -11,7 +11,7 @@ import pytest
 from marin_assets.catalog.sources import load_catalog
 from marin_assets.core.ingest import drift, hub
 from marin_assets.core.ingest.providers import ProviderAccess
-from marin_assets.core.runtime.errors import NotServedHere, kind_of
+from marin_assets.errors import NotServedHere, kind_of
 from marin_assets.demo.sample import DEMO_SOURCES
 
 OTHER = "nemotron_cc_v2/high_actual"  # a Hub source of the catalog the demo does not serve

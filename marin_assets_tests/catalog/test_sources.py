@@ -20,6 +20,7 @@ from marin_assets.catalog import (
     format_sources_table,
     load_catalog,
 )
+from marin_assets.core.ingest.formats import CATALOG_FORMATS
 
 REFERENCE = Path(__file__).with_name("reference_sources.tsv")
 PACKAGED = Path(sources_module.__file__).with_name("sources.toml")
@@ -243,11 +244,20 @@ def test_validation_errors_name_entry_and_field(tmp_path, old, new, message):
     assert old in MINIMAL
     path = _write(tmp_path, MINIMAL.replace(old, new, 1))
     with pytest.raises(CatalogError) as caught:
-        load_catalog(path)
+        load_catalog(path, known_formats=CATALOG_FORMATS)
     text = str(caught.value)
     assert text.startswith(message), text
     assert str(path) in text
     assert caught.value.entry == "cp/pubmed"
+
+
+def test_formats_and_transforms_are_checked_against_what_the_caller_hands_in(tmp_path):
+    path = _write(tmp_path, MINIMAL.replace('family = "common_pile"', 'family = "common_pile"\ntransform = "page_stitch"', 1))
+    assert load_catalog(path).by_name("cp/pubmed").transform == "page_stitch"  # nothing handed in: not checked
+    with pytest.raises(CatalogError, match=r"field 'transform' names no known family transform 'page_stitch' \(known: a, b\)"):
+        load_catalog(path, known_transforms=("b", "a"))
+    with pytest.raises(CatalogError, match=r"field 'input_format' has unknown format 'json.gz' \(known: parquet\)"):
+        load_catalog(path, known_formats=("parquet",))
 
 
 @pytest.mark.parametrize("bad", ["cp/pub...med", "cp|pubmed", "cp,pubmed", "cp[0]", "cp]", "cp\tpubmed", "cp pubmed", ""])

@@ -17,10 +17,10 @@ import polars as pl
 import pytest
 
 from marin_assets.core.mixture import swarm as ms
-from marin_assets.core.pool import groups as mixture
+from marin_assets.core.pool.groups import sampling_groups, write_sampling_groups
 from marin_assets.core.runtime import stages, storage
 from marin_assets.core.specs import MIXTURE_SWARM, SAMPLING_GROUPS
-from marin_assets.defs.mixture.partitions import RUNS, STUDIES, proxy_run_key
+from marin_assets.defs.partitions import RUNS, STUDIES, proxy_run_key
 from marin_assets.defs.mixture.sensors import mixture_studies
 from marin_assets.defs.resources import MarinResource
 
@@ -48,10 +48,10 @@ def _write_pool(root: str) -> None:
             files[group] = [uri]
             rows.append((group, f"src{topic}", n_docs, int(frame["tokens"].sum())))
     counts = pl.DataFrame(rows, schema={"group": pl.Utf8, "source": pl.Utf8, "documents": pl.Int64, "tokens": pl.Int64}, orient="row")
-    result = mixture.sampling_groups(counts, {t: " ".join(w[:3]) for t, w in WORDS.items()})
+    result = sampling_groups(counts, {t: " ".join(w[:3]) for t, w in WORDS.items()})
     layout = storage.Layout(root)
     out = SAMPLING_GROUPS.output_uri(layout, None, "testfp")
-    mixture.write_sampling_groups(result, out)
+    write_sampling_groups(result, out)
     import pyarrow as pa
 
     storage.write_parquet(
@@ -109,7 +109,7 @@ def _results_rows(root: str, study: str, runs: list[str]) -> list[str]:
 def test_sensor_picks_up_external_results_and_refits(env) -> None:
     root, defs, instance = env
     study = ms.StudyParams(name="ext", target_budget=20_000.0, proxy_budget=2_000.0, n_runs=8, seq_len=16, trainer="external",
-                           phases=(ms.Phase("main", 1.0),), search_candidates=500, search_rounds=2)
+                           phases=(ms.TrainingPhase("main", 1.0),), search_candidates=500, search_rounds=2)
     ms.write_study(root, study)
 
     requests, cursor = _tick(instance, None)  # a new study: registered and proposed
@@ -249,7 +249,7 @@ def test_launcher_submits_each_run_once_with_its_state_in_metadata(env, tmp_path
     log = tmp_path / "submitted.log"
     script = f"import sys; open({str(log)!r}, 'a').write(sys.argv[1] + ' ' + sys.argv[2] + '\\n'); print('queued')"
     study = ms.StudyParams(name="cluster", target_budget=20_000.0, proxy_budget=2_000.0, n_runs=4, seq_len=16, trainer="external",
-                           phases=(ms.Phase("main", 1.0),), launcher=f"{sys.executable} -c \"{script}\" {{run_id}} {{config}}")
+                           phases=(ms.TrainingPhase("main", 1.0),), launcher=f"{sys.executable} -c \"{script}\" {{run_id}} {{config}}")
     ms.write_study(root, study)
     instance.add_dynamic_partitions(STUDIES, ["cluster"])
     assert defs.resolve_job_def("mixture_proposal").execute_in_process(partition_key="cluster", instance=instance).success
@@ -265,7 +265,7 @@ def test_launcher_submits_each_run_once_with_its_state_in_metadata(env, tmp_path
 def test_too_few_runs_publish_token_proportional_with_a_failing_check(env) -> None:
     root, defs, instance = env
     study = ms.StudyParams(name="few", target_budget=20_000.0, proxy_budget=2_000.0, n_runs=4, seq_len=16, trainer="external",
-                           phases=(ms.Phase("main", 1.0),), search_candidates=500, search_rounds=2)
+                           phases=(ms.TrainingPhase("main", 1.0),), search_candidates=500, search_rounds=2)
     ms.write_study(root, study)
     instance.add_dynamic_partitions(STUDIES, ["few"])
     assert defs.resolve_job_def("mixture_proposal").execute_in_process(partition_key="few", instance=instance).success

@@ -125,10 +125,9 @@ def test_the_fuzzy_dedup_resource_hands_core_its_rule_and_task_sizes(monkeypatch
     resource = DedupResource()
     assert resource.fuzzy_scale() == FuzzyScale() and resource.fuzzy_rule() == FuzzyDedupParams()
     reference = dataclasses.asdict(FuzzyScale()) | dataclasses.asdict(FuzzyDedupParams())
-    names = {"records_per_task": "records_per_partition", "members_per_task": "members_per_partition", "member_chars_per_task": "member_chars_per_partition", "containment": "containment_threshold"}
     for name, field in DedupResource.model_fields.items():
         shown = field.json_schema_extra["shown_default"].strip("`")
-        assert float(shown) == reference[names.get(name, name)], name
+        assert float(shown) == reference[name], name
     monkeypatch.setenv("MARIN_FUZZY_MAX_INPUTS_PER_TASK", "256")
     monkeypatch.setenv("MARIN_FUZZY_RECORDS_PER_TASK", "1000")
-    assert resource.fuzzy_scale() == dataclasses.replace(FuzzyScale(), max_inputs_per_task=256, records_per_partition=1000)
+    assert resource.fuzzy_scale() == dataclasses.replace(FuzzyScale(), max_inputs_per_task=256, records_per_task=1000)

@@ -35,3 +35,21 @@ def test_every_asset_is_a_spec_with_deps_group_partitions_and_code_version_from_
 def test_wiring_cannot_be_declared_twice() -> None:
     with pytest.raises(TypeError, match="'deps' comes from the stage spec"):
         stage_asset(specs.POOL, deps=["normalized"])
+
+
+def test_a_spec_that_names_its_shard_function_gets_its_asset_generated() -> None:
+    from marin_assets.definitions import defs
+
+    generated = [s for s in specs.ALL if s.shard_fn]
+    assert specs.MINHASH_BUCKETS in generated
+    for spec in generated:
+        asset = defs.resolve_assets_def(dg.AssetKey(spec.name))
+        assert asset.descriptions_by_key[asset.key] == spec.description
+        assert asset.required_resource_keys >= {"marin"}
+
+
+def test_only_a_per_source_spec_is_generated() -> None:
+    from marin_assets.defs.stage_assets import shard_asset
+
+    with pytest.raises(TypeError, match="only a per-source spec with a shard_fn"):
+        shard_asset(specs.EXACT_DUPLICATES)

@@ -7,7 +7,7 @@ import inspect
 import pkgutil
 
 import marin_assets
-from marin_assets.core.runtime import errors
+from marin_assets import errors
 
 CONTROL_FLOW = {"Retryable", "Skip"}  # caught where raised, never shown to an operator
 
@@ -19,7 +19,7 @@ def project_errors() -> list[type]:
             continue
         module = importlib.import_module(info.name)
         for _, cls in inspect.getmembers(module, inspect.isclass):
-            if issubclass(cls, BaseException) and cls.__module__.startswith("marin_assets") and cls.__module__ != "marin_assets.core.runtime.errors":
+            if issubclass(cls, BaseException) and cls.__module__.startswith("marin_assets") and cls.__module__ != "marin_assets.errors":
                 found.add(cls)
     return sorted(found, key=lambda c: f"{c.__module__}.{c.__name__}")
 

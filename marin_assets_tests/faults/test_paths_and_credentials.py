@@ -9,7 +9,8 @@ import pytest
 from marin_assets.catalog.sources import CatalogError, Provider, Source, parse_catalog
 from marin_assets.core.ingest import hub
 from marin_assets.core.ingest.providers import ProviderAccess, hf_bucket, http, prestaged
-from marin_assets.core.runtime import errors, storage, trust
+from marin_assets import errors
+from marin_assets.core.runtime import storage, trust
 from marin_assets.core.runtime.retry import RetryPolicy
 from marin_assets.core.specs import NORMALIZED
 from marin_assets.defs.resources import MarinResource

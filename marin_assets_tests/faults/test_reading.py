@@ -13,7 +13,7 @@ import pytest
 import zstandard
 
 from marin_assets.core.ingest import formats, normalize
-from marin_assets.core.runtime import errors
+from marin_assets import errors
 from marin_assets.defs.checks.normalized import bad_row_share
 
 

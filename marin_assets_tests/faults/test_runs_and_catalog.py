@@ -19,8 +19,9 @@ from dagster._core.launcher.default_run_launcher import DefaultRunLauncher
 from dagster._core.storage.dagster_run import DagsterRunStatus
 from dagster._daemon.monitoring.run_monitoring import monitor_started_run
 
-from marin_assets.catalog.sources import CatalogError, load_catalog
-from marin_assets.core.runtime import errors
+from marin_assets.catalog.sources import CatalogError
+from marin_assets.core.ingest.recipes import checked_catalog
+from marin_assets import errors
 from marin_assets.defs import runs
 from marin_assets_tests.fixtures.pipeline import catalog_with
 
@@ -121,9 +122,9 @@ def test_an_unknown_transform_is_refused_when_the_catalog_loads(world, tmp_path)
     path = catalog_with(world.scratch / "bad.toml", edit={"cp/peps": {"transform": "no_such_transform"}})
     world.inject()
     with pytest.raises(CatalogError, match="cp/peps.*transform.*no_such_transform") as caught:
-        load_catalog(path)
+        checked_catalog(path)
     assert isinstance(caught.value, errors.ConfigurationError)
-    lenient = load_catalog(path, strict=False)
+    lenient = checked_catalog(path, strict=False)
     assert len(lenient) == 145 and [k for k, _ in lenient.broken] == ["cp/peps"]
     assert "cp/peps" in lenient.partition_names
 

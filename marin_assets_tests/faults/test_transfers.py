@@ -10,7 +10,8 @@ import pytest
 
 from marin_assets.core.ingest import hub, normalize
 from marin_assets.core.ingest.providers import http
-from marin_assets.core.runtime import errors, stages, storage, trust
+from marin_assets import errors
+from marin_assets.core.runtime import stages, storage, trust
 from marin_assets.core.runtime.retry import RetryPolicy
 from marin_assets.core.specs import NORMALIZED
 from marin_assets_tests.faults.hostile import SHA

@@ -25,8 +25,7 @@ from huggingface_hub import constants as hf_constants
 
 from marin_assets.catalog.sources import load_catalog
 from marin_assets.core.ingest import normalize
-from marin_assets.defs.ingest.assets import raw_files
-from marin_assets.defs.normalize.assets import normalized
+from marin_assets.defs.ingest.assets import normalized, raw_files
 from marin_assets.defs.resources import MarinResource
 from marin_assets.testing.hub_server import HubRepoStore, LocalHubServer
 from marin_assets_tests.fixtures.pipeline import catalog_with

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from marin_assets.catalog.sources import CatalogError, load_catalog
-from marin_assets.core.ingest.recipes import UNKNOWN, format_status, recipe_status, summarize
+from marin_assets.core.ingest.recipes import UNKNOWN, checked_catalog, format_status, recipe_status, summarize
 from marin_assets_tests.fixtures.pipeline import catalog_with
 from marin_assets_tests.recipes import covered_sources
 
@@ -30,8 +30,8 @@ def test_missing_transform_and_unknown_coverage_are_reported(tmp_path: Path) -> 
     }  # fmt: skip
     path = catalog_with(tmp_path / "catalog.toml", entries=[extra], keep=["agenttrove", "cp/peps"])
     with pytest.raises(CatalogError, match="no_such_family"):  # the pipeline refuses it when the catalog loads
-        load_catalog(path)
-    rows = {r.name: r for r in recipe_status(load_catalog(path, check_transforms=False), covered_sources())}
+        checked_catalog(path)
+    rows = {r.name: r for r in recipe_status(load_catalog(path), covered_sources())}
     new = rows["demo/new-family"]
     assert (new.implemented, new.fixture, new.recipe) == (False, False, "no_such_family")
     assert "no_such_family" in new.missing
@@ -39,7 +39,7 @@ def test_missing_transform_and_unknown_coverage_are_reported(tmp_path: Path) -> 
     text = format_status(path, covered_sources())
     assert "implemented 2/3; fixture-tested 2/3" in text
     assert "no: needs the family transform 'no_such_family'" in text
-    unknown = recipe_status(load_catalog(path, check_transforms=False))
+    unknown = recipe_status(load_catalog(path))
     assert {r.fixture for r in unknown} == {None}
     assert UNKNOWN in format_status(path)
 

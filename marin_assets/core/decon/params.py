@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple
 
-from marin_assets.core.runtime.errors import BadInput
+from marin_assets.errors import BadInput
 
 RULES = ("coverage", "marin")  # the rules computed for every document
 EITHER = "either"  # the default flag: a document either rule flags

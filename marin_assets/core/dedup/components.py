@@ -100,7 +100,7 @@ def connected_components(
         return [result.output], {"cc_method": "union_find", "cc_rounds": 0, "cc_results": stats}
     # Not rounded to a power of two: each round's P tasks read a block of each of P files (P^2
     # block reads, ~0.1 ms each); the first round reads the edge files' covering blocks.
-    partitions = shuffle.partitions_for(2 * edges, edges_per_task)
+    partitions = shuffle.tasks_for(2 * edges, edges_per_task)
     max_rows = edges_per_task + edges_per_task // 4 if max_task_rows is None else max_task_rows
     current = list(edge_files)
     from_blocks = False  # the first round reads the sorted edge files, later ones the rounds' block files
@@ -136,7 +136,7 @@ def _with_slices(run: Any, results: list[ShardResult], params: Sequence[RoundPar
     for result, param in zip(results, params):
         if "split" not in result.stats:
             continue
-        count = shuffle.partitions_for(int(result.stats["rows_read"]), edges_per_task)
+        count = shuffle.tasks_for(int(result.stats["rows_read"]), edges_per_task)
         for g in range(count):
             out = storage.join(folder, f"slice-{param.partition:05d}-{g:05d}-of-{count:05d}{shuffle.BLOCK_SUFFIX}")
             slices.append(ShardTask(star_round, (*inputs, result.stats["split"]), out, dataclasses.replace(param, slice=g, slices=count)))

@@ -27,7 +27,7 @@ import pyarrow as pa
 from marin_assets.core.dedup.minhash import ngram_spans, xxh3_64_spans
 from marin_assets.core.dedup.retained import RetainedIndex
 from marin_assets.core.runtime import storage
-from marin_assets.core.runtime.errors import BadInput
+from marin_assets.errors import BadInput
 
 REMOVED_FILE = "removed.parquet"
 
@@ -41,6 +41,11 @@ class DedupError(BadInput, RuntimeError):
 
 def removed_uri(out_dir_uri: str, source: str) -> str:
     return storage.join(out_dir_uri, source, REMOVED_FILE)
+
+
+def removal_files(exact_uri: str, fuzzy_uri: str, source: str) -> tuple[str, str]:
+    """The source's removal files in the exact and the fuzzy dedup outputs: what its pool drops."""
+    return removed_uri(exact_uri, source), removed_uri(fuzzy_uri, source)
 
 
 def removed_ids_digest(ids: Iterable[str]) -> str:

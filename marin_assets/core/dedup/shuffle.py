@@ -79,15 +79,15 @@ def partition_bounds(partitions: int) -> list[tuple[int, int]]:
     return list(zip(edges[:-1], edges[1:]))
 
 
-def partitions_for(records: int, per_partition: int) -> int:
-    """Reduce tasks for ``records`` rows at about ``per_partition`` each (no upper cap)."""
-    return max(1, -(-int(records) // max(1, int(per_partition))))
+def tasks_for(records: int, per_task: int) -> int:
+    """Reduce tasks for ``records`` rows at about ``per_task`` each (no upper cap)."""
+    return max(1, -(-int(records) // max(1, int(per_task))))
 
 
 def pow2_partitions(records: int, per_partition: int) -> int:
-    """:func:`partitions_for` rounded up to a power of two: equal key ranges that a writer's
+    """:func:`tasks_for` rounded up to a power of two: equal key ranges that a writer's
     power-of-two blocks (:func:`equal_blocks`) cut exactly."""
-    return 1 << (partitions_for(records, per_partition) - 1).bit_length()
+    return 1 << (tasks_for(records, per_partition) - 1).bit_length()
 
 
 def write_sorted(table: pa.Table, uri: str) -> int:

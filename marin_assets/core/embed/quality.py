@@ -41,7 +41,7 @@ import pyarrow as pa
 
 from marin_assets.core.embed.embeddings import vectors_from_table
 from marin_assets.core.runtime import storage
-from marin_assets.core.runtime.errors import BadInput
+from marin_assets.errors import BadInput
 
 ANNOTATIONS_REPO = "HuggingFaceFW/fineweb-edu-llama3-annotations"
 ANNOTATIONS_REVISION = "72df4c92fb1b48beceb16016e8f695ec40a6c3a5"
@@ -781,3 +781,12 @@ def band_summary(hist: ScoreHistogram, edges: BandEdges) -> dict[str, Any]:
         bands = (centers[:, None] >= table[topic]).sum(axis=1)
         rows.append(np.bincount(bands, weights=hist.counts[topic], minlength=edges.n_bands).astype(np.int64).tolist())
     return {"documents_per_band": rows}
+
+
+def band_slices(stats: dict) -> dict[str, str] | None:
+    """Per source, a digest of the band edges of the topics it has documents in: what its pool
+    reads of ``quality_bands`` (``None`` for an output recorded before topics were kept per source)."""
+    topics_of, digests = stats.get("topics_per_source"), stats.get("per_topic_digest")
+    if topics_of is None or digests is None:
+        return None
+    return {s: storage.fingerprint("bands", [digests[str(t)] for t in topics]) for s, topics in sorted(topics_of.items())}

@@ -25,7 +25,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from marin_assets.core.runtime import storage
-from marin_assets.core.runtime.errors import BadInput
+from marin_assets.errors import BadInput
 
 log = logging.getLogger(__name__)
 

@@ -53,7 +53,7 @@ from huggingface_hub.errors import (
 from huggingface_hub.utils import build_hf_headers, get_session
 
 from marin_assets.core.runtime import storage, trust
-from marin_assets.core.runtime.errors import NotServedHere, ProviderRefused, not_served_here
+from marin_assets.errors import NotServedHere, ProviderRefused, not_served_here
 from marin_assets.core.runtime.retry import (  # noqa: F401 - the one retry loop, re-exported for callers
     DEFAULT_POLICY,
     RETRY_STATUS,

@@ -39,7 +39,7 @@ import xxhash
 
 from marin_assets.core.ingest import formats
 from marin_assets.core.runtime import kernels, storage
-from marin_assets.core.runtime.errors import BadInput
+from marin_assets.errors import BadInput
 from marin_assets.core.runtime.runner import FREED_AT_ONCE_ENV, ShardRunner, ShardTask, TaskResources
 
 log = logging.getLogger(__name__)

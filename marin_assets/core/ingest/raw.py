@@ -21,7 +21,7 @@ from marin_assets.core.ingest.formats import SUPPORTED_FORMATS, format_of_name
 from marin_assets.core.ingest.hub import select_paths
 from marin_assets.core.ingest.normalize import NormalizeParams
 from marin_assets.core.runtime import stages, storage, trust
-from marin_assets.core.runtime.errors import BadInput, ConfigurationError
+from marin_assets.errors import BadInput, ConfigurationError
 
 CODE_VERSION = "1"
 

@@ -15,10 +15,17 @@ from typing import Any
 
 from marin_assets.catalog.sources import Catalog, load_catalog
 from marin_assets.core.ingest import raw as ingest
+from marin_assets.core.ingest.formats import CATALOG_FORMATS
 from marin_assets.core.ingest.transforms import known_transforms
 
 GENERIC = "generic"
 UNKNOWN = "unknown (python -m marin_assets_tests.recipes reports it from a checkout)"
+
+
+def checked_catalog(path: str | Path | None = None, *, strict: bool = True) -> Catalog:
+    """The catalog, each entry checked against what this version builds: the format table and
+    the family transforms (the catalog receives them; it imports nothing of the code)."""
+    return load_catalog(path, strict=strict, known_formats=CATALOG_FORMATS, known_transforms=known_transforms())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +85,7 @@ def summarize(rows: Sequence[RecipeStatus]) -> dict[str, Any]:
 
 def format_status(catalog_path: str | Path | None = None, covered: set[str] | None = None) -> str:
     """The status table of the catalog at ``catalog_path`` (default: the packaged catalog)."""
-    rows = recipe_status(load_catalog(catalog_path, check_transforms=False), covered)  # lists what is not implemented yet
+    rows = recipe_status(load_catalog(catalog_path, known_formats=CATALOG_FORMATS), covered)  # lists what is not implemented yet
     width = max([len(r.name) for r in rows] + [6])
     recipe_width = max([len(r.recipe) for r in rows] + [6])
     lines = [f"{'source':<{width}}  {'kind':<9}  {'recipe':<{recipe_width}}  {'implemented':<11}  {'fixture':<7}  pin"]

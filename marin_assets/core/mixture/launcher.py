@@ -17,7 +17,7 @@ import subprocess
 import time
 from typing import Any
 
-from marin_assets.core.runtime.errors import ConfigurationError
+from marin_assets.errors import ConfigurationError
 
 PLACEHOLDERS = ("config", "run_id", "study", "results")
 OUTPUT_TAIL = 2_000

@@ -31,7 +31,7 @@ import polars as pl
 
 from marin_assets.core.mixture.swarm import RESULT_COLUMNS
 from marin_assets.core.runtime import storage
-from marin_assets.core.runtime.errors import BadInput
+from marin_assets.errors import BadInput
 
 RESULT_SCHEMA = {"run_id": pl.Utf8, "mixture_id": pl.Utf8, "step": pl.Int64, "tokens": pl.Float64, "metric": pl.Utf8, "value": pl.Float64}
 RESULT_SUFFIXES = (".jsonl", ".parquet")

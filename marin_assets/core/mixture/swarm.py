@@ -34,7 +34,7 @@ import polars as pl
 from marin_assets.core.mixture.launcher import LauncherError, check_template
 from marin_assets.core.pool.groups import MixtureError
 from marin_assets.core.runtime import storage
-from marin_assets.core.runtime.errors import ConfigurationError
+from marin_assets.errors import ConfigurationError
 
 MIXTURE_CODE_VERSION = "2"  # 2: replicate runs with seeds, epoch features, gates, top-k optimizer
 STUDY_FILE = "study.yaml"
@@ -52,7 +52,7 @@ class StudyError(ConfigurationError, ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class Phase:
+class TrainingPhase:
     """A phase of the training run and its share of the steps (and tokens)."""
 
     name: str
@@ -126,7 +126,7 @@ class StudyParams:
     proxy_budget: float = 1.0e9
     n_runs: int = 64
     seed: int = 0
-    phases: tuple[Phase, ...] = (Phase("pretrain", 0.8), Phase("cooldown", 0.2))
+    phases: tuple[TrainingPhase, ...] = (TrainingPhase("pretrain", 0.8), TrainingPhase("cooldown", 0.2))
     max_epochs: float = 8.0
     kl_weight: float = 0.05
     block_size: int = 49_152
@@ -239,7 +239,7 @@ def study_from_mapping(raw: Mapping[str, Any], where: str = "study") -> StudyPar
     values = dict(raw)
     try:
         if "phases" in values:
-            values["phases"] = tuple(Phase(str(p["name"]), float(p["share"])) for p in values["phases"])
+            values["phases"] = tuple(TrainingPhase(str(p["name"]), float(p["share"])) for p in values["phases"])
         if "concentration" in values:
             values["concentration"] = tuple(float(x) for x in values["concentration"])
         if "proxy" in values:

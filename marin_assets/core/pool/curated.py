@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 from marin_assets.core.embed.embeddings import OFFLINE_MODEL, OFFLINE_MODEL_REVISION
 from marin_assets.core.embed.quality import BandEdges, all_groups, band_of, group_name, load_band_edges
 from marin_assets.core.runtime import storage
-from marin_assets.core.runtime.errors import BadInput
+from marin_assets.errors import BadInput
 
 # Token counts of the training data: the Llama-3 tokenizer the Marin models train with, at the
 # revision its tokenized caches were built with (the recorded short pin; the Hub resolves it to

@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from marin_assets.core.embed.quality import all_groups, parse_group
 from marin_assets.core.runtime import storage
-from marin_assets.core.runtime.errors import ConfigurationError
+from marin_assets.errors import ConfigurationError
 
 GROUPS_FILE = "groups"
 GROUP_SOURCES_FILE = "group_sources"

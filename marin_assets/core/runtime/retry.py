@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from marin_assets.core.runtime.errors import IntegrityFailure, ProviderRefused
+from marin_assets.errors import IntegrityFailure, ProviderRefused
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from typing import Any
 import pyarrow as pa
 
 from marin_assets.core.runtime import storage
-from marin_assets.core.runtime.errors import ConfigurationError
+from marin_assets.errors import ConfigurationError
 
 ShardFn = Callable[..., Mapping[str, Any]]
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from marin_assets.core.runtime import storage
-from marin_assets.core.runtime.errors import BadInput, ConfigurationError
+from marin_assets.errors import BadInput, ConfigurationError
 from marin_assets.core.runtime.runner import ShardFn, ShardResult, ShardRunner, ShardTask
 
 
@@ -63,6 +63,9 @@ class StageSpec:
     ``by_run`` marks a study stage with one partition per proxy run.
     ``phase`` names the job that builds it (``specs.PHASES``), ``step`` its step's size beyond the
     default pod, ``bench`` the bench that holds it to a goal.
+    ``shard_fn`` (per source): its asset is generated, each input shard mapped by it with the
+    reference ``params``; ``rows_counter`` names the shards' counter of rows, ``description``
+    what the UI says of it.
     """
 
     name: str
@@ -78,6 +81,9 @@ class StageSpec:
     phase: str = ""
     step: StepSize | None = None
     bench: Bench | None = None
+    shard_fn: ShardFn | None = None
+    rows_counter: str = "rows"
+    description: str = ""
 
     @property
     def co_partitioned(self) -> bool:

@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from urllib.parse import urlsplit
 
-from marin_assets.core.runtime.errors import ConfigurationError, IntegrityFailure
+from marin_assets.errors import ConfigurationError, IntegrityFailure
 
 
 class UnsafePathError(IntegrityFailure):

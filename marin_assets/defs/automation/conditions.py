@@ -37,8 +37,9 @@ import dagster as dg
 from dagster import AutomationCondition as AC
 from dagster._core.events import DagsterEventType
 
-from marin_assets.catalog.sources import default_catalog_path, load_catalog
+from marin_assets.catalog.sources import default_catalog_path
 from marin_assets.core.ingest import raw as ingest
+from marin_assets.core.ingest.recipes import checked_catalog
 from marin_assets.core.specs import ALL as ALL_SPECS
 from marin_assets.core.specs import QUALITY_MODEL, SOURCE_PINS, TOPIC_MODEL
 from marin_assets.defs.settings import configured_catalog_path
@@ -68,7 +69,7 @@ def _catalog_mtime() -> tuple[str, int]:
 
 @functools.lru_cache(maxsize=4)
 def _catalog_names(path: str, mtime_ns: int) -> frozenset[str]:
-    return frozenset(load_catalog(path, strict=False).names)
+    return frozenset(checked_catalog(path, strict=False).names)
 
 
 def catalog_names() -> frozenset[str]:
@@ -78,7 +79,7 @@ def catalog_names() -> frozenset[str]:
 
 @functools.lru_cache(maxsize=4)
 def _recipes(path: str, mtime_ns: int) -> dict[str, str]:
-    return {s.name: ingest.recipe_fingerprint(s) for s in load_catalog(path)}
+    return {s.name: ingest.recipe_fingerprint(s) for s in checked_catalog(path)}
 
 
 def catalog_recipes() -> dict[str, str]:

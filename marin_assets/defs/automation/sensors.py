@@ -16,7 +16,7 @@ from dagster._core.events import DagsterEventType
 from marin_assets.core import specs
 from marin_assets.core.ingest import raw as ingest
 from marin_assets.defs.automation.conditions import catalog_names
-from marin_assets.defs.ingest.assets import INVALID, REMOVED
+from marin_assets.defs.partitions import INVALID, REMOVED
 from marin_assets.defs.partitions import source_partitions
 from marin_assets.defs.resources import MarinResource
 from marin_assets.defs.settings import defs_setting, defs_setting_number

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from marin_assets.core.runtime import storage
-from marin_assets.core.runtime.errors import BadInput
+from marin_assets.errors import BadInput
 
 
 class NoOutput(BadInput):

@@ -1,9 +1,8 @@
-"""Global deduplication: per-source MinHash buckets, then global exact and fuzzy decisions."""
+"""Global deduplication: exact and fuzzy decisions (the per-source MinHash buckets are generated from their spec)."""
 
 import dagster as dg
 
 from marin_assets.core.dedup import decisions as dedup
-from marin_assets.core.dedup import minhash
 from marin_assets.core.dedup.exact import find_exact_duplicates
 from marin_assets.core.dedup.fuzzy import find_fuzzy_duplicates
 from marin_assets.core.runtime import stages, storage
@@ -14,28 +13,6 @@ from marin_assets.defs.stage_assets import stage_asset
 from marin_assets.defs.ray import step_log
 
 MAX_REMOVAL_RATIO = 0.5
-
-
-@stage_asset(
-    MINHASH_BUCKETS,
-    kinds={"parquet"},
-    description="Co-partitioned LSH band buckets (26 bands x 11 rows of a 286-permutation MinHash) per document.",
-)
-def minhash_buckets(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
-    source = source_or_fail(marin, context.partition_key)
-    layout = marin.layout()
-    manifest = stages.run_shards(
-        MINHASH_BUCKETS,
-        layout,
-        source=source.name,
-        inputs=[stages.current_input(layout, NORMALIZED, source.name)],
-        shard_fn=minhash.minhash_shard,
-        params=minhash.MinHashParams(),
-        runner=marin.runner(),
-        progress=step_log(context),
-    )
-    totals = manifest["totals"]
-    return materialized(manifest, rows=int(totals.get("docs", 0)), counters=totals)  # one row per document
 
 
 def _normalized_inputs(marin: MarinResource, context) -> dict[str, stages.StageInput]:

@@ -17,7 +17,7 @@ import polars as pl
 from marin_assets.core.mixture import fit, gates, launcher, proxy_trainer, results
 from marin_assets.core.mixture import swarm as swarm_core
 from marin_assets.core.pool import curated as pool_core
-from marin_assets.core.pool import groups as mixture
+from marin_assets.core.pool.groups import MixtureError, read_sampling_groups
 from marin_assets.core.runtime import stages, storage
 from marin_assets.core.specs import (
     MIXTURE_MODEL,
@@ -28,7 +28,7 @@ from marin_assets.core.specs import (
 from marin_assets.core.specs import SAMPLING_GROUPS as SAMPLING_GROUPS_SPEC
 from marin_assets.defs import mixture_report, report
 from marin_assets.defs.metadata import markdown_table, materialized
-from marin_assets.defs.mixture.partitions import (
+from marin_assets.defs.partitions import (
     RUNS,
     proxy_run_partitions,
     study_partitions,
@@ -59,14 +59,14 @@ def mixture_swarm(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
         groups_in = stages.current_input(marin.layout(), SAMPLING_GROUPS_SPEC)
     except stages.MissingInput as exc:
         raise dg.Failure(str(exc)) from exc
-    groups, _ = mixture.read_sampling_groups(groups_in.uri)
+    groups, _ = read_sampling_groups(groups_in.uri)
     pool_files = pool_core.read_pool_files(storage.join(groups_in.uri, "pool_files.parquet"))
     results_uri = swarm_core.results_dir(root, study)
 
     def build(out: str) -> dict:
         try:
             swarm = swarm_core.build_swarm(groups, pool_files, params, results_uri)
-        except mixture.MixtureError as exc:
+        except MixtureError as exc:
             raise dg.Failure(f"study '{study}': {exc}") from exc
         written = swarm_core.write_swarm(swarm, out, pool_files)
         if params.trainer == "builtin":  # the built-in proxies share one evaluation text
@@ -254,7 +254,7 @@ def mixture_model(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
         try:
             found = gates.assess(data["weights"], data["targets"], data["runs"], data["mixture_ids"], params, data["tokens"], fit_params,
                                  data["components"], data["component_weights"])
-        except mixture.MixtureError as exc:
+        except MixtureError as exc:
             raise dg.Failure(f"study '{study}': {exc}") from exc
         storage.write_json(storage.join(out, "gate.json"), {"verdict": found.verdict.to_json(), "baseline": found.baseline})
         target = data["targets"] @ np.asarray(data["component_weights"])
@@ -357,7 +357,7 @@ def mixture_weights(context: dg.AssetExecutionContext, marin: MarinResource) -> 
     def build(out: str) -> dict:
         try:
             published, candidate, verdict, gain = gates.publish(model, gates.Verdict.from_json(model_manifest["stats"]["gate"]), tokens, params, seeds)
-        except mixture.MixtureError as exc:
+        except MixtureError as exc:
             raise dg.Failure(f"study '{study}': {exc}") from exc
         table = fit.weights_table(group_table, published, params, active, candidate)
         storage.write_parquet(table, storage.join(out, "weights.parquet"))

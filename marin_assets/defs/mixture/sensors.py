@@ -24,7 +24,7 @@ from marin_assets.core.mixture import swarm as swarm_core
 from marin_assets.core.mixture import validation as validation_core
 from marin_assets.defs.automation.sensors import default_status
 from marin_assets.defs.jobs import STUDY_JOBS
-from marin_assets.defs.mixture.partitions import (
+from marin_assets.defs.partitions import (
     RUNS,
     STUDIES,
     proxy_run_key,

@@ -11,7 +11,7 @@ from marin_assets.core.mixture import swarm as swarm_core
 from marin_assets.core.runtime import stages, storage
 from marin_assets.core.runtime.stages import StageSpec
 from marin_assets.core.specs import MIXTURE_SWARM, PROXY_RESULTS
-from marin_assets.defs.mixture.partitions import proxy_run_partitions
+from marin_assets.defs.partitions import proxy_run_partitions
 from marin_assets.defs.resources import MarinResource
 
 BY_STUDY = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="study")

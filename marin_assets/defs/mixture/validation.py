@@ -14,7 +14,7 @@ from marin_assets.core.mixture import validation as validation_core
 from marin_assets.core.runtime import stages, storage
 from marin_assets.core.specs import MIXTURE_SWARM, MIXTURE_VALIDATION, MIXTURE_WEIGHTS
 from marin_assets.defs.metadata import markdown_table, materialized
-from marin_assets.defs.mixture.partitions import study_partitions
+from marin_assets.defs.partitions import study_partitions
 from marin_assets.defs.mixture.study import (
     current_output,
     evaluation_texts,

@@ -5,9 +5,10 @@ import dataclasses
 import dagster as dg
 
 from marin_assets.core.dedup import decisions as dedup
+from marin_assets.core.embed import quality
 from marin_assets.core.embed import topics as topic_core
 from marin_assets.core.pool import curated as pool_core
-from marin_assets.core.pool import groups as mixture
+from marin_assets.core.pool import groups as pool_groups
 from marin_assets.core.pool import rebuild
 from marin_assets.core.runtime import stages, storage
 from marin_assets.core.specs import (
@@ -24,7 +25,6 @@ from marin_assets.core.specs import (
 )
 from marin_assets.defs import report
 from marin_assets.defs.metadata import markdown_table, materialized
-from marin_assets.defs.quality.assets import band_slices
 from marin_assets.defs.resources import CurationResource, MarinResource, source_or_fail
 from marin_assets.defs.stage_assets import stage_asset
 from marin_assets.defs.ray import step_log
@@ -45,7 +45,7 @@ class Decisions:
     @classmethod
     def current(cls, layout: storage.Layout) -> "Decisions":
         bands, exact, fuzzy = (stages.current_input(layout, s) for s in (QUALITY_BANDS, EXACT_DUPLICATES, FUZZY_DUPLICATES))
-        return cls(bands, exact, fuzzy, band_slices(stages.stats_of(bands)) or {},
+        return cls(bands, exact, fuzzy, quality.band_slices(stages.stats_of(bands)) or {},
                    stages.stats_of(exact)["removed_ids_digest"], stages.stats_of(fuzzy)["removed_ids_digest"])  # fmt: skip
 
     def slices(self, name: str) -> dict:
@@ -88,6 +88,7 @@ def pool(context: dg.AssetExecutionContext, marin: MarinResource, curation: Cura
     tokenizer = curation.tokenizer_params()
     decisions = Decisions.current(layout)
     upstream, extra, _ = pool_fingerprint(layout, name, source.fuzzy_exempt, tokenizer, decisions)
+    exact_removed, fuzzy_removed = dedup.removal_files(decisions.exact.uri, decisions.fuzzy.uri, name)
     manifest = stages.run_shards(
         POOL,
         layout,
@@ -99,8 +100,8 @@ def pool(context: dg.AssetExecutionContext, marin: MarinResource, curation: Cura
             source=name,
             pool_dir=out.data_uri,
             band_edges_uri=decisions.bands.uri,
-            exact_removed_uri=dedup.removed_uri(decisions.exact.uri, name),
-            fuzzy_removed_uri=dedup.removed_uri(decisions.fuzzy.uri, name),
+            exact_removed_uri=exact_removed,
+            fuzzy_removed_uri=fuzzy_removed,
             fuzzy_exempt=source.fuzzy_exempt,
             tokenizer=tokenizer,
         ),
@@ -156,8 +157,8 @@ def sampling_groups(context: dg.AssetExecutionContext, marin: MarinResource, cur
             for source, inp in sorted(found.items())
         ]
         counts = pool_core.group_counts_and_files(per_source, storage.join(out, "pool_files.parquet"))
-        result = mixture.sampling_groups(counts, labels, params)
-        written = mixture.write_sampling_groups(result, out)
+        result = pool_groups.sampling_groups(counts, labels, params)
+        written = pool_groups.write_sampling_groups(result, out)
         return {**result.summary, **written, "source_figures": figures, "published_figures": published or {}}
 
     manifest = stages.run_global(
@@ -167,7 +168,7 @@ def sampling_groups(context: dg.AssetExecutionContext, marin: MarinResource, cur
         params=params,
         build=build,
     )
-    groups, group_sources = mixture.read_sampling_groups(manifest["uri"])
+    groups, group_sources = pool_groups.read_sampling_groups(manifest["uri"])
     rebuilt, report_meta = rebuild_report_metadata(figures, manifest["stats"].get("published_figures"), marin.catalog(), curation.report_params(), _tokenizer_of(found))
     table = groups.filter(groups["documents"] > 0).sort("group")
     images = {

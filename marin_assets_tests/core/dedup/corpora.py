@@ -45,7 +45,7 @@ def exact_corpus(root: Path, shards: int = 1) -> dict[str, list[str]]:
     return {source: write_normalized(root, source, [texts[n] for n in ns], shards) for source, ns in members.items()}
 
 
-SMALL_TASKS = FuzzyScale(records_per_partition=4000, edges_per_task=1500, union_find_max_edges=0, members_per_partition=150)
+SMALL_TASKS = FuzzyScale(records_per_task=4000, edges_per_task=1500, union_find_max_edges=0, members_per_task=150)
 
 
 def outputs(out: str, sources) -> dict[str, set[tuple[str, str, str]]]:

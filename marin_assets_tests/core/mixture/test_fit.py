@@ -36,7 +36,7 @@ def _truth(seed: int = 1):
 _rng = np.random.default_rng(0)
 TOKENS = np.floor(np.exp(_rng.uniform(np.log(1e8), np.log(1e10), N_GROUPS)))
 # twice the pool's tokens: the proportional mix sees 2 epochs, so a group may grow at most 4x
-STUDY = ms.StudyParams(name="synthetic", target_budget=float(TOKENS.sum()) * 2, proxy_budget=1e8, n_runs=64, seed=3, phases=(ms.Phase("main", 1.0),), kl_weight=0.0)
+STUDY = ms.StudyParams(name="synthetic", target_budget=float(TOKENS.sum()) * 2, proxy_budget=1e8, n_runs=64, seed=3, phases=(ms.TrainingPhase("main", 1.0),), kl_weight=0.0)
 TRUTH = _truth()
 
 
@@ -80,7 +80,7 @@ def test_optimized_mixture_is_near_the_best_of_10000_random_feasible_ones(fitted
 
 def test_two_phases_keep_the_summed_cap_and_kl_pulls_toward_proportional(fitted) -> None:
     _, model = fitted
-    two = dataclasses.replace(STUDY, phases=(ms.Phase("pretrain", 0.8), ms.Phase("cooldown", 0.2)), max_epochs=3.0)
+    two = dataclasses.replace(STUDY, phases=(ms.TrainingPhase("pretrain", 0.8), ms.TrainingPhase("cooldown", 0.2)), max_epochs=3.0)
     predict = lambda w: model.predict(w.mean(axis=1, keepdims=True))  # noqa: E731 -- the phases' plain mean as the one-phase mix
     free = mf.optimize_mixture(predict, TOKENS, dataclasses.replace(two, kl_weight=0.0), mf.OptimizeParams(candidates=4000, rounds=4))
     pulled = mf.optimize_mixture(predict, TOKENS, dataclasses.replace(two, kl_weight=1.0), mf.OptimizeParams(candidates=4000, rounds=4))

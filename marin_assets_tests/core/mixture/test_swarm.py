@@ -78,7 +78,7 @@ def test_projection_respects_the_cap_summed_over_phases() -> None:
 
 def test_block_rounding_keeps_sums_caps_and_reports_vanishing_weights() -> None:
     tokens = np.array([1e12, 1e12, 5e4, 1e12])
-    study = ms.StudyParams(name="s", target_budget=1e12, proxy_budget=1e9, phases=(ms.Phase("main", 1.0),), block_size=1000)
+    study = ms.StudyParams(name="s", target_budget=1e12, proxy_budget=1e9, phases=(ms.TrainingPhase("main", 1.0),), block_size=1000)
     w = np.array([[0.4996, 0.3, 0.0004, 0.2]])  # 0.0004 x 1000 = 0.4 sequences
     blocks = ms.round_to_block(w, tokens, study)
     assert blocks.sum() == 1000 and blocks[0, 2] == 0
@@ -123,9 +123,9 @@ def test_swarm_reports_zero_sequence_groups_and_writes_trainer_configs(tmp_path)
 
 def test_study_specs_are_validated_with_the_file_named(tmp_path) -> None:
     root = str(tmp_path)
-    uri = ms.write_study(root, ms.StudyParams(name="alpha", n_runs=10, phases=(ms.Phase("main", 1.0),)))
+    uri = ms.write_study(root, ms.StudyParams(name="alpha", n_runs=10, phases=(ms.TrainingPhase("main", 1.0),)))
     loaded = ms.load_study(root, "alpha")
-    assert loaded.n_runs == 10 and loaded.phases == (ms.Phase("main", 1.0),)
+    assert loaded.n_runs == 10 and loaded.phases == (ms.TrainingPhase("main", 1.0),)
     assert ms.list_studies(root) == ["alpha"]
     (tmp_path / "mixture" / "beta").mkdir()
     (tmp_path / "mixture" / "beta" / "study.yaml").write_text("phases: [{name: a, share: 0.7}, {name: b, share: 0.2}]\n")

@@ -378,9 +378,9 @@ def test_group_files_are_merged_into_a_bounded_number_per_source(tmp_path) -> No
 
 
 def mixture_counts(index: pa.Table):
-    from marin_assets.core.pool import groups as mixture
+    from marin_assets.core.pool.groups import group_counts_from_index
 
-    return mixture.group_counts_from_index(index)
+    return group_counts_from_index(index)
 
 
 def _shard_group_files(pool_dir: str, source: str, files: dict[tuple[str, int], list[int]], shards: int) -> list:

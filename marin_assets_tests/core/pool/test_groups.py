@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from marin_assets.core.pool import curated as pool
-from marin_assets.core.pool import groups as mixture
+from marin_assets.core.pool.groups import MixtureError, MixtureParams, cap_epochs, group_counts_from_index, group_counts_from_pool, read_sampling_groups, sampling_groups, write_sampling_groups
 from marin_assets.core.runtime.runner import ShardRunner
 from marin_assets.defs import report
 from marin_assets_tests.core.pool.test_curated import N_TOPICS, build_pool_inputs, read_pool
@@ -26,11 +26,11 @@ def built_pool(tmp_path_factory: pytest.TempPathFactory):
 
 def test_group_counts_equal_the_rows_of_the_pool(built_pool) -> None:
     b, results = built_pool
-    from_index = mixture.group_counts_from_index(pool.read_pool_index([r.output for r in results]))
-    from_files = mixture.group_counts_from_pool(b.pool_dir)
+    from_index = group_counts_from_index(pool.read_pool_index([r.output for r in results]))
+    from_files = group_counts_from_pool(b.pool_dir)
     assert from_index.equals(from_files)
 
-    result = mixture.sampling_groups(from_index, LABELS, mixture.MixtureParams(n_topics=N_TOPICS))
+    result = sampling_groups(from_index, LABELS, MixtureParams(n_topics=N_TOPICS))
     rows = read_pool(b.pool_dir)
     per_group = pl.from_arrow(rows.select(["group", "tokens"])).group_by("group").agg(pl.len().alias("n"), pl.col("tokens").sum().alias("t"))
     expected = {g: (n, t) for g, n, t in per_group.iter_rows()}
@@ -48,8 +48,8 @@ def test_group_counts_equal_the_rows_of_the_pool(built_pool) -> None:
 
 def test_token_proportional_weights_sum_to_one(built_pool) -> None:
     _, results = built_pool
-    counts = mixture.group_counts_from_index(pool.read_pool_index([r.output for r in results]))
-    groups = mixture.sampling_groups(counts, LABELS, mixture.MixtureParams(n_topics=N_TOPICS)).groups
+    counts = group_counts_from_index(pool.read_pool_index([r.output for r in results]))
+    groups = sampling_groups(counts, LABELS, MixtureParams(n_topics=N_TOPICS)).groups
     weights = groups["weight"].to_numpy()
     tokens = groups["tokens"].to_numpy()
     assert weights.sum() == pytest.approx(1.0)
@@ -59,15 +59,15 @@ def test_token_proportional_weights_sum_to_one(built_pool) -> None:
 
 def test_epoch_cap_holds_and_weights_renormalize(built_pool) -> None:
     _, results = built_pool
-    counts = mixture.group_counts_from_index(pool.read_pool_index([r.output for r in results]))
+    counts = group_counts_from_index(pool.read_pool_index([r.output for r in results]))
     total = int(counts["tokens"].sum())
     budget = 3 * total
     per_group = counts.group_by("group").agg(pl.col("tokens").sum())["tokens"].to_numpy()
     uniform_epochs = budget / (len(per_group) * per_group)
     cap = max(1.05 * budget / total, float(np.quantile(uniform_epochs, 0.75)))
     assert uniform_epochs.max() > cap  # the small groups would exceed it without the cap
-    params = mixture.MixtureParams(n_topics=N_TOPICS, weighting="uniform", token_budget=budget, max_epochs=cap)
-    result = mixture.sampling_groups(counts, LABELS, params)
+    params = MixtureParams(n_topics=N_TOPICS, weighting="uniform", token_budget=budget, max_epochs=cap)
+    result = sampling_groups(counts, LABELS, params)
     g = result.groups
     weights, tokens, epochs = g["weight"].to_numpy(), g["tokens"].to_numpy(), g["epochs"].to_numpy()
     assert weights.sum() == pytest.approx(1.0)
@@ -81,11 +81,11 @@ def test_epoch_cap_holds_and_weights_renormalize(built_pool) -> None:
 
 
 def test_cap_epochs_exact_case_and_infeasible_budget() -> None:
-    weights, capped = mixture.cap_epochs(np.full(3, 1 / 3), np.array([100.0, 100.0, 1000.0]), token_budget=1000, max_epochs=2)
+    weights, capped = cap_epochs(np.full(3, 1 / 3), np.array([100.0, 100.0, 1000.0]), token_budget=1000, max_epochs=2)
     np.testing.assert_allclose(weights, [0.2, 0.2, 0.6])
     assert capped.tolist() == [True, True, False]
-    with pytest.raises(mixture.MixtureError, match="raise max_epochs"):
-        mixture.cap_epochs(np.full(3, 1 / 3), np.array([100.0, 100.0, 100.0]), token_budget=1000, max_epochs=2)
+    with pytest.raises(MixtureError, match="raise max_epochs"):
+        cap_epochs(np.full(3, 1 / 3), np.array([100.0, 100.0, 100.0]), token_budget=1000, max_epochs=2)
 
 
 def test_small_groups_can_be_left_out_and_vanishing_groups_are_reported() -> None:
@@ -93,22 +93,22 @@ def test_small_groups_can_be_left_out_and_vanishing_groups_are_reported() -> Non
         {"group": ["c00q0", "c00q1", "c01q0"], "source": ["a", "a", "b"], "documents": [10, 1, 5], "tokens": [10_000_000, 10, 50_000]},
         schema={"group": pl.Utf8, "source": pl.Utf8, "documents": pl.Int64, "tokens": pl.Int64},
     )
-    out = mixture.sampling_groups(counts, None, mixture.MixtureParams(n_topics=2, min_tokens_per_group=100))
+    out = sampling_groups(counts, None, MixtureParams(n_topics=2, min_tokens_per_group=100))
     weights = dict(zip(out.groups["group"], out.groups["weight"]))
     assert weights["c00q1"] == 0.0 and weights["c00q0"] > 0 and sum(weights.values()) == pytest.approx(1.0)
     assert out.groups.filter(pl.col("group") == "c01q0")["topic_label"].item() == "topic 01"
-    tiny = mixture.sampling_groups(counts, None, mixture.MixtureParams(n_topics=2, block_size=10))
+    tiny = sampling_groups(counts, None, MixtureParams(n_topics=2, block_size=10))
     assert tiny.summary["groups_vanishing_in_block"] == 2  # 10 and 50k tokens of ~10M get < half a sequence
-    with pytest.raises(mixture.MixtureError, match="outside"):
-        mixture.sampling_groups(counts, None, mixture.MixtureParams(n_topics=1))
+    with pytest.raises(MixtureError, match="outside"):
+        sampling_groups(counts, None, MixtureParams(n_topics=1))
 
 
 def test_tables_written_as_parquet_and_csv(built_pool, tmp_path) -> None:
     _, results = built_pool
-    counts = mixture.group_counts_from_index(pool.read_pool_index([r.output for r in results]))
-    result = mixture.sampling_groups(counts, LABELS, mixture.MixtureParams(n_topics=N_TOPICS))
-    uris = mixture.write_sampling_groups(result, str(tmp_path))
-    groups, sources = mixture.read_sampling_groups(str(tmp_path))
+    counts = group_counts_from_index(pool.read_pool_index([r.output for r in results]))
+    result = sampling_groups(counts, LABELS, MixtureParams(n_topics=N_TOPICS))
+    uris = write_sampling_groups(result, str(tmp_path))
+    groups, sources = read_sampling_groups(str(tmp_path))
     assert groups.equals(result.groups) and sources.equals(result.group_sources)
     csv = pl.read_csv(uris["groups_csv"])
     assert csv["group"].to_list() == result.groups["group"].to_list()
@@ -118,8 +118,8 @@ def test_tables_written_as_parquet_and_csv(built_pool, tmp_path) -> None:
 
 def test_report_pictures_carry_topic_labels(built_pool) -> None:
     _, results = built_pool
-    counts = mixture.group_counts_from_index(pool.read_pool_index([r.output for r in results]))
-    result = mixture.sampling_groups(counts, LABELS, mixture.MixtureParams(n_topics=N_TOPICS))
+    counts = group_counts_from_index(pool.read_pool_index([r.output for r in results]))
+    result = sampling_groups(counts, LABELS, MixtureParams(n_topics=N_TOPICS))
     figures = {
         "heatmap": report.token_heatmap_figure(result.groups),
         "sources": report.topic_sources_figure(result.group_sources, result.groups),
@@ -148,7 +148,7 @@ def test_report_handles_forty_topics_with_empty_groups() -> None:
         {"group": ["c00q0", "c39q4"], "source": ["a", "b"], "documents": [3, 4], "tokens": [300, 4000]},
         schema={"group": pl.Utf8, "source": pl.Utf8, "documents": pl.Int64, "tokens": pl.Int64},
     )
-    result = mixture.sampling_groups(counts, {t: f"label {t}" for t in range(40)})
+    result = sampling_groups(counts, {t: f"label {t}" for t in range(40)})
     fig = report.token_heatmap_figure(result.groups)
     assert len(fig.axes[0].get_yticklabels()) == 40
     assert report.token_heatmap_png(result.groups).startswith(b"\x89PNG")

@@ -11,7 +11,7 @@ when no clustered document is gone the previous components can only merge.
    node table (``id``, ``chars``, ``node``, bucket ``digest``). Stored under ``cache/<source>/<fingerprint>``: a source
    whose buckets did not change keeps its map output (that is the stored per-partition index
    an incremental run joins a changed source against);
-2. edges, per key range (``records_per_partition``): star edges of every shared bucket;
+2. edges, per key range (``records_per_task``): star edges of every shared bucket;
 3. connected components (:mod:`marin_assets.core.dedup.components`): label = smallest node of the component.
    Incremental (2-3b): edges only of the buckets that hold an added document (their records
    found by one scan of the map files), one union-find of the previous labels over them, and the

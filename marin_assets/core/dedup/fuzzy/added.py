@@ -110,7 +110,7 @@ def run_added_edges(run: FuzzyRun, mapped: Mapped, changed: Sequence[str]) -> li
     scale, work = run.scale, run.work
     added_ranges = tuple(((run.slot[s] << RANK_SHIFT) + run.added_base[s], (run.slot[s] << RANK_SHIFT) + run.next_row[s]) for s in changed)
     added_records = sum(int(r.stats.get("added_records", 0)) for r in mapped.results)
-    hit_ranges = shuffle.partition_bounds(shuffle.partitions_for(added_records, scale.records_per_partition))
+    hit_ranges = shuffle.partition_bounds(shuffle.tasks_for(added_records, scale.records_per_task))
     # a bucket-hits task reads the added records (merged to half its inputs) and a run of map files
     added_files = tuple(added_uri(t.output) for t in mapped.tasks if t.params.source in run.added_base)
     added_files = tuple(run.merged(added_files, storage.join(work, "edges", "added"), max(2, scale.max_inputs_per_task // 2), blocks=len(hit_ranges)))
@@ -122,7 +122,7 @@ def run_added_edges(run: FuzzyRun, mapped: Mapped, changed: Sequence[str]) -> li
             for c, chunk in enumerate(chunks)
         ]
     )
-    hit_parts = shuffle.partitions_for(sum(int(r.stats["hits"]) for r in hits), scale.records_per_partition)
+    hit_parts = shuffle.tasks_for(sum(int(r.stats["hits"]) for r in hits), scale.records_per_task)
     hit_files = tuple(run.merged([r.output for r in hits], storage.join(work, "edges", "hits"), blocks=hit_parts))
     return run.run(
         [

@@ -217,7 +217,7 @@ def summary(
         "docs_per_source": mapped.docs_per_source,
         "chars_per_source": mapped.chars_per_source,
         "bucket_records": mapped.records,
-        "bucket_partitions": shuffle.pow2_partitions(mapped.records, run.scale.records_per_partition),
+        "bucket_partitions": shuffle.pow2_partitions(mapped.records, run.scale.records_per_task),
         "candidate_edges": comps.edges,
         "largest_bucket": max((int(r.stats["largest_bucket"]) for r in comps.edge_results), default=0),
         **comps.stats,

@@ -50,7 +50,7 @@ def run_full_components(run: FuzzyRun, mapped: Mapped) -> Components:
     """Edges per key range of the bucket records, then connected components over every edge;
     the label files are blocks at the members groups' node cuts."""
     scale, work = run.scale, run.work
-    edge_parts = shuffle.pow2_partitions(mapped.records, scale.records_per_partition)
+    edge_parts = shuffle.pow2_partitions(mapped.records, scale.records_per_task)
     map_files = tuple(run.merged([r.output for r in mapped.results], storage.join(work, "edges"), blocks=edge_parts))
     edge_results = run.run(
         [

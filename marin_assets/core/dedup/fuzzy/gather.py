@@ -157,7 +157,7 @@ def run_gather(run: FuzzyRun, mapped: Mapped, plans: Sequence[ShardResult], incr
                 fuzzy_gather_group,
                 (*(u for i in idx for u in mapped.shards[i][1:3]), *plan_files),
                 storage.join(run.work, "gather", f"{prefix}g{g:06d}.blocks"),
-                GatherGroupParams(tuple(shard(i) for i in idx), mapped.node_cuts, verify_parts, scale.member_chars_per_partition),
+                GatherGroupParams(tuple(shard(i) for i in idx), mapped.node_cuts, verify_parts, scale.member_chars_per_task),
             )
             for g, idx in enumerate(_gather_groups(run, mapped, plans, incremental))
         ]

@@ -73,12 +73,12 @@ class FuzzyScale:
     ``max_inputs_per_task`` files of the step before reads merged files instead
     (:mod:`marin_assets.core.dedup.fanin`)."""
 
-    records_per_partition: int = 16_000_000
+    records_per_task: int = 16_000_000
     edges_per_task: int = 16_000_000
     union_find_max_edges: int = 20_000_000
     merge_max_edges: int = 20_000_000  # incremental: the added documents' edges merged in one task (above: components over every edge)
-    members_per_partition: int = 1_000_000
-    member_chars_per_partition: int = 1 << 30  # verify holds its range's requested texts (but for big clusters)
+    members_per_task: int = 1_000_000
+    member_chars_per_task: int = 1 << 30  # verify holds its range's requested texts (but for big clusters)
     cluster_chars_in_memory: int = 1 << 26  # a cluster with more member text is verified batch by batch, read from storage
     verify_batch_chars: int = VERIFY_BATCH_CHARS  # texts turned into n-grams at a time (and gathered row groups)
     verify_index_bytes: int = 1 << 30  # a cluster's retained members' n-grams held in memory; past it, spilled to memory-mapped files

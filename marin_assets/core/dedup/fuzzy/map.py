@@ -35,7 +35,7 @@ class MapParams:
     previous: tuple[str, ...] = ()
     added_base: int = -1
     maps: int = 1  # map tasks in all and records per edges task: the edges tasks this map's blocks expect
-    records_per_partition: int = 16_000_000
+    records_per_task: int = 16_000_000
 
 
 def _kept_nodes(previous: str, ids: pa.Array, digest: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -140,7 +140,7 @@ def fuzzy_map(inputs: list[str], output: str, params: MapParams) -> dict[str, An
     if params.added_base >= 0:
         fresh = pc.greater_equal(records.column("node"), (params.slot << RANK_SHIFT) + params.added_base)
         totals["added_records"] = shuffle.write_sorted(records.filter(fresh), added_uri(output))
-    shuffle.write_keyed(records, output, shuffle.pow2_partitions(records.num_rows * params.maps, params.records_per_partition))
+    shuffle.write_keyed(records, output, shuffle.pow2_partitions(records.num_rows * params.maps, params.records_per_task))
     return totals | {"bands": min(bands) if bands else 0, "runs": runs}
 
 
@@ -195,7 +195,7 @@ def _map_tasks(run: FuzzyRun) -> tuple[list[ShardTask], list[tuple[str, str, str
                 node_tables[source][storage.basename(b_uri)] = nodes_uri(out, k)
                 base += rows
             previous = tuple(previous_tables.get(storage.basename(b_uri), "") for b_uri, _, _ in group) if source in run.added_base else ()
-            params = MapParams(source, run.slot[source], tuple(bases), previous, run.added_base.get(source, -1), maps, scale.records_per_partition)
+            params = MapParams(source, run.slot[source], tuple(bases), previous, run.added_base.get(source, -1), maps, scale.records_per_task)
             tasks.append(ShardTask(fuzzy_map, tuple(u for b_uri, n_uri, _ in group for u in (b_uri, n_uri)), out, params))
         if base >= 1 << RANK_SHIFT:
             raise DedupError(f"source {source!r} has {base} documents, more than the {1 << RANK_SHIFT} a node number holds; split the source")

@@ -125,7 +125,7 @@ def run_members(run: FuzzyRun, mapped: Mapped, comps: Components, changed: Seque
     plan_parts = verify_parts
     if comps.incremental:  # the member files hold the touched clusters only: a plan task covers several label ranges
         touched_members = sum(int(r.stats["members"]) for r in members)
-        plan_parts = min(verify_parts, 1 << max(0, (shuffle.partitions_for(touched_members, scale.members_per_partition) - 1).bit_length()))
+        plan_parts = min(verify_parts, 1 << max(0, (shuffle.tasks_for(touched_members, scale.members_per_task) - 1).bit_length()))
     # plan and verify read every member file (verify a quarter of its inputs: texts and big clusters' texts too)
     files = run.merged([r.output for r in members], storage.join(run.work, "members", "merged"), max(2, scale.max_inputs_per_task // 4), blocks=member_blocks)
     return Members(tuple(files), member_blocks, verify_parts, plan_parts, previous_files)

@@ -224,7 +224,7 @@ def run_relabel(run: FuzzyRun, mapped: Mapped, merged: ShardResult, edge_results
     relabelled_files = [storage.join(work, "labels", f"{i:06d}" + (shuffle.BLOCK_SUFFIX if old.endswith(shuffle.BLOCK_SUFFIX) else ".parquet")) for i, old in enumerate(old_labels)]
     old_cuts = keep_cuts(_previous_cuts(run), storage.join(work, "labels"))
     fresh_count = int(merged.stats["fresh"])
-    append = bool(old_rows) and old_rows[-1] is not None and int(old_rows[-1]) + fresh_count <= run.scale.members_per_partition
+    append = bool(old_rows) and old_rows[-1] is not None and int(old_rows[-1]) + fresh_count <= run.scale.members_per_task
     if append:
         label_files, label_rows = relabelled_files, [*old_rows[:-1], int(old_rows[-1]) + fresh_count]
     else:

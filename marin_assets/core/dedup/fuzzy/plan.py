@@ -46,7 +46,7 @@ def _plan(inputs: list[str], output: str, params: VerifyParams) -> dict[str, Any
 
 def run_plan(run: FuzzyRun, mapped: Mapped, members: Members, comps: Components, vpass: VerifyPass) -> list[ShardResult]:
     """Plan tasks. Incremental: the member files hold the touched clusters only, so a plan task
-    covers several consecutive label ranges (members_per_partition touched members each); a
+    covers several consecutive label ranges (members_per_task touched members each); a
     second pass plans only the ranges it verifies again."""
     bounds = shuffle.partition_bounds(members.verify_parts)
     spans = members.verify_parts // members.plan_parts

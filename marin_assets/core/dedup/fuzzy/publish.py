@@ -99,7 +99,7 @@ def run_publish(run: FuzzyRun, passes: Sequence[Sequence[ShardResult]], final: S
     rank, scale = run.rank, run.scale
     kept, moved = _kept_sources(run, passes) if against_previous else ({}, None)
     removed_total = sum(int(n) for r in final for k, n in r.stats["removed_by_rank"].items() if moved is None or int(k) in moved)
-    removal_parts = min(verify_parts, shuffle.pow2_partitions(removed_total, scale.members_per_partition))  # the verify outputs' blocks cut these ranges
+    removal_parts = min(verify_parts, shuffle.pow2_partitions(removed_total, scale.members_per_task))  # the verify outputs' blocks cut these ranges
     verified = tuple(run.merged([r.output for r in final], storage.join(run.work, "removals", "verified"), blocks=removal_parts))
     ranks_filter = None if moved is None else tuple(sorted(moved))
     parts = run.run(

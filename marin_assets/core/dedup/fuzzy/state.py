@@ -190,8 +190,8 @@ def number_documents(run: FuzzyRun) -> None:
 
 def verify_partitions(members: int, member_chars: int, scale: FuzzyScale) -> int:
     """Plan and verify tasks: a power of two of label ranges, each of at most about
-    ``members_per_partition`` members and ``member_chars_per_partition`` characters."""
-    wanted = max(shuffle.partitions_for(members, scale.members_per_partition), shuffle.partitions_for(member_chars, scale.member_chars_per_partition))
+    ``members_per_task`` members and ``member_chars_per_task`` characters."""
+    wanted = max(shuffle.tasks_for(members, scale.members_per_task), shuffle.tasks_for(member_chars, scale.member_chars_per_task))
     return 1 << max(0, (wanted - 1).bit_length())
 
 

@@ -39,7 +39,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
-from marin_assets.core.runtime.errors import IntegrityFailure, not_served_here
+from marin_assets.errors import IntegrityFailure, not_served_here
 from marin_assets.core.runtime.retry import (  # noqa: F401 - the one retry loop, shared with the Hub client
     DEFAULT_POLICY,
     RETRY_STATUS,

@@ -16,7 +16,7 @@ from marin_assets.core.ingest.hub import DownloadError, RetryPolicy, select_path
 from marin_assets.core.ingest.providers import ProviderAccess, ghalogs, hf_bucket, hplt, http, nsf_awards, prestaged
 from marin_assets.core.ingest.providers.rawcopy import ProviderError
 from marin_assets.core.runtime import storage
-from marin_assets.core.runtime.errors import NotServedHere
+from marin_assets.errors import NotServedHere
 
 OK, REVISION_GONE, UNKNOWN, NOT_CHECKED = "ok", "revision-gone", "unknown", "not-checked"
 QUICK = RetryPolicy(attempts=2, base_wait_s=0.5, min_wait_s=0.5, max_wait_s=2.0, max_jitter_s=0.2, rate_limit_margin_s=1.0, timeout_s=10.0)

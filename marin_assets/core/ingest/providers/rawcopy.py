@@ -18,7 +18,7 @@ from urllib.parse import quote, urlsplit
 
 from marin_assets.core.ingest.providers.http import ProviderAccessError, ProviderGoneError, ProviderUnreachable
 from marin_assets.core.runtime import storage, trust
-from marin_assets.core.runtime.errors import ProviderRefused
+from marin_assets.errors import ProviderRefused
 
 CODE_VERSION = "1"
 PARTIAL_DIR = storage.PARTIAL_DIR

@@ -31,7 +31,7 @@ from marin_assets.core.ingest import formats, normalize
 from marin_assets.core.ingest.transforms import register
 from marin_assets.core.ingest.transforms.rendering import reads_with, string_column
 from marin_assets.core.runtime import storage
-from marin_assets.core.runtime.errors import BadInput
+from marin_assets.errors import BadInput
 
 log = logging.getLogger(__name__)
 

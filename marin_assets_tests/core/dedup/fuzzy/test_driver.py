@@ -104,7 +104,7 @@ def test_fuzzy_results_are_identical_across_reruns_shard_counts_and_spilling(tmp
     resharded, stats = run_fuzzy(
         tmp_path / "c",
         {"alpha": 3, "beta": 2, "gamma": 4, "delta": 2},
-        scale=FuzzyScale(records_per_partition=500, edges_per_task=10, union_find_max_edges=0, members_per_partition=8),
+        scale=FuzzyScale(records_per_task=500, edges_per_task=10, union_find_max_edges=0, members_per_task=8),
     )
     assert stats["bucket_partitions"] > 1 and stats["verify_partitions"] > 1
     assert stats["cc_method"] == "star_rounds" and stats["cc_rounds"] >= 1

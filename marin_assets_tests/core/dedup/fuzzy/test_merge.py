@@ -33,7 +33,7 @@ def test_incremental_rebuild_of_one_changed_source_equals_a_full_rebuild(tmp_pat
     inc = str(tmp_path / "incremental")
     # verify ranges differ from the first run's; the added documents' buckets are found by
     # several key ranges, each scanning the map files in several tasks
-    other_counts = dataclasses.replace(SMALL_TASKS, members_per_partition=60, records_per_partition=200, scan_records_per_task=3000)
+    other_counts = dataclasses.replace(SMALL_TASKS, members_per_task=60, records_per_task=200, scan_records_per_task=3000)
     inc_stats = find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, inc, scale=other_counts, cache_uri=cache, previous_uri=first)
     full = str(tmp_path / "full")
     full2_stats = find_fuzzy_duplicates(buckets2, normalized2, {"gamma"}, full, scale=SMALL_TASKS)

@@ -21,7 +21,7 @@ def test_verify_ranges_finer_than_the_member_blocks_read_their_covering_block(tm
     words = [f"w{k}" for k in range(5000)]
     short = [" ".join(rng.choice(words) for _ in range(8)) for _ in range(1500)]  # unclustered, short: a low mean length
     normalized, buckets = big_cluster_corpus(tmp_path, extra={"beta": short})
-    scale = dataclasses.replace(SMALL_TASKS, members_per_partition=10**6, member_chars_per_partition=40_000)
+    scale = dataclasses.replace(SMALL_TASKS, members_per_task=10**6, member_chars_per_task=40_000)
     out = str(tmp_path / "out")
     stats = find_fuzzy_duplicates(buckets, normalized, {"gamma"}, out, scale=scale)
     mean = sum(stats["chars_per_source"].values()) // stats["docs"]
