@@ -235,7 +235,7 @@ def _rerun_every_per_source_asset(instance: dg.DagsterInstance, sources: list[st
 def _unsynced(instance: dg.DagsterInstance) -> set[tuple[str, str]]:
     """(asset, partition) of every per-source asset that Dagster's stale status calls stale (the
     UI's Unsynced), over every partition of the catalog."""
-    from dagster._core.definitions.data_version import CachingStaleStatusResolver
+    from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
     from dagster._core.loader import LoadingContextForTest
 
     from marin_assets.defs.partitions import source_partitions
@@ -244,7 +244,7 @@ def _unsynced(instance: dg.DagsterInstance) -> set[tuple[str, str]]:
     resolver = CachingStaleStatusResolver(instance, graph, LoadingContextForTest(instance))
     keys = [k for k in graph.materializable_asset_keys if graph.get(k).partitions_def == source_partitions]
     return {(k.to_user_string(), p) for k in keys for p in source_partitions.get_partition_keys()
-            if resolver.get_status(k, p) == dg.StaleStatus.STALE}  # fmt: skip
+            if resolver.get_status(k, p) == StaleStatus.STALE}  # fmt: skip
 
 
 def _materialize(instance: dg.DagsterInstance, name: str) -> None:

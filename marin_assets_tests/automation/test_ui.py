@@ -270,15 +270,14 @@ def test_operator_views_at_1600px(built_dev, browser) -> None:
     (the source_status check on source_pins), each readable without scrolling sideways."""
     from selenium.webdriver.common.by import By
 
+    from selenium.webdriver.common.keys import Keys
+
     assert browser.execute_script("return window.innerWidth") >= 1580
-    browser.get(f"{built_dev.url}/asset-groups")
+    browser.get(f"{built_dev.url}/assets/pool?view=lineage")
     try:
-        _menu_item(
-            browser,
-            "//button[.//*[@aria-label='zoom_out']]/following::button[.//*[@aria-label='settings']][1]",
-            "//*[starts-with(normalize-space(.), 'Expand all groups')][self::a or self::button or @role='menuitem']",
-        )
-        _wait(browser, 120).until(lambda d: {"pool", "sampling_groups", "exact_duplicates"} <= _texts(d), message="the lineage's nodes")
+        _wait(browser, 120).until(lambda d: {"pool", "exact_duplicates_by_source", "sampling_groups"} <= _texts(d),
+                                  message="pool's lineage: the slices it reads, what reads it")  # fmt: skip
+        browser.find_element(By.TAG_NAME, "body").send_keys(Keys.ESCAPE)
         time.sleep(2)  # the graph's layout animation
     finally:
         _screenshot(browser, "ui-lineage.png")
