@@ -6,9 +6,9 @@ source's removals; ``boilerplate_ngrams``: its drop sets; ``quality_bands``: the
 its topics) publishes ``per_source_digest``. ``<step>_by_source`` is a per-source asset that no
 step runs: the global step observes it as it publishes, one observation per source whose
 digest changed, with the digest as its data version (an observable asset's data version is its
-latest observation: Dagster's stale status and input records both read those). The per-source stages read it
-instead of the whole decision (``stage_assets.deps_for``), so after a global change the UI marks
-*Unsynced* exactly the partitions whose slice moved. Automation reads through it to the global
+latest observation: Dagster's stale status and input records both read those). The per-source
+stages read it instead of the whole decision (``stage_assets.deps_for``), so after a global
+change the UI marks *Unsynced* exactly the partitions whose slice moved. Automation reads through it to the global
 step (``conditions``): its behaviour is the one it had with the global step as a direct input.
 """
 

@@ -11,9 +11,9 @@ The rule is generic so that new stages are automated without touching this modul
   sets, the band edges of the source's topics), and only the sources whose digest moved are
   rebuilt (``GlobalSliceMoved``, until rebuilt from the new decision); a global step without
   it counts for all. A stage reads such a step through its slice asset (``defs/slices.py``, so
-  that Dagster's stale status is per source too); automation judges the step behind the slice. A source is not rebuilt while one of the global steps it reads is
-  requested, in progress or about to be (``_globals_settled``): nothing is published from a
-  decision that is being replaced.
+  that Dagster's stale status is per source too); automation judges the step behind the slice.
+  A source is not rebuilt while one of the global steps it reads is requested, in progress or
+  about to be (``_globals_settled``): nothing is published from a decision being replaced.
   Only partitions that were built before are rebuilt: the first build of a source is a
   backfill. A partition added by a code-location reload (a new catalog entry) is built as
   soon as its inputs exist. A partition whose name left the catalog is never requested.
