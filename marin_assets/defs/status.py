@@ -24,6 +24,7 @@ from dagster._core.events import DagsterEventType
 
 from marin_assets.core.specs import POOL, RAW_FILES, SOURCE_PINS
 from marin_assets.core.ingest import raw as ingest
+from marin_assets.defs.alerts import run_failure_alert
 from marin_assets.defs.automation.conditions import INPUT_POINTER, RECIPE_METADATA, SLICE_METADATA
 from marin_assets.defs.slices import global_of
 from marin_assets.defs.metadata import table as metadata_table
@@ -109,8 +110,6 @@ class _Log:
 
 def _failure(instance: dg.DagsterInstance, source: str) -> tuple[str, str] | None:
     """(state, reason) from the source's latest run, when it failed or is still going."""
-    from marin_assets.defs.alerts import run_failure_alert
-
     runs = instance.get_run_records(dg.RunsFilter(tags={"dagster/partition": source}), limit=1)
     if not runs:
         return None
