@@ -90,13 +90,13 @@ def clustered(n: int, dim: int, centers: int, seed: int = 0) -> np.ndarray:
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
-def kmeans(n: int) -> dict:
+def kmeans(n: int, threads: int = 1) -> dict:
     from marin_assets.core.embed import topics
 
     x = clustered(n, DIM, 300)
     with harness.timed():
-        topics.spherical_kmeans(x, K, iterations=ITERATIONS, restarts=1, seed=42, threads=1)
-    return {"items": n}
+        centroids = topics.spherical_kmeans(x, K, iterations=ITERATIONS, restarts=1, seed=42, threads=threads)
+    return {"items": n, "model": hashlib.sha256(centroids.tobytes()).hexdigest()[:16]}
 
 
 def coarsen(fine: int, topics_wanted: int) -> dict:
@@ -241,10 +241,27 @@ def bench_topics() -> None:
     harness.absolute_goal("coarsening 2,000 centroids within 60 CPU seconds (it runs once per pool build)", f"{seconds:.1f} CPU s", seconds <= 60)
 
 
+def bench_topic_threads() -> None:
+    """The fit's k-means at 1, 2 and this machine's cores (the fit runs FAISS on the CPUs it reserves):
+    wall time per thread count, and whether every thread count gives the same centroids."""
+    n = harness.pick(80_000, 40_000)
+    counts = sorted({1, 2, os.cpu_count() or 1})
+    cases = [harness.Case(f"k-means {t} thread(s)", "bench.bench_embed:kmeans", {"n": n, "threads": t}) for t in counts]
+    result = harness.compare(f"spherical k-means by FAISS threads (n={n:,}, k={K}, dim={DIM}, {ITERATIONS} iterations; {os.cpu_count()} cores here)",
+                             cases, rounds=harness.pick(3, 2), unit="points")  # fmt: skip
+    one = result[cases[0].label].median("seconds")
+    for case in cases:
+        wall = result[case.label].median("seconds")
+        print(f"  {case.label}: wall {wall:.2f} s median ({one / wall:.2f}x of 1 thread), CPU {result[case.label].median('cpu_s'):.2f} s")
+    models = {run["model"] for case in cases for run in result[case.label].runs}
+    print(f"  centroids: {'identical' if len(models) == 1 else 'DIFFERENT'} across every run and thread count ({len(models)} distinct)")
+
+
 def main() -> None:
     bench_encode(harness.pick(256, 64))
     bench_long(harness.pick(24, 12), rounds=harness.pick(2, 1))
     bench_topics()
+    bench_topic_threads()
 
 
 if __name__ == "__main__":

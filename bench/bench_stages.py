@@ -10,10 +10,10 @@ used as its users use it, plus the map of every stage to the bench that holds it
   peer's documents per CPU second (the project's rules do more: two rules, normalization,
   paragraph units), peak memory <= 1.5x.
 * ``pool``: ``pool_shard`` (filter one shard by its attributes and the source's sparse removal
-  lists, band, count tokens, write group files and the shard index) against polars used
-  plainly: read the shard and its attribute shards, anti-join the whole removal lists, filter,
-  band, count tokens with the same tokenizer (the ``tokenizers`` library's ``encode_batch_fast``
-  in batches of 1,000 texts, as a batched ``map`` would), ``partition_by`` group and write. The
+  lists, band, take the survivors' token counts from the token_counts attribute, write group
+  files and the shard index) against polars used plainly: read the shard and its attribute
+  shards (the token counts among them), anti-join the whole removal lists, filter, band,
+  ``partition_by`` group and write. The
   shard is one of ``LIST_SHARDS`` (512) and, as ``normalize`` routes ids, one contiguous id range;
   the removal lists cover the whole source (1 in 8 exact and 1 in 5 fuzzy duplicates of every
   shard), as in production where a source has thousands of shards. Goals: >= 0.8x
@@ -253,37 +253,32 @@ def pool_ours(shard: str, attrs: dict, work: str) -> dict:
 
     params = pool.PoolParams(
         source="bench", pool_dir=os.path.join(work, "pool_ours"), band_edges_uri=attrs["band_edges"],
-        exact_removed_uri=attrs["exact"], fuzzy_removed_uri=attrs["fuzzy"], tokenizer=pool.offline_tokenizer_params(),
+        exact_removed_uri=attrs["exact"], fuzzy_removed_uri=attrs["fuzzy"],
     )
-    pool.count_tokens(["warm up the tokenizer"], params.tokenizer)
     out = os.path.join(work, "pool_ours_index.parquet")
     with harness.timed():
-        stats = pool.pool_shard([shard, attrs["topics"], attrs["quality"], attrs["contamination"]], out, params)
+        stats = pool.pool_shard([shard, attrs["topics"], attrs["quality"], attrs["contamination"], attrs["tokens"]], out, params)
     storage.remove(params.pool_dir, recursive=True)
     storage.remove(out)
     return {"items": stats["documents"], "kept": stats["kept"]}
 
 
 def pool_peer(shard: str, attrs: dict, work: str) -> dict:
-    """The pool with polars: join the attributes, anti-join the removal lists, filter, band,
-    count tokens (same tokenizer), write one file per group."""
+    """The pool with polars: join the attributes (the token counts among them), anti-join the
+    removal lists, filter, band, write one file per group."""
     import shutil
 
     import polars as pl
 
     from marin_assets.core.embed import quality
-    from marin_assets.core.pool import curated as pool
 
-    params = pool.offline_tokenizer_params()
-    tokenizer, _ = pool.load_tokenizer(params.name, params.revision, params.file)  # the library itself, not pool.count_tokens
-    tokenizer.encode_batch_fast(["warm up the tokenizer"], add_special_tokens=False)
     edges = quality.load_band_edges(attrs["band_edges"])
     out_dir = os.path.join(work, "pool_peer")
     with harness.timed():
         docs = pl.read_parquet(shard, columns=["id", "text", "source_id"])
         frame = pl.concat(
             [docs, pl.read_parquet(attrs["topics"], columns=["topic"]), pl.read_parquet(attrs["quality"], columns=["score"]),
-             pl.read_parquet(attrs["contamination"], columns=["contaminated"])],
+             pl.read_parquet(attrs["contamination"], columns=["contaminated"]), pl.read_parquet(attrs["tokens"], columns=["tokens"])],
             how="horizontal",
         )
         for what in ("fuzzy", "exact"):
@@ -291,9 +286,7 @@ def pool_peer(shard: str, attrs: dict, work: str) -> dict:
         frame = frame.filter(~pl.col("contaminated") & pl.col("text").is_not_null())
         topic = frame["topic"].to_numpy().astype(np.int64)
         band = quality.band_of(frame["score"].to_numpy().astype(np.float64), topic, edges)
-        texts = frame["text"].to_list()
-        tokens = [len(e.ids) for b in range(0, len(texts), 1_000) for e in tokenizer.encode_batch_fast(texts[b : b + 1_000], add_special_tokens=False)]
-        frame = frame.with_columns(pl.Series("band", band, pl.Int8), pl.Series("tokens", tokens, pl.Int32))
+        frame = frame.with_columns(pl.Series("band", band, pl.Int8))
         frame = frame.with_columns(group=pl.format("c{}q{}", pl.col("topic").cast(pl.Utf8).str.zfill(2), pl.col("band")))
         for (group,), part in frame.partition_by("group", as_dict=True).items():
             path = os.path.join(out_dir, str(group), "part.parquet")
@@ -763,7 +756,11 @@ def _index_meta(index: str) -> dict:
 
 
 def pool_rows(work: str, texts: list[str], shard: str, ids: list[str]) -> None:
+    from marin_assets.core.pool import tokens
+
     attrs = write_attributes(work, ids, (8, 5))  # exact: 1 id in 8 removed, fuzzy: 1 in 5
+    attrs["tokens"] = os.path.join(work, "tokens", os.path.basename(shard))  # counted once, as the token_counts stage does
+    tokens.token_counts_shard([shard], attrs["tokens"], tokens.TokenCountParams(tokenizer=tokens.offline_tokenizer_params()))
     cases = [
         harness.Case("polars anti-join", "bench.bench_stages:pool_peer", {"shard": shard, "attrs": attrs, "work": work}),
         harness.Case("pool_shard", "bench.bench_stages:pool_ours", {"shard": shard, "attrs": attrs, "work": work}),
@@ -772,6 +769,48 @@ def pool_rows(work: str, texts: list[str], shard: str, ids: list[str]) -> None:
     result = harness.compare(title, cases, ROUNDS)
     harness.speed_goal("pool_shard", "polars anti-join", 0.8, "pool >= 0.8x polars with anti-joins, documents per CPU second", "cpu").check(result)
     harness.memory_goal("pool_shard", "polars anti-join", 1.0, "pool peak memory <= 1x the polars anti-join's").check(result)
+
+
+def tokens_ours(shard: str, work: str) -> dict:
+    from marin_assets.core.pool import tokens
+
+    params = tokens.TokenCountParams(tokenizer=tokens.offline_tokenizer_params())
+    tokens.count_tokens(["warm up the tokenizer"], params.tokenizer)
+    out = os.path.join(work, "tokens_ours.parquet")
+    with harness.timed():
+        stats = tokens.token_counts_shard([shard], out, params)
+    os.remove(out)
+    return {"items": stats["documents"], "tokens": stats["tokens"]}
+
+
+def tokens_peer(shard: str, work: str) -> dict:
+    """The tokenizer library used plainly: the shard's texts, ``encode_batch_fast`` 1,000 at a time,
+    ``id`` and ``tokens`` written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from marin_assets.core.pool import tokens
+
+    params = tokens.offline_tokenizer_params()
+    tokenizer, _ = tokens.load_tokenizer(params.name, params.revision, params.file)  # the library itself, not count_tokens
+    tokenizer.encode_batch_fast(["warm up the tokenizer"], add_special_tokens=False)
+    out = os.path.join(work, "tokens_peer.parquet")
+    with harness.timed():
+        table = pq.read_table(shard, columns=["id", "text"])
+        texts = table.column("text").to_pylist()
+        counts = [len(e.ids) for b in range(0, len(texts), 1_000) for e in tokenizer.encode_batch_fast(texts[b : b + 1_000], add_special_tokens=False)]
+        pq.write_table(pa.table({"id": table.column("id"), "tokens": pa.array(counts, pa.int32())}), out)
+    os.remove(out)
+    return {"items": len(counts), "tokens": sum(counts)}
+
+
+def token_counts_rows(work: str) -> None:
+    shard, _ = write_shard(work, make_texts(DOCS))
+    cases = [harness.Case("tokenizers encode_batch_fast", "bench.bench_stages:tokens_peer", {"shard": shard, "work": work}),
+             harness.Case("token_counts_shard", "bench.bench_stages:tokens_ours", {"shard": shard, "work": work})]
+    result = harness.compare(f"token_counts: one normalized shard of {DOCS:,} documents, the offline tokenizer", cases, ROUNDS)
+    harness.speed_goal("token_counts_shard", "tokenizers encode_batch_fast", 0.9, "token_counts >= 0.9x the tokenizer used plainly, documents per CPU second", "cpu").check(result)
+    harness.memory_goal("token_counts_shard", "tokenizers encode_batch_fast", 1.0, "token_counts peak memory <= 1x the plain run's (texts taken 1,024 at a time)").check(result)
 
 
 def sampling_groups_rows(work: str) -> None:

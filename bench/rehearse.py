@@ -63,6 +63,7 @@ from marin_assets.core.dedup import minhash
 from marin_assets.core.embed import quality
 from marin_assets.core.ingest import normalize
 from marin_assets.core.pool import curated as pool
+from marin_assets.core.pool import tokens
 from marin_assets.core.runtime import stages, storage
 from marin_assets.core.runtime.runner import ShardResult, ShardTask
 from marin_assets.defs.ray import step_log, step_progress
@@ -218,7 +219,7 @@ def rehearse_compaction(root: str, src: SourceSize, instance: dg.DagsterInstance
         index_dir = f"{root}/pool_index/{src.name}"
         counters = {"source": src.name, "documents": DOCS_PER_SHARD, "dropped_contaminated": 0, "dropped_fuzzy_duplicate": 0, "dropped_exact_duplicate": 0,
                     "bad_rows_null_text": 0, "bad_rows_missing_attributes": 0, "kept": docs * len(groups), "tokens": tokens * len(groups),
-                    "tokenizer": f"{pool.MARIN_TOKENIZER}@{'0' * 40}", "fuzzy_exempt": False}  # a pool task's counters
+                    "tokenizer": f"{tokens.MARIN_TOKENIZER}@{'0' * 40}", "fuzzy_exempt": False}  # a pool task's counters
         shards = [ShardResult(storage.join(index_dir, name := storage.shard_name(i, src.shards)), {**counters, "shard": name}, False)
                   for i in range(src.shards)]  # fmt: skip
         pool.compact_pool(shards, index_dir, f"{root}/pool", src.name, groups, params, DryRunner(answer, seen, progress=step_progress()))

@@ -59,6 +59,7 @@ from marin_assets.core.dedup.fuzzy import FuzzyScale, find_fuzzy_duplicates
 from marin_assets.core.embed import embeddings as embed
 from marin_assets.core.embed import quality, topics
 from marin_assets.core.pool import curated as pool
+from marin_assets.core.pool import tokens
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.runner import ShardResult, ShardRunner, ShardTask
 from marin_assets.testing.dedup_corpus import edit_words, write_normalized
@@ -184,8 +185,8 @@ def eval_index(root: str, texts_uri: str) -> str:
 
 
 def attributes(root: str, normalized: dict[str, list[str]], stage: dict[str, Counts]) -> dict[str, dict[str, list[str]]]:
-    """minhash_buckets, contamination, embeddings, topics and quality_scores of every shard."""
-    out: dict[str, dict[str, list[str]]] = {k: {} for k in ("buckets", "contamination", "embeddings", "topics", "quality", "rows")}
+    """minhash_buckets, contamination, token_counts, embeddings, topics and quality_scores of every shard."""
+    out: dict[str, dict[str, list[str]]] = {k: {} for k in ("buckets", "contamination", "token_counts", "embeddings", "topics", "quality", "rows")}
     index = eval_index(root, normalized[SOURCES[0]][0])
     encoder = embed.EmbedParams(encoder=embed.offline_encoder_params(max_tokens=128))
     dim = embed.embedding_dim(encoder.encoder)
@@ -195,6 +196,7 @@ def attributes(root: str, normalized: dict[str, list[str]], stage: dict[str, Cou
         one = [(s,) for s in shards]
         for name, fn, params in (("minhash_buckets", minhash.minhash_shard, minhash.MinHashParams()),
                                  ("contamination", decon.contamination_shard, decon.DeconParams(index_uri=index)),
+                                 ("token_counts", tokens.token_counts_shard, tokens.TokenCountParams(tokenizer=tokens.offline_tokenizer_params())),
                                  ("embeddings", embed.embed_shard, encoder)):  # fmt: skip
             folder = {"minhash_buckets": "buckets"}.get(name, name)
             results = per_shard(stage[name], fn, one, storage.join(root, folder, source), params)
@@ -240,9 +242,8 @@ def curated_pool(root: str, normalized: dict[str, list[str]], attrs: dict[str, d
     sources, group_files = [], 0
     for source, shards in normalized.items():
         params = pool.PoolParams(source=source, pool_dir=storage.join(root, "pool", source), band_edges_uri=edges,
-                                 exact_removed_uri=removed_uri(removals[0], source), fuzzy_removed_uri=removed_uri(removals[1], source),
-                                 tokenizer=pool.offline_tokenizer_params())  # fmt: skip
-        inputs = list(zip(shards, attrs["topics"][source], attrs["quality"][source], attrs["contamination"][source]))
+                                 exact_removed_uri=removed_uri(removals[0], source), fuzzy_removed_uri=removed_uri(removals[1], source))  # fmt: skip
+        inputs = list(zip(shards, attrs["topics"][source], attrs["quality"][source], attrs["contamination"][source], attrs["token_counts"][source]))
         index_dir = storage.join(root, "pool_index", source)
         results = per_shard(stage["pool"], pool.pool_shard, inputs, index_dir, params)
         merged = pool.compact_pool(results, index_dir, params.pool_dir, source, pool.group_names(edges), pool.CompactParams(max_files_per_task=MERGE_FILES),
@@ -255,14 +256,14 @@ def curated_pool(root: str, normalized: dict[str, list[str]], attrs: dict[str, d
     return slow_store.SlowStore.total() - before, group_files
 
 
-STAGES = ("minhash_buckets", "contamination", "embeddings", "topics", "quality_scores", "quality_bands", "topic_model sample",
+STAGES = ("minhash_buckets", "contamination", "token_counts", "embeddings", "topics", "quality_scores", "quality_bands", "topic_model sample",
           "exact_duplicates", "fuzzy_duplicates", "pool", "pool group files")  # fmt: skip
 NOTES = {
     "embeddings": " (this machine's CPU at 128 tokens; production embeds up to 512 on GPUs)",
     "exact_duplicates": " (ids per task scaled down ~10^5x here: tasks per shard, latency and CPU indicative only)",
     "fuzzy_duplicates": " (records, edges and members per task scaled down 10^4-10^6x here: tasks per shard, latency and CPU indicative only)",
 }
-BY_MIB = {"minhash_buckets", "contamination", "exact_duplicates", "fuzzy_duplicates", "pool", "pool group files"}
+BY_MIB = {"minhash_buckets", "contamination", "token_counts", "exact_duplicates", "fuzzy_duplicates", "pool", "pool group files"}
 
 
 def pipeline(work: Path, scale: int) -> Run:

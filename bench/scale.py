@@ -7,16 +7,20 @@ the task starts in its worker) grows by at most 1.3x, and CPU seconds per docume
 (memory does not grow with the file) and within 1.3x of the 1x normalize peak (same shard
 target), and embedding at ``max_seq_length`` 8192 within 1.3x of the 512-token run.
 
-Stages: normalize, minhash_buckets, contamination, pool, pool_group_files (merging a source's
-group files), sampling_groups on a generated corpus (1x = ``BENCH_SCALE_MB`` MiB of text, default
+Stages: normalize, minhash_buckets, contamination, token_counts, pool, pool_group_files
+(merging a source's group files), sampling_groups on a generated corpus (1x = ``BENCH_SCALE_MB`` MiB of text, default
 200; one corpus generated once, scale k reads its first k x 1x files), normalize on a single large
 file (a concatenation of corpus files), embeddings (offline model, 512 tokens) on
 ``BENCH_EMBED_DOCS`` (500) documents, and embedding memory at 8,192 vs 512 tokens
 (``bench_embed.bench_long``: the offline MiniLM with its positions tiled to 8,192, each run in a
-child process of its own, interleaved). Every figure is printed, one line per
-stage and scale (``scale-bench <stage> <scale>x: ...``): the capacity table in docs/scale.md cites them.
+child process of its own, interleaved). The pool runs side by side with the task it replaced,
+which counted its documents' tokens itself (``pool_shard_tokenizing``), ``BENCH_POOL_ROUNDS``
+(3) rounds interleaved on the same inputs: goal, its CPU per MiB <= 0.15x the tokenizing task's,
+no tokenizer call in its tasks, the same documents and tokens per group. Every figure is
+printed, one line per stage and scale (``scale-bench <stage> <scale>x: ...``): the capacity table
+in docs/scale.md cites them.
 
-    make bench-scale                      # the full run docs/scale.md cites (24 min on 2 idle cores; pool is most of it)
+    make bench-scale                      # the full run docs/scale.md cites (24 min on 2 idle cores before the pool ran twice)
     BENCH_QUICK=1 make bench-scale        # 1x = 20 MiB, 1x/4x only
     BENCH_SCALES=1 BENCH_SCALE_MB=500 BENCH_SHARD_MB=256 BENCH_FILE_MB=125 BENCH_BIG_FILE_MB=0 \
         BENCH_EMBED_DOCS=0 BENCH_LONG_DOCS=0 make bench-scale   # 256 MiB (production) shards; 0 skips a part
@@ -34,6 +38,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -47,6 +52,7 @@ from marin_assets.core.embed import embeddings as embed
 from marin_assets.core.embed import quality
 from marin_assets.core.ingest import normalize
 from marin_assets.core.pool import curated as pool
+from marin_assets.core.pool import tokens
 from marin_assets.core.pool.groups import MixtureParams, sampling_groups, write_sampling_groups
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.runner import LOCAL, ShardResult, ShardRunner, ShardTask  # noqa: E402
@@ -64,7 +70,11 @@ BATCH_BYTES = int(os.environ.get("BENCH_BATCH_MB", "0")) * MIB or min(64 * MIB, 
 WORKER_TASKS = int(os.environ.get("BENCH_WORKER_TASKS", "8"))
 LONG_DOCS = int(os.environ.get("BENCH_LONG_DOCS", "12" if QUICK else "24"))
 LONG_ROUNDS = 1 if QUICK else 2
+POOL_ROUNDS = int(os.environ.get("BENCH_POOL_ROUNDS", "2" if QUICK else "3"))  # the pool and its tokenizing predecessor, interleaved
+POOL_CPU_GOAL = 0.15  # the pool's CPU per MiB against the task that counted its tokens itself
+POOL_GOALS: list[bool] = []
 GROWTH_LIMIT = 1.3
+TOKEN_PARAMS = tokens.TokenCountParams(tokenizer=tokens.offline_tokenizer_params())
 
 WORDS = harness.model_vocabulary()
 
@@ -120,6 +130,17 @@ def synthetic_attributes(input_uris: list[str], output_uri: str, params: dict) -
     storage.write_parquet(pa.table({"id": ids, "topic": pa.array(keys % 40, pa.int16())}), storage.join(parent, "topics", name))
     storage.write_parquet(pa.table({"id": ids, "score": pa.array((keys % 1000) / 1000.0, pa.float32())}), storage.join(parent, "quality", name))
     return {"rows": len(ids)}
+
+
+def pool_shard_tokenizing(input_uris: list[str], output_uri: str, params: pool.PoolParams) -> dict:
+    """The pool task before token_counts, which the pool is measured against: the same task with its
+    tokens counted in it by the same function and tokenizer (here every document of the shard, the
+    ~3% the pool drops included; the task counted its survivors), on every run and rebuild."""
+    counted = output_uri + ".tokens.parquet"
+    tokens.token_counts_shard(input_uris[:1], counted, TOKEN_PARAMS)
+    stats = pool.pool_shard([*input_uris[:4], counted], output_uri, params)
+    storage.remove(counted)
+    return stats
 
 
 def sampling_groups_task(input_uris: list[str], output_uri: str, params: dict) -> dict:
@@ -264,38 +285,79 @@ def pipeline(work: Path, scale: int, runner: ShardRunner, corpus: list[str]) -> 
     for_stage(runner, "attributes", label).map([ShardTask(synthetic_attributes, (s,), str(root / "attrs" / "done" / storage.basename(s)), {}) for s in shards])
     edges = quality.band_edges(None, quality.BandParams(method="fixed"))
     edges_uri = quality.save_band_edges(edges, str(root / "bands"))
+    stages["token_counts"] = run_stage(
+        runner, "token_counts", label,
+        [ShardTask(tokens.token_counts_shard, (s,), str(root / "tokens" / storage.basename(s)), TOKEN_PARAMS) for s in shards],
+        docs, text_bytes,
+    )
     pool_params = pool.PoolParams(
         source="bench",
-        pool_dir=str(root / "pool"),
+        pool_dir="",  # each run of the pool below has its own
         band_edges_uri=edges_uri,
         exact_removed_uri=removal_list(str(root / "normalized"), str(root / "exact"), 97),
         fuzzy_removed_uri=removal_list(str(root / "normalized"), str(root / "fuzzy"), 53),
-        tokenizer=pool.offline_tokenizer_params(),
     )
-    pool_tasks = [
-        ShardTask(
-            pool.pool_shard,
-            (s, str(root / "attrs" / "topics" / storage.basename(s)), str(root / "attrs" / "quality" / storage.basename(s)), str(root / "contamination" / storage.basename(s))),
-            str(root / "pool_index" / storage.basename(s)),
-            pool_params,
-        )
-        for s in shards
-    ]
-    stages["pool"] = run_stage(runner, "pool", label, pool_tasks, docs, text_bytes)
+    stages["pool"], pool_dir = pool_side_by_side(runner, root, label, shards, pool_params, docs, text_bytes)
+    index_dir = str(Path(stages["pool"].results[0].output).parent)
     collected = []
     started = time.perf_counter()
-    merged = pool.compact_pool(stages["pool"].results, str(root / "pool_index"), str(root / "pool"), "bench", pool.group_names(edges_uri),
+    merged = pool.compact_pool(stages["pool"].results, index_dir, pool_dir, "bench", pool.group_names(edges_uri),
                                pool.CompactParams(), _Recording(for_stage(runner, "pool_group_files", label), collected))
     stages["pool_group_files"] = Stage("pool_group_files", label, collected, docs, text_bytes, time.perf_counter() - started)
     print(f"{stages['pool_group_files'].line()} group_files={merged['group_files']} from_shard_files={merged['shard_group_files']}", flush=True)
-    indexes = tuple(pool.pool_index_uris(str(root / "pool_index")))
+    indexes = tuple(pool.pool_index_uris(index_dir))
     stages["sampling_groups"] = run_stage(
         runner, "sampling_groups", label,
-        [ShardTask(sampling_groups_task, indexes, str(root / "groups" / "done"), {"source": "bench", "pool_dir": str(root / "pool")})],
+        [ShardTask(sampling_groups_task, indexes, str(root / "groups" / "done"), {"source": "bench", "pool_dir": pool_dir})],
         docs, text_bytes,
     )
     shutil.rmtree(root, ignore_errors=True)
     return stages
+
+
+def pool_side_by_side(runner: ShardRunner, root: Path, label: str, shards: list[str], params: pool.PoolParams, docs: int,
+                      text_bytes: int) -> tuple[Stage, str]:  # fmt: skip
+    """The pool (summing token_counts) and the task before it (tokenizing), ``POOL_ROUNDS`` rounds
+    interleaved on the same inputs: CPU per MiB of each (median), the goal, and whether their
+    indexes (documents and tokens per group) are identical. Returns the last round of the pool and
+    its pool directory, whose files the group-file merges take."""
+
+    def run(name: str, fn: Any, r: int) -> Stage:
+        out = root / f"{name}-{r}"
+        tasks = [
+            ShardTask(fn, (s, *(str(root / a / storage.basename(s)) for a in ("attrs/topics", "attrs/quality", "contamination", "tokens"))),
+                      str(out / "index" / storage.basename(s)), dataclasses.replace(params, pool_dir=str(out / "files")))
+            for s in shards
+        ]  # fmt: skip
+        return run_stage(runner, name, label, tasks, docs, text_bytes)
+
+    runs: dict[str, list[Stage]] = {"pool_tokenizing": [], "pool": []}
+    for r in range(POOL_ROUNDS):
+        runs["pool_tokenizing"].append(run("pool_tokenizing", pool_shard_tokenizing, r))
+        runs["pool"].append(run("pool", pool.pool_shard, r))
+    per_mib = {name: statistics.median(st.cpu / max(st.text_bytes / MIB, 1e-9) for st in done) for name, done in runs.items()}
+    ratio = per_mib["pool"] / max(per_mib["pool_tokenizing"], 1e-12)
+    calls = sum(int(res.stats.get("tokenizer_calls", 0)) for st in runs["pool"] for res in st.results)
+    same = all(_index_of(st) == _index_of(runs["pool_tokenizing"][0]) for st in runs["pool"] + runs["pool_tokenizing"])
+    print(f"scale-bench pool {label}: CPU s per MiB {per_mib['pool']:.4f} (sums token_counts) vs {per_mib['pool_tokenizing']:.4f} "
+          f"(counts its tokens in the task), median of {POOL_ROUNDS} interleaved rounds: {ratio:.3f}x; tokenizer calls in the pool's "
+          f"tasks {calls}; documents and tokens per group {'identical' if same else 'DIFFERENT'}", flush=True)
+    POOL_GOALS.append(goal(f"pool {label}: CPU per MiB / the tokenizing pool task's (tokenizer calls {calls}, totals {'identical' if same else 'DIFFERENT'})",
+                           ratio if same and calls == 0 else float("inf"), POOL_CPU_GOAL))  # fmt: skip
+    for st in runs["pool"][:-1] + runs["pool_tokenizing"]:
+        shutil.rmtree(Path(st.results[0].output).parent.parent, ignore_errors=True)
+    return runs["pool"][-1], str(root / f"pool-{POOL_ROUNDS - 1}" / "files")
+
+
+def _index_of(stage: Stage) -> list[tuple]:
+    """Documents and tokens per group of a pool run (what sampling_groups counts)."""
+    table = pool.read_pool_index([r.output for r in stage.results])
+    totals: dict[str, list[int]] = {}
+    for group, documents, count in zip(table.column("group").to_pylist(), table.column("documents").to_pylist(), table.column("tokens").to_pylist()):
+        totals.setdefault(group, [0, 0])
+        totals[group][0] += documents
+        totals[group][1] += count
+    return sorted((g, *v) for g, v in totals.items())
 
 
 class _Recording(ShardRunner):
@@ -385,6 +447,7 @@ def main() -> int:
             one = big_file(work, runner, corpus)
             ok &= goal(f"normalize: one file of {one.scale} / one file of {quarter.scale}, largest task peak", one.peak / max(quarter.peak, 1))
             ok &= goal("normalize: one large file, largest task peak / 1x corpus", one.peak / max(low["normalize"].peak, 1))
+        ok &= all(POOL_GOALS)
         shutil.rmtree(work / "corpus", ignore_errors=True)
         if EMBED_DOCS:
             embeddings(work, runner)

@@ -24,6 +24,7 @@ from marin_assets.core.mixture.fit import FitParams, OptimizeParams
 from marin_assets.core.mixture.swarm import MIXTURE_CODE_VERSION, StudyParams
 from marin_assets.core.pool.curated import PoolParams
 from marin_assets.core.pool.groups import MixtureParams
+from marin_assets.core.pool.tokens import TokenCountParams
 from marin_assets.errors import ConfigurationError
 from marin_assets.core.runtime.stages import Bench, StageSpec, StepSize
 
@@ -43,7 +44,7 @@ class Phase:
 
 PHASES: tuple[Phase, ...] = (
     Phase("eval_index", "Global: the eval n-gram index and the quality scorer."),
-    Phase("source_chain", "Per source: provider files, normalized shards, MinHash buckets, embeddings."),
+    Phase("source_chain", "Per source: provider files, normalized shards, MinHash buckets, token counts, embeddings."),
     Phase("global_decisions", "Global: exact and fuzzy dedup, drop sets, the topic model."),
     Phase("source_attributes", "Per source: contamination, topics, quality scores."),
     Phase("bands", "Global: 5 quality bands per topic."),
@@ -130,12 +131,18 @@ QUALITY_BANDS = StageSpec(
     phase="bands", step=StepSize("2", "8Gi"), bench=Bench("stages", "streamed score histograms and band edges vs polars: join on id, quantiles per topic, per CPU second and memory"),
 )
 
-# the curated pool (stored per source, so a source whose inputs did not change keeps its pool)
+# the curated pool (stored per source, so a source whose inputs did not change keeps its pool);
+# its token counts are counted once per normalized output and tokenizer, and only summed by the pool
+TOKEN_COUNTS = StageSpec(
+    "token_counts", (NORMALIZED,), params=TokenCountParams, group="pool",
+    phase="source_chain", bench=Bench("stages", "token_counts_shard vs the tokenizers library's encode_batch_fast on the shard, per CPU second and memory "
+                                      "(the pool that sums the counts vs the task that counted them: make bench-scale)"),
+)  # fmt: skip
 POOL = StageSpec(
     "pool",
-    (NORMALIZED, CONTAMINATION, FUZZY_DUPLICATES, EXACT_DUPLICATES, TOPICS, QUALITY_SCORES, QUALITY_BANDS),
+    (NORMALIZED, CONTAMINATION, FUZZY_DUPLICATES, EXACT_DUPLICATES, TOPICS, QUALITY_SCORES, QUALITY_BANDS, TOKEN_COUNTS),
     params=PoolParams,
-    code_version="3",  # 3: merges planned from shard file names (no index read by the step); 2: group files merged per group, indexed in group_files.parquet
+    code_version="4",  # 4: tokens summed from token_counts (no tokenizer in a pool task); 3: merges planned from shard file names (no index read by the step); 2: group files merged per group, indexed in group_files.parquet
     group="pool",
     data_folder="pool/{source}",
     phase="source_pool", bench=Bench("stages", "pool_shard vs polars anti-join on the removal lists, per CPU second and memory"),

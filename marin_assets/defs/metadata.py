@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from marin_assets.core.runtime import storage
-from marin_assets.core.specs import POOL
+from marin_assets.core.specs import POOL, TOKEN_COUNTS
 
 
 def stage_metadata(
@@ -58,6 +58,7 @@ COLUMNS: dict[str | tuple[str, str], str] = {
     "max_overlap": "the configured rule's largest overlap with one eval item",
     "matched_evals": "eval sets whose items the configured rule matched",
     "matched_rows": "eval items the configured rule matched",
+    (TOKEN_COUNTS.name, "tokens"): "tokens of the document's text by the pinned tokenizer (its name@commit in the file's metadata), special tokens not counted",
     (POOL.name, "group"): "sampling group c<topic>q<band> the documents are filed under",
     (POOL.name, "file"): "pool file holding them, relative to the pool's data folder",
     (POOL.name, "documents"): "documents of the source in that group file",

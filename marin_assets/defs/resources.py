@@ -43,7 +43,7 @@ class MarinResource(SettingsResource):
     task_cpus: float | None = setting("MARIN_TASK_CPUS", "`1`", "CPUs a shard task reserves on Ray")
     task_memory_bytes: int | None = setting("MARIN_TASK_MEMORY_BYTES", "none", "memory a shard task reserves on Ray, in bytes")
     progress_every: int | None = setting("MARIN_PROGRESS_EVERY", "`10`", "finished shard tasks between two progress observations of a running step (Dagster asset observations)")
-    topic_threads: int | None = setting("MARIN_TOPIC_THREADS", "`1`", "FAISS threads of topic_model training (part of its fingerprint: results differ by thread count)")
+    topic_threads: int | None = setting("MARIN_TOPIC_THREADS", "`16`", "FAISS threads of topic_model's fit, and the CPUs its task reserves (fewer for a sample below its full size, in proportion; part of its fingerprint)")
     target_shard_bytes: int | None = setting("MARIN_TARGET_SHARD_BYTES", "268435456", "normalized shard size, in uncompressed text bytes")
     retry_wait_s: float | None = setting("MARIN_RETRY_WAIT_S", "unset", "every retry wait, in seconds (tests and mirrors); unset keeps the production backoff (5 s doubling, 15 min cap)")
     web_mirror: str | None = setting("MARIN_WEB_MIRROR", "unset", "`origin=mirror;...` URL rewrites for web and API providers")
@@ -159,17 +159,17 @@ class CurationResource(SettingsResource):
         return self.resolved("annotations") or ""
 
     def tokenizer_params(self, encoder: EncoderResource | None = None) -> Any:
-        from marin_assets.core.pool import curated as pool
+        from marin_assets.core.pool import tokens
 
         choice = self.resolved("tokenizer") or ""
         if not choice:
             choice = "offline" if (encoder or EncoderResource()).offline() else ""
         if choice == "offline":
-            return pool.offline_tokenizer_params()
+            return tokens.offline_tokenizer_params()
         if choice:
             name, _, revision = choice.partition("@")
-            return pool.TokenizerParams(name=name, revision=revision or None)
-        return pool.TokenizerParams()
+            return tokens.TokenizerParams(name=name, revision=revision or None)
+        return tokens.TokenizerParams()
 
     def band_params(self) -> Any:
         from marin_assets.core.embed import quality

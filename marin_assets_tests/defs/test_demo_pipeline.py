@@ -102,12 +102,10 @@ def test_sampling_groups_check_names_a_pool_whose_slice_moved(demo_root: str) ->
     """A pool built before its part of a global decision moved is stale; the blocking check on
     ``sampling_groups`` fails and names it, and only it."""
     from marin_assets.defs.pool.assets import pools_current, stale_pools
-    from marin_assets.defs.resources import CurationResource
 
     layout, catalog = storage.Layout(demo_root), load_catalog()
-    tokenizer = CurationResource().tokenizer_params()
     pools, _ = stages.current_inputs(layout, specs.POOL, list(DEMO_SOURCES))
-    assert len(pools) == len(DEMO_SOURCES) and stale_pools(layout, pools, catalog, tokenizer) == {}, "the demo leaves every pool current"
+    assert len(pools) == len(DEMO_SOURCES) and stale_pools(layout, pools, catalog) == {}, "the demo leaves every pool current"
     assert pools_current({}, len(pools)).passed
 
     exact = stages.current_input(layout, specs.EXACT_DUPLICATES)
@@ -117,7 +115,7 @@ def test_sampling_groups_check_names_a_pool_whose_slice_moved(demo_root: str) ->
     moved = {**original, "stats": {**original["stats"], "removed_ids_digest": {**original["stats"]["removed_ids_digest"], victim: "moved"}}}
     storage.write_json(manifest_uri, moved)  # the exact-dedup decision changed for this source only
     try:
-        stale = stale_pools(layout, pools, catalog, tokenizer)
+        stale = stale_pools(layout, pools, catalog)
         check = pools_current(stale, len(pools))
     finally:
         storage.write_json(manifest_uri, original)

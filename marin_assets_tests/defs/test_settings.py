@@ -12,7 +12,7 @@ import dagster as dg
 import pytest
 
 from marin_assets.catalog.sources import CatalogError
-from marin_assets.core.pool import curated as pool
+from marin_assets.core.pool import tokens
 from marin_assets.defs.resources import RESOURCES, CurationResource, EncoderResource, MarinResource, settings_table
 from marin_assets.defs.settings import DEFS_SETTINGS, all_settings, defs_setting
 from marin_assets_tests.fixtures.pipeline import catalog_with
@@ -101,12 +101,12 @@ def test_encoder_and_curation_choices_follow_their_variables(monkeypatch) -> Non
         monkeypatch.delenv(name, raising=False)
     encoder, curation = EncoderResource(), CurationResource()
     offline_tokenizer = curation.tokenizer_params()
-    assert encoder.offline() and offline_tokenizer == pool.offline_tokenizer_params()
+    assert encoder.offline() and offline_tokenizer == tokens.offline_tokenizer_params()
     monkeypatch.setenv("MARIN_EMBED_MODEL", "org/encoder")
     monkeypatch.setenv("MARIN_EMBED_REVISION", "abc1234")
     params = encoder.params()
     assert (params.model, params.revision) == ("org/encoder", "abc1234")
-    assert curation.tokenizer_params() == pool.TokenizerParams()  # the pinned Marin tokenizer with a real encoder
+    assert curation.tokenizer_params() == tokens.TokenizerParams()  # the pinned Marin tokenizer with a real encoder
     monkeypatch.setenv("MARIN_BAND_METHOD", "fixed")
     monkeypatch.setenv("MARIN_TOKEN_BUDGET", "1e9")
     assert curation.band_params().method == "fixed"

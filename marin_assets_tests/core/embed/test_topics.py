@@ -310,6 +310,36 @@ def test_small_corpus_gets_forty_topics_each_above_one_percent(corpus):
     assert set(topic_of.values()) == set(range(40))
 
 
+def test_the_fit_runs_faiss_on_the_threads_it_reserves_and_refits_the_same_model(corpus, monkeypatch):
+    """At its full sample the fit uses ``threads`` (recorded in topics.json); two fits with the same
+    settings give identical models (k-means, assignment and coarsening with 2 threads)."""
+    import faiss
+
+    seen: list[int] = []
+    real = topics.fit.spherical_kmeans
+
+    def recording(*args, **kwargs):
+        seen.append(faiss.omp_get_max_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(topics.fit, "spherical_kmeans", recording)
+    settings = {"n_topics": 6, "k_fine": 20, "sample_size": 60, "threads": 2}
+    (a, _), (b, _) = _train(corpus, "threads-a", **settings), _train(corpus, "threads-b", **settings)
+    assert seen == [2, 2] and a.meta["params"]["threads"] == 2
+    assert np.array_equal(a.fine_centroids, b.fine_centroids) and np.array_equal(a.fine_to_topic, b.fine_to_topic)
+    assert np.array_equal(a.fine_weights, b.fine_weights)
+    # a sample of a sixth of sample_size: a sixth of the threads (at least 1), and its record says so
+    small, _ = _train(corpus, "threads-small", **{**settings, "sample_size": 360, "threads": 12})
+    assert seen[-1] == 2 and small.meta["params"]["threads"] == 2
+
+
+def test_kmeans_with_several_threads_repeats_itself():
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((8, 64))[rng.integers(0, 8, 20_000)] + rng.standard_normal((20_000, 64))).astype(np.float32)
+    runs = [topics.kmeans.spherical_kmeans(x, 40, iterations=10, restarts=2, seed=7, threads=2) for _ in range(2)]
+    assert np.array_equal(runs[0], runs[1])
+
+
 def test_training_is_deterministic_for_a_seed(corpus):
     # k_fine=20 < 60 rows: FAISS k-means with 60 // 4 = 15 fine centroids, then coarsening
     a, stats_a = _train(corpus, "again-a", n_topics=6, k_fine=20)
@@ -387,7 +417,7 @@ def test_the_fit_is_one_task_with_its_reservation_that_alone_reads_the_sample(co
         return real_load(uris, n_rows)
 
     root = corpus["root"] / "models"
-    small = topics.TopicParams(n_topics=6, k_fine=20, sample_size=60, fit_memory_bytes=3 << 30, fit_cpus=2)
+    small = topics.TopicParams(n_topics=6, k_fine=20, sample_size=60, fit_memory_bytes=3 << 30, threads=2)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(topics.fit, "load_sample_parts", load)
         stats = topics.train_topic_model(corpus["sources"], str(root / "reserved"), small, Recording())
@@ -399,8 +429,8 @@ def test_the_fit_is_one_task_with_its_reservation_that_alone_reads_the_sample(co
     assert loaded == [60] and stats["sample_rows"] == 60  # the fit task read the sample; the step never did
     assert not (root / "reserved" / "_sample").exists() and not (root / "reserved" / "_fit").exists()
 
-    # the reservation decides nothing: another one gives the same files, and neither is in topics.json
-    topics.train_topic_model(corpus["sources"], str(root / "default"), topics.TopicParams(n_topics=6, k_fine=20, sample_size=60))
+    # the memory reservation decides nothing: another one gives the same files, and is not in topics.json
+    topics.train_topic_model(corpus["sources"], str(root / "default"), topics.TopicParams(n_topics=6, k_fine=20, sample_size=60, threads=2))
     for name in (topics.FINE_CENTROIDS, topics.FINE_TO_TOPIC, topics.FINE_WEIGHTS, topics.TOPICS_JSON):
         assert (root / "reserved" / name).read_bytes() == (root / "default" / name).read_bytes(), name
     assert "fit_memory_bytes" not in storage.read_json(str(root / "default" / topics.TOPICS_JSON))["params"]

@@ -409,3 +409,47 @@ def test_a_killed_run_with_a_middle_level_resumes_without_redoing_it(tmp_path, m
     assert resumed["resumed_tasks"] == len(files) + 3  # every scatter, and shards 0-2
     for name in expected["shards"]:
         assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "out" / name).read_bytes()
+
+
+def _words_jsonl(docs: int, seed: int = 0) -> bytes:
+    """JSON lines of random words: text that zstd compresses ~2-3x, well below the old 5x guess."""
+    import random  # noqa: PLC0415
+
+    rng = random.Random(seed)
+    vocab = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9))) for _ in range(20_000)]
+    return _jsonl([{"id": j, "text": " ".join(rng.choice(vocab) for _ in range(300))} for j in range(docs)])
+
+
+def test_a_zst_file_with_its_content_size_gets_the_shards_its_content_calls_for(tmp_path) -> None:
+    content = _words_jsonl(3_000)
+    path = tmp_path / "in.jsonl.zst"
+    path.write_bytes(zstandard.ZstdCompressor(write_content_size=True).compress(content))
+    size = storage.size(str(path))
+    assert 2 * size < len(content) < 4 * size  # compressible, but less than 5x
+    assert zstandard.get_frame_parameters(path.read_bytes()[:18]).content_size == len(content)
+    target = len(content) // 5 + 1  # the content calls for 5 shards (the old 5x-compressed guess: more)
+    assert normalize.plan_shards([5 * size], target) > 5
+    sized = normalize.uncompressed_bytes(str(path), "jsonl.zst")
+    assert sized == len(content)
+    out = normalize.normalize_source("s", [str(path)], str(tmp_path / "out"), normalize.NormalizeParams(target_shard_bytes=target))
+    assert len(out["shards"]) == 5
+
+
+@pytest.mark.parametrize("frames", [1, 4])
+def test_a_zst_file_without_a_usable_content_size_is_sized_from_a_sample(tmp_path, monkeypatch, frames: int) -> None:
+    """No size recorded (a streamed frame), or several frames (the first one's size is not the file's):
+    the sample's ratio, extrapolated, lands near the content and not below the file."""
+    content = _words_jsonl(6_000, seed=1)
+    monkeypatch.setattr(normalize, "ZSTD_SAMPLE_BYTES", 256 * 1024)  # the file is several samples long
+    step = -(-len(content) // frames)
+    packed = b"".join(
+        zstandard.ZstdCompressor(write_content_size=frames > 1).compress(content[i : i + step]) if frames > 1
+        else zstandard.ZstdCompressor().compressobj().compress(content[i : i + step]) + zstandard.ZstdCompressor().compressobj().flush()
+        for i in range(0, len(content), step)
+    )  # fmt: skip
+    path = tmp_path / "in.jsonl.zst"
+    path.write_bytes(packed)
+    if frames == 1:
+        assert zstandard.get_frame_parameters(packed[:18]).content_size == zstandard.CONTENTSIZE_UNKNOWN
+    sized = normalize.uncompressed_bytes(str(path), "jsonl.zst")
+    assert 0.9 * len(content) < sized < 1.1 * len(content)

