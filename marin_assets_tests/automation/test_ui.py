@@ -256,7 +256,7 @@ def _fits_the_width(driver, name: str) -> None:
         const out = [];
         for (const e of document.querySelectorAll('table, pre, main, [class*="Box"]')) {
             const style = getComputedStyle(e);
-            if (e.offsetParent && e.scrollWidth > e.clientWidth + 2 && style.overflowX !== 'hidden' && e.clientWidth > 200)
+            if (e.offsetParent && e.scrollWidth > e.clientWidth + 2 && style.overflowX !== 'hidden' && e.clientWidth > 400)
                 out.push(e.tagName + ' ' + e.scrollWidth + '>' + e.clientWidth + ' ' + (e.innerText || '').slice(0, 60));
         }
         if (document.documentElement.scrollWidth > window.innerWidth + 2) out.push('page ' + document.documentElement.scrollWidth);
