@@ -20,7 +20,8 @@ requests per file measured here); then the stage's largest task over every phase
 16x/1x is the goal (<= 1.3), beside the CPU core-hours measured here.
 
 ``BENCH_QUICK=1``: the 5 largest and 5 smallest sources (pool compaction: the largest, at its
-full count), scales 1x and 4x.
+full count), scales 1x and 4x. ``--only fuzzy``: only fuzzy dedup's driver rows (at the pool's
+shards and at twice them; exits 1 when one misses its goal).
 """
 
 from __future__ import annotations
@@ -315,9 +316,25 @@ def print_normalize_tasks(runs: dict[int, tuple[dict[str, list[int]], float, flo
     return ratio <= 1.3
 
 
+def driver_goals(stage: str) -> dict[str, float]:
+    return {"driver_peak_mib": rehearse_global.FUZZY_DRIVER_PEAK_MIB} if stage.startswith("fuzzy") else {}
+
+
+def fuzzy_rows(sources: list[SourceSize]) -> int:
+    """``--only fuzzy``: fuzzy dedup's driver at the pool's shards and at twice them."""
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="rehearse-") as tmp, dg.DagsterInstance.ephemeral() as instance:
+        rows = rehearse_global.rehearse_global_stages(f"{slow_store.PROTOCOL}://{tmp}", sources, instance, only=tuple(rehearse_global.FUZZY_ROWS))
+    for stage, seen in rows.items():
+        ok &= print_drivers(stage, seen, len(sources), per_source=True, goals=driver_goals(stage))
+    return 0 if ok else 1
+
+
 def main() -> int:
     started = time.perf_counter()
     sources = pool_sources()
+    if sys.argv[1:] == ["--only", "fuzzy"]:
+        return fuzzy_rows(sources)
     print(f"rehearse: {len(sources)} sources, {sum(s.shards for s in sources):,} shards, "
           f"{sum(s.files for s in sources):,} provider files of {FILE_BYTES / 2**30:.1f} GiB", flush=True)  # fmt: skip
     ok = True
@@ -328,7 +345,7 @@ def main() -> int:
                    "pool compaction (largest source)": rehearse_compaction(root, sources[0], instance)}
         drivers |= rehearse_global.rehearse_global_stages(root, sources, instance)
         for stage, seen in drivers.items():
-            ok &= print_drivers(stage, seen, 1 if stage.startswith("pool compaction") else len(sources), per_source=stage not in ("normalize", "per_shard_map"))
+            ok &= print_drivers(stage, seen, 1 if stage.startswith("pool compaction") else len(sources), per_source=stage not in ("normalize", "per_shard_map"), goals=driver_goals(stage))
         event_log_before_after(root, SourceSize("probe", pick(2000, 500)), instance)
         for stage, why in rehearse_global.NOT_MEASURED.items():
             print(f"rehearse driver {stage}: not measured ({why})", flush=True)
@@ -338,7 +355,7 @@ def main() -> int:
     ok &= print_normalize_tasks(runs, drivers["normalize"]["levels"])
     ok &= rehearse_tasks.every_stage()
     print(f"rehearse: {time.perf_counter() - started:.0f} s; {'every goal met' if ok else 'some goals MISSED'}", flush=True)
-    return 0
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

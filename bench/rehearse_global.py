@@ -457,12 +457,27 @@ def released() -> None:
     ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def rehearse_global_stages(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, dict[str, Any]]:
-    """Each global stage's row, each started on a process that has handed back what the stages before it freed."""
-    stages_ = {"exact_duplicates": rehearse_exact, "fuzzy_duplicates": rehearse_fuzzy, "sampling_groups": rehearse_sampling_groups,
+FUZZY_DRIVER_PEAK_MIB = 1536  # the fuzzy driver's goal, at the pool's shards and at twice them
+
+
+def rehearse_fuzzy_doubled(root: str, sources: list[SourceSize], instance: dg.DagsterInstance) -> dict[str, Any]:
+    """fuzzy_duplicates at twice the pool's shards (every source twice its size): its driver
+    holds no more than its goal there too."""
+    return rehearse_fuzzy(f"{root}/doubled", [dataclasses.replace(s, shards=2 * s.shards) for s in sources], instance)
+
+
+FUZZY_ROWS = {"fuzzy_duplicates": rehearse_fuzzy, "fuzzy_duplicates (2x shards)": rehearse_fuzzy_doubled}
+
+
+def rehearse_global_stages(root: str, sources: list[SourceSize], instance: dg.DagsterInstance, only: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
+    """Each global stage's row (``only``: those rows), each started on a process that has handed
+    back what the stages before it freed."""
+    stages_ = {"exact_duplicates": rehearse_exact, **FUZZY_ROWS, "sampling_groups": rehearse_sampling_groups,
                "mixture_swarm": rehearse_mixture, "topic_model": rehearse_topic_model}  # fmt: skip
     rows = {}
     for name, rehearse in stages_.items():
+        if only and name not in only:
+            continue
         released()
         rows[name] = rehearse(root, sources, instance)
     return rows

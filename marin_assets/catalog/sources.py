@@ -83,6 +83,9 @@ class Provider:
         return f"{where}@{self.revision}" if self.revision else where
 
 
+DEFAULT_MAX_DUP_REMOVAL = 0.5
+
+
 @dataclasses.dataclass(frozen=True)
 class Source:
     """One catalog entry: the recipe that turns a provider's files into normalized documents."""
@@ -101,13 +104,16 @@ class Source:
     bare: bool
     exact_dedup: bool
     provider: Provider
+    # The share of its documents a dedup step may remove before its removal_ratio check fails:
+    # raise it for a source that is legitimately mostly copies (vendored files, mirrors).
+    max_dup_removal: float = DEFAULT_MAX_DUP_REMOVAL
 
     def recipe_fingerprint(self) -> dict[str, Any]:
         """Everything that defines how this source is built, as plain JSON-ready values.
 
         This is what the ``source_pins`` data version hashes: a changed pin, file
         selection, schema field, transform or flag changes it; token counts, licence,
-        notes, family, fuzzy exemption and download sharing do not.
+        notes, family, fuzzy exemption, the removal limit and download sharing do not.
         """
         p = self.provider
         return {
@@ -218,13 +224,29 @@ def load_catalog(path: str | Path | None = None, *, strict: bool = True,
     report listing what is not implemented yet, or a reader of pins).
     """
     where = Path(path) if path is not None else default_catalog_path()
+    return parse_catalog(read_catalog_file(where), path=str(where), strict=strict, known_formats=known_formats,
+                         known_transforms=known_transforms)  # fmt: skip
+
+
+# A catalog file is read whole: the packaged one is about 90 kB; this leaves room for 700 times more.
+MAX_CATALOG_BYTES = 64 << 20
+
+
+def read_catalog_file(where: Path) -> dict[str, Any]:
+    """The catalog file's TOML, or ``CatalogError`` naming it: missing, over ``MAX_CATALOG_BYTES``,
+    not TOML, or nested too deeply to read."""
     try:
-        raw = tomllib.loads(where.read_text(encoding="utf-8"))
+        size = where.stat().st_size
+        if size > MAX_CATALOG_BYTES:
+            raise CatalogError(f"catalog file {str(where)!r} is {size} bytes, over the {MAX_CATALOG_BYTES}-byte limit; "
+                               "is it the catalog? split it or point MARIN_CATALOG at the right file", path=str(where))  # fmt: skip
+        return tomllib.loads(where.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise CatalogError(f"catalog file {str(where)!r} does not exist", path=str(where)) from None
     except tomllib.TOMLDecodeError as exc:
         raise CatalogError(f"catalog file {str(where)!r} is not valid TOML: {exc}", path=str(where)) from None
-    return parse_catalog(raw, path=str(where), strict=strict, known_formats=known_formats, known_transforms=known_transforms)
+    except RecursionError:
+        raise CatalogError(f"catalog file {str(where)!r} nests arrays or tables too deeply to read; fix the file", path=str(where)) from None
 
 
 def parse_catalog(raw: Mapping[str, Any], path: str = "", *, strict: bool = True,
@@ -277,7 +299,7 @@ def _broken_key(entry: Any, position: int, seen: Mapping[str, int]) -> str:
 
 _SOURCE_KEYS = {
     "name", "family", "rough_tokens_b", "license", "notes", "gated", "fuzzy_exempt", "input_format",
-    "text_field", "id_field", "transform", "bare", "exact_dedup", "provider",
+    "text_field", "id_field", "transform", "bare", "exact_dedup", "provider", "max_dup_removal",
 }
 _PROVIDER_KEYS = {f.name for f in dataclasses.fields(Provider)}
 
@@ -401,7 +423,15 @@ def _parse_source(table: Any, position: int, path: str, known: _Known = _Known()
         bare=e.flag("bare", False),
         exact_dedup=e.flag("exact_dedup", True),
         provider=_parse_provider(_Entry(provider_table, label, path, prefix="provider."), name),
+        max_dup_removal=_share(e, "max_dup_removal", DEFAULT_MAX_DUP_REMOVAL),
     )
+
+
+def _share(e: _Entry, field: str, default: float) -> float:
+    value = e.table.get(field, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise e.fail(field, f"must be a share of the source's documents from 0 to 1, got {value!r}")
+    return float(value)
 
 
 def _parse_provider(e: _Entry, name: str) -> Provider:

@@ -49,7 +49,9 @@ def run_mixture_demo(defs: Any, instance: Any, study: swarm_core.StudyParams = D
     if not storage.exists(storage.join(swarm_core.study_dir(root, study.name), swarm_core.STUDY_FILE)):
         swarm_core.write_study(root, study)  # an edited spec is kept
     add_study(instance, study.name)
-    print(f"\n== mixture study '{study.name}' ==", flush=True)
+    trainer = swarm_core.load_study(root, study.name).train_run
+    what = "a byte n-gram model, the fast stand-in; not a language model" if trainer == swarm_core.NGRAM_TRAINER else "as the study names it"
+    print(f"\n== mixture study '{study.name}' ==\n  trainer: {trainer} ({what})", flush=True)
     swarm = defs.resolve_job_def("mixture_proposal").execute_in_process(partition_key=study.name, instance=instance, run_config=QUIET)
     print(str(_metadata(swarm, "mixture_swarm").get("summary", "")).replace("```", "").strip("\n"), flush=True)
     proxies = defs.resolve_job_def("mixture_proxies")

@@ -303,6 +303,8 @@ def test_operator_views_at_1600px(built_dev, browser) -> None:
 
     browser.get(f"{built_dev.url}/assets/source_pins?view=checks")
     try:
+        search = _wait(browser).until(lambda d: next(iter(d.find_elements(By.XPATH, "//input[@placeholder='Filter checks']")), False))
+        search.send_keys("source_status")  # one of 149 checks on source_pins (a drift check per source)
         _click(browser, "//*[normalize-space(text())='source_status']", timeout_s=180)
         _wait(browser, 180).until(lambda d: {"source", "state", "reason", "last build", "tokens"} <= _texts(d) and "built" in _texts(d),
                                   message="the table of sources (source_status's metadata)")  # fmt: skip

@@ -202,6 +202,14 @@ def test_minimal_entry_gets_documented_defaults(tmp_path):
     assert source.exact_dedup and not source.bare and not source.gated and not source.fuzzy_exempt
     assert source.provider.repo_type == "dataset"
     assert source.provider.share_key == "cp/pubmed"
+    assert source.max_dup_removal == 0.5
+
+
+def test_a_source_may_raise_its_removal_limit_without_changing_its_recipe(tmp_path):
+    plain = load_catalog(_write(tmp_path, MINIMAL)).by_name("cp/pubmed")
+    raised = load_catalog(_write(tmp_path, MINIMAL.replace('family = "common_pile"', 'family = "common_pile"\nmax_dup_removal = 0.9'))).by_name("cp/pubmed")
+    assert raised.max_dup_removal == 0.9
+    assert raised.recipe_fingerprint() == plain.recipe_fingerprint()  # a check's limit rebuilds nothing
 
 
 def test_another_catalog_file_is_reread_on_every_call_and_the_environment_is_ignored(tmp_path, monkeypatch):
@@ -238,6 +246,8 @@ def test_missing_catalog_file_is_named(tmp_path):
         ('kind = "hf"', 'kind = "hf"\nrepo_type = "bucket"', "catalog entry 'cp/pubmed': field 'provider.revision' must be a snapshot date"),
         ('kind = "hf"', 'kind = "hf"\nstaged_path = "../elsewhere"', "catalog entry 'cp/pubmed': field 'provider.staged_path' must be a relative path"),
         ('kind = "hf"', 'kind = "hf"\nsha256 = "abc"', "catalog entry 'cp/pubmed': field 'provider.sha256' must be 64"),
+        ('family = "common_pile"', 'family = "common_pile"\nmax_dup_removal = 1.5', "catalog entry 'cp/pubmed': field 'max_dup_removal' must be a share"),
+        ('family = "common_pile"', 'family = "common_pile"\nmax_dup_removal = "90%"', "catalog entry 'cp/pubmed': field 'max_dup_removal' must be a share"),
     ],
 )
 def test_validation_errors_name_entry_and_field(tmp_path, old, new, message):

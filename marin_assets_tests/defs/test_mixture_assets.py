@@ -283,3 +283,53 @@ def test_too_few_runs_publish_token_proportional_with_a_failing_check(env) -> No
     table = pl.from_arrow(storage.read_parquet(storage.join(out, "weights.parquet")))
     assert published["published"] == "proportional"
     assert published["phases"][0]["weights"] == pytest.approx({g: w for g, w in table.select("group", "proportional_weight").iter_rows() if w > 0}, abs=1 / study.block_size)
+
+
+@pytest.mark.system  # ~30 proxy job runs, a fit and a validation at two sizes
+def test_a_mixture_validation_measures_worse_leaves_consumers_on_token_proportional(env) -> None:
+    root, defs, instance = env
+    study = ms.StudyParams(name="transfer", target_budget=20_000.0, proxy_budget=4_000.0, n_runs=24, seq_len=16, phases=(ms.TrainingPhase("main", 1.0),),
+                           search_candidates=500, search_rounds=2, validation_sizes=("small", "big"),
+                           train_run="marin_assets_tests.core.mixture.standin_trainer:c00_run", proxy=ms.ProxyTrainerParams(order=2, holdout_mod=4))
+    ms.write_study(root, study)
+    instance.add_dynamic_partitions(STUDIES, ["transfer"])
+    assert defs.resolve_job_def("mixture_proposal").execute_in_process(partition_key="transfer", instance=instance).success
+    for rid in study.run_ids():
+        _execute(defs, instance, dg.RunRequest(job_name="mixture_proxies", partition_key=proxy_run_key("transfer", rid)))
+    assert storage.exists(storage.join(ms.results_dir(root, "transfer"), "r0000.jsonl"))  # results where the study reads them
+    weights = _execute(defs, instance, dg.RunRequest(job_name="mixture_fit", partition_key="transfer"))["mixture_weights"]
+    assert weights["published"] == "optimized", weights["gate"]
+    consumer_uri = storage.join(ms.study_dir(root, "transfer"), "mixture.json")
+    assert storage.read_json(consumer_uri)["validation"].startswith("not measured yet")
+    validation = _execute(defs, instance, dg.RunRequest(job_name="mixture_validate", partition_key="transfer"))["mixture_validation"]
+    assert validation["verdict"].startswith("measured worse") and "at big" in validation["verdict"] and validation["published"] == "proportional"
+    per_size = _table_text(validation["measured_gain_per_size"])
+    assert "small" in per_size and "big" in per_size
+    check = _check(instance, "mixture_validation", "validated")
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
+    consumed = storage.read_json(consumer_uri)
+    table = pl.from_arrow(storage.read_parquet(storage.join(storage.read_current(storage.join(ms.study_dir(root, "transfer"), "weights"))["uri"], "weights.parquet")))
+    assert consumed["published"] == "proportional" and "measured the optimized mixture worse" in consumed["why"]
+    assert consumed["phases"][0]["weights"] == pytest.approx({g: w for g, w in table.select("group", "proportional_weight").iter_rows() if w > 0}, abs=1 / study.block_size)
+
+
+@pytest.mark.system  # starts a local Ray cluster
+def test_builtin_runs_are_ray_tasks_followed_and_retried_from_the_step(env, monkeypatch) -> None:
+    ray = pytest.importorskip("ray")
+    root, defs, instance = env
+    monkeypatch.setenv("MARIN_RAY_ADDRESS", "local")
+    study = ms.StudyParams(name="onray", target_budget=20_000.0, proxy_budget=4_000.0, n_runs=2, seq_len=16, phases=(ms.TrainingPhase("main", 1.0),),
+                           train_run="marin_assets_tests.core.mixture.standin_trainer:flaky_c00_run", job_retries=1, proxy=ms.ProxyTrainerParams(order=2, holdout_mod=4))
+    ms.write_study(root, study)
+    instance.add_dynamic_partitions(STUDIES, ["onray"])
+    assert defs.resolve_job_def("mixture_proposal").execute_in_process(partition_key="onray", instance=instance).success
+    try:
+        result = defs.resolve_job_def("mixture_proxies").execute_in_process(partition_key=proxy_run_key("onray", "r0001"), instance=instance)
+        assert ray.is_initialized()  # the run went to the Ray cluster
+    finally:
+        ray.shutdown()
+    meta = result.asset_materializations_for_node("proxy_results")[0].metadata
+    assert meta["source"].value == "builtin" and meta["target_value"].value < 3.0
+    logs = " ".join(e.message for e in instance.all_logs(result.run_id) if e.message)
+    assert "run r0001 attempt 1 failed: RuntimeError: worker lost on the first attempt of r0001" in logs and "run r0001 finished (attempt 2)" in logs
+    assert storage.exists(storage.join(ms.results_dir(root, "onray"), "r0001.jsonl"))

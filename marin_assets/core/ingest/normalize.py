@@ -35,16 +35,17 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
-import xxhash
 
 from marin_assets.core.ingest import formats
 from marin_assets.core.runtime import kernels, storage
+from marin_assets.core.runtime.integrity import text_ids
 from marin_assets.errors import BadInput
 from marin_assets.core.runtime.runner import FREED_AT_ONCE_ENV, ShardRunner, ShardTask, TaskResources
 
 log = logging.getLogger(__name__)
 
-CODE_VERSION = "3"  # 3: zstd files sized by their recorded or sampled content size; 2: shards planned from uncompressed bytes, pieces streamed
+CODE_VERSION = "2"  # 2: shards planned from uncompressed bytes, pieces streamed
+ZSTD_SIZING = "content"  # zstd files sized by their recorded or sampled content size (was 5x the compressed size)
 SCATTER_DIR = "_scatter"
 SCATTER_LAYOUT = "slots-{}"  # scatter files with one record batch per slot, by slot count (older layouts are not reused)
 DUPS_DIR = "dups"
@@ -125,6 +126,13 @@ def uncompressed_bytes(uri: str, fmt: str | None) -> int:
     return size
 
 
+def plan_inputs(files: list[str]) -> dict[str, str]:
+    """What the shard plan of ``files`` depends on beyond the parameters: the zstd sizing rule,
+    for sources with ``.zst`` files only, so a change of that rule re-plans exactly those sources
+    (the others' outputs, and everything built on them, stay current)."""
+    return {"zstd_sizing": ZSTD_SIZING} if any(f.endswith(".zst") for f in files) else {}
+
+
 def zstd_content_bytes(head: bytes, size: int) -> int:
     """A zstd file's decompressed bytes from its first bytes ``head`` and its ``size``.
 
@@ -164,16 +172,6 @@ def batch_rows_for(uri: str, fmt: str | None, params: NormalizeParams) -> int:
 
 
 # --------------------------------------------------------------------------- row cleaning
-
-
-def text_ids(texts: Sequence[str] | pa.Array | pa.ChunkedArray) -> list[str]:
-    """xxh3-128 of each UTF-8 text as 32 lowercase hex characters (hashed from Arrow's bytes:
-    no Python string per row)."""
-    if not isinstance(texts, (pa.Array, pa.ChunkedArray)):
-        texts = pa.array(list(texts), pa.large_string())
-    data, offsets, _ = kernels.string_buffers(texts)
-    view, bounds, digest = memoryview(data), offsets.tolist(), xxhash.xxh3_128_hexdigest
-    return [digest(view[a:b]) for a, b in zip(bounds, bounds[1:])]
 
 
 # Every byte a whitespace character (``\s``: Unicode White_Space) can hold: ASCII 9-13 and 32,

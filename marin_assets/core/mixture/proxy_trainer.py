@@ -2,6 +2,7 @@
 
 It stands in for a small transformer where seconds per run matter (the demo and the tests):
 what a proxy learns still depends on the mixture, through how much of each group it sees.
+:func:`train_run` is its entry of the job interface (``mixture.jobs``); it has no size ladder.
 
 Training data follow simulated epoching: each group is cut to its ``proxy_tokens`` (documents
 in an order set by the run's seed, id order for seed 0, the last one cut by its share of
@@ -260,3 +261,15 @@ def train_proxy(config: Mapping[str, Any], eval_texts: Mapping[str, bytes], para
         "groups_trained": len(texts),
         "groups_without_proxy_tokens": skipped,
     }
+
+
+def train_run(config: Mapping[str, Any], results_dir: str, size: str = "", seed: int = 0) -> dict[str, float]:
+    """The job interface over the n-gram proxy: ``config`` carries ``proxy`` (the study's
+    ``ProxyTrainerParams`` as a mapping) and ``evaluation_dir`` (a folder holding the study's
+    evaluation text, see :func:`write_evaluation_texts`). An n-gram model has no sizes: ``size``
+    is accepted and ignored; results are written by the caller (``results_dir`` unused)."""
+    del results_dir, size
+    texts = read_evaluation_texts(str(config["evaluation_dir"]))
+    if texts is None:
+        raise ValueError(f"no evaluation text under {config['evaluation_dir']}; materialize mixture_swarm again")
+    return train_proxy({**config, "seed": int(seed)}, texts, ProxyTrainerParams(**dict(config["proxy"])))["metrics"]

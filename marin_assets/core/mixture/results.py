@@ -16,7 +16,8 @@ A file that cannot be read or lacks a column is an error naming the file and the
 only the runs it names (the ``run_id`` values it still shows), and a run it may hold but does
 not name fails only when no other file has results for it. A bad row (wrong type, empty id,
 non-finite value, a mixture id that disagrees with the swarm) is counted and reported with its
-line, never used and never fatal.
+line, never used and never fatal. Two files reporting one run at one step (the same metric)
+are an error of that run naming both files: which value is true is not ours to guess.
 """
 
 from __future__ import annotations
@@ -48,10 +49,13 @@ class ResultRows:
     bad_rows: int
     bad_examples: list[str]
     unreadable: dict[str, tuple[str, frozenset[str] | None]] = dataclasses.field(default_factory=dict)  # file -> (error, runs it names; None: unknown)
+    conflicts: dict[str, str] = dataclasses.field(default_factory=dict)  # run -> the files that report one of its steps twice
 
     def errors_for(self, rid: str, has_rows: bool) -> list[str]:
-        """Errors of unreadable files that name the run, or that may hold it when it has no rows."""
-        return [err for err, runs in self.unreadable.values() if (runs is not None and rid in runs) or (runs is None and not has_rows)]
+        """Errors of unreadable files that name the run, or that may hold it when it has no rows,
+        and the run's duplicate results."""
+        errors = [err for err, runs in self.unreadable.values() if (runs is not None and rid in runs) or (runs is None and not has_rows)]
+        return errors + ([self.conflicts[rid]] if rid in self.conflicts else [])
 
 
 def results_files(dir_uri: str) -> list[str]:
@@ -166,7 +170,20 @@ def read_results(dir_uri: str) -> ResultRows:
     if not parts:
         return ResultRows(pl.DataFrame(schema={**RESULT_SCHEMA, "file": pl.Utf8}), 0, [], unreadable)
     examples = [e for p in parts for e in p.bad_examples][:MAX_REPORTED_BAD_ROWS]
-    return ResultRows(pl.concat([p.rows for p in parts]), sum(p.bad_rows for p in parts), examples, unreadable)
+    rows = pl.concat([p.rows for p in parts])
+    return ResultRows(rows, sum(p.bad_rows for p in parts), examples, unreadable, duplicate_results(rows))
+
+
+def duplicate_results(rows: pl.DataFrame) -> dict[str, str]:
+    """Per run, an error naming the files that report the same step and metric of it."""
+    twice = (rows.group_by("run_id", "step", "metric").agg(pl.col("file").unique().sort(), pl.col("value"))
+             .filter(pl.col("file").list.len() > 1).sort("run_id", "step", "metric"))
+    out: dict[str, str] = {}
+    for rid, step, metric, files, values in twice.iter_rows():
+        if rid not in out:
+            out[rid] = (f"run {rid} step {step} ({metric}) is reported by {' and '.join(files)} (values {', '.join(f'{v:g}' for v in values)}); "
+                        "keep one file's results for the run and delete or correct the other")
+    return out
 
 
 def rows_for_run(results: ResultRows, rid: str, expected_mixture: str) -> ResultRows:

@@ -10,8 +10,12 @@ repeats every group as many times as the full run would. A rare group can shrink
 sequences, which makes a real trainer fail; such groups are reported per run, never dropped.
 
 Proposals follow RegMix: Dirichlet draws around the token-proportional prior with a random
-concentration, a share of them sparse (a random subset of groups), each phase drawn on its own,
-then made feasible (every group within ``max_epochs`` summed over phases in the full run) and
+concentration, a share of them sparse (a random subset of groups), each phase drawn on its own.
+Draws around the prior rarely give a small group more than a sliver, so ``explore_share`` of
+the runs are drawn around the uniform mix instead, at concentrations spread over
+``EXPLORE_CONCENTRATIONS``, and sparse subsets are drawn uniformly over the groups: small groups
+get several epochs in some runs, and the fit can see what they are worth. All are then made
+feasible (every group within ``max_epochs`` summed over phases in the full run) and
 rounded to the mixture block (``block_size`` sequences; a group whose weight gets no sequence of
 the block vanishes, which is reported). Run ``r0000`` is always the token-proportional mix itself.
 
@@ -36,12 +40,13 @@ from marin_assets.core.pool.groups import MixtureError
 from marin_assets.core.runtime import storage
 from marin_assets.errors import ConfigurationError
 
-MIXTURE_CODE_VERSION = "2"  # 2: replicate runs with seeds, epoch features, gates, top-k optimizer
+MIXTURE_CODE_VERSION = "3"  # 2: replicate runs with seeds, epoch features, gates, top-k optimizer; 3: exploring proposals, runs as jobs, validation per size
 STUDY_FILE = "study.yaml"
 RESULTS_DIR = "results"
 STUDY_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 TRAINERS = ("builtin", "external")
 OPTIMIZERS = ("topk", "regmix", "trust_region", "argmin")
+NGRAM_TRAINER = "marin_assets.core.mixture.proxy_trainer:train_run"  # the fast stand-in: a byte n-gram model
 
 
 class StudyError(ConfigurationError, ValueError):
@@ -89,8 +94,12 @@ class GateParams:
     ``min_spearman`` / ``min_r2``: cross-validated floors; ``min_runs`` and ``runs_per_feature``
     (runs per weight feature, phases x groups): enough runs for the features; ``noise_ratio``:
     the spread of the targets across mixtures must exceed this many replicate standard
-    deviations; ``baseline_margin``: the Spearman by which the fit must beat the
-    KL-to-proportional-only baseline.
+    deviations; ``baseline_margin``: the Spearman, averaged over the same cross-validation
+    folds, by which the KL-to-proportional-only baseline must beat the fit to refuse it (a tie
+    within the margin is not a loss, so no verdict turns on a 0.001 difference);
+    ``min_gain``: the smallest gain of the target over proportional that is ever claimed,
+    predicted or measured, whatever the noise estimate (a trainer that ignores its seed
+    measures a noise of 0).
     """
 
     min_spearman: float = 0.5
@@ -98,7 +107,8 @@ class GateParams:
     min_runs: int = 8
     runs_per_feature: float = 0.1
     noise_ratio: float = 2.0
-    baseline_margin: float = 0.0
+    baseline_margin: float = 0.02
+    min_gain: float = 0.002
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +116,9 @@ class StudyParams:
     """One mixture study. Defaults are the Marin hero run's: two phases (pretraining 15T,
     cooldown 3.75T tokens, so 0.8 / 0.2), an 8-epoch cap summed over phases, KL weight 0.05 to
     the token-proportional mix, mixture blocks of 49,152 sequences of 4,096 tokens.
+    ``explore_share``: the share of proposals drawn around the uniform mix rather than the prior
+    (small groups upweighted, within the epoch caps), for the swarm and the optimizer's simulated
+    candidates alike;
     ``search_candidates`` / ``search_rounds``: the optimizer's proposals per round and rounds;
     ``optimizer``: ``topk`` (the mean of the best ``top_k`` candidates of the search), ``regmix``
     (the mean of the best ``top_k`` simulated candidates), ``trust_region`` (the best candidate
@@ -117,8 +130,14 @@ class StudyParams:
     transfers to a larger run).
     ``target_weights``: the target as a weighted sum of metrics (empty: ``target_metric``);
     ``target_limits``: per-metric ceilings the optimized mixture's prediction must respect.
+    ``validation_sizes``: the model sizes of the trainer's ladder that ``mixture_validation``
+    trains both mixtures at (each with ``validation_seeds`` seeds; empty: the proxy's own size).
     ``launcher``: a command template run once per run without results (external trainer), see
-    ``mixture.launcher``.
+    ``mixture.launcher``; ``launcher_status``: a template that prints a run's JSON state, with
+    which each submitted run is followed to its end (polled every ``job_poll_s`` seconds).
+    ``train_run``: the built-in trainer, a ``module:function`` of the ``mixture.jobs`` interface,
+    each run a Ray task on the configured cluster reserving ``job_cpus`` / ``job_gpus``;
+    ``job_retries``: attempts after a run's first failure (built-in and followed runs alike).
     """
 
     name: str
@@ -133,6 +152,7 @@ class StudyParams:
     seq_len: int = 4_096
     sparse_share: float = 0.25
     concentration: tuple[float, float] = (0.1, 5.0)
+    explore_share: float = 0.5
     trainer: str = "builtin"
     target_metric: str = "macro_bpb"
     search_candidates: int = 20_000
@@ -145,7 +165,14 @@ class StudyParams:
     validation_budget_scale: float = 1.0
     target_weights: tuple[tuple[str, float], ...] = ()
     target_limits: tuple[tuple[str, float], ...] = ()
+    validation_sizes: tuple[str, ...] = ()
     launcher: str = ""
+    launcher_status: str = ""
+    train_run: str = NGRAM_TRAINER
+    job_retries: int = 2
+    job_poll_s: float = 30.0
+    job_cpus: float = 1.0
+    job_gpus: float = 0.0
     proxy: ProxyTrainerParams = ProxyTrainerParams()
     gate: GateParams = GateParams()
 
@@ -198,8 +225,8 @@ def validate_study(params: StudyParams, where: str = "study") -> StudyParams:
         fail("max_epochs must be positive and kl_weight non-negative")
     if params.block_size < 1 or params.seq_len < 1:
         fail("block_size and seq_len must be positive")
-    if not 0 <= params.sparse_share <= 1:
-        fail("sparse_share must be within [0, 1]")
+    if not 0 <= params.sparse_share <= 1 or not 0 <= params.explore_share <= 1:
+        fail("sparse_share and explore_share must be within [0, 1]")
     lo, hi = params.concentration
     if not 0 < lo <= hi:
         fail("concentration must be (low, high) with 0 < low <= high")
@@ -215,6 +242,8 @@ def validate_study(params: StudyParams, where: str = "study") -> StudyParams:
         fail(f"validation_budget_scale {params.validation_budget_scale:g} must be between 1 and target_budget / proxy_budget")
     if params.replicate_mixtures < 0 or params.replicate_seeds < 1 or params.validation_seeds < 2:
         fail("replicate_mixtures must be >= 0, replicate_seeds >= 1 and validation_seeds >= 2 (noise needs two runs)")
+    if params.gate.baseline_margin < 0 or not params.gate.min_gain > 0:
+        fail("gate.baseline_margin must be >= 0 and gate.min_gain > 0 (the smallest gain ever claimed)")
     if any(not w > 0 for _, w in params.target_weights):
         fail(f"target_weights {dict(params.target_weights)} must be positive")
     if params.launcher:
@@ -222,8 +251,18 @@ def validate_study(params: StudyParams, where: str = "study") -> StudyParams:
             fail("a launcher submits runs to an external trainer; set trainer: external or remove launcher")
         try:
             check_template(params.launcher)
+            if params.launcher_status:
+                check_template(params.launcher_status)
         except LauncherError as exc:
             fail(str(exc))
+    elif params.launcher_status:
+        fail("launcher_status follows the runs a launcher submits; set launcher too, or remove launcher_status")
+    if params.job_retries < 0 or not params.job_poll_s > 0 or params.job_cpus < 0 or params.job_gpus < 0:
+        fail("job_retries, job_cpus and job_gpus must be >= 0 and job_poll_s > 0")
+    if ":" not in params.train_run:
+        fail(f"train_run {params.train_run!r} must be an importable 'module:function'")
+    if len(set(params.validation_sizes)) != len(params.validation_sizes) or not all(STUDY_NAME.match(s) for s in params.validation_sizes):
+        fail(f"validation_sizes {list(params.validation_sizes)} must be distinct names (lowercase letters, digits, '-' or '_')")
     unknown_limits = sorted(set(dict(params.target_limits)) - set(params.target()))
     if unknown_limits:
         fail(f"target_limits name metrics {unknown_limits} that are not in the target {sorted(params.target())}; add them to target_weights")
@@ -246,13 +285,15 @@ def study_from_mapping(raw: Mapping[str, Any], where: str = "study") -> StudyPar
             values["proxy"] = ProxyTrainerParams(**values["proxy"])
         if "gate" in values:
             values["gate"] = GateParams(**values["gate"])
+        if "validation_sizes" in values:
+            values["validation_sizes"] = tuple(str(x) for x in values["validation_sizes"])
         for key in ("target_weights", "target_limits"):
             if key in values:
                 values[key] = tuple((str(m), float(v)) for m, v in dict(values[key]).items())
-        for key in ("target_budget", "proxy_budget", "max_epochs", "kl_weight", "sparse_share", "validation_budget_scale"):
+        for key in ("target_budget", "proxy_budget", "max_epochs", "kl_weight", "sparse_share", "explore_share", "validation_budget_scale", "job_poll_s", "job_cpus", "job_gpus"):
             if key in values:
                 values[key] = float(values[key])
-        for key in ("n_runs", "seed", "block_size", "seq_len", "search_candidates", "search_rounds", "top_k", "replicate_mixtures", "replicate_seeds", "validation_seeds"):
+        for key in ("n_runs", "seed", "block_size", "seq_len", "search_candidates", "search_rounds", "top_k", "replicate_mixtures", "replicate_seeds", "validation_seeds", "job_retries"):
             if key in values:
                 values[key] = int(values[key])
         params = StudyParams(**values)
@@ -267,6 +308,7 @@ def study_to_mapping(params: StudyParams) -> dict[str, Any]:
     raw["concentration"] = list(params.concentration)
     raw["target_weights"] = dict(params.target_weights)
     raw["target_limits"] = dict(params.target_limits)
+    raw["validation_sizes"] = list(params.validation_sizes)
     return raw
 
 
@@ -465,10 +507,15 @@ def dirichlet_around(rng: np.random.Generator, prior: np.ndarray, concentration:
     return draw / draw.sum()
 
 
+EXPLORE_CONCENTRATIONS = (0.3, 1.0, 3.0, 10.0)  # around the uniform mix: spiky to near-uniform
+
+
 def propose_mixtures(tokens: np.ndarray, params: StudyParams) -> np.ndarray:
-    """``n_runs`` mixtures, (runs x phases x groups), feasible, run 0 the token-proportional mix."""
+    """``n_runs`` mixtures, (runs x phases x groups), feasible, run 0 the token-proportional mix;
+    ``explore_share`` of the others drawn around the uniform mix."""
     tokens = np.asarray(tokens, dtype=np.float64)
     prior = proportional_prior(tokens)
+    uniform = np.where(prior > 0, 1.0, 0.0) / float((prior > 0).sum())
     rng = np.random.default_rng(params.seed)
     n_phases = len(params.phases)
     active = np.flatnonzero(prior > 0)
@@ -476,17 +523,20 @@ def propose_mixtures(tokens: np.ndarray, params: StudyParams) -> np.ndarray:
     out = np.zeros((params.n_runs, n_phases, len(tokens)), dtype=np.float64)
     out[0] = project_feasible(np.tile(prior, (n_phases, 1)), tokens, params, prior)
     for i in range(1, params.n_runs):
+        explore = rng.random() < params.explore_share
         sparse = rng.random() < params.sparse_share
         rows = []
         for _ in range(n_phases):
-            concentration = float(np.exp(rng.uniform(np.log(lo), np.log(hi))))
+            if explore:
+                center, concentration = uniform, float(EXPLORE_CONCENTRATIONS[rng.integers(len(EXPLORE_CONCENTRATIONS))])
+            else:
+                center, concentration = prior, float(np.exp(rng.uniform(np.log(lo), np.log(hi))))
             subset = None
             if sparse and len(active) > 2:
                 k = int(rng.integers(max(2, len(active) // 10), max(3, len(active) // 2) + 1))
-                chosen = rng.choice(active, size=min(k, len(active)), replace=False, p=prior[active] / prior[active].sum())
                 subset = np.zeros(len(tokens), dtype=bool)
-                subset[chosen] = True
-            rows.append(dirichlet_around(rng, prior, concentration, subset))
+                subset[rng.choice(active, size=min(k, len(active)), replace=False)] = True  # uniformly: small groups as often as large
+            rows.append(dirichlet_around(rng, center, concentration, subset))
         out[i] = project_feasible(np.array(rows), tokens, params, prior)
     return out
 

@@ -1,12 +1,17 @@
 """Validation: the published mixture and token-proportional sampling, each trained with several
-seeds, measured against what the surrogate predicted.
+seeds at each size of the trainer's ladder, measured against what the surrogate predicted.
 
-A prediction is not a result. ``mixture_validation`` trains (built-in trainer) or hands out
-configs for (external trainer) both mixtures with ``validation_seeds`` seeds each. Each mixture
-gets the mean of its seeds and a t interval; the gain (proportional minus optimized, positive is
-better) gets a Welch interval whose standard deviations are never below the replicate noise the
-swarm measured. The mixture is *validated* only when the gate published it and the lower end of
-the gain's interval is above zero: a gain inside the run-to-run noise is not claimed.
+A prediction is not a result, and a proxy's finding may not hold for a larger model.
+``mixture_validation`` trains (built-in trainer) or hands out configs for (external trainer) both
+mixtures with ``validation_seeds`` seeds at every size in ``validation_sizes`` (none: the
+proxy's own size). At each size each mixture gets the mean of its seeds and a t interval; the
+gain (proportional minus optimized, positive is better) gets a Welch interval whose standard
+deviations are never below the replicate noise the swarm measured. The mixture is *validated*
+only when the gate published it and, at every size, the gain's interval lies above zero and
+the gain reaches ``gate.min_gain`` (a noise estimate of 0, from a trainer that ignores its seed,
+never makes a vanishing gain a claim). When the interval lies entirely below zero at some size,
+validation measured the mixture *worse*, and consumers get token-proportional weights instead
+(:func:`consumer_mixture`).
 """
 
 from __future__ import annotations
@@ -19,23 +24,32 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from marin_assets.core.mixture.swarm import StudyParams, group_truncation, mixture_id, round_to_block, trainer_config
+from marin_assets.core.mixture import fit
+from marin_assets.core.mixture.swarm import GateParams, StudyParams, group_truncation, mixture_id, round_to_block, study_dir, trainer_config
+from marin_assets.core.runtime import storage
 
 MIXTURES = ("optimized", "proportional")
 LEVEL = 0.9
 RUN_PREFIX = "v-"  # validation run ids, apart from the swarm's rNNNN
 
 
-def validation_run_id(which: str, seed: int) -> str:
-    return f"{RUN_PREFIX}{which}-s{seed}"
+def validation_run_id(which: str, seed: int, size: str = "") -> str:
+    return f"{RUN_PREFIX}{size + '-' if size else ''}{which}-s{seed}"
+
+
+def validation_plan(study: StudyParams) -> list[tuple[str, str, str, int]]:
+    """(run id, size, mixture, seed) of every validation run: sizes x mixtures x seeds."""
+    return [(validation_run_id(which, seed, size), size, which, seed)
+            for size in (study.validation_sizes or ("",)) for which in MIXTURES for seed in range(study.validation_seeds)]
 
 
 def validation_configs(
     study: StudyParams, candidate_blocks: np.ndarray, proportional: np.ndarray, groups: pl.DataFrame,
     pool_files: Mapping[str, Sequence[str]], results_uri: str,
 ) -> dict[str, dict[str, Any]]:
-    """Trainer configs of both mixtures x ``validation_seeds`` seeds, at ``validation_budget_scale``
-    x the proxy budget (simulated epoching recomputed for it). ``candidate_blocks``: the optimized
+    """Trainer configs of every run of :func:`validation_plan` (each names its ladder ``size``),
+    at ``validation_budget_scale`` x the proxy budget (simulated epoching recomputed for it).
+    ``candidate_blocks``: the optimized
     mixture's block sequences (phases x groups, every group of ``groups``); ``proportional``: the
     token-proportional weights, rounded to the block here."""
     groups = groups.sort("group")
@@ -45,11 +59,9 @@ def validation_configs(
     trunc = group_truncation(groups["tokens"].to_list(), ladder)
     blocks = {"optimized": np.asarray(candidate_blocks, dtype=np.int64), "proportional": round_to_block(proportional, tokens, study)}
     out = {}
-    for which in MIXTURES:
-        mid = mixture_id(blocks[which])
-        for seed in range(study.validation_seeds):
-            rid = validation_run_id(which, seed)
-            out[rid] = trainer_config(ladder, rid, mid, seed, blocks[which], names, tokens, trunc, pool_files, results_uri)
+    for rid, size, which, seed in validation_plan(study):
+        config = trainer_config(ladder, rid, mixture_id(blocks[which]), seed, blocks[which], names, tokens, trunc, pool_files, results_uri)
+        out[rid] = {**config, "size": size}
     return out
 
 
@@ -66,26 +78,94 @@ def measured_interval(values: Sequence[float], floor_sd: float = 0.0, level: flo
     return {"mean": float(v.mean()), "low": float(v.mean() - half), "high": float(v.mean() + half), "sd": sd, "seeds": len(v)}
 
 
-def verdict(
-    measured: Mapping[str, Sequence[float]], predicted: Mapping[str, float], published: bool, noise_sd: float | None, level: float = LEVEL,
-) -> dict[str, Any]:
-    """Measured against predicted for both mixtures, the measured gain with its interval, and
-    whether the published mixture is validated (published, and the gain's interval above 0)."""
-    floor = float(noise_sd or 0.0)
-    per = {m: measured_interval(measured[m], floor, level) for m in MIXTURES}
+def gain_at(measured: Mapping[str, Sequence[float]], floor_sd: float, level: float = LEVEL) -> dict[str, Any]:
+    """One size: each mixture's interval, and the gain's Welch interval (sds floored at ``floor_sd``)."""
+    per = {m: measured_interval(measured[m], floor_sd, level) for m in MIXTURES}
     opt, prop = (np.asarray(measured[m], dtype=np.float64) for m in MIXTURES)
     se = math.sqrt(per["optimized"]["sd"] ** 2 / len(opt) + per["proportional"]["sd"] ** 2 / len(prop))
     gain = float(prop.mean() - opt.mean())
     half = _t(level, len(opt) + len(prop) - 2) * se
+    identical = all(len(set(measured[m])) == 1 for m in MIXTURES)
+    return {"measured": per, "measured_gain": {"mean": gain, "low": gain - half, "high": gain + half}, "identical_seeds": identical}
+
+
+def _interval(g: Mapping[str, float]) -> str:
+    return f"{g['mean']:.4f} (interval {g['low']:.4f} .. {g['high']:.4f})"
+
+
+def verdict(
+    measured: Mapping[str, Mapping[str, Sequence[float]]], predicted: Mapping[str, float], published: bool, noise_sd: float | None,
+    min_gain: float = GateParams.min_gain, level: float = LEVEL,
+) -> dict[str, Any]:
+    """Measured against predicted for both mixtures at every size (``measured``: size -> mixture
+    -> the seeds' targets; size ``""`` is the proxy's own), the gain with its interval per size,
+    whether the published mixture is validated, and whether it was measured worse."""
+    floor = float(noise_sd or 0.0)
+    sizes = {size: gain_at(m, floor, level) for size, m in measured.items()}
+    name = lambda size: size or "the proxy size"  # noqa: E731
+    gains = {size: at["measured_gain"] for size, at in sizes.items()}
+    short = [size for size, g in gains.items() if not (g["low"] > 0 and g["mean"] >= min_gain)]
+    worse = [size for size, g in gains.items() if g["high"] < 0]
+    per_size = _interval(gains[""]) if list(gains) == [""] else "; ".join(f"{name(size)}: {_interval(g)}" for size, g in gains.items())
+    identical = [name(size) for size, at in sizes.items() if at["identical_seeds"]]
     predicted_gain = predicted["proportional"] - predicted["optimized"]
-    validated = bool(published and gain - half > 0)
-    if validated:
-        text = f"validated: measured gain {gain:.4f} (interval {gain - half:.4f} .. {gain + half:.4f}) exceeds the noise; predicted {predicted_gain:.4f}"
-    elif not published:
-        text = f"not validated: the gate published token-proportional; the optimizer's candidate measured a gain of {gain:.4f} (interval {gain - half:.4f} .. {gain + half:.4f})"
+    validated = bool(published and not short)
+    if not published:
+        text = f"not validated: the gate published token-proportional; the optimizer's candidate measured a gain of {per_size}"
+    elif worse:
+        text = (f"measured worse: the optimized mixture's gain lies entirely below 0 at {', '.join(name(s) for s in worse)} ({per_size}); "
+                "token-proportional is published instead")
+    elif validated:
+        text = f"validated at {', '.join(name(s) for s in gains)}: measured gain {per_size}, above 0 and at least {min_gain:g}; predicted {predicted_gain:.4f}"
     else:
-        text = f"not validated: measured gain {gain:.4f} (interval {gain - half:.4f} .. {gain + half:.4f}) is within the noise or negative; predicted {predicted_gain:.4f}"
+        text = (f"not validated: measured gain {per_size}; at {', '.join(name(s) for s in short)} it is within the noise, negative or "
+                f"below the smallest gain claimed ({min_gain:g}); predicted {predicted_gain:.4f}")
+    if identical:
+        text += f"; the seeds gave identical results at {', '.join(identical)} (the trainer ignores its seed: its noise is unknown)"
+    last = sizes[list(sizes)[-1]]
     return {
-        "validated": validated, "published": published, "verdict": text, "level": level, "noise_sd": noise_sd,
-        "measured": per, "predicted": dict(predicted), "measured_gain": {"mean": gain, "low": gain - half, "high": gain + half}, "predicted_gain": predicted_gain,
+        "validated": validated, "published": published, "worse": bool(published and worse), "verdict": text, "level": level, "noise_sd": noise_sd,
+        "min_gain": min_gain, "sizes": sizes, "measured": last["measured"], "measured_gain": last["measured_gain"], "predicted": dict(predicted),
+        "predicted_gain": predicted_gain,
     }
+
+
+def consumer_mixture(published: Mapping[str, Any], proportional: Mapping[str, Any], result: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The trainer-ready mixture consumers should train on, saying which it is and why:
+    ``published`` (what the gates published) unless validation measured it worse, then
+    ``proportional``; ``result``: the validation verdict (None: not measured yet)."""
+    if result is None:
+        return {**published, "validation": "not measured yet: mixture_validation has not run for these weights",
+                "why": f"{published.get('published', 'optimized')} as the gates decided; not yet validated"}
+    if result.get("worse"):
+        return {**proportional, "published": "proportional", "validation": result["verdict"],
+                "why": "validation measured the optimized mixture worse than token-proportional, so token-proportional is published"}
+    held = "optimized" if published.get("published") == "optimized" else "proportional"
+    why = "validated: the optimized mixture measured better at every validated size" if result.get("validated") else (
+        "the gates refused the optimized mixture" if held == "proportional" else "published by the gates; validation measured no clear gain")
+    return {**published, "validation": result["verdict"], "why": why}
+
+
+CONSUMER_FILE = "mixture.json"
+
+
+def consumer_uri(root: str, study: str) -> str:
+    """Where a training run reads the study's mixture: ``<root>/mixture/<study>/mixture.json``."""
+    return storage.join(study_dir(root, study), CONSUMER_FILE)
+
+
+def write_consumer_mixture(root: str, study: str, mixture: Mapping[str, Any]) -> str:
+    uri = consumer_uri(root, study)
+    storage.write_json(uri, dict(mixture))
+    return uri
+
+
+def proportional_mixture(table: pl.DataFrame, study: StudyParams, pool_files: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+    """The trainer-ready token-proportional mixture (rounded to the block as validation trained
+    it) from a study's ``weights.parquet`` table."""
+    phases = [table.filter(pl.col("phase") == p.name).sort("group") for p in study.phases]
+    tokens = phases[0]["tokens"].to_numpy().astype(np.float64)
+    blocks = round_to_block(np.stack([t["proportional_weight"].to_numpy() for t in phases]), tokens, study)
+    swapped = pl.concat([t.with_columns(pl.Series("weight", blocks[i] / study.block_size), pl.Series("block_sequences", blocks[i]),
+                                        pl.col("proportional_epochs").alias("epochs")) for i, t in enumerate(phases)])
+    return fit.trainer_mixture(swapped, dict(pool_files), study, {"published": "proportional"})

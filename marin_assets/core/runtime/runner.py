@@ -255,6 +255,28 @@ def _counting(
     return done
 
 
+def connect_ray(address: str, local_cpus: int = 0) -> Any:
+    """The ``ray`` module, connected: ``"local"`` starts (or reuses) a Ray on this machine
+    (``local_cpus`` CPUs, 0: all), any other address is passed to ``ray.init``; a process
+    already connected keeps its connection."""
+    try:
+        import ray  # noqa: PLC0415  (optional; only imported when configured)
+    except ImportError as exc:  # pragma: no cover - depends on the deployment
+        raise RuntimeError(
+            f"work is configured to run on Ray ({address!r}) but the 'ray' package is not "
+            "installed; install it (pip install 'ray[default]') or leave the Ray address empty"
+        ) from exc
+    if not ray.is_initialized():
+        if address == LOCAL:
+            options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+            if local_cpus:
+                options["num_cpus"] = local_cpus
+            ray.init(**options)
+        else:
+            ray.init(address=address, log_to_driver=False)
+    return ray
+
+
 @dataclasses.dataclass(frozen=True)
 class ShardRunner:
     """Runs shard tasks. ``processes=1`` runs in-process (deterministic, easy to debug).
@@ -338,22 +360,7 @@ class ShardRunner:
     def _connect(self) -> Any:
         if self.ray_api is not None:
             return self.ray_api
-        try:
-            import ray  # noqa: PLC0415  (optional; only imported when configured)
-        except ImportError as exc:  # pragma: no cover - depends on the deployment
-            raise RuntimeError(
-                f"shards are configured to run on Ray ({self.ray_address!r}) but the 'ray' package is not "
-                "installed; install it (pip install 'ray[default]') or leave the Ray address empty"
-            ) from exc
-        if not ray.is_initialized():
-            if self.ray_address == LOCAL:
-                options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
-                if self.local_cpus:
-                    options["num_cpus"] = self.local_cpus
-                ray.init(**options)
-            else:
-                ray.init(address=self.ray_address, log_to_driver=False)
-        return ray
+        return connect_ray(self.ray_address or "", self.local_cpus)
 
     def in_flight_limit(self, cluster_cpus: float) -> int:
         """Tasks to keep submitted on a cluster with ``cluster_cpus`` CPUs now."""

@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from marin_assets.catalog.sources import DEFAULT_MAX_DUP_REMOVAL
 from marin_assets.core.dedup import decisions as dedup
 from marin_assets.core.dedup.exact import find_exact_duplicates
 from marin_assets.core.dedup.fuzzy import find_fuzzy_duplicates
@@ -12,7 +13,6 @@ from marin_assets.defs.resources import DedupResource, MarinResource, source_or_
 from marin_assets.defs.stage_assets import stage_asset
 from marin_assets.defs.ray import step_log
 
-MAX_REMOVAL_RATIO = 0.5
 
 
 def _normalized_inputs(marin: MarinResource, context) -> dict[str, stages.StageInput]:
@@ -38,18 +38,34 @@ def _removal_rows(stats: dict, docs: dict[str, int], chars: dict[str, int]) -> l
     ]
 
 
-def _removal_check(check_name: str, asset: str, rows: list[dict]) -> dg.AssetCheckResult:
-    over = {r["source"]: r["ratio"] for r in rows if r["documents"] and r["removed"] / r["documents"] > MAX_REMOVAL_RATIO}
+def removal_limits(marin: MarinResource) -> dict[str, float]:
+    """Each catalog source's removal limit (``max_dup_removal``)."""
+    return {s.name: s.max_dup_removal for s in marin.catalog()}
+
+
+def removal_check(check_name: str, asset: str, rows: list[dict], limits: dict[str, float]) -> dg.AssetCheckResult:
+    """Fails while a source would lose more than its ``max_dup_removal`` (catalog; default 50%)
+    of its documents, naming each such source, its share and how to accept it."""
+    limit_of = lambda s: limits.get(s, DEFAULT_MAX_DUP_REMOVAL)
+    over = [r for r in rows if r["documents"] and r["removed"] / r["documents"] > limit_of(r["source"])]
+    raised = {s: v for s, v in sorted(limits.items()) if v != DEFAULT_MAX_DUP_REMOVAL}
+    if over:
+        named = "; ".join(f"{r['source']} would lose {r['removed']:,} of {r['documents']:,} documents ({r['ratio']}, its limit {limit_of(r['source']):.0%})" for r in over)
+        description = (f"{named}. If a source is legitimately mostly duplicates, set max_dup_removal (a share from 0 to 1, "
+                       f"e.g. max_dup_removal = 0.9) on its [[source]] entry in the catalog and re-run this check; otherwise look at its removals")  # fmt: skip
+    else:
+        description = f"no source loses more than its limit ({DEFAULT_MAX_DUP_REMOVAL:.0%} unless its catalog entry sets max_dup_removal)"
     return dg.AssetCheckResult(
         check_name=check_name,
         asset_key=asset,
         passed=not over,
         severity=dg.AssetCheckSeverity.ERROR,
         metadata={
-            "sources_over_limit": markdown_table([{"source": k, "removed": v} for k, v in over.items()]),
-            "limit": MAX_REMOVAL_RATIO,
+            "sources_over_limit": markdown_table([{"source": r["source"], "removed": r["ratio"], "limit": f"{limit_of(r['source']):.0%}"} for r in over]),
+            "default_limit": DEFAULT_MAX_DUP_REMOVAL,
+            "raised_limits": dg.MetadataValue.json(raised),
         },
-        description=f"no source loses more than {MAX_REMOVAL_RATIO:.0%} of its documents",
+        description=description,
     )
 
 
@@ -79,9 +95,9 @@ def exact_duplicates(context: dg.AssetExecutionContext, marin: MarinResource) ->
     docs = stats.get("docs_per_source") or {s: sum(storage.parquet_num_rows(u) for u in us) for s, us in shards.items()}  # footers: an output from before the maps counted them
     chars = stats.get("removed_chars_per_source", {})
     rows = _removal_rows(stats, docs, chars)
-    check = _removal_check("removal_ratio", EXACT_DUPLICATES.name, rows)
+    check = removal_check("removal_ratio", EXACT_DUPLICATES.name, rows, removal_limits(marin))
     if not check.passed:
-        context.log.warning(f"exact dedup would remove more than half of some sources: {check.metadata}")
+        context.log.warning(f"exact dedup: {check.description}")
     return materialized(
         manifest,
         rows=int(stats.get("removed", 0)),
@@ -137,9 +153,9 @@ def fuzzy_duplicates(context: dg.AssetExecutionContext, marin: MarinResource, fu
     docs = stats.get("docs_per_source", {})
     chars = stats.get("removed_chars_per_source", {})
     rows = _removal_rows(stats, docs, chars)
-    check = _removal_check("removal_ratio", FUZZY_DUPLICATES.name, rows)
+    check = removal_check("removal_ratio", FUZZY_DUPLICATES.name, rows, removal_limits(marin))
     if not check.passed:
-        context.log.warning(f"fuzzy dedup would remove more than half of some sources: {check.metadata}")
+        context.log.warning(f"fuzzy dedup: {check.description}")
     examples = [
         {
             "removed": f"{e['source']}:{e['id'][:8]}",

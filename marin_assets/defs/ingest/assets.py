@@ -133,6 +133,7 @@ def normalized(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.Ma
             "subdir": source.provider.subdir,
             "allow": source.provider.allow,
             "exclude": source.provider.exclude,
+            **normalize.plan_inputs(files),
         },
         build=lambda out: normalize.normalize_source(
             source.name,

@@ -16,6 +16,7 @@ import polars as pl
 
 from marin_assets.core.mixture import fit, gates, launcher, proxy_trainer, results
 from marin_assets.core.mixture import swarm as swarm_core
+from marin_assets.core.mixture import validation as validation_core
 from marin_assets.core.pool import curated as pool_core
 from marin_assets.core.pool.groups import MixtureError, read_sampling_groups
 from marin_assets.core.runtime import stages, storage
@@ -28,6 +29,7 @@ from marin_assets.core.specs import (
 from marin_assets.core.specs import SAMPLING_GROUPS as SAMPLING_GROUPS_SPEC
 from marin_assets.defs import mixture_report, report
 from marin_assets.defs.metadata import markdown_table, materialized
+from marin_assets.defs.mixture.jobs import builtin_job_config, follow_launched, train_builtin
 from marin_assets.defs.partitions import (
     RUNS,
     proxy_run_partitions,
@@ -36,6 +38,7 @@ from marin_assets.defs.partitions import (
 from marin_assets.defs.mixture.study import (
     current_output,
     eval_set_input,
+    evaluation_dir,
     evaluation_texts,
     study_asset,
     study_params,
@@ -132,11 +135,11 @@ def proxy_results(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
     broken = found.errors_for(run, has_rows=mine.rows.height > 0)
     if broken:
         raise dg.Failure(f"run {run} of study '{study}': " + "; ".join(broken))
-    if mine.rows.height:
+    if params.trainer == "builtin":  # trained as a job; its results file is its own
+        kind, digest = "builtin", ""
+    elif mine.rows.height:
         kind = "external"
         digest = hashlib.sha256(mine.rows.drop("file").write_csv().encode()).hexdigest()[:16]
-    elif params.trainer == "builtin":
-        kind, digest = "builtin", ""
     elif params.launcher:
         kind, digest = "launched", ""
     else:
@@ -144,28 +147,38 @@ def proxy_results(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
             f"no results for run {run} (mixture {config['mixture_id']}) of study '{study}' in {folder}; the external trainer "
             f"writes JSONL or Parquet rows with {list(swarm_core.RESULT_COLUMNS)} there (README 'Choosing the mixture')"
         )
+    config_uri = storage.join(swarm_uri, "configs", f"{run}.json")
+
+    def read_back() -> pl.DataFrame:
+        found_now = results.read_results(folder)
+        errors = found_now.errors_for(run, has_rows=True)
+        if errors:
+            raise dg.Failure(f"run {run} of study '{study}': " + "; ".join(errors))
+        return results.rows_for_run(found_now, run, config["mixture_id"]).rows
 
     def build(out: str) -> dict:
-        if kind == "launched":  # submitted once: the output records the launch; results arrive later
-            state = launcher.launch(params.launcher, config=storage.join(swarm_uri, "configs", f"{run}.json"), run_id=run, study=study, results=folder)
+        extra: dict = {}
+        if kind == "launched" and params.launcher_status:  # submitted and followed to its end: results are in
+            follow_launched(context, study, params, {run: config_uri}, folder)
+            rows = read_back()
+        elif kind == "launched":  # submitted once: the output records the launch; results arrive later
+            state = launcher.launch(params.launcher, config=config_uri, run_id=run, study=study, results=folder)
             if state["state"] != "submitted":
                 raise dg.Failure(f"run {run} of study '{study}': the launcher exited with {state['returncode']}: {state['output'][-500:]}")
             storage.write_json(storage.join(out, "launch.json"), state)
             rows, extra = pl.DataFrame(schema={**results.RESULT_SCHEMA, "file": pl.Utf8}), {"launch": state}
         elif kind == "external":
             rows = mine.rows
-            extra = {}
         else:
-            eval_texts = proxy_trainer.read_evaluation_texts(swarm_uri)
-            if eval_texts is None:
-                eval_texts = evaluation_texts(marin, root, study, params, storage.read_json(storage.join(swarm_uri, "pool_files.json")))
-            trained = proxy_trainer.train_proxy(config, eval_texts, params.proxy)
-            rows = pl.DataFrame(trained["rows"], schema=results.RESULT_SCHEMA).with_columns(pl.lit("builtin").alias("file"))
-            extra = {"train_bytes": trained["train_bytes"], "groups_trained": trained["groups_trained"], "groups_without_proxy_tokens": trained["groups_without_proxy_tokens"]}
+            eval_dir = evaluation_dir(marin, root, study, params, swarm_uri, out)
+            train_builtin(context, marin, study, params, {run: builtin_job_config(config, params, eval_dir)}, folder)
+            rows = read_back()
+            extra = {"groups_without_proxy_tokens": sorted(g for g, c in config["components"].items() if int(c["proxy_tokens"]) <= 0), "trainer": params.train_run}
         storage.write_parquet(rows, storage.join(out, "results.parquet"))
         return {"source": kind, "rows": rows.height, "metrics": results.final_metrics(rows), **extra}
 
-    proxy_params = {"trainer": kind, "proxy": params.proxy if kind == "builtin" else None, "launcher": params.launcher if kind == "launched" else None}
+    proxy_params = {"trainer": kind, "proxy": params.proxy if kind == "builtin" else None, "launcher": params.launcher if kind == "launched" else None,
+                    "train_run": params.train_run if kind == "builtin" else None}
     manifest = stages.run_study(
         PROXY_RESULTS, marin.layout(), study=study, run=run, decided_by=proxy_params, inputs={"swarm": swarm_fp, "results": digest}, build=build
     )
@@ -186,7 +199,7 @@ def proxy_results(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
         bad_result_examples="\n".join(found.bad_examples + mine.bad_examples) or None,
         seed=config.get("seed", 0),
         unreadable_results_files=len(found.unreadable),
-        train_bytes=stats.get("train_bytes"),
+        trainer=stats.get("trainer"),
         launch_state=stats["launch"]["state"] if "launch" in stats else None,
         launch_command=" ".join(stats["launch"]["command"]) if "launch" in stats else None,
         launch_output=stats["launch"]["output"] or None if "launch" in stats else None,
@@ -339,7 +352,7 @@ def mixture_weights(context: dg.AssetExecutionContext, marin: MarinResource) -> 
     import yaml
 
     study = context.partition_key
-    _, params = study_params(marin, study)
+    root, params = study_params(marin, study)
     swarm_uri, swarm_fp = current_output(marin, MIXTURE_SWARM, study)
     model_uri, model_fp = current_output(marin, MIXTURE_MODEL, study)
     model_manifest = storage.read_manifest(model_uri)
@@ -368,6 +381,7 @@ def mixture_weights(context: dg.AssetExecutionContext, marin: MarinResource) -> 
         trainer = fit.trainer_mixture(table, pool_files, params, {"published": "optimized" if verdict.passed else "proportional", "predicted": predicted, "gate": verdict.describe()})
         storage.write_json(storage.join(out, "mixture.json"), trainer)
         storage.write_bytes(storage.join(out, "mixture.yaml"), yaml.safe_dump(trainer, sort_keys=False).encode())
+        validation_core.write_consumer_mixture(root, study, validation_core.consumer_mixture(trainer, trainer, None))  # not validated yet, and says so
         return {"predicted": predicted, "gate": verdict.to_json(), "kl_to_proportional": published.kl, "candidate_kl_to_proportional": candidate.kl,
                 "constraints": checks, "vanished_groups": [names[active[g]] for g in published.vanished], "groups_weighted": int((published.weights.sum(axis=0) > 0).sum())}
 
@@ -399,7 +413,8 @@ def _weights_result(manifest: dict, study: str, params: swarm_core.StudyParams, 
     fmt = lambda rows: [{k: (f"{v:.5f}" if isinstance(v, float) else v) for k, v in r.items()} for r in rows]  # noqa: E731
     picture = mixture_report.weights_grid_png(table, [p.name for p in params.phases])  # type: ignore[arg-type]
     checks = stats["constraints"]
-    gain_text = f", predicted gain {gain['mean']:.4f} (90% bootstrap interval {gain['low']:.4f} .. {gain['high']:.4f})" if gain else ""
+    gain_text = (f", predicted gain {gain['point']:.4f} (90% interval of that difference over {gain['refits']} bootstrap refits: "
+                 f"{gain['low']:.4f} .. {gain['high']:.4f})" if gain else "")
     summary = (
         f"  study {study}: predicted {pred['metric']} optimized {fmt4(pred['optimized']) or 'n/a'} vs token-proportional {fmt4(pred['proportional']) or 'n/a'}{gain_text}\n"
         f"  published: {'optimized' if verdict.passed else 'token-proportional'} ({'gate passed' if verdict.passed else 'gates refused: ' + ', '.join(r['gate'] for r in verdict.reasons) + '; the mixture_gate check says why'}); "
@@ -419,7 +434,7 @@ def _weights_result(manifest: dict, study: str, params: swarm_core.StudyParams, 
         gate=verdict.describe(),
         predicted_optimized=pred["optimized"] if np.isfinite(pred["optimized"]) else None,  # no fit: nothing predicted
         predicted_proportional=pred["proportional"] if np.isfinite(pred["proportional"]) else None,
-        predicted_gain=gain["mean"] if gain else None,
+        predicted_gain=gain["point"] if gain else None,
         predicted_gain_interval=f"{gain['low']:.4f} .. {gain['high']:.4f} (90%, {gain['refits']} bootstrap refits)" if gain else None,
         measured_proportional=float(np.mean(measured_prop)) if measured_prop else None,
         side_by_side=markdown_table(side),

@@ -84,6 +84,15 @@ def evaluation_texts(marin: MarinResource, root: str, study: str, params: swarm_
     return proxy_trainer.evaluation_texts(pool_files, params.proxy)
 
 
+def evaluation_dir(marin: MarinResource, root: str, study: str, params: swarm_core.StudyParams, swarm_uri: str, out: str) -> str:
+    """The folder holding the built-in trainer's evaluation text: the swarm's, or (a swarm written
+    without it) ``out``, where it is written now."""
+    if proxy_trainer.read_evaluation_texts(swarm_uri) is not None:
+        return swarm_uri
+    proxy_trainer.write_evaluation_texts(evaluation_texts(marin, root, study, params, storage.read_json(storage.join(swarm_uri, "pool_files.json"))), out)
+    return out
+
+
 def current_output(marin: MarinResource, spec: StageSpec, study: str, run: str | None = None) -> tuple[str, str]:
     found = stages.current_study_output(marin.layout(), spec, study, run)
     if found is None:

@@ -16,6 +16,7 @@ import pytest
 from marin_assets.core.mixture import fit as mf
 from marin_assets.core.mixture import gates
 from marin_assets.core.mixture import swarm as ms
+from marin_assets.core.pool.groups import MixtureError
 from marin_assets_tests.core.mixture.test_fit import STUDY, TOKENS, TRUTH
 
 FIT = mf.FitParams(seed=0, bootstrap=4, lgbm_estimators=200)
@@ -114,3 +115,60 @@ def test_all_equal_targets_are_refused_by_name_not_silently() -> None:
     found = _assess(weights, np.full(len(runs), 2.5), runs, mixes)
     gates_failed = [r["gate"] for r in found.verdict.reasons]
     assert "noise" in gates_failed and "fit" in gates_failed and "Spearman nan" in found.verdict.describe()
+
+
+def _data_verdict() -> gates.Verdict:
+    return gates.Verdict(True, [], {"noise_sd": 0.003, "spread_sd": 0.05})
+
+
+def test_the_kl_baseline_gate_does_not_flip_on_a_tie() -> None:
+    """Fold by fold the baseline ties the fit (0.895 vs 0.896): within the margin, either way round."""
+    params = ms.GateParams()
+    cv = {"spearman": 0.895, "r2": 0.6}
+    for ahead in (-0.001, 0.0, 0.001):
+        paired = {"folds": 5, "mean": ahead, "low": ahead - 0.03, "high": ahead + 0.03}
+        assert gates.fit_gates(_data_verdict(), cv, {"spearman": 0.895 - ahead}, params, paired).passed
+    behind = {"folds": 5, "mean": -0.08, "low": -0.12, "high": -0.04}
+    refused = gates.fit_gates(_data_verdict(), cv, {"spearman": 0.975}, params, behind)
+    assert not refused.passed and "better than the fit by 0.080 Spearman (over 5 paired folds" in refused.describe() and "margin 0.02" in refused.describe()
+
+
+def test_paired_folds_compare_the_same_held_out_runs() -> None:
+    rng = np.random.default_rng(0)
+    target = rng.normal(size=60)
+    good, bad = target + rng.normal(0, 0.1, 60), rng.normal(size=60)
+    paired = mf.paired_fold_difference(target, good, bad, FIT)
+    assert paired["folds"] == 5 and paired["low"] > 0.5
+    assert mf.paired_fold_difference(target[:8], good[:8], bad[:8], FIT)["folds"] == 0  # folds of 1-2 runs rank nothing
+
+
+def test_replicates_that_agree_exactly_are_no_noise_floor() -> None:
+    """A trainer that ignores its seed: replicates equal, noise sd 0 is refused, never trusted."""
+    weights, runs, mixes = _runs()
+    targets = TRUTH(weights).mean(axis=1)  # no noise at all: every replicate equals its mixture
+    verdict = gates.data_gates(targets, runs, mixes, 20, STUDY_GATED.gate)
+    assert [r["gate"] for r in verdict.reasons] == ["noise"] and "ignores its seed" in verdict.reasons[0]["why"]
+
+
+def test_a_gain_below_the_minimum_is_refused_whatever_the_noise() -> None:
+    zero_noise = gates.Verdict(True, [], {"noise_sd": 0.0})
+    assert not gates.gain_gate(zero_noise, None, 5e-6, min_gain=0.002).passed
+    assert gates.gain_gate(zero_noise, None, 0.01, min_gain=0.002).passed
+    noisy = gates.Verdict(True, [], {"noise_sd": 0.02})
+    assert not gates.gain_gate(noisy, None, 0.01, min_gain=0.002).passed  # the noise still rules where it is larger
+
+
+def test_duplicate_run_ids_are_refused_by_the_fit() -> None:
+    weights, runs, mixes = _runs()
+    runs = [*runs[:-1], runs[0]]
+    with pytest.raises(MixtureError, match=r"run ids \['r0000'\] appear more than once"):
+        _assess(weights, TRUTH(weights).mean(axis=1), runs, mixes)
+
+
+def test_the_printed_gain_is_the_fit_s_difference_with_an_interval_of_it() -> None:
+    weights, runs, mixes = _runs()
+    measured = TRUTH(weights).mean(axis=1) + np.random.default_rng(7).normal(0, 0.003, len(runs))
+    found = _assess(weights, measured, runs, mixes)
+    _, candidate, verdict, gain = gates.publish(found.model, found.verdict, TOKENS, STUDY_GATED)
+    assert gain["point"] == pytest.approx(candidate.proportional_predicted - candidate.predicted)
+    assert verdict.facts["predicted_gain"] == pytest.approx(gain["point"]) and "mean" not in gain

@@ -72,3 +72,12 @@ def test_rows_of_a_run_must_name_its_mixture(tmp_path) -> None:
     assert "reports mixture mwrong, the swarm says mgood" in mine.bad_examples[0]
     assert mr.file_signature(str(tmp_path / "x.jsonl")) != ""
     assert mr.results_files(str(tmp_path / "absent")) == []
+
+
+def test_one_run_and_step_in_two_files_is_an_error_naming_both(tmp_path) -> None:
+    _write_jsonl(tmp_path / "a.jsonl", [_row(value=2.03), _row(run="r0002", value=1.0)])
+    _write_jsonl(tmp_path / "b.jsonl", [_row(value=9.99), _row(run="r0002", step=200, value=1.1)])
+    found = mr.read_results(str(tmp_path))
+    errors = found.errors_for("r0001", has_rows=True)
+    assert len(errors) == 1 and "run r0001 step 100 (macro_bpb) is reported by a.jsonl and b.jsonl (values 2.03, 9.99)" in errors[0]
+    assert found.errors_for("r0002", has_rows=True) == []  # other steps in other files: no conflict

@@ -137,3 +137,33 @@ def test_study_specs_are_validated_with_the_file_named(tmp_path) -> None:
     with pytest.raises(ms.StudyError, match="has no spec"):
         ms.load_study(root, "gamma")
     assert uri.endswith("mixture/alpha/study.yaml")
+
+
+def test_a_share_of_proposals_explores_small_groups_within_the_caps() -> None:
+    """Token counts over two decades: drawn only around the prior, the smallest fifth of the groups
+    rarely gets more than a sliver; drawn around the uniform mix too, many runs repeat them."""
+    tokens = np.floor(np.exp(np.random.default_rng(0).uniform(np.log(1e8), np.log(1e10), 200)))
+    study = ms.StudyParams(name="explore", target_budget=float(tokens.sum()), proxy_budget=1e8, n_runs=128, phases=(ms.TrainingPhase("main", 1.0),))
+    small = tokens <= np.quantile(tokens, 0.2)
+    budgets = study.phase_budgets(study.target_budget)
+
+    def epochs_on_small(params: ms.StudyParams) -> np.ndarray:
+        return np.array([ms.epochs(w, tokens, budgets)[small].mean() for w in ms.propose_mixtures(tokens, params)])
+
+    prior_only = epochs_on_small(dataclasses.replace(study, explore_share=0.0))
+    exploring = epochs_on_small(study)
+    assert (exploring > 2.0).mean() > 0.3 and (prior_only > 2.0).mean() < 0.05
+    assert max(ms.epochs(w, tokens, budgets).max() for w in ms.propose_mixtures(tokens, study)) <= study.max_epochs * (1 + 1e-9)
+
+
+def test_job_and_ladder_settings_are_read_and_checked() -> None:
+    params = ms.study_from_mapping({"name": "s", "validation_sizes": ["m4", "m16"], "job_retries": "3", "job_gpus": 1, "trainer": "external",
+                                    "launcher": "submit {config}", "launcher_status": "state {run_id}"})
+    assert params.validation_sizes == ("m4", "m16") and params.job_retries == 3 and params.job_gpus == 1.0
+    assert ms.study_from_mapping(ms.study_to_mapping(params), "again") == params
+    with pytest.raises(ms.StudyError, match="launcher_status follows the runs a launcher submits"):
+        ms.validate_study(ms.StudyParams(name="s", launcher_status="state {run_id}"))
+    with pytest.raises(ms.StudyError, match="validation_sizes"):
+        ms.validate_study(ms.StudyParams(name="s", validation_sizes=("m4", "m4")))
+    with pytest.raises(ms.StudyError, match="train_run"):
+        ms.validate_study(ms.StudyParams(name="s", train_run="no_colon"))

@@ -67,7 +67,7 @@ def test_ok_is_said_only_against_a_figure_the_fit_did_not_make() -> None:
     assert [r["flags"] for r in rebuild_report(_built(fraction=1.0), _catalog())["rows"]] == ["ok"] * len(DEMO_SOURCES)
     assert all(list(r)[0] == "flags" for r in fitted["rows"]), "the verdict is the first column"
     lines = report_lines(fitted, "offline")
-    assert all(line.lstrip().startswith(("not checked", "flags", "tokens", "all ", "(")) for line in lines), lines
+    assert all(line.lstrip().startswith(("not checked", "flags", "tokens", "all ", "(", "semantic")) for line in lines), lines
 
 
 def test_a_sample_total_that_matches_the_published_share_says_it_is_no_validation() -> None:
@@ -78,3 +78,12 @@ def test_a_sample_total_that_matches_the_published_share_says_it_is_no_validatio
     assert report_lines(sample, "offline")[-1] == f"  ({sample['totals']['note']})"
     whole = rebuild_report(_built(dedup=dedup), _catalog(), catalog_size=len(DEMO_SOURCES))
     assert whole["totals"]["note"] == ""
+
+
+def test_semantic_flags_are_reported_per_source_and_eval_set() -> None:
+    built = _built()
+    built[0] = dataclasses.replace(built[0], semantic_flagged={"demo_qa": 3})
+    report = rebuild_report(built, _catalog(), ReportParams(scale=None))
+    assert report["rows"][[r["source"] for r in report["rows"]].index(built[0].source)]["semantic_flagged"] == {"demo_qa": 3}
+    assert any("demo_qa 3" in line for line in report_lines(report, "tok"))
+    assert SourceFigures.from_json({k: v for k, v in built[1].to_json().items() if k != "semantic_flagged"}) == built[1]

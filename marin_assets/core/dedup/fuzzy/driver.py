@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import dataclasses
+import io
+import json
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -13,7 +15,7 @@ from marin_assets.core.dedup.fuzzy.added import run_added_edges
 from marin_assets.core.dedup.fuzzy.edges import run_full_components
 from marin_assets.core.dedup.fuzzy.gather import run_gather
 from marin_assets.core.dedup.fuzzy.layout import LAYOUT, STATE_FILE, FuzzyScale, added_uri, clusters_uri
-from marin_assets.core.dedup.fuzzy.map import run_map
+from marin_assets.core.dedup.fuzzy.map import node_tables, run_map
 from marin_assets.core.dedup.fuzzy.members import run_members
 from marin_assets.core.dedup.fuzzy.merge import run_merge, run_relabel
 from marin_assets.core.dedup.fuzzy.plan import run_plan
@@ -29,7 +31,6 @@ from marin_assets.core.dedup.fuzzy.state import (
     pair_shards,
     previous_state,
     source_fingerprint,
-    step_costs,
 )
 from marin_assets.core.dedup.fuzzy.verify import run_verify
 from marin_assets.core.runtime import storage
@@ -80,7 +81,7 @@ def find_fuzzy_duplicates(
     members = run_members(run, mapped, comps, changed)
     gathered, passes, final = verify_passes(run, mapped, members, comps, changed)
     published = run_publish(run, passes, final, changed is not None, members.verify_parts)
-    scratch_bytes = finish(run, passes, final, published)
+    scratch_bytes = finish(run, mapped, passes, final, published)
     return summary(run, mapped, comps, members, gathered, passes, final, published, changed) | {"scratch_bytes": scratch_bytes}
 
 
@@ -144,12 +145,12 @@ def verify_pass(run: FuzzyRun, mapped: Mapped, members: Members, comps: Componen
     return gathered, run_verify(run, mapped, members, comps, vpass, gathered)
 
 
-def finish(run: FuzzyRun, passes: Sequence[Sequence[ShardResult]], verified: Sequence[ShardResult], published: Mapping[str, Mapping[str, Any]]) -> int:
+def finish(run: FuzzyRun, mapped: Mapped, passes: Sequence[Sequence[ShardResult]], verified: Sequence[ShardResult], published: Mapping[str, Mapping[str, Any]]) -> int:
     """Write the state for the next run, then collect the scratch; returns the scratch's bytes
     at its largest (before the collection)."""
     run.state["published"] = {s: {"uri": removed_uri(run.out_dir, s), "removed": int(published[s]["removed"]), "digest": str(published[s]["digest"])} for s in run.sources}
     run.state["clustered_docs"] = sum(int(r.stats.get("clustered_docs", 0)) for r in verified)
-    storage.write_json(storage.join(run.out_dir, STATE_FILE), run.state | {"verify_files": [r.output for r in verified]})
+    write_state(storage.join(run.out_dir, STATE_FILE), run.state | {"node_tables": node_tables(run, mapped), "verify_files": [r.output for r in verified]})
     fs, work_path = storage.filesystem(run.work)
     scratch_bytes = int(fs.du(work_path)) if fs.exists(work_path) else 0
     final = {r.output for r in verified}
@@ -159,6 +160,15 @@ def finish(run: FuzzyRun, passes: Sequence[Sequence[ShardResult]], verified: Seq
                 storage.remove(uri)
     collect_scratch(run.work, run.cache, run.state["cache_entries"], (run.before or {}).get("cache_entries", {}))
     return scratch_bytes
+
+
+def write_state(uri: str, state: Mapping[str, Any]) -> None:
+    """The state as ``storage.write_json`` writes it, streamed: at the pool's size its node
+    tables alone are ~60 MB of JSON, not held as one string (and its bytes) in the driver."""
+    with storage.open_atomic(uri) as handle:
+        text = io.TextIOWrapper(handle, encoding="utf-8")
+        json.dump(state, text, indent=2, sort_keys=True)
+        text.detach()  # flushes into ``handle``, which the block closes
 
 
 def _verify_totals(passes: Sequence[Sequence[ShardResult]], final: Sequence[ShardResult]) -> dict[str, int]:
@@ -184,7 +194,7 @@ def _removals_summary(run: FuzzyRun, verified: Sequence[ShardResult], published:
             removed_chars[run.sources[int(k)]] += int(c)
         for k, n in r.stats["histogram"].items():
             histogram[k] = histogram.get(k, 0) + int(n)
-        examples.extend(r.stats["examples"])
+        examples.extend(e for e in r.stats["examples"] if e)  # emptied: not among the step's best (``CompactResults``)
     return {
         "docs_in_clusters": sum(int(r.stats.get("clustered_docs", 0)) for r in verified),
         "largest_cluster": max((int(r.stats["largest_cluster"]) for r in verified), default=0),
@@ -211,7 +221,6 @@ def summary(
     changed: list[str] | None,
 ) -> dict[str, Any]:
     """The run's counters, from what the tasks returned (nothing re-reads the corpus)."""
-    fresh = [r for r in run.results if not r.reused]
     return {
         "docs": sum(mapped.docs_per_source.values()),
         "docs_per_source": mapped.docs_per_source,
@@ -230,11 +239,11 @@ def summary(
         "shards_read_for_text": sum(int(r.stats["shard_read"]) for r in gathered),
         **_removals_summary(run, final, published, mapped.docs_per_source),
         "exempt_sources": list(run.exempt),
-        "tasks": len(run.results),
-        "task_cpu_s": round(sum(float(r.stats.get("cpu_s", 0)) for r in fresh), 3),
-        "warmup_cpu_s": round(sum(float(r.stats.get("warmup_cpu_s", 0)) for r in fresh), 3),
-        "max_task_rss_kb": max(int(r.stats.get("rss_kb", 0)) for r in run.results),
+        "tasks": run.costs.tasks,
+        "task_cpu_s": round(run.costs.cpu_s, 3),
+        "warmup_cpu_s": round(run.costs.warmup_cpu_s, 3),
+        "max_task_rss_kb": run.costs.max_rss_kb,
         "max_task_inputs": run.widest,
         "max_inputs_per_task": run.scale.max_inputs_per_task,
-        "steps": step_costs(run.results),
+        "steps": run.costs.steps,
     }

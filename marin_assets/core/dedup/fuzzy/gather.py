@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+
 import dataclasses
 import os
 import tempfile
@@ -20,6 +22,7 @@ from marin_assets.core.dedup.decisions import (
 from marin_assets.core.dedup.fuzzy.layout import REQUEST_SCHEMA, TEXT_SCHEMA, merge_runs, rows_of, section_uri, shard_runs, streamed_uri
 from marin_assets.core.dedup.fuzzy.state import FuzzyRun, Mapped
 from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.integrity import check_text_ids
 from marin_assets.core.runtime.runner import ShardResult, ShardTask
 
 
@@ -30,7 +33,7 @@ class GatherParams:
     rows: int
     max_chars: int
     batch_chars: int = VERIFY_BATCH_CHARS
-    runs: tuple[tuple[int, int], ...] = ()
+    runs: tuple[tuple[int, int], ...] | None = ()  # None: its first rows (as its map task returned them)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +102,7 @@ def _gather_shard(normalized_uri: str, nodes_file: str, requests: pa.Table, para
     flag, and a row group size of about ``batch_chars``; None when the shard has no requested
     row (it is not read)."""
     nodes_table = None
-    if requests.num_rows and params.runs:
+    if requests.num_rows and params.runs != ():  # None: its first rows, still mapped by its node table
         nodes_table = storage.read_parquet_object(nodes_file, columns=["id", "node"])
         requests = requests.filter(pa.array(np.isin(requests.column("key").to_numpy(), nodes_table.column("node").to_numpy())))
     if requests.num_rows == 0:
@@ -115,6 +118,7 @@ def _gather_shard(normalized_uri: str, nodes_file: str, requests: pa.Table, para
     expected = nodes_table.column("id").take(take).combine_chunks().cast(pa.string())
     if not ids.equals(expected):
         raise DedupError(f"source {params.source!r}: row order of its minhash buckets differs from {normalized_uri}; rematerialize minhash_buckets for {params.source!r}")
+    check_text_ids(normalized_uri, ids, table.column("text").take(take))
     texts = pc.utf8_slice_codeunits(pc.fill_null(table.column("text").take(take).combine_chunks().cast(pa.large_string()), ""), 0, params.max_chars)
     out = pa.table([requests.column("lkey"), requests.column("pos"), pa.array(node), texts, requests.column("big")], schema=TEXT_SCHEMA.append(pa.field("big", pa.bool_())))
     out = out.take(pc.sort_indices(out, sort_keys=[("key", "ascending"), ("pos", "ascending")]))
@@ -125,13 +129,30 @@ def _gather_shard(normalized_uri: str, nodes_file: str, requests: pa.Table, para
 # --------------------------------------------------------------------------- scheduling
 
 
+def requested_ranges(plans: Sequence[ShardResult]) -> tuple[list[int], list[int]]:
+    """The union of the plan tasks' requested node ranges, as sorted starts and ends of disjoint
+    ranges (16,384 plan tasks of up to 64 ranges each, not a million tuples)."""
+    every = [[0, shuffle.KEY_SPACE]]
+    runs = np.concatenate([np.asarray(r.stats.get("requested_runs", every), np.uint64).reshape(-1, 2) for r in plans] or [np.zeros((0, 2), np.uint64)])
+    runs = runs[np.argsort(runs[:, 0], kind="stable")]
+    if not len(runs):
+        return [], []
+    reach = np.maximum.accumulate(runs[:, 1])
+    first = np.flatnonzero(np.r_[True, runs[1:, 0] > reach[:-1]])
+    return runs[first, 0].tolist(), np.maximum.reduceat(runs[:, 1], first).tolist()
+
+
 def _gather_groups(run: FuzzyRun, mapped: Mapped, plans: Sequence[ShardResult], incremental: bool) -> list[list[int]]:
     """The shards that hold a requested row, in groups: incremental (few rows requested), one
     task per ``shards_per_map`` of them; full, one per members group (it reads exactly its blocks)."""
-    wanted = [tuple(x) for r in plans for x in r.stats.get("requested_runs", [[0, shuffle.KEY_SPACE]])]
+    starts, ends = requested_ranges(plans)
 
     def requested(first: int, rows: int, runs: Sequence[tuple[int, int]]) -> bool:
-        return any(a < hi and lo < b for a, b in runs or ((first, first + rows),) for lo, hi in wanted)
+        for a, b in runs or ((first, first + rows),):
+            i = bisect.bisect_right(ends, a)  # the first requested range ending past a
+            if i < len(ends) and starts[i] < b:
+                return True
+        return False
 
     chosen = [i for i, (_, _, _, first, rows, runs) in enumerate(mapped.shards) if requested(first, rows, runs)]
     if incremental:

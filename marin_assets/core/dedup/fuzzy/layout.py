@@ -145,9 +145,10 @@ def gone_uri(map_output: str) -> str:
     return _stem(map_output) + ".gone.parquet"
 
 
-def shard_runs(first_node: int, rows: int, runs: Sequence[Sequence[int]]) -> tuple[tuple[int, int], ...]:
-    """The node ranges a shard's rows are read by (its map task's runs, else its first rows)."""
-    return tuple((int(a), int(b)) for a, b in runs) or ((first_node, first_node + rows),)
+def shard_runs(first_node: int, rows: int, runs: Sequence[Sequence[int]] | None) -> tuple[tuple[int, int], ...]:
+    """The node ranges a shard's rows are read by (its map task's runs, else its first rows;
+    None: its map task returned its first rows)."""
+    return tuple((int(a), int(b)) for a, b in runs or ()) or ((first_node, first_node + rows),)
 
 
 def streamed_uri(gather_output: str) -> str:

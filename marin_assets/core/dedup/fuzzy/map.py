@@ -170,20 +170,18 @@ def _cache_entry(run: FuzzyRun, source: str) -> tuple[str, Mapping[str, str], bo
 def _map_tasks(run: FuzzyRun) -> tuple[list[ShardTask], list[tuple[str, str, str, int, int, int, int]], bool, bool]:
     """One map task per ``shards_per_map`` shards of a source; per shard (source, normalized
     shard, node table, first node, rows, map task, shard in group); whether a changed source
-    lost a shard name, and whether a stored index was rebuilt. Fills the state's node tables and
-    cache entries."""
+    lost a shard name, and whether a stored index was rebuilt. Fills the state's cache entries."""
     scale = run.scale
     tasks: list[ShardTask] = []
     plan: list[tuple[str, str, str, int, int, int, int]] = []
     lost_shards = renumbered = False
     maps = sum(-(-len(run.shards[s]) // scale.shards_per_map) for s in run.sources)
-    node_tables: dict[str, dict[str, str]] = {}
     entries: dict[str, str] = {}
     for source in run.sources:
         group_dir, previous_tables, rebuilt = _cache_entry(run, source)
         renumbered |= rebuilt
         lost_shards |= bool(set(previous_tables) - {storage.basename(b) for b, _, _ in run.shards[source]})
-        entries[source], node_tables[source] = storage.basename(group_dir), {}
+        entries[source] = storage.basename(group_dir)
         base = 0
         for g in range(0, len(run.shards[source]), scale.shards_per_map):
             group = run.shards[source][g : g + scale.shards_per_map]
@@ -192,15 +190,22 @@ def _map_tasks(run: FuzzyRun) -> tuple[list[ShardTask], list[tuple[str, str, str
             for k, (b_uri, n_uri, rows) in enumerate(group):
                 bases.append(base)
                 plan.append((source, n_uri, nodes_uri(out, k), (run.slot[source] << RANK_SHIFT) + base, rows, len(tasks), k))
-                node_tables[source][storage.basename(b_uri)] = nodes_uri(out, k)
                 base += rows
             previous = tuple(previous_tables.get(storage.basename(b_uri), "") for b_uri, _, _ in group) if source in run.added_base else ()
             params = MapParams(source, run.slot[source], tuple(bases), previous, run.added_base.get(source, -1), maps, scale.records_per_task)
             tasks.append(ShardTask(fuzzy_map, tuple(u for b_uri, n_uri, _ in group for u in (b_uri, n_uri)), out, params))
         if base >= 1 << RANK_SHIFT:
             raise DedupError(f"source {source!r} has {base} documents, more than the {1 << RANK_SHIFT} a node number holds; split the source")
-    run.state["node_tables"], run.state["cache_entries"] = node_tables, entries
+    run.state["cache_entries"] = entries
     return tasks, plan, lost_shards, renumbered
+
+
+def node_tables(run: FuzzyRun, mapped: Mapped) -> dict[str, dict[str, str]]:
+    """Per source, each bucket shard's node table by shard name, for the state (the next run
+    joins a changed source's shards against them); made when the state is written, not held
+    through the run beside the shards that name them."""
+    shards = iter(mapped.shards)  # in the run's source and shard order, as the map tasks were made
+    return {source: {storage.basename(b_uri): next(shards)[2] for b_uri, _, _ in run.shards[source]} for source in run.sources}
 
 
 def run_map(run: FuzzyRun) -> Mapped:
@@ -222,7 +227,10 @@ def run_map(run: FuzzyRun) -> Mapped:
     shards: list[Shard] = []
     for source, n_uri, nodes, first, rows, m, k in plan:
         runs = mapped[m].stats.get("runs")
-        shards.append((source, n_uri, nodes, first, rows, tuple(tuple(r) for r in runs[k]) if runs else ()))
+        own = tuple(tuple(r) for r in runs[k]) if runs else ()
+        shards.append((source, n_uri, nodes, first, rows, None if own == ((first, first + rows),) else own))
+    for r in mapped:  # read into the shards: not held twice
+        r.stats.pop("runs", None)
     per = run.scale.shards_per_map
     groups = [list(range(g, min(g + per, len(shards)))) for g in range(0, len(shards), per)]
     group_runs = [merge_runs([r for i in idx for r in shard_runs(*shards[i][3:6])]) for idx in groups]

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from marin_assets.core.dedup import shuffle
+from marin_assets.core.dedup import manifest, shuffle
 from marin_assets.core.dedup.components import LABEL_SCHEMA
 from marin_assets.core.dedup.fuzzy.layout import DELTA_SCHEMA, MEMBER_SCHEMA, merge_runs, rows_of, shard_runs
 from marin_assets.core.dedup.fuzzy.state import Components, FuzzyRun, Mapped, Members, verify_partitions
@@ -24,7 +24,7 @@ class ShardParams:
     first_node: int
     rows: int
     rank: int = 0
-    runs: tuple[tuple[int, int], ...] = ()  # node ranges covering the shard's nodes (none: first_node + rows)
+    runs: tuple[tuple[int, int], ...] | None = ()  # node ranges covering the shard's nodes (empty or None: first_node + rows)
 
 
 def _shard_members(nodes_file: str, params: ShardParams, labels: pa.Table) -> pa.Table:
@@ -99,11 +99,12 @@ def run_members(run: FuzzyRun, mapped: Mapped, comps: Components, changed: Seque
         mean_chars = sum(mapped.chars_per_source.values()) // max(1, sum(mapped.docs_per_source.values()))
         member_blocks = verify_partitions(comps.labelled, comps.labelled * mean_chars, scale)
     label_files = run.merged(comps.member_label_files, storage.join(run.work, "members", "labels"), scale.max_inputs_per_task - scale.shards_per_map, cuts=mapped.node_cuts)
+    labels = (manifest.reference_to(label_files, storage.join(run.work, "manifests")),) if len(label_files) >= manifest.MIN_INPUTS else tuple(label_files)  # every task reads them all
     members = run.run(
         [
             ShardTask(
                 fuzzy_members_group,
-                (*(shards[i][2] for i in idx), *label_files),
+                (*(shards[i][2] for i in idx), *labels),
                 storage.join(run.work, "members", f"g{m:06d}.blocks"),
                 GroupParams(tuple(ShardParams(shards[i][0], shards[i][3], shards[i][4], rank[shards[i][0]], shards[i][5]) for i in idx), mapped.node_cuts, member_blocks, delta=comps.incremental),
             )

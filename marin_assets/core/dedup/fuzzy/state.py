@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Mapping, Sequence
+import heapq
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from marin_assets.core.dedup import fanin, manifest, shuffle
 from marin_assets.core.dedup.decisions import DedupError, FuzzyDedupParams
@@ -14,8 +17,46 @@ from marin_assets.core.dedup.fuzzy.layout import LAYOUT, RANK_SHIFT, STATE_FILE,
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.runner import ShardResult, ShardRunner, ShardTask
 
-# One shard as the steps after the map see it: (source, normalized shard, node table, first node, rows, node ranges)
-Shard = tuple[str, str, str, int, int, tuple[tuple[int, int], ...]]
+# One shard as the steps after the map see it: (source, normalized shard, node table, first node,
+# rows, node ranges; None: its first rows, the usual case, not held as ~180 bytes of tuples a shard)
+Shard = tuple[str, str, str, int, int, tuple[tuple[int, int], ...] | None]
+
+
+def step_of(output: str) -> str:
+    """A task's step, from its output's folder."""
+    parts = output.rstrip("/").split("/")
+    if parts[-2].startswith(("merged-", "level-")):
+        return "merge"
+    if "cc" in parts or parts[-2] in ("labels", "delta"):
+        return "components"
+    if parts[-2] in ("edges", "members", "plan", "gather", "verify", "removals", "publish"):
+        return parts[-2]
+    return "map"
+
+
+@dataclasses.dataclass
+class TaskCosts:
+    """Every task's costs as the summary reports them, added up as each step ends: the run keeps
+    these, not every result (~250,000 of them at the pool's size). ``steps``: per step, tasks,
+    CPU seconds of the tasks run now, peak RSS."""
+
+    tasks: int = 0
+    cpu_s: float = 0.0
+    warmup_cpu_s: float = 0.0
+    max_rss_kb: int = 0
+    steps: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+
+    def add(self, results: Sequence[ShardResult]) -> None:
+        for r in results:
+            rss, cpu = int(r.stats.get("rss_kb", 0)), 0.0 if r.reused else float(r.stats.get("cpu_s", 0))
+            self.tasks += 1
+            self.max_rss_kb = max(self.max_rss_kb, rss)
+            self.cpu_s += cpu
+            self.warmup_cpu_s += 0.0 if r.reused else float(r.stats.get("warmup_cpu_s", 0))
+            entry = self.steps.setdefault(step_of(r.output), {"tasks": 0, "cpu_s": 0.0, "max_rss_kb": 0})
+            entry["tasks"] += 1
+            entry["cpu_s"] = round(entry["cpu_s"] + cpu, 3)
+            entry["max_rss_kb"] = max(entry["max_rss_kb"], rss)
 
 
 @dataclasses.dataclass
@@ -37,7 +78,7 @@ class FuzzyRun:
     slot: dict[str, int] = dataclasses.field(default_factory=dict)
     next_row: dict[str, int] = dataclasses.field(default_factory=dict)
     added_base: dict[str, int] = dataclasses.field(default_factory=dict)
-    results: list[ShardResult] = dataclasses.field(default_factory=list)
+    costs: TaskCosts = dataclasses.field(default_factory=TaskCosts)
     state: dict[str, Any] = dataclasses.field(default_factory=dict)
     widest: int = 0  # the most input files any task of the run was given
 
@@ -54,11 +95,13 @@ class FuzzyRun:
         return storage.join(self.out_dir, "_work")
 
     def run(self, tasks: list[ShardTask]) -> list[ShardResult]:
-        """Run one step's tasks; their results join the run's (for the costs and counters). A
-        task's many inputs are named by the step's manifest (:mod:`.manifest`), not listed."""
-        self.widest = max([self.widest, *(len(t.inputs) for t in tasks)])
-        done = self.runner.map(manifest.name_inputs(tasks, storage.join(self.work, "manifests")))
-        self.results.extend(done)
+        """Run one step's tasks; their costs join the run's (:class:`TaskCosts`). A
+        task's many inputs are named by the step's manifest (:mod:`.manifest`), not listed.
+        Each result is made compact as it arrives (:class:`CompactResults`), so what the
+        driver holds grows with the tasks by a few hundred bytes each, not by the sources."""
+        self.widest = max([self.widest, *(manifest.count(t.inputs) for t in tasks)])
+        done = self.runner.map(manifest.name_inputs(tasks, storage.join(self.work, "manifests")), CompactResults(self.num_examples))
+        self.costs.add(done)
         return done
 
     def map(self, tasks: list[ShardTask]) -> list[ShardResult]:
@@ -71,6 +114,89 @@ class FuzzyRun:
         how they are cut (:class:`fanin.MergeFilesParams`)."""
         limit = self.scale.max_inputs_per_task if limit is None else limit
         return fanin.bounded(self.run, files, folder, limit, fanin.MergeFilesParams(budget_bytes=self.scale.merge_bytes, **cut))
+
+
+def _smallest(values: list[int]) -> np.ndarray:
+    """``values`` in the narrowest integer type that holds them."""
+    return np.array(values, np.min_scalar_type(max(values, default=0)) if min(values, default=0) >= 0 else np.int64)
+
+
+class RankCounts(Mapping[str, int]):
+    """A verify task's count per source rank (the ``{str(rank): n}`` it returns) as two arrays
+    of the narrowest integer types: a few bytes a source, not ~100 (a dict entry with its key and
+    value objects); 16,384 verify tasks x 146 sources would otherwise hold ~0.5 GB in the driver."""
+
+    __slots__ = ("_ranks", "_counts")
+
+    def __init__(self, counts: Mapping[str, int]) -> None:
+        self._ranks = _smallest([int(k) for k in counts])
+        self._counts = _smallest([int(v) for v in counts.values()])
+
+    def __getitem__(self, key: str) -> int:
+        hit = np.flatnonzero(self._ranks == int(key))
+        if not len(hit):
+            raise KeyError(key)
+        return int(self._counts[hit[0]])
+
+    def __iter__(self) -> Iterator[str]:
+        return (str(r) for r in self._ranks.tolist())
+
+    def __len__(self) -> int:
+        return len(self._ranks)
+
+    def items(self) -> Any:  # one pass over the arrays, not a lookup per key
+        return list(zip(map(str, self._ranks.tolist()), self._counts.tolist()))
+
+
+class CompactResults:
+    """The runner's ``on_done`` for one step: each result's per-source counts become
+    :class:`RankCounts`, a plan task's requested node ranges an array, and of the examples (each with two excerpts) only those still among the
+    step's ``keep`` best (by ``_key``) stay with their result; the rest are dropped as better
+    ones arrive. The summary takes its examples from these."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.best: list[tuple[Any, int, dict[str, Any]]] = []  # (key, arrival, example), at most ``keep``, heap of the worst first
+        self.holders: dict[int, list[dict[str, Any]]] = {}
+        self.arrived = 0
+
+    def __call__(self, result: ShardResult) -> None:
+        stats = result.stats
+        for key in ("removed_by_rank", "removed_chars_by_rank"):
+            if isinstance(stats.get(key), dict):
+                stats[key] = RankCounts(stats[key])
+        if isinstance(stats.get("requested_runs"), list):  # a plan task's node ranges: 16 bytes each
+            stats["requested_runs"] = np.asarray(stats["requested_runs"], np.uint64).reshape(-1, 2)
+        if stats.get("examples"):
+            self._offer(stats["examples"])
+
+    def _offer(self, examples: list[dict[str, Any]]) -> None:
+        self.arrived += 1
+        for example in examples:
+            entry = (_Desc(example["_key"]), self.arrived, example)
+            if len(self.best) < self.keep:
+                heapq.heappush(self.best, entry)
+            elif entry > self.best[0]:
+                _, _, dropped = heapq.heapreplace(self.best, entry)
+                dropped.clear()  # emptied in place: its result no longer offers it
+            else:
+                example.clear()
+        examples[:] = [e for e in examples if e]
+
+
+class _Desc:
+    """A sort key reversed: the heap's smallest entry is the worst example (the largest ``_key``)."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
+
+    def __lt__(self, other: _Desc) -> bool:
+        return self.key > other.key
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Desc) and self.key == other.key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,26 +344,6 @@ def collect_scratch(work: str, cache: str, current: Mapping[str, str], supersede
             storage.remove(uri, recursive=True)
             removed.append(uri)
     return removed
-
-
-def step_costs(results: Sequence[ShardResult]) -> dict[str, dict[str, float]]:
-    """Per step (the task output's folder): tasks, CPU seconds of the tasks run now, peak RSS."""
-    out: dict[str, dict[str, float]] = {}
-    for r in results:
-        parts = r.output.rstrip("/").split("/")
-        if parts[-2].startswith(("merged-", "level-")):
-            step = "merge"
-        elif "cc" in parts or parts[-2] in ("labels", "delta"):
-            step = "components"
-        elif parts[-2] in ("edges", "members", "plan", "gather", "verify", "removals", "publish"):
-            step = parts[-2]
-        else:
-            step = "map"
-        entry = out.setdefault(step, {"tasks": 0, "cpu_s": 0.0, "max_rss_kb": 0})
-        entry["tasks"] += 1
-        entry["cpu_s"] = round(entry["cpu_s"] + (0.0 if r.reused else float(r.stats.get("cpu_s", 0))), 3)
-        entry["max_rss_kb"] = max(entry["max_rss_kb"], int(r.stats.get("rss_kb", 0)))
-    return out
 
 
 @dataclasses.dataclass(frozen=True)

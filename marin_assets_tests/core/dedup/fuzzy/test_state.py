@@ -3,6 +3,7 @@ partition reads."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pyarrow as pa
@@ -11,7 +12,8 @@ from marin_assets.core.dedup.decisions import FuzzyDedupParams
 from marin_assets.core.dedup.fuzzy import FuzzyScale
 from marin_assets.core.dedup.fuzzy import layout as fuzzy_layout
 from marin_assets.core.dedup.fuzzy import state as fuzzy_state
-from marin_assets.core.runtime.runner import ShardRunner
+from marin_assets.core.dedup.fuzzy.state import CompactResults, RankCounts
+from marin_assets.core.runtime.runner import ShardResult, ShardRunner
 
 
 def test_pair_shards_takes_rows_from_the_map_counters_and_reads_footers_only_without_them(tmp_path, monkeypatch):
@@ -68,3 +70,26 @@ def test_each_verify_partition_reads_the_streamed_files_of_the_gather_tasks_that
         rows = list(zip(*(pq.read_table(f).column(c).to_pylist() for c in ("key", "pos"))))
         assert rows == sorted(rows) and len(rows) > len(set(k for k, _ in rows))  # runs of two files interleaved
 
+
+def test_rank_counts_read_like_the_dict_they_replace() -> None:
+    counts = {"0": 5, "17": 2, "145": 9}
+    compact = RankCounts(counts)
+    assert dict(compact) == counts and dict(compact.items()) == counts
+    assert compact["17"] == 2 and len(compact) == 3
+    assert "3" not in compact and dict(RankCounts({})) == {}
+
+
+def test_each_step_keeps_exactly_its_best_examples_and_every_count() -> None:
+    rng = random.Random(7)
+    keys = rng.sample(range(10_000), 400)
+    results = []
+    compact = CompactResults(5)
+    for t in range(80):  # 80 tasks of 5 examples each, arriving in any order
+        examples = [{"_key": [k, 0], "excerpt": "x" * 240} for k in keys[5 * t : 5 * t + 5]]
+        result = ShardResult(f"verify/{t}", {"removed_by_rank": {str(t % 7): t}, "examples": examples}, False)
+        compact(result)
+        results.append(result)
+    kept = [e["_key"][0] for r in results for e in r.stats["examples"] if e]
+    assert sorted(kept) == sorted(keys)[:5]
+    assert sum(n for r in results for _, n in r.stats["removed_by_rank"].items()) == sum(range(80))
+    assert all(isinstance(r.stats["removed_by_rank"], RankCounts) for r in results)

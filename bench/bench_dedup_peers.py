@@ -1,0 +1,350 @@
+"""Fuzzy dedup end to end against datatrove's MinHash pipeline, on real near-duplicates.
+
+The corpus is assembled on the machine: every ``.py``/``.rst``/``.txt``/``.md`` file of the
+standard library of each Python install found (pyenv's versions, /usr/lib/python3.*), grouped
+into three sources by release (oldest third, middle, newest), each file one document. A sample
+of whole file paths (every release's copy of a path together, so its versions stay near
+duplicates of each other) is taken at two sizes, 1x and 4x.
+
+Per size and round, interleaved: this project (``minhash_shard`` per normalized shard, then
+``find_fuzzy_duplicates`` on the default in-process runner, in one process, as a user runs the
+core functions) and datatrove's four stages (signatures, buckets, cluster, filter; each its own
+``LocalPipelineExecutor`` process with one worker) at its defaults (14 buckets x 8 hashes) and
+at this project's parameters (26 x 11 = 286 permutations), both on word 5-grams. Datatrove is
+installed in the bench's own environment (``.bench/venv-datatrove``, created here with pip;
+``BENCH_DATATROVE_VENV`` names another), so the project does not depend on it.
+
+Measured: CPU seconds of the whole process tree (``wait4`` of each process started), per 1,000
+documents and per extra 1,000 (4x against 1x); peak memory (VmHWM of each process; this
+project's ``fuzzy_duplicates`` step alone too); removals; and quality against a pairwise
+reference that neither system built: exact Jaccard of word 5-gram sets over candidate pairs (the
+same file path in two releases, or a shared one of each document's 4 smallest 5-gram hashes,
+blocks of at most 200 documents). A missed pair: J >= 0.8 and both documents kept. A false
+removal (of up to 300 sampled removals): no kept document holds half of the removed one's
+5-grams. Goals: this project's CPU per document <= 0.3x datatrove's at matched parameters, no
+more false removals and fewer missed pairs, at both sizes; and the in-process
+``fuzzy_duplicates`` step's peak at 4x within 1.3x of its peak at 1x. Exits 1 on a miss.
+
+``python -m bench.bench_dedup_peers`` (``BENCH_QUICK=1``: 500 and 2,000 documents, one round;
+default 2,000 and 8,000, two rounds).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import harness  # noqa: E402
+from bench.harness import MIB, pick  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+SUFFIXES = (".py", ".rst", ".txt", ".md")
+MAX_FILE_BYTES = 1 << 20
+DATATROVE = "datatrove==0.10.1"
+DATATROVE_DEPS = ("spacy", "regex", "xxhash<4", "tokenizers", "orjson")  # what its reader and MinHash stages import (English words: spaCy blank; xxhash 4 refuses its str input)
+CONFIGS = {"datatrove defaults (14x8)": (14, 8), "datatrove at 26x11": (26, 11)}
+MATCHED = "datatrove at 26x11"
+OURS = "marin-assets (26x11)"
+SAMPLED_REMOVALS = 300
+BLOCK_LIMIT = 200
+
+
+# --------------------------------------------------------------------------- the corpus
+
+
+def python_installs() -> list[Path]:
+    """Standard library folders of the Python installs on this machine, oldest release first."""
+    found = [*Path("/root/.pyenv/versions").glob("*/lib/python[0-9]*"), *Path("/usr/lib").glob("python3.*")]
+    found = [p for p in found if p.is_dir() and re.fullmatch(r"python\d+\.\d+", p.name)]
+    release = lambda p: tuple(int(x) for x in p.name.removeprefix("python").split("."))
+    return sorted({p.resolve() for p in found}, key=lambda p: (release(p), str(p)))
+
+
+def corpus_files() -> list[tuple[str, str, str]]:
+    """(source, release, path within the library) of every document, three sources by release."""
+    installs = python_installs()
+    if len(installs) < 3:
+        raise SystemExit(f"bench_dedup_peers: needs 3 or more Python installs for 3 sources by release, found {len(installs)}")
+    thirds = np.array_split(np.arange(len(installs)), 3)
+    files = []
+    for name, part in zip(("python-old", "python-mid", "python-new"), thirds):
+        for k in part:
+            root = installs[k]
+            for path in sorted(root.rglob("*")):
+                rel = path.relative_to(root)
+                if path.suffix in SUFFIXES and not {"site-packages", "dist-packages"} & set(rel.parts) and path.is_file() and 0 < path.stat().st_size <= MAX_FILE_BYTES:
+                    files.append((name, f"{root.parent.parent.name}-{root.name}", str(rel)))
+    return files
+
+
+def sample(files: list[tuple[str, str, str]], docs: int) -> list[tuple[str, str, str]]:
+    """Whole paths (all their releases) in a fixed hash order until ``docs`` documents."""
+    by_path = defaultdict(list)
+    for f in files:
+        by_path[f[2]].append(f)
+    taken: list[tuple[str, str, str]] = []
+    for rel in sorted(by_path, key=lambda r: hashlib.sha1(r.encode()).digest()):
+        if len(taken) >= docs:
+            break
+        taken.extend(by_path[rel])
+    return taken
+
+
+def read_docs(installs: dict[str, Path], chosen: list[tuple[str, str, str]]) -> list[dict[str, str]]:
+    docs = []
+    for source, release, rel in chosen:
+        try:
+            text = (installs[release] / rel).read_text("utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        if text.strip():
+            docs.append({"source": source, "release": release, "path": rel, "id": hashlib.sha1(f"{release}/{rel}".encode()).hexdigest()[:32], "text": text})
+    return docs
+
+
+def write_inputs(directory: Path, docs: list[dict[str, str]]) -> None:
+    """The same documents for both: normalized shards (``id``, ``text``, ``source_id``; one per
+    source, under normalize's 256 MiB) and one JSON lines file per source."""
+    from marin_assets.core.runtime import storage  # noqa: PLC0415
+
+    (directory / "jsonl").mkdir(parents=True)
+    names = []
+    for source in sorted({d["source"] for d in docs}):
+        mine = sorted((d for d in docs if d["source"] == source), key=lambda d: d["id"])
+        table = pa.table({"id": [d["id"] for d in mine], "text": [d["text"] for d in mine], "source_id": [d["path"] for d in mine]})
+        storage.write_parquet(table, str(directory / "normalized" / source / storage.shard_name(0, 1)))
+        with open(directory / "jsonl" / f"{source}.jsonl", "w") as out:
+            for d in mine:
+                out.write(json.dumps({"id": d["id"], "text": d["text"]}) + "\n")
+        names.append(f"{source}.jsonl")
+    (directory / "jsonl" / "files.txt").write_text("\n".join(names) + "\n")
+
+
+# --------------------------------------------------------------------------- the systems
+
+
+def measured(command: list[str], env: dict[str, str] | None = None) -> tuple[float, dict[str, Any]]:
+    """``command`` to its end: CPU seconds of its process tree (every process reaped under it
+    counts in ours as a reaped child) and its last line, JSON."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(command[:4])} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return cpu, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_ours(data: Path, work: Path) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+    cpu, line = measured([sys.executable, "-m", "bench.bench_dedup_peers", "--ours", str(data), str(work)], env)
+    removed = set((work / "removed.txt").read_text().split())
+    return {"cpu_s": cpu, "peak_kib": line["vmhwm_kib"], "step_peak_kib": line["fuzzy_step_kib"], "task_peaks_kib": line["task_peaks_kib"], "removed": removed}
+
+
+def ours_child(data: Path, work: Path) -> None:
+    """This project's two steps in one process: minhash buckets per normalized shard, then the
+    fuzzy step (in-process runner); the fuzzy step's own peak (VmHWM reset before it)."""
+    from marin_assets.core.dedup import minhash  # noqa: PLC0415
+    from marin_assets.core.dedup.decisions import removed_uri  # noqa: PLC0415
+    from marin_assets.core.dedup.fuzzy import find_fuzzy_duplicates  # noqa: PLC0415
+    from marin_assets.core.runtime import storage  # noqa: PLC0415
+    from marin_assets.core.runtime.runner import peak_rss_bytes, reset_peak_rss  # noqa: PLC0415
+
+    normalized = {p.name: [str(s) for s in sorted(p.iterdir())] for p in sorted((data / "normalized").iterdir())}
+    buckets = {s: [str(work / "buckets" / s / storage.basename(u)) for u in uris] for s, uris in normalized.items()}
+    for s in normalized:
+        for n_uri, b_uri in zip(normalized[s], buckets[s]):
+            minhash.minhash_shard([n_uri], b_uri, minhash.MinHashParams())
+    whole = peak_rss_bytes()
+    reset_peak_rss()
+    stats = find_fuzzy_duplicates(buckets, normalized, (), str(work / "fuzzy"))
+    step = peak_rss_bytes()
+    removed = [i for s in normalized for i in storage.read_parquet(removed_uri(str(work / "fuzzy"), s), columns=["id"]).column("id").to_pylist()]
+    (work / "removed.txt").write_text("\n".join(removed) + "\n")
+    largest = {name: cost["max_rss_kb"] for name, cost in stats["steps"].items()}
+    print(json.dumps({"vmhwm_kib": max(whole, step) // 1024, "fuzzy_step_kib": step // 1024, "task_peaks_kib": largest}))
+
+
+def datatrove_python() -> Path:
+    """The bench's own environment with datatrove, created on first use."""
+    venv = Path(os.environ.get("BENCH_DATATROVE_VENV") or HERE.parent / ".bench" / "venv-datatrove")
+    python = venv / "bin" / "python"
+    if not python.exists():
+        print(f"creating {venv} ({DATATROVE}, {', '.join(DATATROVE_DEPS)}) ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", DATATROVE, *DATATROVE_DEPS], check=True)
+    return python
+
+
+def run_datatrove(python: Path, data: Path, work: Path, buckets: int, per_bucket: int) -> dict[str, Any]:
+    cpu, peaks = 0.0, []
+    for stage in ("signatures", "buckets", "cluster", "filter"):
+        spent, line = measured([str(python), str(HERE / "peer_datatrove.py"), stage, str(work), str(data / "jsonl"), str(buckets), str(per_bucket)])
+        cpu += spent
+        peaks.append(line["vmhwm_kib"])
+    removed = set()
+    for path in (work / "removed").glob("*.jsonl"):
+        removed |= {json.loads(line)["id"] for line in path.read_text().splitlines() if line.strip()}
+    return {"cpu_s": cpu, "peak_kib": max(peaks), "removed": removed}
+
+
+# --------------------------------------------------------------------------- the pairwise reference
+
+
+def shingles(text: str) -> np.ndarray:
+    """Sorted unique 64-bit hashes of the text's word 5-grams (lower-cased ``\\w+`` words; a text of
+    fewer words is one shingle)."""
+    words = np.array([hash(w) for w in re.findall(r"\w+", text.lower())] or [0], dtype=np.int64).view(np.uint64)
+    if len(words) < 5:
+        return np.array([np.bitwise_xor.reduce(words * np.uint64(0x9E3779B97F4A7C15))], np.uint64)
+    h = np.zeros(len(words) - 4, np.uint64)
+    for k in range(5):
+        h = h * np.uint64(1099511628211) + words[k : len(words) - 4 + k]
+    return np.unique(h)
+
+
+class Reference:
+    """Exact word 5-gram sets of the documents, the candidate pairs and their Jaccard."""
+
+    def __init__(self, docs: list[dict[str, str]]) -> None:
+        self.ids = [d["id"] for d in docs]
+        self.sets = [shingles(d["text"]) for d in docs]
+        self.by_min: dict[int, list[int]] = defaultdict(list)
+        for i, s in enumerate(self.sets):
+            for v in s[:16].tolist():
+                self.by_min[v].append(i)
+        pairs = set()
+        by_path = defaultdict(list)
+        for i, d in enumerate(docs):
+            by_path[d["path"]].append(i)
+        for block in by_path.values():
+            pairs |= {(a, b) for a in block for b in block if a < b}
+        blocks = defaultdict(list)
+        for i, s in enumerate(self.sets):
+            for v in s[:4].tolist():
+                blocks[v].append(i)
+        self.skipped_blocks = 0
+        for block in blocks.values():
+            if len(block) > BLOCK_LIMIT:
+                self.skipped_blocks += 1
+                continue
+            pairs |= {(a, b) for a in block for b in block if a < b}
+        self.similar = [(a, b) for a, b in sorted(pairs) if self.jaccard(a, b) >= 0.8]
+        self.pairs = len(pairs)
+
+    def common(self, a: int, b: int) -> int:
+        return len(np.intersect1d(self.sets[a], self.sets[b], assume_unique=True))
+
+    def jaccard(self, a: int, b: int) -> float:
+        both = self.common(a, b)
+        return both / (len(self.sets[a]) + len(self.sets[b]) - both)
+
+    def quality(self, removed: set[str]) -> dict[str, int]:
+        """Missed pairs (J >= 0.8, both kept) and false removals among up to 300 sampled removals."""
+        gone = {i for i, d in enumerate(self.ids) if d in removed}
+        missed = sum(1 for a, b in self.similar if a not in gone and b not in gone)
+        picked = random.Random(0).sample(sorted(gone), min(SAMPLED_REMOVALS, len(gone)))
+        false = 0
+        for a in picked:
+            near = {b for v in self.sets[a][:16].tolist() for b in self.by_min[v]} - gone - {a}
+            if not any(self.common(a, b) >= 0.5 * len(self.sets[a]) for b in near):
+                false += 1
+        return {"missed": missed, "false": false, "sampled": len(picked)}
+
+
+# --------------------------------------------------------------------------- the bench
+
+
+def size_runs(files: list[tuple[str, str, str]], installs: dict[str, Path], docs: int, rounds: int, python: Path, tmp: Path) -> dict[str, Any]:
+    chosen = read_docs(installs, sample(files, docs))
+    data = tmp / f"data-{docs}"
+    write_inputs(data, chosen)
+    runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in range(rounds):
+        work = tmp / f"ours-{docs}-{r}"
+        runs[OURS].append(run_ours(data, work))
+        shutil.rmtree(work)
+        for label, (buckets, per_bucket) in CONFIGS.items():
+            work = tmp / f"dt-{buckets}x{per_bucket}-{docs}-{r}"
+            runs[label].append(run_datatrove(python, data, work, buckets, per_bucket))
+            shutil.rmtree(work)
+    reference = Reference(chosen)
+    out = {"docs": len(chosen), "mib": sum(len(d["text"].encode()) for d in chosen) / MIB, "similar": len(reference.similar), "pairs": reference.pairs,
+           "skipped_blocks": reference.skipped_blocks, "systems": {}}  # fmt: skip
+    for label, measured_runs in runs.items():
+        out["systems"][label] = {
+            "cpu_s": statistics.median(m["cpu_s"] for m in measured_runs),
+            "cpu_range": (min(m["cpu_s"] for m in measured_runs), max(m["cpu_s"] for m in measured_runs)),
+            "peak_mib": max(m["peak_kib"] for m in measured_runs) / 1024,
+            "step_peak_mib": max(m.get("step_peak_kib", 0) for m in measured_runs) / 1024,
+            "task_peaks_mib": {k: v / 1024 for k, v in measured_runs[0].get("task_peaks_kib", {}).items()},
+            "removed": len(measured_runs[0]["removed"]),
+            "same_removals_every_round": all(m["removed"] == measured_runs[0]["removed"] for m in measured_runs),
+            **reference.quality(measured_runs[0]["removed"]),
+        }
+    return out
+
+
+def report(sizes: list[dict[str, Any]]) -> bool:
+    ok = True
+    small, large = sizes[0], sizes[-1]
+    for size in sizes:
+        print(f"\n{size['docs']:,} documents ({size['mib']:.0f} MiB), {size['pairs']:,} candidate pairs, {size['similar']:,} at J >= 0.8 "
+              f"({size['skipped_blocks']} blocks over {BLOCK_LIMIT} documents not paired)", flush=True)  # fmt: skip
+        for label, s in size["systems"].items():
+            lo, hi = s["cpu_range"]
+            extra = (large["systems"][label]["cpu_s"] - small["systems"][label]["cpu_s"]) / max(1, large["docs"] - small["docs"]) * 1000
+            print(f"  {label:<26} CPU {s['cpu_s']:7.1f} s [{lo:.1f}..{hi:.1f}] = {1000 * s['cpu_s'] / size['docs']:6.2f} s per 1,000 docs "
+                  f"({extra:.2f} per extra 1,000); peak {s['peak_mib']:,.0f} MiB"
+                  + (f" (fuzzy_duplicates step {s['step_peak_mib']:,.0f} MiB; by step: " + ", ".join(f"{k} {v:,.0f}" for k, v in s["task_peaks_mib"].items()) + ")" if s["step_peak_mib"] else "")
+                  + f"; removed {s['removed']:,}; false removals {s['false']} of {s['sampled']} sampled; missed pairs {s['missed']:,}", flush=True)  # fmt: skip
+        ours, peer = size["systems"][OURS], size["systems"][MATCHED]
+        ratio = ours["cpu_s"] / peer["cpu_s"]
+        at = f"{size['docs']:,} docs"
+        ok &= harness.absolute_goal(f"dedup peers, {at}: CPU per document <= 0.3x datatrove's at 26x11", f"{ratio:.2f}x ({ours['cpu_s']:.1f} / {peer['cpu_s']:.1f} s)", ratio <= 0.3)
+        ok &= harness.absolute_goal(f"dedup peers, {at}: false removals <= datatrove's at 26x11", f"{ours['false']} of {ours['sampled']} vs {peer['false']} of {peer['sampled']}",
+                                    ours["false"] * max(1, peer["sampled"]) <= peer["false"] * max(1, ours["sampled"]))  # fmt: skip
+        ok &= harness.absolute_goal(f"dedup peers, {at}: fewer missed pairs (J >= 0.8) than datatrove at 26x11", f"{ours['missed']} vs {peer['missed']} of {size['similar']}",
+                                    ours["missed"] < peer["missed"] or ours["missed"] == peer["missed"] == 0)  # fmt: skip
+    a, b = small["systems"][OURS]["step_peak_mib"], large["systems"][OURS]["step_peak_mib"]
+    ok &= harness.absolute_goal(f"in-process fuzzy_duplicates step peak at {large['docs']:,} docs <= 1.3x that at {small['docs']:,}", f"{b:,.0f} / {a:,.0f} MiB = {b / a:.2f}x", b <= 1.3 * a)
+    return ok
+
+
+def main() -> int:
+    if sys.argv[1:2] == ["--ours"]:
+        ours_child(Path(sys.argv[2]), Path(sys.argv[3]))
+        return 0
+    base, rounds = pick(2000, 500), pick(2, 1)
+    python = datatrove_python()
+    files = corpus_files()
+    installs = {f"{p.parent.parent.name}-{p.name}": p for p in python_installs()}
+    print(f"dedup peers: {len(files):,} files of {len(installs)} Python installs in 3 sources by release; sizes {base:,} and {4 * base:,} documents, "
+          f"{rounds} round(s) interleaved; CPU of each process tree", flush=True)  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="dedup-peers-") as tmp:
+        sizes = [size_runs(files, installs, n, rounds, python, Path(tmp)) for n in (base, 4 * base)]
+    ok = report(sizes)
+    print(f"dedup peers: {'every goal met' if ok else 'some goals MISSED'}", flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
