@@ -3,18 +3,20 @@ the spec (``marin_assets.core.specs``), so an asset's ``deps`` are its declared 
 ``source_pins`` for per-source stages, see ``deps_for``). A spec that names its shard function
 gets its whole asset here (``shard_asset``); the others are written with ``stage_asset``."""
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import dagster as dg
 
-from marin_assets.core.runtime import stages
+from marin_assets.core.runtime import stages, storage
 from marin_assets.core.runtime.stages import StageSpec
 from marin_assets.core.specs import SOURCE_PINS
 from marin_assets.defs.metadata import materialized
 from marin_assets.defs.partitions import proxy_run_partitions, source_partitions, study_partitions
 from marin_assets.defs.ray import step_log
 from marin_assets.defs.resources import MarinResource, source_or_fail
+from marin_assets.defs.slices import SLICED, slice_key
 
 # Who answers for the assets, and the tags the UI filters by: set here, once, for every stage.
 OWNERS = ["team:marin-data"]
@@ -39,8 +41,10 @@ def deps_for(spec: StageSpec) -> list[dg.AssetKey]:
     """The spec's inputs, plus ``source_pins`` for every per-source stage that does not read it:
     Dagster marks stale only the direct dependents of a changed data version, and a pin edit
     rebuilds the source's whole chain, so the whole chain is shown stale. Automation ignores
-    this extra edge (``conditions.per_source_condition``); the stage never reads it."""
-    deps = [key(i) for i in spec.inputs]
+    this extra edge (``conditions.per_source_condition``); the stage never reads it. A global
+    input that publishes per-source digests is read through its slice asset (``defs/slices.py``):
+    the stage turns stale only where its own part of the decision moved."""
+    deps = [slice_key(i.name) if spec.partitioned and i.name in SLICED else key(i) for i in spec.inputs]
     if spec.partitioned and spec.name != SOURCE_PINS.name and SOURCE_PINS not in spec.inputs:
         deps.append(key(SOURCE_PINS))
     return deps
@@ -51,7 +55,7 @@ def stage_asset(spec: StageSpec, **kwargs: Any) -> Callable[[Callable[..., Any]]
     for field in ("name", "deps", "partitions_def", "group_name", "code_version"):
         if field in kwargs:
             raise TypeError(f"stage_asset({spec.name}): '{field}' comes from the stage spec")
-    return dg.asset(
+    decorate = dg.asset(
         name=spec.name,
         deps=deps_for(spec),
         partitions_def=partitions_for(spec),
@@ -61,6 +65,22 @@ def stage_asset(spec: StageSpec, **kwargs: Any) -> Callable[[Callable[..., Any]]
         tags={**tags_for(spec), **kwargs.pop("tags", {})},
         **kwargs,
     )
+    return lambda fn: decorate(named_writer(fn))
+
+
+def named_writer(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` run with its Dagster run named as the writer of what it writes, so a second run
+    that wants to write the same output is told which run holds it."""
+
+    @functools.wraps(fn)
+    def run(context: Any, *args: Any, **kwargs: Any) -> Any:
+        token = storage.WRITER.set(f"run {context.run_id}")
+        try:
+            return fn(context, *args, **kwargs)
+        finally:
+            storage.WRITER.reset(token)
+
+    return run
 
 
 def shard_asset(spec: StageSpec) -> dg.AssetsDefinition:

@@ -41,6 +41,7 @@ from marin_assets.core.decon import semantic
 from marin_assets.core.decon.params import EITHER, RULES, DeconParams
 from marin_assets.core.decon.text_normalize import normalize_batch
 from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.integrity import check_text_ids
 from marin_assets.core.runtime.kernels import string_buffers
 
 # ----------------------------------------------------------------------------- the marin rule
@@ -367,6 +368,8 @@ def contamination_shard(input_uris: list[str], output_uri: str, params: DeconPar
     indexes = {rule: load_eval_index(params.index_uri, rule, params.index_cache_dir) for rule in ("marin", "coverage")}
     drops = {"marin": load_drop_set(params.drop_set_uris), "coverage": load_drop_set(params.coverage_drop_set_uris)}
     tables = [storage.read_parquet(u, columns=["id", params.text_column]) for u in normalized_uris]
+    for uri, read in zip(normalized_uris, tables):
+        check_text_ids(uri, read.column("id"), read.column(params.text_column))
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     texts = table.column(params.text_column)
     marks = {rule: mark_documents(texts, indexes[rule], drops[rule], params, rule) for rule in ("marin", "coverage")}

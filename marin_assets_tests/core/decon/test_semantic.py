@@ -14,6 +14,7 @@ from marin_assets.core.decon import rules as decon
 from marin_assets.core.decon import semantic
 from marin_assets.core.embed import embeddings as embed
 from marin_assets.core.runtime import stages, storage
+from marin_assets.core.runtime.integrity import text_ids
 from marin_assets.core.specs import EVAL_EMBEDDINGS
 from marin_assets.testing import paraphrase
 
@@ -146,7 +147,7 @@ def test_reworded_items_are_found_and_clean_code_and_word_problems_are_not(built
 
 def _shard(tmp_path, index_dir: str, texts: list[str]) -> tuple[list[str], decon.DeconParams]:
     """A normalized shard, its kept embeddings and the 13-gram index of the fixture's rows."""
-    ids = [f"doc{k}" for k in range(len(texts))]
+    ids = text_ids(texts)  # as normalize makes them (its readers check them)
     normalized = str(tmp_path / "normalized" / "shard-00000.parquet")
     # typed as normalized shards are; the embeddings shard stores plain strings
     storage.write_parquet(pa.table({"id": pa.array(ids, pa.large_string()), "text": pa.array(texts, pa.large_string())}), normalized)

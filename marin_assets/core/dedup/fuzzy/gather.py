@@ -22,6 +22,7 @@ from marin_assets.core.dedup.decisions import (
 from marin_assets.core.dedup.fuzzy.layout import REQUEST_SCHEMA, TEXT_SCHEMA, merge_runs, rows_of, section_uri, shard_runs, streamed_uri
 from marin_assets.core.dedup.fuzzy.state import FuzzyRun, Mapped
 from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.integrity import check_text_ids
 from marin_assets.core.runtime.runner import ShardResult, ShardTask
 
 
@@ -117,6 +118,7 @@ def _gather_shard(normalized_uri: str, nodes_file: str, requests: pa.Table, para
     expected = nodes_table.column("id").take(take).combine_chunks().cast(pa.string())
     if not ids.equals(expected):
         raise DedupError(f"source {params.source!r}: row order of its minhash buckets differs from {normalized_uri}; rematerialize minhash_buckets for {params.source!r}")
+    check_text_ids(normalized_uri, ids, table.column("text").take(take))
     texts = pc.utf8_slice_codeunits(pc.fill_null(table.column("text").take(take).combine_chunks().cast(pa.large_string()), ""), 0, params.max_chars)
     out = pa.table([requests.column("lkey"), requests.column("pos"), pa.array(node), texts, requests.column("big")], schema=TEXT_SCHEMA.append(pa.field("big", pa.bool_())))
     out = out.take(pc.sort_indices(out, sort_keys=[("key", "ascending"), ("pos", "ascending")]))
