@@ -13,8 +13,8 @@ clean documents found on the machine (standard-library functions, man pages, pac
 documentation, docstrings, generated math word problems). Items and clean documents are split
 in two (alternate rows): thresholds are calibrated on the first half (``--calibrate``: the
 lowest document and window cosines that keep false positives on its clean documents <= 0.2%,
-the two paths together: <= 0.1% each), recall and false positives are reported on the second half with the thresholds
-committed in ``SemanticParams``.
+the two paths together: <= 0.1% each), recall and false positives are reported on the second
+half with the thresholds committed in ``SemanticParams``.
 
 Every document is embedded once by ``embed_shard`` (the ``embeddings`` asset's task, int8 kept
 vectors) with the bundled offline model; the semantic tier then reads those vectors and encodes
@@ -61,7 +61,6 @@ class VectorCache:
     def __init__(self, folder: str, model: str, kind: str):
         self.path = os.path.join(folder, f"{model.replace('/', '_')}-{kind}.npz")
         self.vectors: dict[str, np.ndarray] = {}
-        self.hits = 0
         if os.path.exists(self.path):
             with np.load(self.path) as saved:
                 self.vectors = dict(zip(saved["keys"].tolist(), saved["vectors"]))
@@ -74,7 +73,6 @@ class VectorCache:
         """Vectors of ``texts``, computing (``compute(missing texts)``) only those not cached."""
         keys = [self.key(t) for t in texts]
         missing = sorted({k: t for k, t in zip(keys, texts) if k not in self.vectors}.items())
-        self.hits += len(texts) - len(missing)
         if missing:
             self.vectors.update(zip([k for k, _ in missing], compute([t for _, t in missing])))
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -82,7 +80,7 @@ class VectorCache:
         return np.stack([self.vectors[k] for k in keys]) if keys else np.zeros((0, 0), np.float32)
 
 
-def _cached_window_encoder(folder: str, model: str) -> VectorCache:
+def _cache_window_encoding(folder: str, model: str) -> None:
     """Route the tier's window encoding through a cache (the bench's reruns only)."""
     cache, encode = VectorCache(folder, model, "windows"), embed.encode_texts
 
@@ -91,7 +89,6 @@ def _cached_window_encoder(folder: str, model: str) -> VectorCache:
         return vectors.reshape(len(texts), -1).astype(np.float32), {}
 
     embed.encode_texts = encode_texts
-    return cache
 
 
 def _embedding_pass(texts: list[str], tmp: str) -> tuple[np.ndarray, float]:
@@ -128,7 +125,7 @@ def run(tmp: str) -> dict:
     texts = [t for _, _, t in planted] + [t for _, t in clean]
     vectors, embed_cpu = _embedding_pass(texts, tmp)
     if os.environ.get("BENCH_SEMANTIC_CACHE"):
-        _cached_window_encoder(os.environ["BENCH_SEMANTIC_CACHE"], encoder.model)
+        _cache_window_encoding(os.environ["BENCH_SEMANTIC_CACHE"], encoder.model)
     started = time.process_time()
     marks = semantic.mark_semantic(texts, vectors, index, encoder)
     tier_cpu = time.process_time() - started

@@ -236,7 +236,8 @@ def _candidate_windows(texts: Sequence[str], index: EvalEmbeddings, params: Sema
     half = max(params.window_lookup_tokens // 2, 1)
     doc_of, win_rows, win_cols, spans = [], [], [], []
     for d, text in enumerate(texts):
-        found = [(m.start(), m.end(), index.term_ids.get(t, -1)) for m in WORD.finditer(text or "") for t in token_terms(m.group())]
+        found = [(m.start(), m.end(), index.term_ids.get(t, -1))
+                 for m in WORD.finditer(text or "") for t in token_terms(m.group())]
         pos = np.array([k for k, f in enumerate(found) if f[2] >= 0], dtype=np.int64)
         if len(pos) < params.lexical_min_terms:
             continue
