@@ -152,12 +152,12 @@ def _gather_groups(run: FuzzyRun, mapped: Mapped, plans: Sequence[ShardResult], 
                 return True
         return False
 
-    chosen = [i for i, (_, _, _, first, rows, runs) in enumerate(mapped.shards) if requested(first, rows, runs)]
+    shards = mapped.shards
+    wanted = np.fromiter((requested(int(shards.first[i]), int(shards.rows[i]), shards.runs_of(i)) for i in range(len(shards))), bool, count=len(shards))
     if incremental:
-        per = run.scale.shards_per_map
+        chosen, per = np.flatnonzero(wanted).tolist(), run.scale.shards_per_map
         return [chosen[g : g + per] for g in range(0, len(chosen), per)]
-    keep = set(chosen)
-    return [idx for idx in ([i for i in group if i in keep] for group in mapped.groups) if idx]
+    return [idx for idx in ([i for i in group if wanted[i]] for group in mapped.groups) if idx]
 
 
 def run_gather(run: FuzzyRun, mapped: Mapped, plans: Sequence[ShardResult], incremental: bool, verify_parts: int, prefix: str) -> list[ShardResult]:
