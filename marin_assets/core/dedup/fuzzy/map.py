@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -197,12 +197,12 @@ def _map_tasks(run: FuzzyRun) -> tuple[list[ShardTask], bool, bool]:
     return tasks, lost_shards, renumbered
 
 
-def node_tables(run: FuzzyRun, mapped: Mapped) -> dict[str, dict[str, str]]:
+def node_tables(run: FuzzyRun, mapped: Mapped) -> Iterator[tuple[str, dict[str, str]]]:
     """Per source, each bucket shard's node table by shard name, for the state (the next run
-    joins a changed source's shards against them); made when the state is written, not held
-    through the run beside the shards that name them."""
+    joins a changed source's shards against them), one source at a time as the state is written."""
     shards = iter(mapped.shards)  # in the run's source and shard order, as the map tasks were made
-    return {source: {storage.basename(b_uri): next(shards)[2] for b_uri, _, _ in run.shards[source]} for source in run.sources}
+    for source in run.sources:
+        yield source, {storage.basename(b_uri): next(shards)[2] for b_uri, _, _ in run.shards[source]}
 
 
 def _own_runs(run: FuzzyRun, tasks: list[ShardTask], mapped: list[ShardResult]) -> dict[int, tuple[tuple[int, int], ...]]:
