@@ -23,9 +23,12 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e ".[test]"
 	touch $@
 
+# The instance's storage is created here, once, before any run: runs started at once on a fresh
+# instance would each create it.
 home:
 	@mkdir -p $(DAGSTER_HOME) $(MARIN_PREFIX)
 	@ln -sf $(CURDIR)/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+	@$(BIN)/marin-assets instance
 
 ## Run the whole pipeline offline on the bundled sample, into DAGSTER_HOME and MARIN_PREFIX.
 demo: install home

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 
 import numpy as np
@@ -74,4 +75,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(harness.exit_status(main()))

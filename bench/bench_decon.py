@@ -30,6 +30,8 @@ rounds, median and range (min..max) of the per-round ratios, each child's own pe
 ratio is per core and holds on a loaded machine; the load average is printed beside it.
 Goal: >= 5x the reference per CPU second, both rules.
 
+``--semantic`` runs the semantic tier's bench instead (``bench/bench_semantic.py``: reworded eval items).
+
 ``python -m bench --only decon`` (or ``make bench``) runs both parts; ``--planted`` runs only
 the planted benchmark; ``BENCH_QUICK=1`` (``--quick``) runs one round.
 """
@@ -480,6 +482,10 @@ def speed() -> bool:
 
 
 def main() -> int:
+    if "--semantic" in sys.argv:  # the semantic tier on the paraphrase fixture (bench_semantic)
+        from bench import bench_semantic
+
+        return bench_semantic.main()
     if "--quick" in sys.argv:
         os.environ["BENCH_QUICK"] = "1"
         harness.QUICK = True
@@ -494,4 +500,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.exit_status(main()))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import tempfile
 
 import numpy as np
@@ -265,4 +266,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(harness.exit_status(main()))

@@ -31,6 +31,7 @@ import json
 import os
 import random
 import statistics
+import sys
 import tempfile
 
 import numpy as np
@@ -262,4 +263,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(harness.exit_status(main()))

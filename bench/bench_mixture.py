@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import sys
 import time
 
 import numpy as np
 
-from bench.harness import absolute_goal, pick
+from bench.harness import absolute_goal, exit_status, pick
 from marin_assets.core.mixture import fit as mf
 from marin_assets.core.mixture import gates
 from marin_assets.core.mixture import swarm as ms
@@ -155,4 +156,4 @@ def small_groups_study(seed: int, n_runs: int) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main()))

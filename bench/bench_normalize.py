@@ -27,6 +27,7 @@ whole file, normalize a batch and a shard).
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 
 import numpy as np
@@ -211,4 +212,4 @@ def json_lines(workdir: str, rng: np.random.Generator, pool: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(harness.exit_status(main()))

@@ -49,6 +49,7 @@ of the pipeline's stages to a goal; a stage without a peer says so and why.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 
 import numpy as np
@@ -842,4 +843,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(harness.exit_status(main()))

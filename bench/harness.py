@@ -261,14 +261,23 @@ class Goal:
 
     def check(self, result: Result) -> bool:
         value, shown = self.measure(result)
-        passed = bool(self.holds(value))
-        print(f"  goal: {self.text}: {shown} -> {'PASS' if passed else 'MISS'}", flush=True)
-        record(self.text, passed, shown)
-        return passed
+        return absolute_goal(self.text, shown, bool(self.holds(value)))
+
+
+MISSED: list[str] = []  # the goals this process missed: its exit status (``exit_status``)
+_FORCE_MISS = "BENCH_MISS"  # a goal whose text contains this counts as missed: how a test checks the exit status
+
+
+def exit_status(code: int | None = None) -> int:
+    """A bench's exit status: its own when non-zero, else 1 when one of its goals missed."""
+    return int(code or 0) or (1 if MISSED else 0)
 
 
 def record(goal: str, passed: bool, shown: str) -> None:
-    """Append a verdict to the runner's summary file (when run under ``python -m bench``)."""
+    """Note a verdict (a miss sets the exit status) and append it to the runner's summary file
+    (when run under ``python -m bench``)."""
+    if not passed:
+        MISSED.append(goal)
     path = os.environ.get(_VERDICTS)
     if path:
         with open(path, "a") as handle:
@@ -317,6 +326,8 @@ def cost_growth_goal(small: str, large: str, at_most: float, text: str | None = 
 
 def absolute_goal(text: str, shown: str, holds: bool) -> bool:
     """A goal on a figure measured outside :func:`compare` (e.g. a time limit)."""
+    forced = os.environ.get(_FORCE_MISS)
+    holds = holds and not (forced and forced in text)
     print(f"  goal: {text}: {shown} -> {'PASS' if holds else 'MISS'}", flush=True)
     record(text, holds, shown)
     return holds

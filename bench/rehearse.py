@@ -355,7 +355,7 @@ def main() -> int:
     ok &= print_normalize_tasks(runs, drivers["normalize"]["levels"])
     ok &= rehearse_tasks.every_stage()
     print(f"rehearse: {time.perf_counter() - started:.0f} s; {'every goal met' if ok else 'some goals MISSED'}", flush=True)
-    return 0
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@
     marin-assets evals lock         pin the eval registry: branch -> commit, web file -> sha256 and rows
     marin-assets dev                the Dagster UI on the embedded default (demo Hub if no HF_ENDPOINT)
     marin-assets build [--sources a,b]  each source's chain and the global steps after it, one backfill, followed to the end
+    marin-assets verify [--sources a,b]  re-read published outputs; every file against its recorded size and digest
+    marin-assets instance           create the DAGSTER_HOME instance's storage once, before any run
     marin-assets runs [--free]      runs whose process died (still STARTED, holding pool slots); --free frees them
 """
 
@@ -77,6 +79,16 @@ def _cmd_serve_hub(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_instance(args: argparse.Namespace) -> int:
+    """Create the DAGSTER_HOME instance's storage (its databases and their schema version) now,
+    in one process: runs started at once on a fresh instance would each create it, and a
+    version table stamped twice leaves every later command failing."""
+    from dagster import DagsterInstance
+
+    DagsterInstance.get().dispose()
+    return 0
+
+
 def _cmd_runs(args: argparse.Namespace) -> int:
     """List (and with ``--free`` fail and release) runs whose process is gone, on the DAGSTER_HOME instance."""
     from dagster import DagsterInstance
@@ -90,6 +102,24 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     finally:
         instance.dispose()
     return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    """Re-read every published output (of ``--sources``) and compare each file with its manifest's size and digest."""
+    from marin_assets.catalog.sources import load_catalog
+    from marin_assets.core import specs
+    from marin_assets.core.runtime import stages
+    from marin_assets.defs.resources import MarinResource
+
+    sources = args.sources.split(",") if args.sources else [s.name for s in load_catalog(_catalog_path(args))]
+    checked, damaged = 0, 0
+    for uri, found in stages.verify_outputs(MarinResource().layout(), specs.ALL, sources):
+        checked += 1
+        damaged += bool(found)
+        for name, why in found.items():
+            print(f"DAMAGED {name}: {why}")
+    print(f"{checked} outputs checked, {damaged} damaged" + ("; rematerialize their partitions: a damaged output is rebuilt, not reused" if damaged else ""))
+    return 1 if damaged else 0
 
 
 def _cmd_evals(args: argparse.Namespace) -> int:
@@ -233,6 +263,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=7 * 24 * 3600, help="seconds to follow it at most")
     p.add_argument("--poll", type=float, default=10.0, help="seconds between polls")
     p.set_defaults(fn=_cmd_build)
+
+    p = sub.add_parser("verify", help="re-read published outputs and compare every file with its recorded size and digest")
+    p.add_argument("--sources", default="", help="comma-separated catalog sources (default: every source)")
+    p.add_argument("--catalog", default=None, help="catalog file (default: MARIN_CATALOG or the packaged one)")
+    p.set_defaults(fn=_cmd_verify)
+
+    p = sub.add_parser("instance", help="create the DAGSTER_HOME instance's storage once, before any run (make home does)")
+    p.set_defaults(fn=_cmd_instance)
 
     p = sub.add_parser("runs", help="runs whose process died and that still hold pool slots")
     p.add_argument("--free", action="store_true", help="mark them failed and free their pool slots")

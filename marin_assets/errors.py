@@ -36,6 +36,10 @@ class ConfigurationError(MarinError):
     """The catalog, a setting or a recipe is wrong."""
 
 
+class CorruptOutput(IntegrityFailure):
+    """A published file whose bytes differ from those its stage wrote (a flipped bit, a cut-off file)."""
+
+
 KINDS = (BadInput, ProviderRefused, IntegrityFailure, ConfigurationError)
 
 # A server that serves only part of the catalog (the local demo Hub) says so on every 404, in

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import pathlib
+import subprocess
+import sys
+
 import pytest
 
 from bench import harness
@@ -79,3 +84,52 @@ def test_every_stage_held_by_bench_stages_has_a_row_that_runs() -> None:
     assert set(bench_stages.ROWS) == held, "map each stage bench_stages holds to its row in ROWS"
     for row in set(bench_stages.ROWS.values()):
         assert callable(getattr(bench_stages, f"{row}_rows", None)), f"row {row!r} has no {row}_rows function"
+
+
+# --------------------------------------------------------------------------- exit status
+
+
+def test_every_bench_exits_with_its_goals_verdict() -> None:
+    """Each bench ends through ``exit_status``: a missed goal exits 1, not 0."""
+    benches = sorted(pathlib.Path(harness.__file__).parent.glob("bench_*.py"))
+    assert benches
+    for bench in benches:
+        tail = bench.read_text().rsplit('if __name__ == "__main__":', 1)[-1]
+        assert "exit_status(main())" in tail, f"{bench.name} does not exit with its goals' verdict"
+
+
+def test_a_missed_goal_sets_the_exit_status(monkeypatch) -> None:
+    monkeypatch.setattr(harness, "MISSED", [])
+    assert harness.absolute_goal("rows per second >= 1", "2", True) and harness.exit_status(None) == 0
+    monkeypatch.setenv("BENCH_MISS", "per second")
+    assert not harness.absolute_goal("rows per second >= 1", "2", True)
+    assert harness.exit_status(None) == 1 and harness.exit_status(3) == 3
+
+
+@pytest.mark.system  # a whole (quick) bench in a child process, ~40 s
+def test_a_bench_with_one_goal_forced_to_miss_exits_non_zero(tmp_path) -> None:
+    root = pathlib.Path(harness.__file__).parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "BENCH_QUICK": "1", "BENCH_MISS": "argmin regret"}
+    done = subprocess.run([sys.executable, "-m", "bench", "--only", "mixture"], cwd=root, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert "MISS  mixture    top-k regret <= argmin regret" in done.stdout, done.stdout[-3000:]
+    assert done.returncode == 1 and "failed to run" not in done.stdout
+
+
+def test_rehearse_exits_non_zero_when_one_goal_misses(monkeypatch) -> None:
+    from bench import rehearse
+
+    def drivers(*_args) -> dict:
+        return {}
+
+    for name in ("rehearse_normalize", "rehearse_per_shard", "rehearse_quality_bands", "rehearse_compaction", "event_log_before_after"):
+        monkeypatch.setattr(rehearse, name, lambda *_a, **_k: {"levels": {}})
+    monkeypatch.setattr(rehearse, "pool_sources", lambda: [rehearse.SourceSize("probe", 1)])
+    monkeypatch.setattr(rehearse, "print_drivers", lambda *_a, **_k: True)
+    monkeypatch.setattr(rehearse, "normalize_at", lambda *_a: None)
+    monkeypatch.setattr(rehearse.rehearse_global, "rehearse_global_stages", drivers)
+    monkeypatch.setattr(rehearse.rehearse_global, "measure_fit", lambda *_a: True)
+    monkeypatch.setattr(rehearse.rehearse_tasks, "every_stage", lambda: True)
+    monkeypatch.setattr(rehearse, "print_normalize_tasks", lambda *_a: True)
+    assert rehearse.main() == 0
+    monkeypatch.setattr(rehearse.rehearse_tasks, "every_stage", lambda: False)  # one goal missed
+    assert rehearse.main() == 1

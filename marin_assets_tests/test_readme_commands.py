@@ -37,6 +37,7 @@ NOT_RUN = {
     "make test-fast": "the test suite itself",
     ".venv/bin/marin-assets runs": "inspects the instance of a running `make dev` (its own tests are in faults/)",
     ".venv/bin/marin-assets runs --free": "repairs the instance of a running `make dev` (its own tests are in faults/)",
+    ".venv/bin/marin-assets verify --sources cp/peps": "reads a built prefix's outputs (its own test is in faults/test_published.py)",
     "make install": "installs into the virtualenv (the copy shares the project's)",
     "make check": "depends on make install (same as dg check defs, run as a system test)",
     "make bench": "the benchmarks",

@@ -11,6 +11,10 @@ runs: the demo Hub's commit ids depend on when it was built, and every fingerpri
 
     .venv/bin/python scripts/compare_roots.py BEFORE AFTER [--rename OLD=NEW ...]
 
+``--rows`` compares Parquet files by their rows (values, column names and types, a large string
+the same as a string) instead of their bytes: for a change that writes the same rows in another
+encoding (page checksums, another writer, other row-group sizes).
+
 Exits 1 when a data file differs or exists on one side only.
 """
 
@@ -58,9 +62,9 @@ def _steady(value: object) -> object:
     return value
 
 
-def content(path: pathlib.Path, root: pathlib.Path) -> bytes:
+def content(path: pathlib.Path, root: pathlib.Path, rows: bool = False) -> bytes:
     data = path.read_bytes()
-    if path.suffix == ".parquet" and str(root).encode() in data:
+    if path.suffix == ".parquet" and (rows or str(root).encode() in data):
         return _parquet_without_root(path, root)
     if path.suffix not in TEXT:
         return data
@@ -78,7 +82,9 @@ def _parquet_without_root(path: pathlib.Path, root: pathlib.Path) -> bytes:
     import pyarrow.parquet as pq  # noqa: PLC0415
 
     table = pq.read_table(path)
-    columns = [pc.replace_substring(c, str(root), "<root>") if pa.types.is_string(c.type) else c for c in table.columns]
+    plain = {pa.large_string(): pa.string(), pa.large_binary(): pa.binary()}
+    columns = [c.cast(plain[c.type]) if c.type in plain else c for c in table.columns]
+    columns = [pc.replace_substring(c, str(root), "<root>") if pa.types.is_string(c.type) else c for c in columns]
     return repr(pa.table(columns, names=table.column_names).to_pylist()).encode()
 
 
@@ -87,11 +93,12 @@ def main() -> int:
     parser.add_argument("before", type=pathlib.Path)
     parser.add_argument("after", type=pathlib.Path)
     parser.add_argument("--rename", action="append", default=[], help="OLD=NEW relative folder of a renamed stage")
+    parser.add_argument("--rows", action="store_true", help="compare Parquet files by their rows, not their bytes")
     args = parser.parse_args()
     renames = [tuple(r.split("=", 1)) for r in args.rename]
     before, after = files(args.before, renames), files(args.after, [])
     data = sorted(k for k in set(before) | set(after) if not is_record(k))
-    same = [k for k in data if k in before and k in after and content(before[k], args.before) == content(after[k], args.after)]
+    same = [k for k in data if k in before and k in after and content(before[k], args.before, args.rows) == content(after[k], args.after, args.rows)]
     differ = [k for k in data if k in before and k in after and k not in same]
     only_before = [k for k in data if k not in after]
     only_after = [k for k in data if k not in before]
@@ -99,7 +106,7 @@ def main() -> int:
     for label, keys in (("DIFFER", differ), ("ONLY BEFORE", only_before), ("ONLY AFTER", only_after)):
         for k in keys:
             print(f"{label}: {k}")
-    print(f"data files: {len(data)}, byte-identical: {len(same)}, differ: {len(differ)}, "
+    print(f"data files: {len(data)}, {'identical (Parquet by rows)' if args.rows else 'byte-identical'}: {len(same)}, differ: {len(differ)}, "
           f"only before: {len(only_before)}, only after: {len(only_after)}; runner records not compared: {len(records)}")
     return 1 if differ or only_before or only_after else 0
 

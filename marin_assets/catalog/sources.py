@@ -224,13 +224,29 @@ def load_catalog(path: str | Path | None = None, *, strict: bool = True,
     report listing what is not implemented yet, or a reader of pins).
     """
     where = Path(path) if path is not None else default_catalog_path()
+    return parse_catalog(read_catalog_file(where), path=str(where), strict=strict, known_formats=known_formats,
+                         known_transforms=known_transforms)  # fmt: skip
+
+
+# A catalog file is read whole: the packaged one is about 90 kB; this leaves room for 700 times more.
+MAX_CATALOG_BYTES = 64 << 20
+
+
+def read_catalog_file(where: Path) -> dict[str, Any]:
+    """The catalog file's TOML, or ``CatalogError`` naming it: missing, over ``MAX_CATALOG_BYTES``,
+    not TOML, or nested too deeply to read."""
     try:
-        raw = tomllib.loads(where.read_text(encoding="utf-8"))
+        size = where.stat().st_size
+        if size > MAX_CATALOG_BYTES:
+            raise CatalogError(f"catalog file {str(where)!r} is {size} bytes, over the {MAX_CATALOG_BYTES}-byte limit; "
+                               "is it the catalog? split it or point MARIN_CATALOG at the right file", path=str(where))  # fmt: skip
+        return tomllib.loads(where.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise CatalogError(f"catalog file {str(where)!r} does not exist", path=str(where)) from None
     except tomllib.TOMLDecodeError as exc:
         raise CatalogError(f"catalog file {str(where)!r} is not valid TOML: {exc}", path=str(where)) from None
-    return parse_catalog(raw, path=str(where), strict=strict, known_formats=known_formats, known_transforms=known_transforms)
+    except RecursionError:
+        raise CatalogError(f"catalog file {str(where)!r} nests arrays or tables too deeply to read; fix the file", path=str(where)) from None
 
 
 def parse_catalog(raw: Mapping[str, Any], path: str = "", *, strict: bool = True,

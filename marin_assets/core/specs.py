@@ -13,6 +13,8 @@ import dataclasses
 
 from marin_assets.core.decon.rules import CODE_VERSION as DECON_CODE_VERSION
 from marin_assets.core.decon.rules import DeconParams
+from marin_assets.core.decon.semantic import CODE_VERSION as SEMANTIC_CODE_VERSION
+from marin_assets.core.decon.semantic import SemanticParams
 from marin_assets.core.dedup.decisions import ExactDedupParams, FuzzyDedupParams
 from marin_assets.core.dedup.minhash import MinHashParams, minhash_shard
 from marin_assets.core.embed.embeddings import EmbedParams
@@ -94,19 +96,25 @@ EVAL_NGRAMS = StageSpec(
     "eval_ngrams", (), partitioned=False, params=DeconParams, code_version=DECON_CODE_VERSION, group="decon",
     phase="eval_index", step=StepSize("2", "8Gi"), bench=Bench("decon", "index build inside the marking rows (production index size)"),
 )
+EVAL_EMBEDDINGS = StageSpec(
+    "eval_embeddings", (), partitioned=False, params=SemanticParams, code_version=SEMANTIC_CODE_VERSION, group="decon",
+    phase="eval_index", bench=Bench("semantic", "recall of reworded eval items standalone and inside long documents, false positives, CPU beside the embedding pass"),
+)
 BOILERPLATE_NGRAMS = StageSpec(
     "boilerplate_ngrams", (NORMALIZED, EVAL_NGRAMS), partitioned=False, params=DeconParams, code_version=DECON_CODE_VERSION, group="decon",
     phase="global_decisions", bench=Bench("decon", "drop sets computed on the planted source"),
-)
-CONTAMINATION = StageSpec(
-    "contamination", (NORMALIZED, EVAL_NGRAMS, BOILERPLATE_NGRAMS), params=DeconParams, code_version=DECON_CODE_VERSION, group="decon",
-    phase="source_attributes", bench=Bench("stages", "contamination_shard vs a Python set of 13-gram strings, per CPU second and memory"),
 )
 
 # embeddings, topics and quality (one family: everything read off the document vectors)
 EMBEDDINGS = StageSpec(
     "embeddings", (NORMALIZED,), params=EmbedParams, group="embed",
     phase="source_chain", step=StepSize("8", "32Gi", gpu=1), bench=Bench("embed", "embed_shard vs a bare SentenceTransformer.encode"),
+)
+
+# the 13-gram rules and the semantic tier, which reads the kept document vectors
+CONTAMINATION = StageSpec(
+    "contamination", (NORMALIZED, EVAL_NGRAMS, BOILERPLATE_NGRAMS, EMBEDDINGS, EVAL_EMBEDDINGS), params=DeconParams, code_version=DECON_CODE_VERSION, group="decon",
+    phase="source_attributes", bench=Bench("stages", "contamination_shard vs a Python set of 13-gram strings, per CPU second and memory"),
 )
 TOPIC_MODEL = StageSpec(
     "topic_model", (EMBEDDINGS, NORMALIZED), partitioned=False, params=TopicParams, group="embed",

@@ -150,6 +150,7 @@ class CurationResource(SettingsResource):
 
     annotations: str | None = setting("MARIN_QUALITY_ANNOTATIONS", "the pinned Hub annotation set (demo: `marin_assets/demo/quality_labels.jsonl`)", "quality labels (`text`, `score` 0-5), a local JSONL or Parquet file")
     tokenizer: str | None = setting("MARIN_TOKENIZER", "offline tokenizer with the offline encoder, else `marin-community/marin-tokenizer` at its pin", "`offline` or `repo@revision`")
+    semantic_policy: str | None = setting("MARIN_SEMANTIC_POLICY", "`flag`", "semantic decontamination: `flag` (reported per source and eval set) or `drop` (the pool drops the documents too)")
     band_method: str | None = setting("MARIN_BAND_METHOD", "`quantile`", "`quantile` (5 bands within each topic) or `fixed` (0.2/0.4/0.6/0.8)")
     token_budget: float | None = setting("MARIN_TOKEN_BUDGET", "unset", "training tokens the mixture is for; caps each group at 8 epochs")
     report_scale: str | None = setting("MARIN_REPORT_SCALE", "`1` (the full corpus; the demo: `fit`)", "rebuild report: expected tokens = catalog `rough_tokens_b` x this; `fit` fits it to the sources built (a sample)")

@@ -3,12 +3,13 @@ the spec (``marin_assets.core.specs``), so an asset's ``deps`` are its declared 
 ``source_pins`` for per-source stages, see ``deps_for``). A spec that names its shard function
 gets its whole asset here (``shard_asset``); the others are written with ``stage_asset``."""
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import dagster as dg
 
-from marin_assets.core.runtime import stages
+from marin_assets.core.runtime import stages, storage
 from marin_assets.core.runtime.stages import StageSpec
 from marin_assets.core.specs import SOURCE_PINS
 from marin_assets.defs.metadata import materialized
@@ -51,7 +52,7 @@ def stage_asset(spec: StageSpec, **kwargs: Any) -> Callable[[Callable[..., Any]]
     for field in ("name", "deps", "partitions_def", "group_name", "code_version"):
         if field in kwargs:
             raise TypeError(f"stage_asset({spec.name}): '{field}' comes from the stage spec")
-    return dg.asset(
+    decorate = dg.asset(
         name=spec.name,
         deps=deps_for(spec),
         partitions_def=partitions_for(spec),
@@ -61,6 +62,22 @@ def stage_asset(spec: StageSpec, **kwargs: Any) -> Callable[[Callable[..., Any]]
         tags={**tags_for(spec), **kwargs.pop("tags", {})},
         **kwargs,
     )
+    return lambda fn: decorate(named_writer(fn))
+
+
+def named_writer(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` run with its Dagster run named as the writer of what it writes, so a second run
+    that wants to write the same output is told which run holds it."""
+
+    @functools.wraps(fn)
+    def run(context: Any, *args: Any, **kwargs: Any) -> Any:
+        token = storage.WRITER.set(f"run {context.run_id}")
+        try:
+            return fn(context, *args, **kwargs)
+        finally:
+            storage.WRITER.reset(token)
+
+    return run
 
 
 def shard_asset(spec: StageSpec) -> dg.AssetsDefinition:

@@ -26,6 +26,7 @@ DEMO_STUDY = swarm_core.StudyParams(
     seq_len=64,  # the demo's groups are small: short sequences keep most of them in a proxy
     search_candidates=4_000,
     search_rounds=4,
+    train_run=swarm_core.NGRAM_TRAINER,  # seconds per proxy; a real study trains the language-model proxy (the default)
     proxy=swarm_core.ProxyTrainerParams(order=3, eval_set="locked"),
 )
 

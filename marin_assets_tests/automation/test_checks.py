@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from marin_assets.core.runtime import storage
+from marin_assets.core.runtime import integrity, storage
 from marin_assets_tests.automation.sources import LIBRE, PEPS, publish_source
 from marin_assets_tests.automation.sources import run_with_checks as run
 
@@ -38,8 +38,31 @@ def test_normalized_and_minhash_checks_pass_then_catch_damage(pipeline, hub_stor
     storage.write_parquet(storage.read_parquet(minhash).slice(1), minhash)  # a row short
     damaged = verdicts(run(pipeline, checks_of("normalized", "minhash_buckets"), PEPS))
     assert not damaged["normalized:schema"].passed and "not sorted by id" in damaged["normalized:schema"].description
-    assert damaged["normalized:rows"].passed
+    rows = damaged["normalized:rows"]  # the rows are all there; the file is not the one published
+    assert not rows.passed and f"{shard}: its size is" in rows.description and "rematerialize" in rows.description
     assert not damaged["minhash_buckets:co_partitioned"].passed and "input has 6" in damaged["minhash_buckets:co_partitioned"].description
+
+
+def test_a_cut_off_shard_fails_the_checks_by_name_and_rematerializing_repairs_it(pipeline, hub_store) -> None:
+    publish_source(hub_store, PEPS)
+    first = run(pipeline, ["raw_files", "normalized"], PEPS, raise_on_error=True)
+    shard = storage.list_shards(output(pipeline, first, "normalized"))[0]
+    whole = storage.read_bytes(shard)
+    storage.write_bytes(shard, whole[: len(whole) // 2])
+    damaged = verdicts(run(pipeline, checks_of("normalized"), PEPS))
+    for check in ("rows", "schema"):  # each fails naming the file, none crashes
+        assert not damaged[f"normalized:{check}"].passed and shard in damaged[f"normalized:{check}"].description
+    again = run(pipeline, ["normalized"], PEPS, raise_on_error=True)
+    assert pipeline.metadata(again, "normalized")["reused"] is False and storage.read_bytes(shard) == whole
+    assert all(v.passed for v in verdicts(again).values())
+
+
+def record(shard: str) -> None:
+    """Record ``shard``'s bytes in its output's manifest, as if its stage had written them."""
+    folder = shard.rsplit("/", 1)[0]
+    manifest = storage.read_manifest(folder)
+    manifest["files"][storage.basename(shard)] = [storage.size(shard), integrity.file_digest(shard)]
+    storage.write_manifest(folder, manifest)
 
 
 def test_a_failed_blocking_check_stops_the_rest_of_the_chain(pipeline, hub_store) -> None:
@@ -47,7 +70,8 @@ def test_a_failed_blocking_check_stops_the_rest_of_the_chain(pipeline, hub_store
     first = run(pipeline, ["raw_files", "normalized"], LIBRE, raise_on_error=True)
     shard = storage.list_shards(output(pipeline, first, "normalized"))[0]
     table = storage.read_parquet(shard)
-    storage.write_parquet(table.select(["text", "id", "source_id"]), shard)  # damaged on disk after the fact
+    storage.write_parquet(table.select(["text", "id", "source_id"]), shard)  # written wrong by the stage itself:
+    record(shard)  # its manifest records these bytes
     result = run(pipeline, ["normalized", "minhash_buckets"], LIBRE)
     assert pipeline.metadata(result, "normalized")["reused"] is True, "the stored output is reused as it is..."
     schema = verdicts(result)["normalized:schema"]

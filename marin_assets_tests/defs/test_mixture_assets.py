@@ -17,6 +17,7 @@ import polars as pl
 import pytest
 
 from marin_assets.core.mixture import swarm as ms
+from marin_assets.core.mixture.lm_params import LMProxyParams
 from marin_assets.core.pool.groups import sampling_groups, write_sampling_groups
 from marin_assets.core.runtime import stages, storage
 from marin_assets.core.specs import MIXTURE_SWARM, SAMPLING_GROUPS
@@ -184,7 +185,8 @@ def test_sensor_picks_up_external_results_and_refits(env) -> None:
 def test_builtin_trainer_runs_a_study_with_metadata_and_pictures(env) -> None:
     root, defs, instance = env
     study = ms.StudyParams(name="builtin", target_budget=20_000.0, proxy_budget=4_000.0, n_runs=4, seq_len=16,
-                           search_candidates=500, search_rounds=2, proxy=ms.ProxyTrainerParams(order=2, holdout_mod=4))
+                           search_candidates=500, search_rounds=2, proxy=ms.ProxyTrainerParams(holdout_mod=4),
+                           lm=LMProxyParams(context=16, batch_size=4))  # the language-model proxy: 62 steps of 4 x 16 bytes
     ms.write_study(root, study)
     instance.add_dynamic_partitions(STUDIES, ["builtin"])
     swarm = defs.resolve_job_def("mixture_proposal").execute_in_process(partition_key="builtin", instance=instance)

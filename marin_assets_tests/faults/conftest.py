@@ -4,8 +4,8 @@ Every test runs in a ``world``: a folder holding the data root (several levels d
 path climbing out with ``..`` still lands inside the world where the walk sees it), the
 staging folder, and whatever servers the test starts. After the test the world is walked:
 no file may lie outside the data root (staging must be empty), no credential may have reached
-a host other than its own, the rows the test counted must add up, and every peak resident size
-it measured must lie within its bound.
+a host other than its own, the rows the test counted must add up, no document may reach a
+reader altered, and every peak resident size it measured must lie within its bound.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ class World:
     rows_in: int = 0
     rows_out: int = 0
     drops: int = 0
+    altered: int = 0  # documents read back, or passed downstream, with other text than was written
     peaks: list[tuple[str, int, int]] = dataclasses.field(default_factory=list)  # (what, grown bytes, bound)
 
     def inject(self, n: int = 1) -> None:
@@ -44,6 +45,9 @@ class World:
         self.rows_in += rows_in
         self.rows_out += rows_out
         self.drops += drops
+
+    def documents_altered(self, n: int) -> None:
+        self.altered += n
 
     def peak(self, what: str, grown: int, bound: int) -> None:
         """A reading process's peak resident size grew by ``grown`` bytes; ``bound`` is what it may grow."""
@@ -98,9 +102,11 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     LEDGER.outside += len(outside)
     LEDGER.credentials_off_host += len(sent)
     LEDGER.rows_lost += max(0, lost)
+    LEDGER.documents_altered += w.altered
     assert not outside, f"files written outside the data root or left in staging: {outside}"
     assert not sent, f"a credential reached another host: {sent}"
     assert lost == 0, f"rows in {w.rows_in} != rows out {w.rows_out} + counted drops {w.drops}"
+    assert w.altered == 0, f"{w.altered} documents reached a reader with other text than was written"
     assert not over, f"reading grew a process's peak beyond its configured size: {over}"
 
 

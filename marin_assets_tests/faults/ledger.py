@@ -12,6 +12,7 @@ from pathlib import Path
 class Ledger:
     faults: int = 0
     rows_lost: int = 0
+    documents_altered: int = 0  # documents a reader or a later stage got with other bytes than were written
     outside: int = 0
     credentials_off_host: int = 0
     peaks: int = 0  # reading processes whose peak resident size (VmHWM) was measured
@@ -19,7 +20,7 @@ class Ledger:
 
     def line(self) -> str:
         return (
-            f"fault suite: {self.faults} faults injected, {self.rows_lost} rows lost, "
+            f"fault suite: {self.faults} faults injected, {self.rows_lost} rows lost, {self.documents_altered} documents altered, "
             f"{self.outside} files outside the prefix, {self.credentials_off_host} credentials sent off-host, "
             f"{self.peaks_over} of {self.peaks} measured task peaks over their configured size"
         )

@@ -37,6 +37,11 @@ from marin_assets.core.ingest import formats
 from marin_assets.core.ingest.providers import ghalogs
 from marin_assets.core.ingest.providers import ghalogs, nsf_awards
 fmt, path, chunk, limit = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+if fmt == "evalzip":  # imported, and the set found, before the peak is measured
+    from marin_assets.catalog.evals import load_evals
+    from marin_assets.core.decon.eval_sources import read_eval_rows
+    from marin_assets.core.decon.params import EvalIndexError
+    eval_set = next(s for s in load_evals(None).mandatory if getattr(s.provider, "format", "") == "zip")
 reset_peak_rss()
 before = peak_rss_bytes()
 counters = {}
@@ -45,6 +50,13 @@ if fmt == "zip":
     with open(path + ".out", "wb") as out:
         counters = nsf_awards.store_awards(path, 2020, out, limit)
     rows = counters["awards"]
+elif fmt == "evalzip":
+    rows = 0
+    try:
+        for _ in read_eval_rows(eval_set, [path]):
+            rows += 1
+    except EvalIndexError as err:
+        counters = {"refused": str(err)}
 elif fmt == "ghalogs":
     import zipfile
     with zipfile.ZipFile(path) as archive:
@@ -92,6 +104,66 @@ def test_a_huge_line_in_a_compressed_file_is_counted_in_bounded_memory(world, na
     assert seen["rows"] == 5 and seen["counters"]["too_long"] == 1
     world.peak(name, seen["grown"], BOUND)
     world.rows(6, seen["rows"], seen["counters"]["too_long"])
+
+
+WRITE_CELL_BOMB = """
+import sys, pyarrow as pa, pyarrow.parquet as pq
+path, cell = sys.argv[1], int(sys.argv[2])
+schema = pa.schema([("id", pa.string()), ("text", pa.large_string())])
+rows = lambda first: pa.table({"id": [f"r{i}" for i in range(first, first + 50)], "text": [f"row {i} of the fault suite" for i in range(first, first + 50)]}, schema)
+big = pa.LargeStringArray.from_buffers(1, pa.py_buffer(memoryview(pa.array([0, cell], pa.int64()).buffers()[1])), pa.py_buffer(b"a" * cell))
+with pq.ParquetWriter(path, schema, compression="zstd") as writer:  # rows, the cell in a row group of its own, rows
+    writer.write_table(rows(0))
+    writer.write_table(pa.table({"id": ["bomb"], "text": big}, schema))
+    writer.write_table(rows(50))
+"""
+
+
+def write_cell_bomb(path: Path, cell_bytes: int) -> None:
+    """A Parquet file of 100 rows and one ``cell_bytes`` text cell, written in a child (it holds the cell)."""
+    subprocess.run([sys.executable, "-c", WRITE_CELL_BOMB, str(path), str(cell_bytes)], check=True, timeout=300)
+
+
+@pytest.mark.system  # a GiB compressed in a child, then read in another
+def test_a_huge_parquet_cell_is_counted_in_bounded_memory(world):
+    path = world.root / "cell.parquet"
+    write_cell_bomb(path, 1 << 30)
+    assert path.stat().st_size < MIB  # a GiB of text in well under a MiB
+    world.inject()
+    seen = read_in_subprocess("parquet", path)
+    assert seen["rows"] == 100 and seen["counters"]["too_long"] == 1
+    world.peak("parquet cell", seen["grown"], BOUND)
+    world.rows(101, seen["rows"], seen["counters"]["too_long"])
+
+
+def test_normalize_counts_a_parquet_cell_over_the_limit_with_its_file_and_row_group(world, monkeypatch, caplog):
+    monkeypatch.setattr(formats, "MAX_ROW_BYTES", 64 << 10)
+    path = world.scratch / "cell.parquet"
+    write_cell_bomb(path, 1 << 20)
+    world.inject()
+    with caplog.at_level(logging.WARNING):
+        manifest = run(world, {"cell.parquet": path.read_bytes()})
+    assert manifest["rows"] == 100 and manifest["bad_rows"]["too_long"] == 1
+    assert any("cell.parquet' line 1: row group 1 (1 rows): column text has a page of" in r.getMessage() for r in caplog.records)
+    account(world, manifest, 101)
+
+
+@pytest.mark.system  # 3 GiB deflated, then read in a subprocess
+def test_an_eval_archive_with_a_huge_member_is_refused_in_bounded_memory(world):
+    """The eval set's archive as the lock command and the index read it: member by member, each within its limit."""
+    path = world.root / "bench.zip"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
+        archive.writestr("bench-2.1/task-0/instruction.md", "list the files and print the largest one")
+        with archive.open("bench-2.1/task-1/instruction.md", "w", force_zip64=True) as member:
+            piece = b" " * (8 * MIB)
+            for _ in range(3 * 1024 // 8):
+                member.write(piece)
+    assert path.stat().st_size < 16 * MIB  # 200 times more text than bytes
+    world.inject()
+    seen = read_in_subprocess("evalzip", path)
+    assert "member 'bench-2.1/task-1/instruction.md' inflates to 3221225472 bytes, over the" in seen["counters"]["refused"]
+    assert str(path) in seen["counters"]["refused"]
+    world.peak("eval archive", seen["grown"], BOUND)
 
 
 @pytest.fixture(scope="module")

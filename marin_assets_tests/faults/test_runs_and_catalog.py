@@ -236,3 +236,48 @@ def test_a_step_blocked_on_a_pool_slot_exits_on_sigterm(world):
         assert status in (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED), status
         assert instance.get_run_by_id(holder.run_id).status == DagsterRunStatus.STARTED  # a live holder is left alone
         assert [s.run_id for s in instance.event_log_storage.get_concurrency_info(POOL).claimed_slots] == [holder.run_id]
+
+
+# --------------------------------------------------------------------------- hostile catalog files
+
+LOAD_CATALOG = """
+import json, sys
+from marin_assets.catalog.sources import CatalogError, load_catalog
+from marin_assets.core.runtime.runner import peak_rss_bytes, reset_peak_rss
+reset_peak_rss()
+before = peak_rss_bytes()
+try:
+    load_catalog(sys.argv[1])
+    error = ""
+except CatalogError as err:
+    error = str(err)
+print(json.dumps({"error": error, "grown": peak_rss_bytes() - before}))
+"""
+
+
+@pytest.mark.parametrize(("name", "what"), [("deep.toml", "nests arrays or tables too deeply"), ("huge.toml", "over the")])
+def test_a_deeply_nested_or_huge_catalog_is_a_catalog_error_naming_the_file(world, name, what):
+    path = world.scratch / name
+    if name == "deep.toml":
+        path.write_text("x = " + "[" * 100_000 + "]" * 100_000 + "\n")  # 0.2 MB
+    else:
+        with open(path, "wb") as handle:  # 210 MB, sparse: never read
+            handle.truncate(210 << 20)
+    world.inject()
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    done = subprocess.run([sys.executable, "-c", LOAD_CATALOG, str(path)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = __import__("json").loads(done.stdout.strip().splitlines()[-1])
+    assert str(path) in seen["error"] and what in seen["error"]
+    world.peak(f"catalog {name}", seen["grown"], 64 << 20)
+
+
+def test_the_catalog_sensor_reports_a_deeply_nested_catalog_by_name(world, pipeline):
+    from marin_assets.defs.automation.sensors import catalog_changes
+
+    path = world.scratch / "deep.toml"
+    path.write_text("x = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    pipeline.catalog_path = str(path)
+    world.inject()
+    with dg.instance_for_test() as instance, pytest.raises(CatalogError, match=f"{path}.*too deeply"):
+        catalog_changes(dg.build_sensor_context(instance=instance, resources={"marin": pipeline.resource}))

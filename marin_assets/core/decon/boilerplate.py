@@ -38,7 +38,7 @@ def _iter_text_arrays(uris: Sequence[str], column: str, limit: int) -> Iterator[
             return
         fs, path = storage.filesystem(uri)
         with fs.open(path, "rb") as handle:
-            for batch in pq.ParquetFile(handle).iter_batches(columns=[column], batch_size=8192):
+            for batch in storage.parquet_file(handle).iter_batches(columns=[column], batch_size=8192):
                 texts = batch.column(0)[:remaining]
                 remaining -= len(texts)
                 yield texts

@@ -349,13 +349,14 @@ def _web_rows(eval_set: EvalSet, provider: WebArchiveProvider, uri: str, label: 
             records = _read_records(uri, provider.format, None)
         yield from _rows_of_records(eval_set, records, uri, label, 0)
         return
-    with zipfile.ZipFile(io.BytesIO(storage.read_bytes(uri))) as archive:
+    fs, path = storage.filesystem(uri)
+    with fs.open(path, "rb") as handle, zipfile.ZipFile(handle) as archive:
         names = [n for n in archive.namelist() if not n.endswith("/")]
         if provider.member:
             if provider.member not in names:
                 raise EvalIndexError(f"{label}: member {provider.member!r} is not in {uri}; fix 'provider.member'")
             inner_fmt = _format_of(provider.member) or "json"
-            payload = archive.read(provider.member)
+            payload = read_member(archive, provider.member, f"{label}: {uri}")
             if inner_fmt == "json":
                 records = _records_at(json.loads(payload), provider.records, label)
             elif inner_fmt == "jsonl":
@@ -378,13 +379,36 @@ def _web_rows(eval_set: EvalSet, provider: WebArchiveProvider, uri: str, label: 
             seen_fields.update(field for field, _ in files)
             texts: dict[str, list[str]] = {}
             for field, n in files:
-                text = archive.read(n).decode("utf-8", errors="replace")
+                text = read_member(archive, n, f"{label}: {uri}").decode("utf-8", errors="replace")
                 if text.strip():
                     texts.setdefault(field, []).append(text)
             yield eval_row(eval_set.name, d.rsplit("/", 1)[-1], [(f, "\n\n".join(t)) for f, t in texts.items()])
         missing = [f for f in eval_set.fields if f not in seen_fields]
         if missing:
             raise EvalIndexError(f"{label}: file(s) {missing} exist in no row directory of {uri}; fix 'fields'")
+
+
+# The most one archive member of an eval set may inflate to: members are read one at a time, each
+# in full (they are parsed whole), so a reader holds at most this much of an archive.
+MAX_MEMBER_BYTES = 128 << 20
+
+
+def read_member(archive: zipfile.ZipFile, name: str, what: str, limit: int | None = None) -> bytes:
+    """One member's bytes, refused (``EvalIndexError`` naming it) when it is larger than ``limit``
+    (a member is never inflated past the size it states; one that inflates to another size fails its check)."""
+    limit = limit or MAX_MEMBER_BYTES
+    info = archive.getinfo(name)
+    if info.file_size > limit:
+        raise EvalIndexError(f"{what}: member {name!r} inflates to {info.file_size} bytes, over the {limit}-byte limit of an "
+                             "eval archive member; the archive is corrupt or not an eval set: check the registry entry's url and sha256")
+    out = bytearray()
+    try:
+        with archive.open(info) as member:  # never more than its stated size
+            while block := member.read(1 << 20):
+                out += block
+    except (zipfile.BadZipFile, OSError, EOFError) as err:
+        raise EvalIndexError(f"{what}: member {name!r} cannot be read ({err}); check the registry entry's url and sha256") from err
+    return bytes(out)
 
 
 def _match_segments(path: str, pattern: str) -> bool:

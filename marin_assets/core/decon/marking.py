@@ -37,9 +37,11 @@ import xxhash
 
 from marin_assets.core.decon.features import TokenWindows, _batches, extract_features
 from marin_assets.core.decon.index import EvalIndex, _sorted_member, load_eval_index
+from marin_assets.core.decon import semantic
 from marin_assets.core.decon.params import EITHER, RULES, DeconParams
 from marin_assets.core.decon.text_normalize import normalize_batch
 from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.integrity import check_text_ids
 from marin_assets.core.runtime.kernels import string_buffers
 
 # ----------------------------------------------------------------------------- the marin rule
@@ -351,18 +353,32 @@ def contamination_shard(input_uris: list[str], output_uri: str, params: DeconPar
     ``params.drop_set_uris`` / ``coverage_drop_set_uris`` each rule's drop sets. The counters
     carry flagged documents per eval set and per rule, a bottom-k sample of flagged excerpts
     with their eval rows, and samples of documents only one rule flags.
+
+    With ``params.semantic_index_uri`` (the ``eval_embeddings`` folder) the inputs are the
+    normalized shard and its embeddings shard, and the semantic tier adds
+    ``contaminated_semantic``, ``semantic_row`` and ``semantic_similarity`` (``semantic``).
     """
     _required_index(params, "contamination_shard")
+    semantic_on = bool(params.semantic_index_uri)
+    if semantic_on and len(input_uris) != 2:
+        raise ValueError(f"contamination_shard with the semantic tier takes a normalized and an embeddings shard, got {input_uris}")
+    normalized_uris = input_uris[:1] if semantic_on else input_uris
     if params.rule_name not in (EITHER, *RULES):
         raise ValueError(f"unknown decontamination rule {params.rule_name!r}; use {EITHER!r}, 'coverage' or 'marin'")
     indexes = {rule: load_eval_index(params.index_uri, rule, params.index_cache_dir) for rule in ("marin", "coverage")}
     drops = {"marin": load_drop_set(params.drop_set_uris), "coverage": load_drop_set(params.coverage_drop_set_uris)}
-    tables = [storage.read_parquet(u, columns=["id", params.text_column]) for u in input_uris]
+    tables = [storage.read_parquet(u, columns=["id", params.text_column]) for u in normalized_uris]
+    for uri, read in zip(normalized_uris, tables):
+        check_text_ids(uri, read.column("id"), read.column(params.text_column))
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     texts = table.column(params.text_column)
     marks = {rule: mark_documents(texts, indexes[rule], drops[rule], params, rule) for rule in ("marin", "coverage")}
     chosen = either_marks(marks["coverage"], marks["marin"]) if params.rule_name == EITHER else marks[params.rule_name]
     chosen_index = indexes["marin" if params.rule_name == "marin" else "coverage"]
+    columns, semantic_counters = {}, {}
+    if semantic_on:
+        columns, semantic_counters = _semantic(table, texts, input_uris[1], params, chosen.contaminated)
+        chosen.counters["contaminated"] = int(chosen.contaminated.sum())
     out = pa.table({
         "id": table.column("id"),
         "contaminated": pa.array(chosen.contaminated, pa.bool_()),
@@ -371,6 +387,7 @@ def contamination_shard(input_uris: list[str], output_uri: str, params: DeconPar
         "matched_rows": pa.array(chosen.matched_rows, pa.list_(pa.string())),
         "contaminated_marin": pa.array(marks["marin"].contaminated, pa.bool_()),
         "contaminated_coverage": pa.array(marks["coverage"].contaminated, pa.bool_()),
+        **columns,
     })
     storage.write_parquet(out, output_uri)
 
@@ -401,7 +418,34 @@ def contamination_shard(input_uris: list[str], output_uri: str, params: DeconPar
         "flagged_sample": sample,
         "only_marin_sample": only["marin"],
         "only_coverage_sample": only["coverage"],
+        **semantic_counters,
     }
+
+
+def _semantic(table: pa.Table, texts: pa.ChunkedArray, embeddings_uri: str, params: DeconParams,
+              contaminated: np.ndarray) -> tuple[dict[str, pa.Array], dict[str, Any]]:
+    """The semantic tier's columns and counters; under policy ``drop`` its flags join ``contaminated``
+    (changed in place), under ``flag`` they are only reported."""
+    marks, index = semantic.shard_marks(texts, table.column("id"), embeddings_uri, params.semantic_index_uri,
+                                        params.encoder, params.semantic)
+    if params.semantic.policy == "drop":
+        contaminated |= marks.flagged
+    nearest = [index.labels[u] if f else None for f, u in zip(marks.flagged.tolist(), marks.unit.tolist())]
+    columns = {
+        "contaminated_semantic": pa.array(marks.flagged, pa.bool_()),
+        "semantic_row": pa.array(nearest, pa.string()),
+        "semantic_similarity": pa.array(marks.similarity, pa.float32()),
+    }
+    counters = {
+        "flagged_semantic": int(marks.flagged.sum()),
+        "flagged_semantic_only": int((marks.flagged & ~contaminated).sum()) if params.semantic.policy == "flag" else 0,
+        "semantic_window_look": int(marks.counters["window_look_documents"]),
+        "semantic_windows": int(marks.counters["windows_encoded"]),
+        "semantic_cpu_seconds": float(marks.counters.get("cpu_seconds", 0.0)),
+        "semantic_uncalibrated": int(marks.counters["uncalibrated_model"]),
+        "semantic_by_eval": semantic.by_eval_set(marks, index),
+    }
+    return columns, counters
 
 
 def _sample(marks: DocumentMarks, ids: pa.ChunkedArray, texts: pa.ChunkedArray, index: EvalIndex,
@@ -427,13 +471,19 @@ def summarize_contamination(shard_stats: Iterable[Mapping[str, Any]], sample_siz
     """Per-source totals from the shards' counters: flagged per eval set and per rule, rate, merged samples."""
     totals: Counter = Counter()
     by_eval: Counter = Counter()
+    semantic_by_eval: Counter = Counter()
+    semantic_cpu = 0.0
     samples: dict[str, list[Mapping[str, Any]]] = {"flagged_sample": [], "only_marin_sample": [],
                                                    "only_coverage_sample": []}
     for stats in shard_stats:
         for key in ("documents", "contaminated", "null_text", "features", "matched_features", "dropped_features",
-                    "flagged_marin", "flagged_coverage", "flagged_only_marin", "flagged_only_coverage"):
+                    "flagged_marin", "flagged_coverage", "flagged_only_marin", "flagged_only_coverage",
+                    "flagged_semantic", "flagged_semantic_only", "semantic_window_look", "semantic_windows",
+                    "semantic_uncalibrated"):
             totals[key] += int(stats.get(key, 0))
+        semantic_cpu += float(stats.get("semantic_cpu_seconds", 0.0))
         by_eval.update(stats.get("flagged_by_eval", {}))
+        semantic_by_eval.update(stats.get("semantic_by_eval", {}))
         for name, sample in samples.items():
             sample.extend(stats.get(name, []))
     documents = totals["documents"]
@@ -441,5 +491,7 @@ def summarize_contamination(shard_stats: Iterable[Mapping[str, Any]], sample_siz
         **{k: int(v) for k, v in totals.items()},
         "contamination_rate": totals["contaminated"] / documents if documents else 0.0,
         "flagged_by_eval": dict(sorted(by_eval.items())),
+        "semantic_by_eval": dict(sorted(semantic_by_eval.items())),
+        "semantic_cpu_seconds": round(semantic_cpu, 3),
         **{name: sorted(sample, key=lambda s: s["key"])[:sample_size] for name, sample in samples.items()},
     }

@@ -60,10 +60,17 @@ class DeconParams:
     drop_set_uris: tuple[str, ...] = ()  # the marin rule's (Marin's drop sets)
     coverage_drop_set_uris: tuple[str, ...] = ()  # the coverage rule's (boilerplate, copies excluded)
     index_cache_dir: str = ""  # local copies of a remote index (empty: the system temp folder)
+    # the semantic tier (``semantic``): its settings, the eval_embeddings folder (empty: off) and the
+    # encoder of its windows (the pool's); the contamination stage fingerprints them itself
+    semantic: Any = None  # SemanticParams
+    semantic_index_uri: str = ""
+    encoder: Any = None  # EncoderParams
 
     def rule(self) -> dict[str, Any]:
-        """The parameters that decide the output (fingerprint input); URIs, cache and batch size excluded."""
-        skip = {"index_uri", "drop_set_uris", "coverage_drop_set_uris", "batch_bytes", "index_cache_dir"}
+        """The 13-gram parameters that decide the output (fingerprint input); URIs, cache, batch size and
+        the semantic tier's settings excluded (the contamination stage adds those)."""
+        skip = {"index_uri", "drop_set_uris", "coverage_drop_set_uris", "batch_bytes", "index_cache_dir",
+                "semantic", "semantic_index_uri", "encoder"}
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
 
 

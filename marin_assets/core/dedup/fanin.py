@@ -103,7 +103,7 @@ class _Input:
             self.parquet = None
         else:
             self.stream = shuffle.open_reads(uri, read_ahead)
-            self.parquet = pq.ParquetFile(self.stream)
+            self.parquet = storage.parquet_file(self.stream)
             self.group = 0
 
     def close(self) -> None:

@@ -55,6 +55,7 @@ from llvmlite import ir
 from numba.extending import intrinsic
 
 from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.integrity import check_text_ids
 from marin_assets.core.runtime.kernels import jit as _jit
 from marin_assets.core.runtime.kernels import readonly as _readonly
 
@@ -841,6 +842,7 @@ def minhash_shard(input_uris: list[str], output_uri: str, params: MinHashParams)
     stats = {"docs": 0, "docs_without_shingles": 0, "shingles": 0, "null_text": 0, "capped_docs": 0}
     pieces = []
     ids, texts = table.column("id"), table.column("text")
+    check_text_ids(uri, ids, texts)
     text_bytes = pc.fill_null(pc.binary_length(texts), 0).to_numpy(zero_copy_only=False)
     for start, end in batch_bounds(text_bytes, params.text_cap_chars):
         piece, counters = bucket_table(ids.slice(start, end - start), texts.slice(start, end - start), params)

@@ -414,8 +414,8 @@ def _read_file_ranges(uri: str, spans: Sequence[tuple[int, int]], columns: Seque
     if uri.endswith(BLOCK_SUFFIX):  # equal-range blocks (write_keyed): the blocks covering the spans
         return _read_keyed(uri, spans, schema, columns)
     fs, path = storage.filesystem(uri)
-    with fs.open(path, "rb") as handle:
-        reader = pq.ParquetFile(handle)
+    with storage.reading_parquet(uri), fs.open(path, "rb") as handle:
+        reader = storage.parquet_file(handle)
         groups = overlapping_groups(reader, spans)
         if not groups:
             return None
@@ -473,7 +473,7 @@ class SliceReader:
     def _footer(self, uri: str) -> tuple[Any, int, int, Any]:
         handle = open_reads(uri, self.read_ahead)
         self.handles.append(handle)
-        reader = pq.ParquetFile(handle)
+        reader = storage.parquet_file(handle)
         return reader.metadata, reader.schema_arrow.get_field_index("key"), reader.schema_arrow.get_field_index(self.column), reader
 
     def close(self) -> None:
@@ -562,8 +562,8 @@ def merge_sorted(runs: Sequence[Iterator[pa.Table]], keys: Sequence[str]) -> Ite
 def parquet_row_groups(uri: str, columns: Sequence[str] | None = None) -> Iterator[pa.Table]:
     """A Parquet file's row groups, one at a time (the file opened for the stream's life)."""
     fs, path = storage.filesystem(uri)
-    with fs.open(path, "rb") as handle:
-        reader = pq.ParquetFile(handle)
+    with storage.reading_parquet(uri), fs.open(path, "rb") as handle:
+        reader = storage.parquet_file(handle)
         for g in range(reader.metadata.num_row_groups):
             yield reader.read_row_group(g, columns=columns, use_threads=False)
 
@@ -577,7 +577,7 @@ def write_row_groups(tables: Iterable[pa.Table], local: str, group_bytes: int) -
 
     def write(whole: pa.Table, rows: int) -> int:
         nonlocal writer
-        writer = writer or pq.ParquetWriter(local, whole.schema, compression=storage.PARQUET_COMPRESSION)
+        writer = writer or pq.ParquetWriter(local, whole.schema, **storage.PARQUET_WRITE_OPTIONS)
         writer.write_table(whole, row_group_size=rows)
         return -(-whole.num_rows // rows)
 
@@ -672,7 +672,7 @@ class _RemovalFile:
     partitioning); the sha256 of the ids is kept as they pass."""
 
     def __init__(self, local: str, schema: pa.Schema) -> None:
-        self.writer = pq.ParquetWriter(local, schema, compression=storage.PARQUET_COMPRESSION)
+        self.writer = pq.ParquetWriter(local, schema, **storage.PARQUET_WRITE_OPTIONS)
         self.pending = schema.empty_table()
         self.digest = hashlib.sha256()
         self.count = 0

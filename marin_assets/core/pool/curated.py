@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 from marin_assets.core.embed.quality import BandEdges, all_groups, band_of, group_name, load_band_edges
 from marin_assets.core.pool.tokens import TOKENIZER_KEY, tokenizer_calls
 from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.integrity import check_text_ids
 from marin_assets.errors import BadInput
 
 INDEX_SCHEMA = pa.schema(
@@ -114,8 +115,8 @@ def _removed_ids_in_shard(removed_uri: str, shard_ids: pa.Array, params: PoolPar
     if len(shard_ids) == 0:
         return pa.array([], pa.string())
     low, high = pc.min(shard_ids).as_py(), pc.max(shard_ids).as_py()
-    with fs.open(path, "rb") as handle:
-        parquet = pq.ParquetFile(handle)
+    with storage.reading_parquet(removed_uri), fs.open(path, "rb") as handle:
+        parquet = storage.parquet_file(handle)
         if "id" not in parquet.schema_arrow.names:
             raise PoolError(f"source {params.source!r}: {removed_uri} has no 'id' column; rebuild the {what} dedup output")
         column = parquet.schema_arrow.names.index("id")
@@ -136,8 +137,8 @@ def _null_mask(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
 
 def _column_names(uri: str) -> list[str]:
     fs, path = storage.filesystem(uri)
-    with fs.open(path, "rb") as handle:
-        return list(pq.ParquetFile(handle).schema_arrow.names)
+    with storage.reading_parquet(uri), fs.open(path, "rb") as handle:
+        return list(storage.parquet_file(handle).schema_arrow.names)
 
 
 def _aligned(ids: pa.ChunkedArray, table: pa.Table, uri: str, normalized_uri: str, source: str, stage: str) -> None:
@@ -169,6 +170,7 @@ def pool_shard(input_uris: list[str], output_uri: str, params: PoolParams) -> di
     # Only the pool's columns are read: provider columns can be most of a shard.
     normalized = storage.read_parquet(normalized_uri, columns=[c for c in ("id", params.text_column, "source_id") if c in available])
     ids = normalized.column("id")
+    check_text_ids(normalized_uri, ids, normalized.column(params.text_column))
     n = len(ids)
     topics = storage.read_parquet(topics_uri, columns=["id", "topic"])
     scores = storage.read_parquet(quality_uri, columns=["id", "score"])
@@ -375,9 +377,9 @@ def _row_groups(uris: Sequence[str], read: list[str]) -> Iterator[pa.Table]:
             try:
                 if path is None:
                     fs, remote = storage.filesystem(uri)
-                    parquet = pq.ParquetFile(stack.enter_context(fs.open(remote, "rb")))
+                    parquet = storage.parquet_file(stack.enter_context(fs.open(remote, "rb")))
                 else:
-                    parquet = pq.ParquetFile(path)
+                    parquet = storage.parquet_file(path)
             except FileNotFoundError:
                 continue  # the shard has no row in this group
             read.append(uri)
@@ -412,7 +414,7 @@ def _fill(sink: Any, table: pa.Table, tables: Iterator[pa.Table], params: MergeP
             if take:
                 part = table if take == len(table) else table.slice(0, take)
                 if writer is None:
-                    writer = pq.ParquetWriter(sink, part.schema, compression="zstd")
+                    writer = pq.ParquetWriter(sink, part.schema, **storage.PARQUET_WRITE_OPTIONS)
                 writer.write_table(part.cast(writer.schema), row_group_size=params.row_group_size)
                 rows, tokens = rows + take, tokens + int(cumulative[take - 1])
             if take < len(table):
@@ -570,7 +572,7 @@ def group_counts_and_files(sources: Sequence[tuple[str, Sequence[str], str]], fi
     from marin_assets.core.pool.groups import group_counts_from_index  # noqa: PLC0415
 
     counts = []
-    with storage.open_atomic(files_uri) as handle, pq.ParquetWriter(handle, POOL_FILES_SCHEMA, compression="zstd") as writer:
+    with storage.open_atomic(files_uri) as handle, pq.ParquetWriter(handle, POOL_FILES_SCHEMA, **storage.PARQUET_WRITE_OPTIONS) as writer:
         for _source, index_uris, pool_dir in sources:
             index = _index_frame(index_uris)
             counts.append(group_counts_from_index(index))

@@ -45,13 +45,14 @@ class SourceFigures:
     dedup_removed_documents: int
     dedup_removed_tokens_est: int
     decon_removed_documents: int
+    semantic_flagged: Mapping[str, int] = dataclasses.field(default_factory=dict)  # per eval set (any policy)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, payload: Mapping[str, Any]) -> SourceFigures:
-        return cls(**{f.name: payload[f.name] for f in dataclasses.fields(cls)})
+        return cls(**{f.name: payload[f.name] for f in dataclasses.fields(cls) if f.name in payload})
 
 
 def _share(part: float, whole: float) -> float:
@@ -95,6 +96,7 @@ def rebuild_report(
             "dedup_removed_documents": f.dedup_removed_documents, "dedup_share_est": round(dedup_share, 4),
             "decon_removed_documents": f.decon_removed_documents,
             "decon_share": round(_share(f.decon_removed_documents, f.documents + f.dedup_removed_documents + f.decon_removed_documents), 4),
+            "semantic_flagged": dict(f.semantic_flagged),
             "flags": "; ".join(flags),
         })  # fmt: skip
     tokens = sum(f.tokens for f in figures)
@@ -121,6 +123,10 @@ def report_lines(report: Mapping[str, Any], tokenizer: str) -> list[str]:
         ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
         lines.append(f"  {r['source']:28s} {r['tokens']:>10,} {r['expected_tokens']:>10,} {ratio:>6s} {r['dedup_share_est']:>6.1%} "
                      f"{r['decon_share']:>6.1%}  {r['flags'] or 'ok'}")  # fmt: skip
+    semantic = [f"{r['source']}: " + ", ".join(f"{k} {v}" for k, v in r["semantic_flagged"].items())
+                for r in report["rows"] if r.get("semantic_flagged")]
+    if semantic:
+        lines.append("  semantic decontamination flags (per eval set): " + "; ".join(semantic))
     t = report["totals"]
     lines.append(f"  all {t['sources']} sources: {t['tokens']:,} tokens; dedup removed ~{t['dedup_share_est']:.1%} of tokens "
                  f"(published {t['published_dedup_share']:.1%}: 2.13T of 25T){'; FLAG' if t['flag'] else ''}")  # fmt: skip

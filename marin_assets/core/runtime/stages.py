@@ -14,12 +14,16 @@ present, written last) is reused as is, an incomplete one is finished shard by s
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from marin_assets.core.runtime import storage
-from marin_assets.errors import BadInput, ConfigurationError
+from marin_assets.core.runtime import integrity, storage
 from marin_assets.core.runtime.runner import ShardFn, ShardResult, ShardRunner, ShardTask
+from marin_assets.errors import BadInput, ConfigurationError
+
+
+log = logging.getLogger(__name__)
 
 
 class MissingInput(BadInput, RuntimeError):
@@ -240,17 +244,90 @@ def run_stage(
 
 
 def _record(group_uri: str, out: Output, header: Mapping[str, Any], build: Callable[[Output], Mapping[str, Any]]) -> dict[str, Any]:
-    """The one writer of manifests and pointers: reuse the complete ``out``, or ``build`` it and
-    write its manifest (``header`` plus the body ``build`` returns) last; then point the group's
-    ``_current.json`` at it."""
-    manifest = storage.read_manifest(out.uri)
-    reused = manifest is not None
-    if manifest is None:
-        manifest = dict(header) | dict(build(out)) | {"fingerprint": out.fingerprint}
-        storage.write_manifest(out.uri, manifest)
+    """The one writer of manifests and pointers: reuse the complete ``out`` when its files are
+    what was written, or ``build`` it and write its manifest (``header``, the body ``build``
+    returns and each file's size and digest) last; then point the group's ``_current.json`` at it.
+    One run at a time does this for one output folder (``storage.one_writer``)."""
+    with storage.one_writer(out.uri):
+        manifest = reusable(out)
+        reused = manifest is not None
+        if manifest is None:
+            manifest = dict(header) | dict(build(out)) | {"fingerprint": out.fingerprint}
+            manifest["files"] = integrity.file_records(out.uri)
+            if out.data_uri:
+                manifest["data_files"] = integrity.file_records(out.data_uri)
+            storage.write_manifest(out.uri, manifest)
     pointer = {"data_uri": out.data_uri} if out.data_uri else {}
     storage.publish_current(group_uri, out.fingerprint, out.uri, **pointer)
     return manifest | {"uri": out.uri, "fingerprint": out.fingerprint, "reused": reused} | pointer
+
+
+# Outputs up to this size have every file's digest checked before reuse (a full read of the output:
+# under 1 ms of CPU per MiB from local disk); larger ones their sizes only, one listing, and their readers
+# check what they read (Parquet page checksums, document ids); ``marin-assets verify`` reads all.
+REUSE_DIGEST_BYTES = 16 << 30
+
+
+def damaged_files(out: Output, manifest: Mapping[str, Any], digests: bool | None = None) -> dict[str, str]:
+    """The files of a complete output that differ from what its manifest records ({uri: what}).
+
+    ``digests=None``: digests checked when the output holds at most :data:`REUSE_DIGEST_BYTES`.
+    """
+    trees = [(out.uri, manifest.get("files") or {}), (out.data_uri, manifest.get("data_files") or {})]
+    if digests is None:
+        digests = sum(size for _, files in trees for size, _ in files.values()) <= REUSE_DIGEST_BYTES
+    found: dict[str, str] = {}
+    for uri, files in trees:
+        if uri and files:
+            found |= {storage.join(uri, name): why for name, why in integrity.damaged(uri, files, digests).items()}
+    return found
+
+
+def reusable(out: Output) -> dict[str, Any] | None:
+    """The manifest of the complete ``out`` when its files are as recorded; else None, after
+    removing what failed (so the build makes it again): the damaged files and the shard records
+    naming them, or the whole output where a damaged file has no shard record."""
+    manifest = storage.read_manifest(out.uri)
+    if manifest is None:
+        return None
+    found = damaged_files(out, manifest)
+    if not found:
+        return manifest
+    log.warning("%s fails its check and is rebuilt: %s", out.uri, "; ".join(f"{u}: {why}" for u, why in found.items()))
+    storage.remove(storage.manifest_uri(out.uri))
+    records = {u: storage.shard_stats_uri(u) for u in found}
+    if all(storage.exists(r) for r in records.values()):
+        for uri, record in records.items():
+            storage.remove(record)
+            storage.remove(uri)
+    else:
+        for entry in storage.listdir(out.uri):
+            if storage.basename(entry) != storage.WRITING:  # this run's hold on the folder stays
+                storage.remove(entry, recursive=True)
+        if out.data_uri:
+            storage.remove(out.data_uri, recursive=True)
+    return None
+
+
+def verify_outputs(layout: storage.Layout, specs: Sequence[StageSpec], sources: Sequence[str]) -> Iterator[tuple[str, dict[str, str]]]:
+    """Each current output of ``specs`` (per source of ``sources`` for partitioned stages) and
+    its files that differ from its manifest's records, every file's bytes read (empty: intact)."""
+    for spec in specs:
+        if spec.study_stage:
+            continue
+        for part in sources if spec.partitioned else [None]:
+            record = storage.read_current(spec.group_uri(layout, part))
+            if record is None:
+                continue
+            manifest = storage.read_manifest(record["uri"])
+            if manifest is None:
+                yield record["uri"], {storage.manifest_uri(record["uri"]): "the output is incomplete (no manifest)"}
+                continue
+            out = Output(record["uri"], record["fingerprint"], record.get("data_uri") or spec.data_uri(layout, part, record["fingerprint"]))
+            if not manifest.get("files"):
+                yield out.uri, {storage.manifest_uri(out.uri): "records no file digests (written before outputs carried them): rematerialize to record them"}
+                continue
+            yield out.uri, damaged_files(out, manifest, digests=True)
 
 
 def run_shards(

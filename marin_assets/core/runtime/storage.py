@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import io
 import json
 import os
 import re
+import socket
 import tempfile
+import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +34,8 @@ import fsspec.asyn
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from marin_assets.core.runtime import retry
+from marin_assets.errors import ConfigurationError, CorruptOutput
 from marin_assets.core.runtime.trust import inside, pid_alive, pid_tag
 
 MANIFEST = "_manifest.json"
@@ -259,30 +265,57 @@ def local_path(uri: str) -> str | None:
     return path if "file" in protocols or "local" in protocols else None
 
 
+# Every Parquet file the pipeline writes carries a CRC of each page, and every read through this
+# module checks them: a flipped bit in a data page fails the read, naming the file.
+PARQUET_WRITE_OPTIONS = {"compression": PARQUET_COMPRESSION, "write_page_checksum": True}
+POLARS_WRITE = {"compression_level": 3, "row_group_size": 512 * 512}  # how polars wrote the frames it hands over
+
+
+def repair_hint(uri: str) -> str:
+    """The fix for a published file that is damaged: its partition rebuilt, not reused."""
+    return f"rematerialize the partition whose output holds {uri}: an output that fails its check is rebuilt, not reused"
+
+
+@contextlib.contextmanager
+def reading_parquet(uri: str) -> Iterator[None]:
+    """Errors of a Parquet reader (a page whose checksum fails, a cut-off file, a broken footer)
+    as ``CorruptOutput`` naming the file and the fix; a missing file, a dropped connection or a
+    timeout stay what they are (a retry may help those)."""
+    try:
+        yield
+    except (FileNotFoundError, ConnectionError, TimeoutError):
+        raise
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:  # the last: footer statistics no longer UTF-8
+        raise CorruptOutput(f"{uri} cannot be read as Parquet ({exc}); {repair_hint(uri)}") from exc
+
+
+def parquet_file(source: Any, **options: Any) -> pq.ParquetFile:
+    """A Parquet reader that checks every page's checksum."""
+    return pq.ParquetFile(source, page_checksum_verification=True, **options)
+
+
 def write_parquet(table: Any, uri: str, row_group_size: int | None = None) -> None:
-    """Write a zstd Parquet file atomically from a pyarrow Table or a polars DataFrame."""
-    path = local_path(uri)
-    if path is not None and hasattr(table, "write_parquet"):
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        tmp = f"{path}{_tmp_suffix()}"
-        try:
-            table.write_parquet(tmp, compression=PARQUET_COMPRESSION, row_group_size=row_group_size)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
-            raise
-        return
+    """Write a zstd Parquet file with page checksums atomically from a pyarrow Table or a
+    polars DataFrame (whose strings are written as Arrow's large strings, as polars writes them)."""
+    options: dict[str, Any] = dict(PARQUET_WRITE_OPTIONS, row_group_size=row_group_size)
     if hasattr(table, "to_arrow"):
-        table = table.to_arrow()
+        import polars as pl  # noqa: PLC0415 - only for frames polars hands over
+
+        table = table.to_arrow(compat_level=pl.CompatLevel.oldest())
+        options.update({k: options.get(k) or v for k, v in POLARS_WRITE.items()})
+    path = local_path(uri)
+    if path is not None:
+        with atomic_local_path(path) as tmp:
+            pq.write_table(table, tmp, **options)
+        return
     with open_atomic(uri) as handle:
-        pq.write_table(table, handle, compression=PARQUET_COMPRESSION, row_group_size=row_group_size)
+        pq.write_table(table, handle, **options)
 
 
 def read_parquet(uri: str, columns: Sequence[str] | None = None) -> pa.Table:
     fs, path = filesystem(uri)
-    with fs.open(path, "rb") as handle:  # ParquetFile, not read_table: no dataset layer (a 0.2 s import per process)
-        return pq.ParquetFile(handle).read(columns=list(columns) if columns is not None else None)
+    with reading_parquet(uri), fs.open(path, "rb") as handle:  # ParquetFile, not read_table: no dataset layer (a 0.2 s import per process)
+        return parquet_file(handle).read(columns=list(columns) if columns is not None else None)
 
 
 def read_parquet_object(uri: str, columns: Sequence[str] | None = None) -> pa.Table:
@@ -292,7 +325,8 @@ def read_parquet_object(uri: str, columns: Sequence[str] | None = None) -> pa.Ta
     fs, path = filesystem(uri)
     if "file" in _protocols(fs):
         return read_parquet(uri, columns)
-    return pq.ParquetFile(pa.BufferReader(fs.cat_file(path))).read(columns=list(columns) if columns is not None else None)
+    with reading_parquet(uri):
+        return parquet_file(pa.BufferReader(fs.cat_file(path))).read(columns=list(columns) if columns is not None else None)
 
 
 PARQUET_TAIL = 64 << 10  # a footer read at least: most files' metadata in one request
@@ -304,7 +338,7 @@ def _parquet_footer(fs: fsspec.AbstractFileSystem, path: str, uri: str) -> bytes
     object's end (a second only where the metadata is longer than that read)."""
     tail = fs.cat_file(path, start=-PARQUET_TAIL)
     if len(tail) < 12 or tail[-4:] != b"PAR1":
-        raise ValueError(f"{uri} is no Parquet file (it does not end in PAR1); rewrite it or remove it")
+        raise CorruptOutput(f"{uri} is no Parquet file (it does not end in PAR1); {repair_hint(uri)}")
     need = int.from_bytes(tail[-8:-4], "little") + 8
     if need > len(tail):
         tail = fs.cat_file(path, start=-need)
@@ -320,9 +354,10 @@ def parquet_num_rows(uri: str) -> int:
     """A Parquet file's rows, from its footer: from an object store one ranged read of its end,
     not a size lookup and then reads."""
     fs, path = filesystem(uri)
-    if "file" in _protocols(fs):
-        return pq.ParquetFile(path).metadata.num_rows
-    return _footer_metadata(_parquet_footer(fs, path, uri)).num_rows
+    with reading_parquet(uri):
+        if "file" in _protocols(fs):
+            return pq.ParquetFile(path).metadata.num_rows
+        return _footer_metadata(_parquet_footer(fs, path, uri)).num_rows
 
 
 class _KnownParts(io.RawIOBase):
@@ -393,7 +428,8 @@ def read_parquet_columns(uri: str, columns: Sequence[str]) -> pa.Table:
     if "file" in _protocols(fs):
         return read_parquet(uri, columns)
     footer = _parquet_footer(fs, path, uri)
-    meta = _footer_metadata(footer)
+    with reading_parquet(uri):
+        meta = _footer_metadata(footer)
     wanted = set(columns)
     spans: list[tuple[int, int]] = []
     for g in range(meta.num_row_groups):
@@ -406,7 +442,8 @@ def read_parquet_columns(uri: str, columns: Sequence[str]) -> pa.Table:
     spans.sort()
     parts = dict(zip([start for start, _ in spans], fetch_ranges(fs, path, spans)))
     size = max([end for _, end in spans], default=4) + len(footer)
-    return pq.ParquetFile(_KnownParts(uri, size, parts), metadata=meta, pre_buffer=False).read(columns=list(columns), use_threads=False)
+    with reading_parquet(uri):
+        return parquet_file(_KnownParts(uri, size, parts), metadata=meta, pre_buffer=False).read(columns=list(columns), use_threads=False)
 
 
 def shard_name(index: int, total: int) -> str:
@@ -467,6 +504,93 @@ def publish_current(group_uri: str, fingerprint: str, uri: str, **extra: Any) ->
 def read_current(group_uri: str) -> dict[str, Any] | None:
     uri = join(group_uri, CURRENT)
     return read_json(uri) if exists(uri) else None
+
+
+# --------------------------------------------------------------------------- one writer per output
+
+WRITING = "_writing.json"  # an output folder's writer: who, since when, last heartbeat
+STALE_AFTER_S = 300.0  # a writer whose heartbeat is older is gone (a lost machine); on this host a dead pid is gone at once
+HEARTBEAT_S = 30.0
+WRITER: contextvars.ContextVar[str] = contextvars.ContextVar("marin_writer", default="")  # the run, as the orchestrator names it
+
+
+class OutputBusy(ConfigurationError):
+    """Another live run writes this output folder now."""
+
+
+def _writer_record() -> dict[str, Any]:
+    return {"run": WRITER.get() or f"process {os.getpid()}", "host": socket.gethostname(), "pid": os.getpid(),
+            "token": uuid.uuid4().hex, "since": time.time(), "heartbeat": time.time()}  # fmt: skip
+
+
+def _create_exclusive(uri: str, payload: Mapping[str, Any]) -> bool:
+    """Create ``uri`` holding ``payload`` unless it exists (False): a hard link of a finished
+    temporary file on local disk, an upload on condition that no generation exists on Cloud Storage."""
+    data = json.dumps(dict(payload)).encode()
+    path = local_path(uri)
+    if path is not None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}{_tmp_suffix()}"
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+        try:
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            os.remove(tmp)
+    fs, fspath = filesystem(uri)
+    if fs.exists(fspath):
+        return False
+    try:
+        fs.pipe_file(fspath, data, mode="create")
+    except FileExistsError:
+        return False
+    return read_json(uri).get("token") == payload["token"]  # a store without the condition: the last writer holds it
+
+
+def _gone(holder: Mapping[str, Any]) -> bool:
+    if holder.get("host") == socket.gethostname() and not pid_alive(int(holder.get("pid", 0))):
+        return True
+    return time.time() - float(holder.get("heartbeat", 0)) > STALE_AFTER_S
+
+
+@contextlib.contextmanager
+def one_writer(dir_uri: str) -> Iterator[None]:
+    """Hold ``dir_uri`` for this run while the block runs: a second run that wants to write it
+    stops at once with ``OutputBusy`` naming the first (its run, host and process); a holder
+    whose process is gone (or whose heartbeat stopped) is replaced."""
+    uri, mine = join(dir_uri, WRITING), _writer_record()
+    while not _create_exclusive(uri, mine):
+        try:
+            holder = read_json(uri)
+        except (FileNotFoundError, ValueError):  # released meanwhile, or written this instant
+            continue
+        if not _gone(holder):
+            raise OutputBusy(
+                f"{dir_uri} is being written by {holder.get('run')} (process {holder.get('pid')} on {holder.get('host')}, "
+                f"since {time.strftime('%H:%M:%S', time.localtime(float(holder.get('since', 0))))}); wait for it to finish, "
+                f"then materialize again: its output is reused"
+            )
+        if read_json(uri).get("token") == holder.get("token"):
+            remove(uri)
+    beating = threading.Event()
+
+    def heartbeat() -> None:
+        while not beating.wait(HEARTBEAT_S):
+            write_json(uri, dict(mine, heartbeat=time.time()))
+
+    thread = threading.Thread(target=heartbeat, daemon=True, name="marin-writer-heartbeat")
+    thread.start()
+    try:
+        yield
+    finally:
+        beating.set()
+        thread.join()
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            if read_json(uri).get("token") == mine["token"]:
+                remove(uri)
 
 
 # --------------------------------------------------------------------------- fingerprints
@@ -568,9 +692,11 @@ class _GcsObjectStream(io.RawIOBase):
     the filesystem's credentials. Each stream has a connection of its own (a merge holds up to
     1,024 open at once, past any shared pool's limit, and a stream waits while the others are
     read); a connection that breaks mid-body is resumed from the byte reached, at the same
-    object generation, a few times before the read fails."""
+    object generation, a few times before the read fails. Each GET (the first, and each resume) is
+    tried again after a 429, a 5xx or a refused connection, waiting per ``POLICY``."""
 
     RESUMES = 3
+    POLICY = retry.RetryPolicy(attempts=8, base_wait_s=1.0, min_wait_s=1.0, max_wait_s=60.0, max_jitter_s=5.0)
 
     def __init__(self, fs: Any, path: str) -> None:
         self._fs, self._path = fs, path
@@ -591,11 +717,25 @@ class _GcsObjectStream(io.RawIOBase):
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=60))
         url = self._fs.url(self._path, generation=self._generation) if self._generation else self._fs.url(self._path)
         headers = self._fs._get_headers({"Range": f"bytes={self._position}-"} if self._position else None)
-        response = await self._session.get(url=url, params=self._fs._get_params({}), headers=headers)
-        if response.status >= 400:
-            body = await response.read()
-            response.release()
-            validate_response(response.status, body, url)
+        last = self.POLICY.attempts - 1
+        for attempt in range(self.POLICY.attempts):  # a 5xx, 429 or refused connection, at open and on resume
+            try:
+                response = await self._session.get(url=url, params=self._fs._get_params({}), headers=headers)
+            except (aiohttp.ClientConnectionError, asyncio.TimeoutError):
+                if attempt == last:
+                    raise
+                await asyncio.sleep(self.POLICY.wait_s(attempt))
+                continue
+            if response.status in retry.RETRY_STATUS and attempt < last:
+                reset = retry.rate_limit_reset(response.headers)
+                response.release()
+                await asyncio.sleep(self.POLICY.wait_s(attempt, reset))
+                continue
+            if response.status >= 400:
+                body = await response.read()
+                response.release()
+                validate_response(response.status, body, url)
+            break
         self._generation = self._generation or response.headers.get("x-goog-generation")
         self._response = response
 

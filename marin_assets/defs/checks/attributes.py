@@ -6,9 +6,10 @@ import numpy as np
 
 from marin_assets.core.embed import embeddings as embed
 from marin_assets.core.runtime import storage
+from marin_assets.errors import CorruptOutput
 from marin_assets.core import specs
 from marin_assets.core.specs import EMBEDDINGS
-from marin_assets.defs.checks.output import NoOutput, missing_output, output_uri, parquet_schema
+from marin_assets.defs.checks.output import NoOutput, damaged, missing_output, output_uri, parquet_schema
 from marin_assets.defs.partitions import source_partitions
 
 # Attribute stages joined shard by shard with their input (same basenames, same row counts).
@@ -36,9 +37,12 @@ def co_partitioned_check(asset: str) -> dg.AssetChecksDefinition:
         if not inputs:
             return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.ERROR, description=f"{uri} has no manifest with its inputs; rematerialize {asset}")
         source_uri = inputs[0]["uri"]
-        ours = {storage.basename(u): storage.parquet_num_rows(u) for u in storage.list_shards(uri)}
-        theirs = {storage.basename(u): storage.parquet_num_rows(u) for u in storage.list_shards(source_uri)}
-        problems = []
+        problems = damaged(uri, manifest)
+        try:
+            ours = {storage.basename(u): storage.parquet_num_rows(u) for u in storage.list_shards(uri)}
+            theirs = {storage.basename(u): storage.parquet_num_rows(u) for u in storage.list_shards(source_uri)}
+        except CorruptOutput as err:
+            return missing_output(asset, err)
         if sorted(ours) != sorted(theirs):
             missing, extra = sorted(set(theirs) - set(ours)), sorted(set(ours) - set(theirs))
             problems.append(f"shards differ from the input's: missing {missing[:3]}, extra {extra[:3]}")
@@ -63,7 +67,10 @@ def embeddings_dimension(context: dg.AssetCheckExecutionContext) -> dg.AssetChec
     dims: dict[str, int] = {}
     models: set[str] = set()
     for shard in storage.list_shards(uri):
-        schema = parquet_schema(shard)
+        try:
+            schema = parquet_schema(shard)
+        except CorruptOutput as err:
+            return missing_output(EMBEDDINGS.name, err)
         field = schema.field("embedding").type
         dims[storage.basename(shard)] = int(getattr(field, "list_size", -1))
         meta = embed.embedding_metadata(schema)
@@ -96,7 +103,10 @@ def embeddings_unit_norm(context: dg.AssetCheckExecutionContext) -> dg.AssetChec
         return missing_output(EMBEDDINGS.name, err)
     norms = []
     for shard in storage.list_shards(uri):
-        table = storage.read_parquet(shard, columns=["id", "embedding"])
+        try:
+            table = storage.read_parquet(shard, columns=["id", "embedding"])
+        except CorruptOutput as err:
+            return missing_output(EMBEDDINGS.name, err)
         table = table.slice(0, SAMPLE_ROWS_PER_SHARD)
         if table.num_rows:
             norms.append(np.linalg.norm(embed.vectors_from_table(table, normalize=False), axis=1))

@@ -7,8 +7,9 @@ import pyarrow as pa
 
 from marin_assets.core.ingest import formats
 from marin_assets.core.runtime import storage
+from marin_assets.errors import CorruptOutput
 from marin_assets.core.specs import NORMALIZED
-from marin_assets.defs.checks.output import NoOutput, missing_output, output_uri, parquet_schema
+from marin_assets.defs.checks.output import NoOutput, damaged, missing_output, output_uri, parquet_schema
 from marin_assets.defs.partitions import source_partitions
 
 ASSET = NORMALIZED.name
@@ -28,16 +29,20 @@ def normalized_rows(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResu
     except NoOutput as err:
         return missing_output(ASSET, err)
     manifest = storage.read_manifest(uri) or {}
-    shards = storage.list_shards(uri)
-    per_shard = {storage.basename(u): storage.parquet_num_rows(u) for u in shards}
+    problems = damaged(uri, manifest)
+    per_shard: dict[str, int] = {}
+    for shard in storage.list_shards(uri):
+        try:
+            per_shard[storage.basename(shard)] = storage.parquet_num_rows(shard)
+        except CorruptOutput as err:
+            problems.append(str(err))
     rows = sum(per_shard.values())
     listed = manifest.get("shards", [])
-    problems = []
     if rows == 0:
         problems.append("no documents: check the recipe's text field and file selection (bad rows are counted in the metadata of normalized)")
     if manifest.get("rows") != rows:
         problems.append(f"the manifest counts {manifest.get('rows')} rows but the shards hold {rows}")
-    if sorted(listed) != sorted(per_shard):
+    if not problems and sorted(listed) != sorted(per_shard):
         problems.append(f"the manifest lists {len(listed)} shards but {len(per_shard)} are present")
     return dg.AssetCheckResult(
         passed=not problems,
@@ -58,7 +63,12 @@ def normalized_schema(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckRe
     columns: list[str] = []
     for shard in storage.list_shards(uri):
         name = storage.basename(shard)
-        schema = parquet_schema(shard)
+        try:
+            schema = parquet_schema(shard)
+            ids = storage.read_parquet(shard, columns=["id"]).column("id").to_pylist() if "id" in schema.names else []
+        except CorruptOutput as err:
+            problems.append(str(err))
+            continue
         columns = columns or list(schema.names)
         if tuple(schema.names[:3]) != LEADING_COLUMNS:
             problems.append(f"{name}: columns start with {schema.names[:3]}, not {list(LEADING_COLUMNS)}")
@@ -67,7 +77,6 @@ def normalized_schema(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckRe
         if wrong:
             problems.append(f"{name}: {', '.join(f'{c} is {schema.field(c).type}' for c in wrong)} (strings expected)")
             continue
-        ids = storage.read_parquet(shard, columns=["id"]).column("id").to_pylist()
         bad = next((i for i in ids if i is None or not _ID.match(i)), False)
         if bad is not False:
             problems.append(f"{name}: id {bad!r} is not 32 lowercase hex characters")

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import dagster as dg
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from marin_assets.core.runtime import storage
+from marin_assets.core.runtime import integrity, storage
 from marin_assets.errors import BadInput
 
 
@@ -31,8 +30,15 @@ def output_uri(context: dg.AssetCheckExecutionContext, asset: str) -> str:
 
 def parquet_schema(uri: str) -> pa.Schema:
     fs, path = storage.filesystem(uri)
-    with fs.open(path, "rb") as handle:
-        return pq.ParquetFile(handle).schema_arrow
+    with storage.reading_parquet(uri), fs.open(path, "rb") as handle:
+        return storage.parquet_file(handle).schema_arrow
+
+
+def damaged(uri: str, manifest: dict) -> list[str]:
+    """Files of the output whose size differs from what its manifest records, or that are gone
+    (one listing; ``marin-assets verify`` also compares digests)."""
+    found = integrity.damaged(uri, manifest.get("files") or {}, digests=False)
+    return [f"{storage.join(uri, name)}: {why}; {storage.repair_hint(uri)}" for name, why in found.items()]
 
 
 def missing_output(asset: str, err: Exception) -> dg.AssetCheckResult:

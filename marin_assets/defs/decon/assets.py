@@ -1,15 +1,17 @@
-"""13-gram decontamination: the eval index, boilerplate drop sets, per-document contamination."""
+"""Decontamination: the eval n-gram and embedding indexes, boilerplate drop sets, per-document contamination."""
 
+import dataclasses
 import hashlib
 
 import dagster as dg
 
 from marin_assets.core.decon import eval_sources
 from marin_assets.core.decon import rules as decon
+from marin_assets.core.decon import semantic
 from marin_assets.core.runtime import stages, storage
-from marin_assets.core.specs import BOILERPLATE_NGRAMS, CONTAMINATION, EVAL_NGRAMS, NORMALIZED
+from marin_assets.core.specs import BOILERPLATE_NGRAMS, CONTAMINATION, EMBEDDINGS, EVAL_EMBEDDINGS, EVAL_NGRAMS, NORMALIZED
 from marin_assets.defs.metadata import markdown_table, materialized
-from marin_assets.defs.resources import MarinResource, source_or_fail
+from marin_assets.defs.resources import CurationResource, EncoderResource, MarinResource, source_or_fail
 from marin_assets.defs.stage_assets import stage_asset
 from marin_assets.defs.ray import step_log
 
@@ -69,6 +71,53 @@ def eval_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.M
         coverage_field_units=stats.get("coverage", {}).get("field_units"),
         eval_sets=len(registry.sets),
         skipped_sets=markdown_table(skipped) if skipped else None,
+    )
+
+
+def eval_embeddings_key(encoder, params: semantic.SemanticParams) -> tuple[dict, dict]:
+    """(parameters, extras) the eval embedding index is fingerprinted by beside its input, the
+    registry's digest (the lock): the model and what decides the units; thresholds and policy do not."""
+    return ({"min_field_words": params.min_field_words, "max_term_units": params.max_term_units,
+             "max_term_fraction": params.max_term_fraction},
+            {"model": encoder.model, "revision": encoder.revision, "max_tokens": encoder.max_tokens})
+
+
+@stage_asset(
+    EVAL_EMBEDDINGS,
+    kinds={"faiss", "pytorch"},
+    description="Every eval row and long field encoded with the pool's embedding model (exact inner-product search), "
+    "with each unit's distinctive words; rebuilt only when the eval lock or the model changes.",
+)
+def eval_embeddings(context: dg.AssetExecutionContext, marin: MarinResource, encoder: EncoderResource) -> dg.MaterializeResult:
+    layout = marin.layout()
+    registry = marin.evals()
+    params, model = semantic.SemanticParams(), encoder.params()
+    fingerprint_params, extra = eval_embeddings_key(model, params)
+
+    def build(out: str) -> dict:
+        rows = eval_sources.registry_rows(
+            registry, lambda eval_set: eval_sources.fetch_eval_set(eval_set, registry, layout, marin.provider_access()),
+            on_skip=lambda eval_set, exc: context.log.warning(f"best-effort eval set skipped: {eval_set.name}: {exc}"))
+        return semantic.build_eval_embeddings(rows, out, model, params)
+
+    manifest = stages.run_global(
+        EVAL_EMBEDDINGS,
+        layout,
+        inputs={"registry": stages.StageInput(registry.lock_path or "packaged", eval_sources.registry_digest(registry))},
+        params=fingerprint_params,
+        extra_fingerprint=extra,
+        build=build,
+    )
+    stats = manifest["stats"]
+    calibrated = params.threshold(model.model)
+    return materialized(
+        manifest,
+        rows=stats.get("rows"),
+        units=stats.get("units"),
+        model=stats.get("model", ""),
+        calibrated_thresholds=f"document {calibrated[0]}, window {calibrated[1]}" if calibrated
+        else f"none for {model.model}: the semantic tier flags nothing until SemanticParams.thresholds has this model",
+        units_by_eval=markdown_table([{"eval set": k, "units": v} for k, v in stats.get("units_by_set", {}).items()]),
     )
 
 
@@ -151,9 +200,11 @@ def boilerplate_ngrams(context: dg.AssetExecutionContext, marin: MarinResource) 
 @stage_asset(
     CONTAMINATION,
     kinds={"parquet"},
-    description="Per document: contaminated, max overlap, matched eval sets and rows (co-partitioned evidence).",
+    description="Per document: contaminated, max overlap, matched eval sets and rows (co-partitioned evidence), and the "
+    "semantic tier's flag, nearest eval row and cosine (dropped too under MARIN_SEMANTIC_POLICY=drop).",
 )
-def contamination(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
+def contamination(context: dg.AssetExecutionContext, marin: MarinResource, encoder: EncoderResource,
+                  curation: CurationResource) -> dg.MaterializeResult:
     source = source_or_fail(marin, context.partition_key)
     layout = marin.layout()
     index = stages.current_input(layout, EVAL_NGRAMS)
@@ -163,18 +214,23 @@ def contamination(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
         raise dg.Failure(
             f"boilerplate_ngrams has no drop set for '{source.name}' (it was built before this source was normalized); re-materialize boilerplate_ngrams"
         )
+    tier = semantic.SemanticParams(policy=curation.resolved("semantic_policy") or "flag")
+    tier.check()
+    vectors = stages.current_input(layout, EVAL_EMBEDDINGS)
     params = decon.DeconParams(index_uri=index.uri, drop_set_uris=drop_uris, coverage_drop_set_uris=coverage_uris,
-                                index_cache_dir=marin.resolved("decon_cache_dir") or "")
+                                index_cache_dir=marin.resolved("decon_cache_dir") or "",
+                                semantic=tier, semantic_index_uri=vectors.uri, encoder=encoder.params())
     manifest = stages.run_shards(
         CONTAMINATION,
         layout,
         source=source.name,
-        inputs=[stages.current_input(layout, NORMALIZED, source.name)],
+        inputs=[stages.current_input(layout, NORMALIZED, source.name), stages.current_input(layout, EMBEDDINGS, source.name)],
         shard_fn=decon.contamination_shard,
         params=params,
         fingerprint_params=params.rule(),
         extra_fingerprint={"index": index.fingerprint,
-                           "drop_sets": drop_set_digests(drops.uri, source.name)},
+                           "drop_sets": drop_set_digests(drops.uri, source.name),
+                           "semantic": {"index": vectors.fingerprint, **dataclasses.asdict(tier)}},
         runner=marin.runner(),
         progress=step_log(context),
     )
@@ -206,7 +262,12 @@ def contamination(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
                                           "only this rule": summary.get(f"flagged_only_{r}", 0)}
                                          for r in ("coverage", "marin")]),
         flagged_by_one_rule_only=markdown_table(only) if only else None,
+        semantic_policy=tier.policy,
+        semantic_by_eval=markdown_table([{"eval set": k, "documents": v} for k, v in summary["semantic_by_eval"].items()])
+        if summary["semantic_by_eval"] else "none",
         summary=f"  {source.name}: {summary['contaminated']} of {rows} documents flagged"
         + (f" ({', '.join(f'{k}: {v}' for k, v in sorted(flagged.items()))})" if flagged else "")
-        + f"; by rule: coverage {summary.get('flagged_coverage', 0)}, marin {summary.get('flagged_marin', 0)}",
+        + f"; by rule: coverage {summary.get('flagged_coverage', 0)}, marin {summary.get('flagged_marin', 0)}"
+        + f"; semantic ({tier.policy}): {summary.get('flagged_semantic', 0)}"
+        + (f" ({', '.join(f'{k}: {v}' for k, v in summary['semantic_by_eval'].items())})" if summary["semantic_by_eval"] else ""),
     )

@@ -178,7 +178,7 @@ def proxy_results(context: dg.AssetExecutionContext, marin: MarinResource) -> dg
         return {"source": kind, "rows": rows.height, "metrics": results.final_metrics(rows), **extra}
 
     proxy_params = {"trainer": kind, "proxy": params.proxy if kind == "builtin" else None, "launcher": params.launcher if kind == "launched" else None,
-                    "train_run": params.train_run if kind == "builtin" else None}
+                    "train_run": params.train_run if kind == "builtin" else None, "lm": params.lm if kind == "builtin" else None}
     manifest = stages.run_study(
         PROXY_RESULTS, marin.layout(), study=study, run=run, decided_by=proxy_params, inputs={"swarm": swarm_fp, "results": digest}, build=build
     )

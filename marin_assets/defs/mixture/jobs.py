@@ -13,6 +13,7 @@ import dagster as dg
 
 from marin_assets.core.mixture import jobs, launcher
 from marin_assets.core.mixture import swarm as swarm_core
+from marin_assets.core.mixture.lm_params import lm_params_to_mapping
 from marin_assets.core.runtime.runner import TaskResources
 from marin_assets.defs.resources import MarinResource
 
@@ -42,7 +43,7 @@ def _fail_on(report: jobs.FollowReport, study: str) -> None:
 
 def builtin_job_config(config: Mapping[str, Any], params: swarm_core.StudyParams, evaluation_dir: str) -> dict[str, Any]:
     """A run's config as the built-in trainer gets it: its trainer settings and evaluation text beside it."""
-    return {**config, "proxy": dataclasses.asdict(params.proxy), "evaluation_dir": evaluation_dir}
+    return {**config, "proxy": dataclasses.asdict(params.proxy), "lm": lm_params_to_mapping(params.lm), "evaluation_dir": evaluation_dir}
 
 
 def train_builtin(context: dg.AssetExecutionContext, marin: MarinResource, study: str, params: swarm_core.StudyParams,

@@ -1,6 +1,7 @@
 """The curated pool per source and the 200 sampling groups."""
 
 import dataclasses
+from collections import Counter
 
 import dagster as dg
 
@@ -230,6 +231,18 @@ def _tokenizer_of(pools: dict[str, stages.StageInput]) -> str:
     return "unknown tokenizer"
 
 
+def _semantic_flags(layout: storage.Layout, name: str) -> dict[str, int]:
+    """The source's semantic decontamination flags per eval set (its current contamination)."""
+    try:
+        _, per_shard = stages.shards_of(stages.current_input(layout, CONTAMINATION, name))
+    except stages.MissingInput:
+        return {}
+    found: Counter = Counter()
+    for stats in per_shard:
+        found.update(stats.get("semantic_by_eval", {}))
+    return dict(sorted(found.items()))
+
+
 def source_figures(layout: storage.Layout, pools: dict[str, stages.StageInput]) -> dict[str, dict]:
     """What each source's rebuild measured: its pool's counters and its dedup removals (tokens
     estimated from the removed characters)."""
@@ -242,6 +255,7 @@ def source_figures(layout: storage.Layout, pools: dict[str, stages.StageInput]) 
             name, documents=int(totals.get("kept", 0)), tokens=int(totals.get("tokens", 0)),
             dedup_removed_documents=int(totals.get("dropped_exact_duplicate", 0) + totals.get("dropped_fuzzy_duplicate", 0)),
             dedup_removed_tokens_est=int(chars / stages.CHARS_PER_TOKEN), decon_removed_documents=int(totals.get("dropped_contaminated", 0)),
+            semantic_flagged=_semantic_flags(layout, name),
         ).to_json()  # fmt: skip
     return out
 

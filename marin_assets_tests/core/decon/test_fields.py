@@ -18,6 +18,7 @@ from marin_assets.core.decon.rules import (
     source_drop_set,
 )
 from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.integrity import text_ids
 from marin_assets_tests.core.decon.test_rules import ENZYME, LICENSED_TASK, PROJECTILE, PROJECTILE_ANSWER, filler, page
 
 P = DeconParams()
@@ -139,7 +140,7 @@ def test_the_default_flag_is_either_rule(tmp_path):
     coverage_only = PROJECTILE.upper() + " " + PROJECTILE_ANSWER.upper()
     texts = [marin_only, coverage_only, filler(80, 3)]
     shard = str(tmp_path / "normalized" / storage.shard_name(0, 1))
-    storage.write_parquet(pa.table({"id": [f"{i:032x}" for i in range(3)], "text": texts}), shard)
+    storage.write_parquet(pa.table({"id": text_ids(texts), "text": texts}), shard)
     for rule, expected in (("either", [True, True, False]), ("coverage", [False, True, False]),
                            ("marin", [True, False, False])):
         target = str(tmp_path / rule / storage.shard_name(0, 1))

@@ -32,6 +32,7 @@ from marin_assets.core.decon.rules import (
     text_features,
 )
 from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.integrity import text_ids
 
 P = DeconParams()
 
@@ -335,7 +336,7 @@ def test_global_drop_set_needs_enough_documents_in_enough_sources(tmp_path, inde
 def test_contamination_shard_is_co_partitioned_with_evidence(tmp_path, index_dir, index):
     texts = [filler(100, 1), page(filler(20, 2), PROJECTILE, PROJECTILE_ANSWER), None,
              page(filler(30, 3), CAPITAL), filler(100, 4)]
-    ids = [f"{i:032x}" for i in range(len(texts))]
+    ids = [text_ids([t])[0] if t is not None else f"{i:032x}" for i, t in enumerate(texts)]
     shard = str(tmp_path / "normalized" / storage.shard_name(0, 1))
     storage.write_parquet(pa.table({"id": ids, "text": pa.array(texts, pa.string()), "source_id": ids}), shard)
     out = str(tmp_path / "contamination" / storage.shard_name(0, 1))

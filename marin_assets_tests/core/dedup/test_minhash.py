@@ -16,6 +16,7 @@ import xxhash
 from marin_assets.core.dedup import minhash
 from marin_assets.core.dedup.minhash import MinHashParams
 from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.integrity import text_ids
 
 STDLIB_MODULES = (
     "argparse", "asyncio", "calendar", "collections", "csv", "datetime", "decimal", "email",
@@ -298,7 +299,7 @@ def test_near_duplicates_by_edit_are_candidates_and_dissimilar_texts_are_not() -
 
 def test_minhash_shard_writes_one_bucket_list_per_row_in_row_order(tmp_path) -> None:
     texts = stdlib_documents(5, seed=9) + ["", None, "tiny text"]
-    ids = [f"{i:032x}" for i in range(len(texts))][::-1]
+    ids = [text_ids([t])[0] if t is not None else f"{i:032x}" for i, t in enumerate(texts)]
     src = str(tmp_path / "normalized" / storage.shard_name(0, 1))
     storage.write_parquet(pa.table({"id": ids, "text": pa.array(texts, pa.string()), "source_id": ids}), src)
     out = str(tmp_path / "buckets" / storage.shard_name(0, 1))
@@ -318,7 +319,7 @@ def test_minhash_shard_writes_one_bucket_list_per_row_in_row_order(tmp_path) -> 
 def test_minhash_shard_output_does_not_depend_on_batching(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     texts = stdlib_documents(12, seed=4) + [None, ""]
     src = str(tmp_path / storage.shard_name(0, 1))
-    storage.write_parquet(pa.table({"id": [f"{i:032x}" for i in range(len(texts))], "text": pa.array(texts, pa.string())}), src)
+    storage.write_parquet(pa.table({"id": text_ids(texts), "text": pa.array(texts, pa.string())}), src)
     whole = str(tmp_path / "whole.parquet")
     minhash.minhash_shard([src], whole, MinHashParams())
     monkeypatch.setattr(minhash, "BATCH_DOCS", 3)

@@ -13,6 +13,7 @@ import pytest
 
 from marin_assets.core.embed import embeddings as embed
 from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.integrity import text_ids
 from marin_assets.core.runtime.runner import ShardRunner, ShardTask
 
 TEXTS = [
@@ -34,7 +35,8 @@ def _ids(n: int, salt: str = "") -> list[str]:
 
 
 def _write_normalized(uri: str, texts: list[str | None], salt: str = "") -> list[str]:
-    ids = _ids(len(texts), salt)
+    """A normalized shard: each id the hash of its text (made up only where there is none)."""
+    ids = [text_ids([t])[0] if t is not None else made_up for t, made_up in zip(texts, _ids(len(texts), salt))]
     storage.write_parquet(pa.table({"id": ids, "text": pa.array(texts, pa.string()), "source_id": ids}), uri)
     return ids
 

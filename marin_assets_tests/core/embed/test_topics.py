@@ -13,6 +13,7 @@ import pytest
 from marin_assets.core.embed import embeddings as embed
 from marin_assets.core.embed import topics
 from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.integrity import text_ids
 
 DOMAINS: dict[str, list[str]] = {
     "code": [
@@ -252,8 +253,8 @@ def corpus(tmp_path_factory) -> dict:
         norm_uris, emb_uris = [], []
         for shard, part in enumerate(np.array_split(np.sort(members), 2)):
             name = storage.shard_name(shard, 2)
-            ids = [_doc_id(source, int(i)) for i in part]
             texts = [rows[int(i)][1] for i in part]
+            ids = text_ids(texts)  # as normalize makes them (embed_shard checks them)
             domain_of.update({doc_id: rows[int(i)][0] for doc_id, i in zip(ids, part)})
             norm_uri = str(root / "normalized" / source / name)
             storage.write_parquet(pa.table({"id": ids, "text": texts, "source_id": ids}), norm_uri)

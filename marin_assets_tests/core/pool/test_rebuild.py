@@ -53,3 +53,12 @@ def test_at_full_scale_the_catalog_counts_are_the_reference() -> None:
     report = rebuild_report(_built(fraction=1.0), _catalog())
     assert report["scale"] == 1.0 and report["flagged"] == []
     assert rebuild_report(_built(fraction=0.5), _catalog())["flagged"] == sorted(DEMO_SOURCES), "half the corpus is flagged everywhere"
+
+
+def test_semantic_flags_are_reported_per_source_and_eval_set() -> None:
+    built = _built()
+    built[0] = dataclasses.replace(built[0], semantic_flagged={"demo_qa": 3})
+    report = rebuild_report(built, _catalog(), ReportParams(scale=None))
+    assert report["rows"][[r["source"] for r in report["rows"]].index(built[0].source)]["semantic_flagged"] == {"demo_qa": 3}
+    assert any("demo_qa 3" in line for line in report_lines(report, "tok"))
+    assert SourceFigures.from_json({k: v for k, v in built[1].to_json().items() if k != "semantic_flagged"}) == built[1]

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from marin_assets.core import specs
-from marin_assets.core.runtime import stages, storage
+from marin_assets.core.runtime import integrity, stages, storage
 from marin_assets.core.runtime.runner import ShardRunner
 
 SOURCE = stages.StageSpec("source_rows", folder="normalized/{source}")
@@ -63,6 +63,60 @@ def test_runner_records_output_reuses_it_and_points_at_it(tmp_path) -> None:
     changed = _run_double(layout, source, calls, factor=3)
     assert changed["fingerprint"] != first["fingerprint"] and changed["totals"]["sum"] == 18
     assert stages.current_input(layout, DOUBLED, "s").uri == changed["uri"]  # the pointer follows the last run
+
+
+def _flip_bit(path: str, bit: int) -> None:
+    with open(path, "r+b") as handle:
+        handle.seek(bit // 8)
+        byte = handle.read(1)[0]
+        handle.seek(bit // 8)
+        handle.write(bytes([byte ^ (1 << (bit % 8))]))
+
+
+def test_a_damaged_shard_is_rebuilt_not_reused_and_its_readers_name_it(tmp_path) -> None:
+    layout = storage.Layout(str(tmp_path))
+    source = _source(layout, [[1, 2], [3], [4, 5, 6]])
+    first = _run_double(layout, source, [])
+    recorded = storage.read_manifest(first["uri"])["files"]
+    shard = storage.join(first["uri"], "part-00001-of-00003.parquet")
+    assert recorded["part-00001-of-00003.parquet"] == [storage.size(shard), integrity.file_digest(shard)]
+    assert "_shards/part-00001-of-00003.json" in recorded
+
+    _flip_bit(shard, 8 * 40)  # inside the first data page: its checksum fails
+    with pytest.raises(integrity.CorruptOutput, match="part-00001-of-00003.parquet.*rematerialize"):
+        storage.read_parquet(shard)
+    assert stages.damaged_files(stages.Output(first["uri"], first["fingerprint"]), storage.read_manifest(first["uri"])) == {
+        shard: f"its digest is {integrity.file_digest(shard)}, {recorded['part-00001-of-00003.parquet'][1]} was written"
+    }
+    calls: list[str] = []
+    again = _run_double(layout, source, calls)
+    assert again["reused"] is False and calls == ["part-00001-of-00003.parquet"]  # only the damaged shard is made again
+    assert storage.read_manifest(first["uri"])["files"] == recorded
+    assert again["totals"] == first["totals"]
+
+    with open(shard, "r+b") as handle:  # cut off: its size differs, the footer is gone
+        handle.truncate(storage.size(shard) // 2)
+    with pytest.raises(integrity.CorruptOutput, match="part-00001-of-00003.parquet"):
+        storage.read_parquet(shard)
+    calls.clear()
+    assert _run_double(layout, source, calls)["reused"] is False and calls == ["part-00001-of-00003.parquet"]
+    assert _run_double(layout, source, calls)["reused"] is True
+
+
+def test_a_damaged_global_output_is_rebuilt_whole(tmp_path) -> None:
+    layout = storage.Layout(str(tmp_path))
+    calls: list[str] = []
+
+    def build(out: str) -> dict:
+        calls.append(out)
+        storage.write_parquet(pa.table({"x": list(range(100))}), storage.join(out, "values.parquet"))
+        return {"rows": 100}
+
+    first = stages.run_global(TOTAL, layout, inputs={}, params={}, build=build)
+    _flip_bit(storage.join(first["uri"], "values.parquet"), 8 * 4 + 3)
+    again = stages.run_global(TOTAL, layout, inputs={}, params={}, build=build)
+    assert not again["reused"] and len(calls) == 2 and again["files"] == first["files"]
+    assert storage.read_parquet(storage.join(first["uri"], "values.parquet")).column("x").to_pylist() == list(range(100))
 
 
 def test_a_per_shard_outputs_shards_and_counters_come_from_its_manifest_without_a_listing(tmp_path, monkeypatch) -> None:
@@ -161,6 +215,7 @@ def test_study_stages_are_recorded_per_study_and_run_by_the_same_runner(tmp_path
     first = run("ext", "r0001", "d1")
     assert first["uri"] == storage.join(str(tmp_path), "mixture", "ext", "proxy_results", "r0001", first["fingerprint"])
     manifest = storage.read_manifest(first["uri"])
+    assert manifest.pop("files") == {"results.parquet": [4, integrity.file_digest(storage.join(first["uri"], "results.parquet"))]}
     assert manifest == {"stage": "proxy_results", "study": "ext", "part": "r0001", "fingerprint": first["fingerprint"],
                         "code_version": specs.PROXY_RESULTS.code_version, "inputs": {"swarm": "aa", "results": "d1"}, "stats": {"rows": 2}}
     again = run("ext", "r0001", "d1")

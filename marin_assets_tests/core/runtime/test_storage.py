@@ -9,6 +9,7 @@ import pytest
 
 from marin_assets.core import specs
 from marin_assets.core.runtime import storage
+from marin_assets.errors import CorruptOutput
 
 
 @pytest.fixture(params=["local", "gcs"])
@@ -108,7 +109,7 @@ def test_reads_of_a_whole_object_columns_or_rows_cost_the_same_requests_at_any_s
     if where == "slow":
         assert counts[10] == counts[200_000] == 1 + 2 + 2 + 1 + 1, counts
     storage.write_bytes(storage.join(root, "bad.parquet"), b"not parquet at all")
-    with pytest.raises(ValueError, match="is no Parquet file"):
+    with pytest.raises(CorruptOutput, match="is no Parquet file"):
         storage.parquet_num_rows(storage.join(root, "bad.parquet"))
 
 

@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from marin_assets.core.dedup import shuffle
 from marin_assets.core.dedup.decisions import (
@@ -23,6 +22,7 @@ from marin_assets.core.dedup.decisions import (
 from marin_assets.core.dedup.fuzzy.layout import REQUEST_SCHEMA, TEXT_SCHEMA, merge_runs, rows_of, section_uri, shard_runs, streamed_uri
 from marin_assets.core.dedup.fuzzy.state import FuzzyRun, Mapped
 from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.integrity import check_text_ids
 from marin_assets.core.runtime.runner import ShardResult, ShardTask
 
 
@@ -137,14 +137,16 @@ def _requested_rows(normalized_uri: str, take: np.ndarray, max_chars: int) -> tu
     ids: list[pa.Array] = []
     texts: list[pa.Array] = []
     fs, path = storage.filesystem(normalized_uri)
-    with fs.open(path, "rb", block_size=READ_BUFFER, cache_type="readahead") as handle:
+    with storage.reading_parquet(normalized_uri), fs.open(path, "rb", block_size=READ_BUFFER, cache_type="readahead") as handle:
         start = 0
-        for batch in pq.ParquetFile(handle, buffer_size=READ_BUFFER, pre_buffer=False).iter_batches(READ_ROWS, columns=["id", "text"], use_threads=False):
+        for batch in storage.parquet_file(handle, buffer_size=READ_BUFFER, pre_buffer=False).iter_batches(READ_ROWS, columns=["id", "text"], use_threads=False):
             lo, hi = np.searchsorted(wanted, [start, start + batch.num_rows])
             if hi > lo:
                 rows = pa.array(wanted[lo:hi] - start)
                 ids.append(batch.column("id").take(rows).cast(pa.string()))
-                texts.append(pc.utf8_slice_codeunits(pc.fill_null(batch.column("text").take(rows).cast(pa.large_string()), ""), 0, max_chars))
+                text = batch.column("text").take(rows)
+                check_text_ids(normalized_uri, ids[-1], text)
+                texts.append(pc.utf8_slice_codeunits(pc.fill_null(text.cast(pa.large_string()), ""), 0, max_chars))
             start += batch.num_rows
             if hi == wanted.size:
                 break

@@ -76,12 +76,10 @@ def read_rows(uri: str, rows: np.ndarray, columns: Sequence[str]) -> pa.Table:
     A 10M-row sample out of 10^10 documents touches a small part of each shard; reading whole
     shards would make the sample cost the corpus.
     """
-    import pyarrow.parquet as pq  # noqa: PLC0415
-
     rows = np.asarray(rows, dtype=np.int64)
     fs, path = storage.filesystem(uri)
-    with fs.open(path, "rb") as handle:
-        parquet = pq.ParquetFile(handle)
+    with storage.reading_parquet(uri), fs.open(path, "rb") as handle:
+        parquet = storage.parquet_file(handle)
         meta = parquet.metadata
         sizes = np.array([meta.row_group(g).num_rows for g in range(meta.num_row_groups)], dtype=np.int64)
         starts = np.concatenate([[0], np.cumsum(sizes)])

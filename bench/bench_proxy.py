@@ -1,0 +1,189 @@
+"""Is the built-in proxy a language model? Repetition, repeatability and speed on real text.
+
+The text is assembled on this machine, nothing downloaded: three groups of documents, Python's
+standard library sources (``code``), their docstrings (``prose``) and the system's locale
+definitions (``locale``); a document whose id hash is 0 modulo 10 is held out for evaluation.
+
+* **Repetition.** At a fixed token budget, the proxy trains on ``budget / N`` distinct tokens
+  of ``code`` repeated N times (N = 1, 2, 4, 8, 16; 1 epoch = all fresh), the distinct subset
+  drawn per seed, 3 seeds each. A language model gains little or loses little from a few
+  repeats and degrades with many: PASS where 2 and 4 epochs stay within the seeds' range of
+  fresh data (mean at most fresh's worst seed) and 16 epochs are worse than fresh's mean by
+  more than that range. The byte n-gram fixture is measured the same way.
+* **Repeatability.** Replicate noise (sd of ``macro_bpb`` over 3 seeds at one mixture) beside
+  the spread (sd) across mixtures of the three groups drawn like a swarm's: PASS where the noise
+  is below a fifth of the spread.
+* **Speed.** Training tokens per CPU second at each ladder size.
+
+``python -m bench.bench_proxy`` exits 1 when a goal misses (``--keep-going``, or running under
+``python -m bench``, leaves that to the runner's summary). About 25 LM runs: ~30 CPU minutes at
+1,048,576 tokens each, ~8 with ``BENCH_QUICK=1`` (262,144 tokens).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import glob
+import hashlib
+import os
+import statistics
+import sys
+import sysconfig
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from bench.harness import absolute_goal, pick
+from marin_assets.core.mixture import lm_proxy, proxy_trainer
+from marin_assets.core.mixture.lm_params import LMProxyParams
+from marin_assets.core.mixture.swarm import ProxyTrainerParams
+
+EPOCHS = (1, 2, 4, 8, 16)
+SEEDS = (1, 2, 3)  # seed 0 takes documents in id order, here a file's pieces one after another; others draw them spread out
+DOC_BYTES = 2_048  # a file is cut into documents of at most this many bytes: many documents per run
+GROUP_BYTES = 6_000_000
+PROXY = ProxyTrainerParams(holdout_mod=10, max_train_bytes_per_group=8_000_000, order=4)
+
+
+def _documents(paths: list[str], read: Any) -> list[tuple[str, str]]:
+    """(id, text) of each piece of each file; a file's pieces share the id's first 8 hex
+    characters, so a file is held out whole."""
+    docs, size = [], 0
+    for path in paths:
+        head = hashlib.sha256(path.encode()).hexdigest()[:8]
+        for text in read(path):
+            for start in range(0, len(text), DOC_BYTES):
+                piece = text[start : start + DOC_BYTES]
+                if len(piece) < 200:
+                    continue
+                docs.append((head + hashlib.sha256(f"{path}#{start}".encode()).hexdigest()[:24], piece))
+                size += len(piece)
+            if size >= GROUP_BYTES:
+                return docs
+    return docs
+
+
+def _source(path: str) -> list[str]:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return [handle.read()]
+
+
+def _docstrings(path: str) -> list[str]:
+    try:
+        tree = ast.parse(_source(path)[0])
+    except (SyntaxError, ValueError):
+        return []
+    nodes = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)))]
+    text = "\n\n".join(d for d in (ast.get_docstring(n) for n in nodes) if d)
+    return [text] if text else []
+
+
+def assemble_pool(folder: str) -> dict[str, list[str]]:
+    """The three groups as pool files (``id``, ``text``, ``source``, ``tokens`` = bytes)."""
+    stdlib = sysconfig.get_paths()["stdlib"]
+    sources = sorted(p for p in glob.glob(os.path.join(stdlib, "**", "*.py"), recursive=True) if "site-packages" not in p and "/test" not in p)
+    locales = sorted(glob.glob("/usr/share/i18n/locales/*"))
+    groups = {"code": _documents(sources, _source), "prose": _documents(sources, _docstrings), "locale": _documents(locales, _source)}
+    files = {}
+    for group, docs in groups.items():
+        if not docs:
+            raise SystemExit(f"bench_proxy: no {group} documents found on this machine")
+        ids = [i for i, _ in docs]
+        texts = [t for _, t in docs]
+        uri = os.path.join(folder, f"{group}.parquet")
+        pl.DataFrame({"id": ids, "text": texts, "source": [group] * len(docs), "tokens": [len(t.encode()) for t in texts]}).write_parquet(uri)
+        files[group] = [uri]
+    return files
+
+
+def config(run: str, weights: dict[str, float], files: dict[str, list[str]], budget: float, seed: int, proxy_tokens: dict[str, int]) -> dict[str, Any]:
+    return {
+        "run_id": run, "mixture_id": run, "seed": seed, "experiment_budget": budget, "phases": [{"share": 1.0, "weights": weights}],
+        "components": {g: {"pool_files": files[g], "proxy_tokens": proxy_tokens[g]} for g in weights},
+    }
+
+
+def train(kind: str, cfg: dict[str, Any], evals: dict[str, bytes], lm: LMProxyParams, work: str) -> dict[str, Any]:
+    if kind == "ngram":
+        return proxy_trainer.train_proxy(cfg, evals, PROXY)
+    return lm_proxy.train_lm_proxy(cfg, evals, PROXY, lm, os.path.join(work, f"{cfg['run_id']}-s{cfg['seed']}"))
+
+
+def repetition(kind: str, files: dict[str, list[str]], evals: dict[str, bytes], lm: LMProxyParams, budget: int, work: str) -> tuple[bool, bool, str]:
+    """(2 and 4 epochs within fresh's seed range or better, 16 epochs worse by more than it, the figures)."""
+    print(f"\n  {kind}: held-out code bits per byte at {budget:,} training tokens, N epochs of budget/N distinct tokens (seeds {list(SEEDS)})", flush=True)
+    code_eval = {"code": evals["code"]}
+    values: dict[int, list[float]] = {}
+    for n in EPOCHS:
+        started = time.perf_counter()
+        values[n] = [train(kind, config(f"{kind}-e{n}", {"code": 1.0}, files, budget, s, {"code": budget // n}), code_eval, lm, work)["metrics"]["macro_bpb"] for s in SEEDS]
+        print(f"    {n:>2} epochs: mean {np.mean(values[n]):.4f}  range {min(values[n]):.4f} .. {max(values[n]):.4f}  "
+              f"({' / '.join(f'{v:.4f}' for v in values[n])}; {time.perf_counter() - started:.0f} s)", flush=True)
+    fresh = values[1]
+    spread = max(fresh) - min(fresh)
+    few = all(np.mean(values[n]) <= max(fresh) for n in (2, 4))
+    many = np.mean(values[16]) - np.mean(fresh) > spread
+    shown = ", ".join(f"{n} epochs {np.mean(values[n]) - np.mean(fresh):+.4f}" for n in (2, 4, 16)) + f" vs fresh (seed range {spread:.4f})"
+    return few, bool(many), shown
+
+
+def repeatability(files: dict[str, list[str]], evals: dict[str, bytes], lm: LMProxyParams, budget: int, mixtures: int, work: str) -> bool:
+    rng = np.random.default_rng(7)
+    groups = sorted(files)
+    tokens = {g: budget for g in groups}  # each group's distinct tokens: one budget (at most one epoch)
+    draws = [np.full(len(groups), 1 / len(groups))] + [rng.dirichlet(np.ones(len(groups))) for _ in range(mixtures - 1)]
+    print(f"\n  lm: macro_bpb over {', '.join(groups)} at {budget:,} tokens: seeds {list(SEEDS)} at the uniform mixture, {mixtures} mixtures with seed {SEEDS[0]}", flush=True)
+    targets = []
+    for m, w in enumerate(draws):
+        weights = {g: float(x) for g, x in zip(groups, w) if x > 0}
+        seeds = SEEDS if m == 0 else SEEDS[:1]
+        values = [train("lm", config(f"mix{m}", weights, files, budget, s, tokens), evals, lm, work)["metrics"]["macro_bpb"] for s in seeds]
+        targets.append(values[0])
+        if m == 0:
+            replicates = values
+        print(f"    mixture {m} ({', '.join(f'{g} {x:.2f}' for g, x in zip(groups, w))}): " + " / ".join(f"{v:.4f}" for v in values), flush=True)
+    noise, spread = statistics.stdev(replicates), statistics.stdev(targets)
+    return absolute_goal("lm: replicate noise (sd over seeds) below a fifth of the spread across mixtures (sd)",
+                         f"noise {noise:.4f} vs spread {spread:.4f} (ratio {noise / spread:.3f})", noise < spread / 5)
+
+
+def speed(files: dict[str, list[str]], evals: dict[str, bytes], lm: LMProxyParams, steps: int, work: str) -> None:
+    print(f"\n  lm: training tokens per CPU second ({lm.batch_size} x {lm.context} bytes per step, {steps} steps, {lm.threads} thread)", flush=True)
+    budget = steps * lm.batch_size * lm.context
+    for rung in lm.ladder:
+        out = lm_proxy.train_lm_proxy(config(f"speed-{rung.name}", {"code": 1.0}, files, budget, 0, {"code": budget}), {"code": evals["code"][:4096]},
+                                      PROXY, lm, os.path.join(work, f"speed-{rung.name}"), size=rung.name)
+        print(f"    {rung.name:<6} {out['parameters'] / 1e6:.2f}M parameters (n_layer {rung.n_layer}, n_embd {rung.n_embd}, n_head {rung.n_head}): "
+              f"{out['tokens_per_cpu_second']:,.0f} tokens per CPU second on {out['device']}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.bench_proxy", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keep-going", action="store_true", help="exit 0 even when a goal misses")
+    args = parser.parse_args(argv)
+    lm = LMProxyParams()
+    budget = pick(1_048_576, 262_144)  # 1,024 or 256 steps of 8 x 128 bytes
+    with tempfile.TemporaryDirectory(prefix="bench-proxy-") as work:
+        started = time.perf_counter()
+        files = assemble_pool(work)
+        evals = proxy_trainer.evaluation_texts(files, PROXY)
+        sizes = {g: sum(pl.read_parquet(f[0])["tokens"]) for g, f in files.items()}
+        print(f"  pool: {', '.join(f'{g} {n:,} bytes' for g, n in sizes.items())}; evaluation {', '.join(f'{g} {len(t):,}' for g, t in evals.items())} bytes "
+              f"(scored: the first {lm.eval_bytes_per_domain:,}); proxy {lm.size}, {lm.batch_size} x {lm.context} bytes per step, "
+              f"lr {lm.learning_rate:g} ({time.perf_counter() - started:.0f} s)", flush=True)
+        few, many, shown = repetition("lm", files, evals, lm, budget, work)
+        passed = [absolute_goal("lm: 2 and 4 epochs within the seeds' range of fresh data or better", shown, few),
+                  absolute_goal("lm: 16 epochs worse than fresh by more than the seeds' range", shown, many)]
+        few, _, shown = repetition("ngram", files, evals, lm, budget, work)
+        passed.append(absolute_goal("ngram fixture: not language-model shaped (repeats already hurt), which is why it is only a fixture", shown, not few))
+        passed.append(repeatability(files, evals, lm, budget, pick(6, 4), work))
+        speed(files, evals, lm, pick(40, 12), work)
+    return 1 if not all(passed) and not (args.keep_going or os.environ.get("BENCH_VERDICTS")) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

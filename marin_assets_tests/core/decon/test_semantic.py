@@ -1,0 +1,163 @@
+"""The semantic tier: the paraphrase fixture, the eval embedding index (rebuilt only for a new
+lock or model), recall and false positives with the bundled model, and the policy."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from marin_assets.core.decon import rules as decon
+from marin_assets.core.decon import semantic
+from marin_assets.core.embed import embeddings as embed
+from marin_assets.core.runtime import stages, storage
+from marin_assets.core.runtime.integrity import text_ids
+from marin_assets.core.specs import EVAL_EMBEDDINGS
+from marin_assets.testing import paraphrase
+
+ITEMS = paraphrase.load_items()
+
+
+def test_the_fixture_has_three_sets_of_items_each_with_a_paraphrase_of_its_own() -> None:
+    per_set = Counter(i.eval_set for i in ITEMS)
+    assert len(ITEMS) >= 60 and len(per_set) >= 3 and min(per_set.values()) >= 20
+    assert len({(i.eval_set, i.row_id) for i in ITEMS}) == len(ITEMS)
+    for item in ITEMS:
+        assert len(item.fields) == 2 and all(text.strip() for _, text in item.fields), item.row_id
+        assert len(item.paraphrase.split()) >= 20, item.row_id
+        # reworded: no run of 13 words of the row survives in the paraphrase
+        row, para = item.text.lower().split(), " ".join(item.paraphrase.lower().split())
+        assert not any(" ".join(row[k:k + 13]) in para for k in range(len(row) - 12)), item.row_id
+    calibration, held_out = paraphrase.split(ITEMS)
+    assert not {i.row_id for i in calibration} & {i.row_id for i in held_out}
+
+
+def test_planted_documents_hold_the_paraphrase_standalone_and_deep_inside_long_documents() -> None:
+    docs = paraphrase.planted_documents(ITEMS[:6] + ITEMS[-3:])
+    assert Counter(kind for kind, _, _ in docs) == {"standalone": 9, "long": 9}
+    for kind, item, text in docs:
+        if kind == "standalone":
+            assert text == item.paraphrase
+        else:
+            at = text.index(item.paraphrase)
+            assert len(text[:at].split()) >= paraphrase.LONG_OFFSET_WORDS
+            assert len(text.split()) >= paraphrase.LONG_MIN_WORDS
+
+
+@pytest.mark.system
+def test_the_clean_documents_are_real_text_of_the_items_topics() -> None:
+    docs = paraphrase.clean_documents()
+    kinds = Counter(kind for kind, _ in docs)
+    assert len(docs) >= 2_000 and kinds["code"] >= 500 and kinds["math"] >= 300, kinds
+    assert not any(item.paraphrase in text for item in ITEMS for _, text in docs[::7])
+
+
+def test_the_index_is_keyed_by_lock_and_model_only(tmp_path) -> None:
+    """A new policy or threshold reuses the built index; a new lock or model rebuilds it."""
+    from marin_assets.defs.decon.assets import eval_embeddings_key
+
+    layout = storage.Layout(str(tmp_path))
+    built = []
+
+    def materialize(digest: str, encoder: embed.EncoderParams, params: semantic.SemanticParams) -> str:
+        fingerprint_params, extra = eval_embeddings_key(encoder, params)
+        manifest = stages.run_global(
+            EVAL_EMBEDDINGS, layout, inputs={"registry": stages.StageInput("lock", digest)}, params=fingerprint_params,
+            extra_fingerprint=extra, build=lambda out: built.append(out) or {"rows": 1})
+        return manifest["uri"]
+
+    offline = embed.offline_encoder_params()
+    first = materialize("lock-a", offline, semantic.SemanticParams())
+    assert materialize("lock-a", offline, semantic.SemanticParams(policy="drop", thresholds=())) == first
+    assert len(built) == 1
+    assert materialize("lock-b", offline, semantic.SemanticParams()) != first
+    assert materialize("lock-a", dataclasses.replace(offline, model="other/model", revision="abc"),
+                       semantic.SemanticParams()) != first
+    assert len(built) == 3
+
+
+def test_a_model_without_calibrated_thresholds_flags_nothing_and_says_so() -> None:
+    params = semantic.SemanticParams(thresholds=())
+    index = semantic.EvalEmbeddings({"model": "other/model"}, None, [], [], [], {}, np.zeros(0), None, np.zeros(0))
+    marks = semantic.mark_semantic(["text"], np.zeros((1, 4), np.float32), index, embed.offline_encoder_params(), params)
+    assert not marks.flagged.any() and marks.counters["uncalibrated_model"] == 1
+    with pytest.raises(ValueError, match="policy"):
+        semantic.SemanticParams(policy="remove").check()
+
+
+@pytest.fixture(scope="module")
+def built_index(tmp_path_factory) -> str:
+    out = str(tmp_path_factory.mktemp("eval_embeddings"))
+    semantic.build_eval_embeddings([i.row() for i in ITEMS], out, embed.offline_encoder_params())
+    return out
+
+
+@pytest.mark.system
+def test_reworded_items_are_found_and_clean_code_and_word_problems_are_not(built_index) -> None:
+    """Held-out items (thresholds were calibrated on the other half), the bundled model, the
+    kept vectors stored as int8 as the embeddings asset stores them."""
+    index = semantic.load_eval_embeddings(built_index)
+    _, held_out = paraphrase.split(ITEMS)
+    picked = held_out[::3]
+    planted = paraphrase.planted_documents(picked)
+    clean = paraphrase.python_functions(120) + paraphrase.math_word_problems(80)
+    texts = [t for _, _, t in planted] + clean
+    encoder = embed.offline_encoder_params()
+    vectors = embed.dequantize_int8(embed.quantize_int8(embed.encode_texts(texts, encoder)[0]))
+    marks = semantic.mark_semantic(texts, embed._normalize(vectors), index, encoder)
+    kinds = np.array([k for k, _, _ in planted])
+    found = marks.flagged[:len(planted)]
+    assert found[kinds == "standalone"].mean() >= 0.75
+    assert found[kinds == "long"].mean() >= 0.5
+    assert marks.flagged[len(planted):].mean() <= 0.01
+    right = [index.labels[u].split("#")[0] == f"{item.eval_set}:{item.row_id}"
+             for (_, item, _), f, u in zip(planted, found, marks.unit[:len(planted)]) if f]
+    assert all(right)
+    assert marks.looked[len(planted):].mean() < 0.1  # the window look is for candidates only
+
+
+def _shard(tmp_path, index_dir: str, texts: list[str]) -> tuple[list[str], decon.DeconParams]:
+    """A normalized shard, its kept embeddings and the 13-gram index of the fixture's rows."""
+    ids = text_ids(texts)  # as normalize makes them (its readers check them)
+    normalized = str(tmp_path / "normalized" / "shard-00000.parquet")
+    # typed as normalized shards are; the embeddings shard stores plain strings
+    storage.write_parquet(pa.table({"id": pa.array(ids, pa.large_string()), "text": pa.array(texts, pa.large_string())}), normalized)
+    vectors = str(tmp_path / "embeddings" / "shard-00000.parquet")
+    embed.embed_shard([normalized], vectors, embed.EmbedParams(encoder=embed.offline_encoder_params()))
+    ngrams = str(tmp_path / "ngrams")
+    decon.build_eval_index([i.row() for i in ITEMS], ngrams, decon.DeconParams(),
+                           expected={s: n for s, n in Counter(i.eval_set for i in ITEMS).items()})
+    params = decon.DeconParams(index_uri=ngrams, semantic_index_uri=index_dir, encoder=embed.offline_encoder_params())
+    return [normalized, vectors], params
+
+
+@pytest.mark.system
+def test_policy_flag_reports_and_drop_removes(tmp_path, built_index) -> None:
+    item = ITEMS[0]
+    texts = [item.paraphrase, item.text, "The weather in the mountains changed quickly that afternoon."]
+    inputs, params = _shard(tmp_path, built_index, texts)
+    outputs = {}
+    for policy in semantic.POLICIES:
+        out = str(tmp_path / f"{policy}.parquet")
+        stats = decon.contamination_shard(inputs, out, dataclasses.replace(params, semantic=semantic.SemanticParams(policy=policy)))
+        outputs[policy] = storage.read_parquet(out).to_pydict()
+        assert stats["semantic_by_eval"] == {item.eval_set: 2}
+    flag, drop = outputs["flag"], outputs["drop"]
+    assert flag["contaminated_semantic"] == [True, True, False]
+    assert flag["semantic_row"][0].startswith(f"{item.eval_set}:{item.row_id}")
+    assert flag["contaminated"] == [False, True, False]  # the 13-gram flag alone: the verbatim row
+    assert drop["contaminated"] == [True, True, False]
+    for column in ("contaminated_marin", "contaminated_coverage", "matched_rows", "max_overlap"):
+        assert flag[column] == drop[column]
+
+
+@pytest.mark.system
+def test_kept_embeddings_of_another_model_are_refused(tmp_path, built_index) -> None:
+    inputs, params = _shard(tmp_path, built_index, ["some text about nothing in particular"])
+    other = dataclasses.replace(params, encoder=dataclasses.replace(params.encoder, model="other/model"),
+                                semantic=semantic.SemanticParams())
+    with pytest.raises(ValueError, match="same encoder"):
+        decon.contamination_shard(inputs, str(tmp_path / "out.parquet"), other)
