@@ -15,12 +15,24 @@ PORT ?= 3000
 
 install: $(VENV)/.installed
 
+# The one install recipe: deploy/Dockerfile runs it too (`make install ACCELERATOR=... EXTRAS=`).
 # torch first, pinned: it takes the CPU wheel; an unpinned torch pulls a multi-GB CUDA build.
+# ACCELERATOR=cuda takes the same torch from the CUDA wheel index instead (the GPU image).
+# EXTRAS: the optional dependency groups (`test` here; the image leaves them out).
+ACCELERATOR ?= cpu
+EXTRAS ?= test
+TORCH_INDEX_cpu :=
+TORCH_INDEX_cuda := https://download.pytorch.org/whl/cu128
+TORCH_INDEX = $(TORCH_INDEX_$(ACCELERATOR))
+ifeq ($(filter $(ACCELERATOR),cpu cuda),)
+$(error ACCELERATOR=$(ACCELERATOR): use cpu or cuda)
+endif
+
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[test]"
+	$(BIN)/pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) )torch==2.13.0
+	$(BIN)/pip install -q -e ".$(if $(EXTRAS),[$(EXTRAS)])"
 	touch $@
 
 # The instance's storage is created here, once, before any run: runs started at once on a fresh
@@ -64,7 +76,7 @@ faults: install
 	$(BIN)/python -m pytest -q marin_assets_tests/faults
 
 check: install
-	$(BIN)/dagster definitions validate -m marin_assets.definitions
+	$(BIN)/dg check defs
 
 ## Benchmarks against their peers; ONLY=minhash,normalize selects, BENCH_QUICK=1 shortens.
 bench: install

@@ -1,12 +1,14 @@
 """``marin-assets``: the catalog, the offline demo, the local Hub server and the UI.
 
     marin-assets sources            list the catalog with kind, pin, tokens, runnable
-    marin-assets status             whether this version implements each catalog entry's recipe
+    marin-assets status             every catalog source: built, stale (why), failed (why), never built; tokens, last build
+    marin-assets status --recipes   whether this version implements each catalog entry's recipe
+    marin-assets materialize --select a,b --partition SOURCE   one source's assets here; a failure prints its cause first
     marin-assets settings           every setting (environment variable), its default and meaning
     marin-assets demo               run the offline demo pipeline into DAGSTER_HOME/MARIN_PREFIX
     marin-assets serve-hub ROOT     serve a directory of dataset repos with the Hub HTTP API
     marin-assets evals lock         pin the eval registry: branch -> commit, web file -> sha256 and rows
-    marin-assets dev                the Dagster UI on the embedded default (demo Hub if no HF_ENDPOINT)
+    marin-assets dev                the Dagster UI (`dg dev`) on the embedded default (demo Hub if no HF_ENDPOINT)
     marin-assets build [--sources a,b]  each source's chain and the global steps after it, one backfill, followed to the end
     marin-assets verify [--sources a,b]  re-read published outputs; every file against its recorded size and digest
     marin-assets instance           create the DAGSTER_HOME instance's storage once, before any run
@@ -53,10 +55,52 @@ def _cmd_sources(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from marin_assets.core.ingest.recipes import format_status
+    if args.recipes:
+        from marin_assets.core.ingest.recipes import format_status
 
-    print(format_status(_catalog_path(args)))
+        print(format_status(_catalog_path(args)))
+        return 0
+    from dagster import DagsterInstance
+
+    from marin_assets.catalog.sources import load_catalog
+    from marin_assets.definitions import defs
+    from marin_assets.defs.status import format_source_status, source_status
+
+    instance = DagsterInstance.get()
+    try:
+        statuses = source_status(instance, defs.resolve_asset_graph(), load_catalog(_catalog_path(args), strict=False))
+        print(format_source_status(statuses, every=args.all))
+    finally:
+        instance.dispose()
     return 0
+
+
+def _cmd_materialize(args: argparse.Namespace) -> int:
+    """Materialize assets of one partition in this process, on the DAGSTER_HOME instance; a
+    failure ends with its cause on the first line of the error."""
+    import dagster as dg
+
+    from marin_assets.definitions import defs
+    from marin_assets.defs.alerts import run_failure_alert
+
+    instance = dg.DagsterInstance.get()
+    try:
+        result = dg.materialize(
+            [*(defs.assets or []), *(defs.asset_checks or [])],
+            selection=args.select, partition_key=args.partition or None, instance=instance,
+            resources=dict(defs.resources or {}), raise_on_error=False,
+            run_config={"loggers": {"console": {"config": {"log_level": args.log_level.upper()}}}},
+        )  # fmt: skip
+        if result.success:
+            print(f"run {result.run_id}: materialized {args.select}" + (f" [{args.partition}]" if args.partition else ""))
+            return 0
+        alert = run_failure_alert(instance, result.run_id, "run failed")
+        print(f"error: {alert['cause']}", file=sys.stderr)
+        print(f"  run {result.run_id} ({', '.join(alert['assets'])}" + (f" [{alert['partition']}]" if alert["partition"] else "")
+              + "): the whole log and the stack trace are on the run's page in the UI (make dev)", file=sys.stderr)  # fmt: skip
+        return 1
+    finally:
+        instance.dispose()
 
 
 def _cmd_settings(args: argparse.Namespace) -> int:
@@ -149,15 +193,22 @@ def _cmd_evals(args: argparse.Namespace) -> int:
 
 
 def _cmd_dev(args: argparse.Namespace) -> int:
-    """Run ``dagster dev``; without ``HF_ENDPOINT`` the demo Hub serves the bundled sample."""
+    """Run ``dg dev``; without ``HF_ENDPOINT`` the demo Hub serves the bundled sample.
+
+    It runs in ``DAGSTER_HOME`` (the checkout when unset), whose ``dagster.yaml`` configures the
+    instance: started in the checkout, the server would warn that the checkout's ``dagster.yaml``
+    is not used (it is, through the link ``make home`` puts in ``DAGSTER_HOME``).
+    """
     from marin_assets.demo.run import demo_hub
 
     env = dict(os.environ)
-    # The dagster next to this interpreter: `make dev` runs without an activated venv.
-    dagster = os.path.join(os.path.dirname(sys.executable), "dagster")
-    command = [dagster if os.path.exists(dagster) else "dagster", "dev", "-w", "workspace.yaml", "-p", str(args.port)]
+    # The dg next to this interpreter: `make dev` runs without an activated venv.
+    dg = os.path.join(os.path.dirname(sys.executable), "dg")
+    workspace = os.path.abspath("workspace.yaml")
+    command = [dg if os.path.exists(dg) else "dg", "dev", "-w", workspace, "-p", str(args.port)]
+    home = env.get("DAGSTER_HOME") or os.getcwd()
     if env.get("HF_ENDPOINT"):
-        return subprocess.call(command, env=env)
+        return subprocess.call(command, env=env, cwd=home)
     from marin_assets.demo.run import DEMO_ENV
 
     with demo_hub() as endpoint:
@@ -169,7 +220,7 @@ def _cmd_dev(args: argparse.Namespace) -> int:
         print(f"offline demo Hub at {endpoint}: it serves the {len(DEMO_SOURCES)} demo sources ({', '.join(DEMO_SOURCES)}); "
               "the UI lists every catalog source, the others need HF_ENDPOINT=https://huggingface.co", flush=True)  # fmt: skip
         try:
-            return subprocess.call(command, env=env)
+            return subprocess.call(command, env=env, cwd=home)
         except KeyboardInterrupt:
             return 0
 
@@ -225,9 +276,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--verbose", action="store_true")
     p.set_defaults(fn=_cmd_sources)
 
-    p = sub.add_parser("status", help="recipe status per catalog entry")
+    p = sub.add_parser("status", help="every catalog source on the DAGSTER_HOME instance: built, stale (why), failed (why), never built")
     p.add_argument("--catalog", default=None, help="catalog file (default: MARIN_CATALOG or the packaged one)")
+    p.add_argument("--all", action="store_true", help="list never-built sources one per line too (default: counted in one line)")
+    p.add_argument("--recipes", action="store_true", help="instead: whether this version implements each catalog entry's recipe")
     p.set_defaults(fn=_cmd_status)
+
+    p = sub.add_parser("materialize", help="materialize assets of one partition here, on the DAGSTER_HOME instance")
+    p.add_argument("--select", required=True, help="assets, e.g. raw_files,normalized")
+    p.add_argument("--partition", default="", help="the source (partitioned assets)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"], help="Dagster's console log (default: info)")
+    p.set_defaults(fn=_cmd_materialize)
 
     p = sub.add_parser("settings", help="every setting: environment variable, default, meaning (the table in docs/operations.md)")
     p.set_defaults(fn=_cmd_settings)

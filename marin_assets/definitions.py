@@ -2,19 +2,18 @@
 checks, the jobs of its phases, the sensors and the resources."""
 
 import importlib
-import warnings
 
 import dagster as dg
 
-warnings.filterwarnings("ignore", category=dg.BetaWarning)
-warnings.filterwarnings("ignore", category=dg.PreviewWarning)
-
-from marin_assets.core import specs  # noqa: E402
-from marin_assets.defs.automation import CHECKS, SENSORS, executor_from_env, with_automation  # noqa: E402
-from marin_assets.defs.jobs import JOBS  # noqa: E402
-from marin_assets.defs.mixture.sensors import MIXTURE_SENSORS  # noqa: E402
-from marin_assets.defs.resources import CurationResource, DedupResource, EncoderResource, MarinResource  # noqa: E402
-from marin_assets.defs.stage_assets import shard_asset  # noqa: E402
+from marin_assets.core import specs
+from marin_assets.defs.alerts import ALERT_SENSORS
+from marin_assets.defs.automation import CHECKS, SENSORS, executor_from_env, with_automation
+from marin_assets.defs.jobs import JOBS
+from marin_assets.defs.mixture.sensors import MIXTURE_SENSORS
+from marin_assets.defs.resources import AlertResource, CurationResource, DedupResource, EncoderResource, MarinResource
+from marin_assets.defs.slices import slice_assets
+from marin_assets.defs.stage_assets import shard_asset
+from marin_assets.defs.status import source_status_check, source_status_sensor
 
 
 def stage_assets() -> list[dg.AssetsDefinition | dg.SourceAsset]:
@@ -40,10 +39,10 @@ _ASSETS = stage_assets()
 _PIPELINE = [a for a in _ASSETS if not specs.BY_NAME[a.key.to_user_string()].study_stage]
 
 defs = dg.Definitions(
-    assets=with_automation(_PIPELINE) + [a for a in _ASSETS if a not in _PIPELINE],
-    asset_checks=CHECKS,
+    assets=with_automation(_PIPELINE) + slice_assets({s.name: s.group for s in specs.ALL}) + [a for a in _ASSETS if a not in _PIPELINE],
+    asset_checks=CHECKS + [source_status_check],
     jobs=JOBS,
-    sensors=SENSORS + MIXTURE_SENSORS,
+    sensors=SENSORS + MIXTURE_SENSORS + ALERT_SENSORS + [source_status_sensor],
     executor=executor_from_env(),
-    resources={"marin": MarinResource(), "encoder": EncoderResource(), "curation": CurationResource(), "fuzzy_dedup": DedupResource()},
+    resources={"marin": MarinResource(), "encoder": EncoderResource(), "curation": CurationResource(), "fuzzy_dedup": DedupResource(), "alerts": AlertResource()},
 )

@@ -22,7 +22,6 @@ def _job(phase: S.Phase):
     return dg.define_asset_job(
         phase.name,
         selection=dg.AssetSelection.assets(*(s.name for s in phase.stages)),
-        partitions_def=partitions.pop(),
         description=f"{phase.description} ({', '.join(s.name for s in phase.stages)})",
     )
 

@@ -141,6 +141,11 @@ def materialized(
     schema = column_schema(manifest)
     if schema is not None and "dagster/column_schema" not in extra:
         extra["dagster/column_schema"] = schema
+    version = manifest["fingerprint"] if decided is None else storage.fingerprint("decided", decided)
+    if "per_source_digest" in extra:  # a global step's per-source decisions: each source's slice is recorded
+        from marin_assets.defs.slices import record_slices
+
+        record_slices(getattr(extra["per_source_digest"], "data", extra["per_source_digest"]), version)
     return dg.MaterializeResult(
         metadata=stage_metadata(
             uri=uri or manifest["uri"],
@@ -151,5 +156,5 @@ def materialized(
             **extra,
         ),
         check_results=check_results,
-        data_version=dg.DataVersion(manifest["fingerprint"] if decided is None else storage.fingerprint("decided", decided)),
+        data_version=dg.DataVersion(version),
     )

@@ -84,7 +84,8 @@ def step_progress(every: int = PROGRESS_EVERY, seconds: float = PROGRESS_SECONDS
 
     Every ``every`` finished tasks (more apart in a long map: at most ``most`` observations per
     map) or ``seconds`` after the last one, and always at the last task (the map's summary): tasks
-    finished and total, shards reused, CPU seconds and the largest task peak so far. The event log
+    finished and total, the rate of this map so far and the time left at that rate (labelled
+    predicted), shards reused, CPU seconds and the largest task peak so far. The event log
     (a database row per event) grows with the steps, not with the shards. None outside a Dagster step.
     """
     try:
@@ -95,17 +96,18 @@ def step_progress(every: int = PROGRESS_EVERY, seconds: float = PROGRESS_SECONDS
     partition = context.partition_key if context.has_partition_key else None
     every = max(1, int(every))
     seen = {"reused": 0, "cpu": 0.0, "peak": 0, "maps": 0, "emitted": 0}
-    started = last = time.monotonic()
+    started = last = map_started = time.monotonic()
 
     def report(finished: int, total: int, result: ShardResult) -> None:
-        nonlocal last
+        nonlocal last, map_started
         seen["reused"] += int(result.reused)
         seen["cpu"] += result.cpu_seconds
         seen["peak"] = max(seen["peak"], result.peak_rss_bytes)
+        now = time.monotonic()
         if finished == 1:
             seen["maps"] += 1  # normalize maps twice (read files, then write shards)
             seen["emitted"] = 0
-        now = time.monotonic()
+            map_started = now
         stride = max(every, -(-total // max(1, most)))
         if finished != total and (seen["emitted"] >= most or (finished % stride and now - last < seconds)):
             return
@@ -115,6 +117,7 @@ def step_progress(every: int = PROGRESS_EVERY, seconds: float = PROGRESS_SECONDS
             "shard_tasks_finished": dg.MetadataValue.int(finished),
             "shard_tasks_total": dg.MetadataValue.int(total),
             "shard_tasks_fraction": dg.MetadataValue.float(round(finished / max(total, 1), 4)),
+            **pace(finished, total, now - map_started),
             "shard_tasks_reused": dg.MetadataValue.int(seen["reused"]),
             "shard_map": dg.MetadataValue.int(seen["maps"]),
             "task_cpu_seconds": dg.MetadataValue.float(round(seen["cpu"], 3)),
@@ -125,6 +128,17 @@ def step_progress(every: int = PROGRESS_EVERY, seconds: float = PROGRESS_SECONDS
             context.log_event(dg.AssetObservation(asset_key=key, partition=partition, metadata=metadata))
 
     return report
+
+
+def pace(finished: int, total: int, seconds: float) -> dict[str, dg.MetadataValue]:
+    """This map's rate so far (tasks per minute) and, at that rate, the minutes left (a prediction)."""
+    if seconds <= 0 or finished <= 0:
+        return {}
+    per_minute = finished * 60.0 / seconds
+    return {
+        "shard_tasks_per_minute": dg.MetadataValue.float(round(per_minute, 2)),
+        "minutes_left_predicted": dg.MetadataValue.float(round((total - finished) / per_minute, 1)),
+    }
 
 
 class StepLog:

@@ -175,7 +175,7 @@ def band_sizes_png(groups: pl.DataFrame) -> bytes:
     return render_png(band_sizes_figure(groups))
 
 
-def rebuild_figure(rows: list[dict[str, Any]], scale: float) -> Any:
+def rebuild_figure(rows: list[dict[str, Any]], scale: float, fitted: bool = False) -> Any:
     """Measured against expected tokens per source (log scale); flagged sources in red."""
     fig = _figure(8, 0.35 * max(4, len(rows)) + 1.2)
     ax = fig.add_subplot(1, 1, 1)
@@ -183,15 +183,16 @@ def rebuild_figure(rows: list[dict[str, Any]], scale: float) -> Any:
     y = np.arange(len(rows))
     measured = [max(1, r["tokens"]) for r in rows]
     expected = [max(1, r["expected_tokens"]) for r in rows]
-    ax.barh(y - 0.2, measured, height=0.4, color=["#c0392b" if r["flags"] else "#2e86c1" for r in rows], label="measured")
+    ax.barh(y - 0.2, measured, height=0.4, color=["#c0392b" if r["flagged"] else "#2e86c1" for r in rows], label="measured")
     ax.barh(y + 0.2, expected, height=0.4, color="#aab7b8", label=f"catalog x {scale:.3g}")
     ax.set_xscale("log")
     ax.set_yticks(y, [n[:MAX_LABEL_CHARS] for n in names])
     ax.invert_yaxis()
     ax.set_xlabel("tokens (red: flagged)")
+    ax.set_title(f"Rebuild: tokens measured per source vs the catalog x {scale:.3g}" + (" (scale fitted to these sources)" if fitted else ""))
     ax.legend(loc="lower right")
     return fig
 
 
-def rebuild_png(rows: list[dict[str, Any]], scale: float) -> bytes:
-    return render_png(rebuild_figure(rows, scale))
+def rebuild_png(rows: list[dict[str, Any]], scale: float, fitted: bool = False) -> bytes:
+    return render_png(rebuild_figure(rows, scale, fitted))

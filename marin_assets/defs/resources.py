@@ -229,7 +229,17 @@ class DedupResource(SettingsResource):
         return FuzzyScale(**{k: v for k, v in sizes.items() if v is not None})
 
 
-RESOURCES: list[type[SettingsResource]] = [MarinResource, EncoderResource, CurationResource, DedupResource]
+class AlertResource(SettingsResource):
+    """Where alerts of failed runs and checks go (``defs/alerts.py``)."""
+
+    webhook: str | None = setting("MARIN_ALERT_WEBHOOK", "unset", "alerts: URL that each failed run and failed blocking check is POSTed to, as JSON (`kind`, `run_id`, `assets`, `partition`, `cause`)")
+    command: str | None = setting("MARIN_ALERT_COMMAND", "unset", "alerts: shell command run once per alert with the same JSON on stdin (e.g. a mail or chat client)")
+
+    def configured(self) -> bool:
+        return bool(self.resolved("webhook") or self.resolved("command"))
+
+
+RESOURCES: list[type[SettingsResource]] = [MarinResource, EncoderResource, CurationResource, DedupResource, AlertResource]
 
 
 def settings_table() -> str:

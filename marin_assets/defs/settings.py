@@ -99,6 +99,7 @@ DEFS_SETTINGS = (
     Setting("MARIN_DRIFT_INTERVAL_S", "600", "seconds between drift sensor ticks; read when the code location loads"),
     Setting("MARIN_DRIFT_BATCH", "10", "at most this many pins checked per drift tick"),
     Setting("MARIN_DRIFT_BUDGET_S", "30", "seconds the drift sensor may spend per tick"),
+    Setting("MARIN_ALERT_INTERVAL_S", "30", "seconds between ticks of the `run_failures` and `check_failures` alert sensors; read when the code location loads"),
 )
 OTHER_SETTINGS = (
     Setting("DAGSTER_HOME", "`./.dagster_home` (Makefile)", "the Dagster instance folder; holds `dagster.yaml`"),
@@ -106,6 +107,10 @@ OTHER_SETTINGS = (
     Setting("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "`false` (Makefile)", "keeps gcsfs from probing bucket types over gRPC"),
 )
 _DEFS_SETTING_NAMES = frozenset(s.env for s in DEFS_SETTINGS)
+# What a production deployment must set (deploy/helm/marin-env.yaml and the marin-hf-token
+# Secret): left at their defaults, data would stay on the pod's disk, gated sources would fail,
+# steps would share one pod, and the pool would be embedded with the small demo encoder.
+PRODUCTION_REQUIRED = ("MARIN_PREFIX", "HF_TOKEN", "MARIN_EXECUTOR", "MARIN_EMBED_MODEL", "MARIN_EMBED_REVISION")
 
 
 def defs_setting(env: str) -> str | None:

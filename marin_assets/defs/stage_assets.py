@@ -16,6 +16,7 @@ from marin_assets.defs.metadata import materialized
 from marin_assets.defs.partitions import proxy_run_partitions, source_partitions, study_partitions
 from marin_assets.defs.ray import step_log
 from marin_assets.defs.resources import MarinResource, source_or_fail
+from marin_assets.defs.slices import SLICED, slice_key
 
 # Who answers for the assets, and the tags the UI filters by: set here, once, for every stage.
 OWNERS = ["team:marin-data"]
@@ -40,8 +41,10 @@ def deps_for(spec: StageSpec) -> list[dg.AssetKey]:
     """The spec's inputs, plus ``source_pins`` for every per-source stage that does not read it:
     Dagster marks stale only the direct dependents of a changed data version, and a pin edit
     rebuilds the source's whole chain, so the whole chain is shown stale. Automation ignores
-    this extra edge (``conditions.per_source_condition``); the stage never reads it."""
-    deps = [key(i) for i in spec.inputs]
+    this extra edge (``conditions.per_source_condition``); the stage never reads it. A global
+    input that publishes per-source digests is read through its slice asset (``defs/slices.py``):
+    the stage turns stale only where its own part of the decision moved."""
+    deps = [slice_key(i.name) if spec.partitioned and i.name in SLICED else key(i) for i in spec.inputs]
     if spec.partitioned and spec.name != SOURCE_PINS.name and SOURCE_PINS not in spec.inputs:
         deps.append(key(SOURCE_PINS))
     return deps

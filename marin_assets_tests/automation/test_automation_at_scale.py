@@ -136,13 +136,13 @@ def test_automation_on_over_the_full_catalog_of_a_demo_instance(demo_home: Path,
 def _reads_automated_globals(defs) -> set[str]:
     """Per-source assets that read a global step automation rebuilds (dedup, boilerplate, bands):
     they wait until those steps have landed, so they are not in the chain's first run."""
-    from marin_assets.defs.automation.conditions import EXCEPTIONS
+    from marin_assets.defs.automation.conditions import EXCEPTIONS, global_inputs
 
     graph = defs.resolve_asset_graph()
     return {
-        key.to_user_string() for key in graph.get_all_asset_keys()
+        key.to_user_string() for key in graph.materializable_asset_keys
         if graph.get(key).partitions_def is not None
-        and any(graph.get(p).partitions_def is None and p.to_user_string() not in EXCEPTIONS for p in graph.get(key).parent_keys)
+        and any(g.to_user_string() not in EXCEPTIONS for g in global_inputs(graph, key))
     }  # fmt: skip
 
 

@@ -7,7 +7,9 @@ source's exact-dedup removals move (it no longer loses its copy), and so do both
 edges; no other source's slice of any global decision moves. The test waits until the ticks
 settle and checks that the edited source's chain, the global steps, and the pools of exactly
 those two sources were built, each once, every pool after the decisions it reads had landed;
-then that every per-source asset of every built source is current (re-run: reused).
+then that every per-source asset of every built source is current (re-run: reused), and that
+Dagster's stale status (the UI's Unsynced) marks no partition of the 146. Then one global decision
+alone (the fuzzy rule, rebuilt by hand): Unsynced are exactly the pools whose fuzzy slice moved.
 """
 
 from __future__ import annotations
@@ -161,6 +163,24 @@ def test_one_pin_edit_rebuilds_only_the_sources_whose_slice_moved(built_demo: Pa
             mp.delenv("HF_TOKEN", raising=False)
             not_reused = _rerun_every_per_source_asset(instance, list(DEMO_SOURCES))
         assert not_reused == [], f"not current after the ticks settled: {not_reused}"
+        # ... and Dagster's own stale status (the UI's Unsynced) says so, over all 146 partitions
+        assert _unsynced(instance) == set(), "after the edit settled, no current partition is shown Unsynced"
+
+        # one global decision alone: the fuzzy rule changed and fuzzy_duplicates rebuilt (no daemon):
+        # Unsynced are exactly the pools whose fuzzy slice moved
+        fuzzy = lambda: stages.stats_of(stages.current_input(layout, specs.FUZZY_DUPLICATES))["removed_ids_digest"]  # noqa: E731
+        before_rule = fuzzy()
+        with pytest.MonkeyPatch.context() as mp:
+            for key, value in {**env, "MARIN_FUZZY_CONTAINMENT": "0.95"}.items():
+                mp.setenv(key, value)
+            mp.delenv("HF_TOKEN", raising=False)
+            _materialize(instance, "fuzzy_duplicates")
+        after_rule = fuzzy()
+        moved_rule = {s for s in set(before_rule) | set(after_rule) if before_rule.get(s) != after_rule.get(s)}
+        unsynced = _unsynced(instance)
+        print(f"fuzzy rule changed: slices moved for {sorted(moved_rule)}; Unsynced: {sorted(unsynced)}", flush=True)
+        assert moved_rule and len(moved_rule) < len(DEMO_SOURCES), "a stricter rule keeps copies some sources lost, not all"
+        assert unsynced == {("pool", s) for s in moved_rule}, "Unsynced: exactly the pools whose slice moved"
 
 
 def _edit_and_settle(instance: dg.DagsterInstance, daemon: Daemon, catalog_path: Path, edited: str, new_sha: str) -> tuple[list, float, float]:
@@ -210,6 +230,30 @@ def _rerun_every_per_source_asset(instance: dg.DagsterInstance, sources: list[st
             if getattr(mat.metadata.get("reused"), "value", None) is not True:
                 not_reused.append(f"{mat.asset_key.to_user_string()}[{source}]")
     return not_reused
+
+
+def _unsynced(instance: dg.DagsterInstance) -> set[tuple[str, str]]:
+    """(asset, partition) of every per-source asset that Dagster's stale status calls stale (the
+    UI's Unsynced), over every partition of the catalog."""
+    from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
+    from dagster._core.loader import LoadingContextForTest
+
+    from marin_assets.defs.partitions import source_partitions
+
+    graph = _graph()
+    resolver = CachingStaleStatusResolver(instance, graph, LoadingContextForTest(instance))
+    keys = [k for k in graph.materializable_asset_keys if graph.get(k).partitions_def == source_partitions]
+    return {(k.to_user_string(), p) for k in keys for p in source_partitions.get_partition_keys()
+            if resolver.get_status(k, p) == StaleStatus.STALE}  # fmt: skip
+
+
+def _materialize(instance: dg.DagsterInstance, name: str) -> None:
+    """One asset materialized in this process with the code location's assets and resources."""
+    from marin_assets.definitions import defs
+
+    assets = [a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition)]
+    result = dg.materialize(assets, selection=[name], instance=instance, resources=defs.resources, raise_on_error=True)
+    assert result.success
 
 
 def _graph():

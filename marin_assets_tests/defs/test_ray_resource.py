@@ -76,6 +76,17 @@ def test_a_running_step_reports_shard_progress_as_asset_observations(tmp_path) -
     assert finished == [10, 20, 23]
     assert all(o.metadata["shard_tasks_total"].value == 23 and o.partition == "src" and o.asset_key == dg.AssetKey("sharded") for o in observations)
     assert seen_during[10] == 1 and seen_during[20] == 2  # stored as the tasks finished, not at the end
+    rates = [o.metadata["shard_tasks_per_minute"].value for o in observations]
+    left = [o.metadata["minutes_left_predicted"].value for o in observations]
+    assert all(r > 0 for r in rates) and left[-1] == 0 and all(m >= 0 for m in left), (rates, left)
+
+
+def test_pace_is_the_rate_so_far_and_the_time_left_at_it() -> None:
+    from marin_assets.defs.ray import pace
+
+    figures = {k: v.value for k, v in pace(30, 120, 90.0).items()}
+    assert figures == {"shard_tasks_per_minute": 20.0, "minutes_left_predicted": 4.5}
+    assert pace(0, 120, 0.0) == {}
 
 
 def test_outside_a_step_the_runner_reports_no_progress(monkeypatch) -> None:

@@ -13,15 +13,19 @@ def test_every_asset_is_a_spec_with_deps_group_partitions_and_code_version_from_
     from marin_assets.definitions import defs
     from marin_assets.defs.partitions import source_partitions
 
+    from marin_assets.defs.slices import SLICED, slice_key
+
     graph = defs.resolve_asset_graph()
     assets = {k.to_user_string() for k in graph.get_all_asset_keys()}
-    assert assets == {s.name for s in specs.ALL}
+    assert assets == {s.name for s in specs.ALL} | {slice_key(n).to_user_string() for n in SLICED}
     for spec in specs.ALL:
         node = graph.get(dg.AssetKey(spec.name))
-        # per-source stages also depend on source_pins, for staleness in the UI (stage_assets.deps_for)
+        # per-source stages also depend on source_pins, for staleness in the UI (stage_assets.deps_for),
+        # and read a global decision with per-source digests through its slice (defs/slices.py)
         by_source = node.partitions_def == source_partitions and spec is not specs.SOURCE_PINS
         pins = {specs.SOURCE_PINS.name} if by_source else set()
-        assert sorted(p.to_user_string() for p in node.parent_keys) == sorted({i.name for i in spec.inputs} | pins), spec.name
+        inputs = {slice_key(i.name).to_user_string() if by_source and i.name in SLICED else i.name for i in spec.inputs}
+        assert sorted(p.to_user_string() for p in node.parent_keys) == sorted(inputs | pins), spec.name
         assert node.group_name == spec.group, spec.name
         assert (node.partitions_def is not None) == spec.partitioned, spec.name
         if node.is_materializable:

@@ -1,6 +1,6 @@
 """``python -m marin_assets_tests.recipes [CATALOG]``: the recipe status table with fixture coverage.
 
-The product's ``marin-assets status`` cannot know which sources the test suite covers (it
+The product's ``marin-assets status --recipes`` cannot know which sources the test suite covers (it
 never imports the tests); this prints the same table with the fixture registry's answer.
 """
 

@@ -55,3 +55,12 @@ def test_status_covers_the_fixture_registry_and_stays_free_of_dagster() -> None:
     assert summary.startswith(f"total: {total} entries; implemented ")
     assert f"fixture-tested {len(covered_sources() & set(load_catalog().names))}/{total}" in summary
     assert UNKNOWN not in done.stdout
+
+
+def test_the_recipe_table_is_status_recipes(tmp_path: Path, capsys) -> None:
+    """``marin-assets status`` is the instance's table of sources; the recipe table moved to ``--recipes``."""
+    from marin_assets.cli import main
+
+    path = catalog_with(tmp_path / "catalog.toml", keep=["agenttrove", "cp/peps"])
+    assert main(["status", "--recipes", "--catalog", str(path)]) == 0
+    assert capsys.readouterr().out.strip() == format_status(str(path)).strip()

@@ -10,9 +10,10 @@ The rule is generic so that new stages are automated without touching this modul
   ``per_source_digest`` ({source: digest}) in its metadata (dedup removals, boilerplate drop
   sets, the band edges of the source's topics), and only the sources whose digest moved are
   rebuilt (``GlobalSliceMoved``, until rebuilt from the new decision); a global step without
-  it counts for all. A source is not rebuilt while one of the global steps it reads is
-  requested, in progress or about to be (``_globals_settled``): nothing is published from a
-  decision that is being replaced.
+  it counts for all. A stage reads such a step through its slice asset (``defs/slices.py``, so
+  that Dagster's stale status is per source too); automation judges the step behind the slice.
+  A source is not rebuilt while one of the global steps it reads is requested, in progress or
+  about to be (``_globals_settled``): nothing is published from a decision being replaced.
   Only partitions that were built before are rebuilt: the first build of a source is a
   backfill. A partition added by a code-location reload (a new catalog entry) is built as
   soon as its inputs exist. A partition whose name left the catalog is never requested.
@@ -34,6 +35,7 @@ from typing import Any
 
 import dagster as dg
 from dagster import AutomationCondition as AC
+from dagster._core.events import DagsterEventType
 
 from marin_assets.catalog.sources import default_catalog_path
 from marin_assets.core.ingest import raw as ingest
@@ -41,6 +43,7 @@ from marin_assets.core.ingest.recipes import checked_catalog
 from marin_assets.core.specs import ALL as ALL_SPECS
 from marin_assets.core.specs import QUALITY_MODEL, SOURCE_PINS, TOPIC_MODEL
 from marin_assets.defs.settings import configured_catalog_path
+from marin_assets.defs.slices import global_of
 
 MANUAL = None  # an exception that means: never automated, rebuilt by hand or backfill
 
@@ -183,6 +186,24 @@ def _read_after(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str, 
     return all(int(tags.get(INPUT_POINTER + dep, -1)) >= event for dep, event in waits.items())
 
 
+def global_inputs(graph: Any, key: dg.AssetKey) -> list[dg.AssetKey]:
+    """The global steps an asset reads: its unpartitioned dependencies, and the step behind each
+    slice it reads (``defs/slices.py``)."""
+    parents = graph.get(key).parent_keys
+    return sorted({global_of(p) or p for p in parents if global_of(p) or graph.get(p).partitions_def is None})
+
+
+def _waits_for(instance: dg.DagsterInstance, input_key: dg.AssetKey, partitions: set[str], event: int) -> dict[str, tuple[str, int]]:
+    """Per partition, the input and the event a rebuild must have read: the global step's new
+    output, or (read through a slice) the partition's slice recorded with it."""
+    if not partitions:
+        return {}
+    if global_of(input_key) is None:
+        return {p: (input_key.to_user_string(), event) for p in partitions}
+    observed = instance.event_log_storage.get_latest_storage_id_by_partition(input_key, DagsterEventType.ASSET_OBSERVATION, set(partitions))
+    return {p: (input_key.to_user_string(), observed.get(p, event)) for p in partitions}
+
+
 class GlobalSliceMoved(dg.AutomationCondition):
     """True for built partitions whose slice of an unpartitioned dependency moved and that have
     not been rebuilt from that dependency's new output since.
@@ -211,11 +232,8 @@ class GlobalSliceMoved(dg.AutomationCondition):
         state = json.loads(context.cursor) if context.cursor else None
         if state is not None and "seen" not in state:
             state = {"seen": state, "pending": {}}  # the cursor of the version that kept no pending set
-        seen = {
-            parent.to_user_string(): _latest_version_and_slices(instance, parent)
-            for parent in sorted(graph.get(key).parent_keys)
-            if graph.get(parent).partitions_def is None
-        }
+        via = {global_of(p) or p: p for p in graph.get(key).parent_keys}  # the input that carries each global step
+        seen = {global_.to_user_string(): _latest_version_and_slices(instance, global_) for global_ in global_inputs(graph, key)}
         if not subset.is_partitioned:
             return dg.AutomationResult(context=context, true_subset=context.get_empty_subset(), cursor=json.dumps({"seen": seen, "pending": {}}, sort_keys=True))
         pending: dict[str, dict[str, int]] = dict((state or {}).get("pending", {}))
@@ -224,8 +242,9 @@ class GlobalSliceMoved(dg.AutomationCondition):
             if state is None:
                 break  # the first evaluation is the baseline
             moved = moved_slices(state["seen"].get(dep), now)
-            for partition in candidates if moved is None else moved & candidates:
-                pending.setdefault(partition, {})[dep] = now["event"]  # type: ignore[index]
+            targets = candidates if moved is None else moved & candidates
+            for partition, (name, event) in _waits_for(instance, via[dg.AssetKey(dep)], targets, now["event"]).items():  # type: ignore[index]
+                pending.setdefault(partition, {})[name] = event
         stale = set()
         for partition, waits in sorted(pending.items()):
             read = _read_after(instance, key, partition, waits) if partition in candidates else None
@@ -268,8 +287,18 @@ def _dep_data_changed() -> dg.AutomationCondition:
     return (AC.data_version_changed() & ~AC.executed_with_root_target()).with_label("data_version_changed")
 
 
-def _no_dep_failed_blocking_check() -> dg.AutomationCondition:
-    return ~AC.any_deps_match(AC.any_checks_match(AC.check_failed(), blocking_only=True)).with_label(
+def _any_input(condition: dg.AutomationCondition, slices: Iterable[str] = ()) -> dg.AutomationCondition:
+    """``condition`` on a dependency, or on the global step behind a slice dependency: automation
+    sees through a slice to the step it is cut from, as if that step were the input."""
+    slices = sorted(slices)
+    if not slices:
+        return AC.any_deps_match(condition)
+    through = dg.AssetSelection.assets(*slices)
+    return AC.any_deps_match(condition).ignore(through) | AC.any_deps_match(AC.any_deps_match(condition)).allow(through)
+
+
+def _no_dep_failed_blocking_check(slices: Iterable[str] = ()) -> dg.AutomationCondition:
+    return ~_any_input(AC.any_checks_match(AC.check_failed(), blocking_only=True), slices).with_label(
         "any_dep_failed_a_blocking_check"
     )
 
@@ -279,17 +308,22 @@ def _no_dep_failed_blocking_check() -> dg.AutomationCondition:
 _READS_PINS = frozenset(s.name for s in ALL_SPECS if SOURCE_PINS in s.inputs)
 
 
-def _globals_settled(global_deps: Iterable[str]) -> dg.AutomationCondition:
-    """None of these global dependencies is requested, in progress, or about to be (one of its
-    own dependencies is requested, in progress, or was just updated: the global step is then
-    requested on a later tick): a source is not rebuilt from a decision being replaced."""
+def _globals_settled(global_deps: Iterable[str], slices: Iterable[str] = ()) -> dg.AutomationCondition:
+    """None of these global dependencies (direct, or behind a slice) is requested, in progress,
+    or about to be (one of its own dependencies is requested, in progress, or was just updated:
+    the global step is then requested on a later tick): a source is not rebuilt from a decision
+    being replaced."""
     unsettled = (RequestedThisTick() | AC.in_progress() | AC.any_deps_in_progress()
                  | AC.any_deps_match(RequestedThisTick() | AC.newly_updated()))  # fmt: skip
-    return ~AC.any_deps_match(unsettled).allow(dg.AssetSelection.assets(*sorted(global_deps))).with_label("global_inputs_settled")
+    globals_ = dg.AssetSelection.assets(*sorted(global_deps))
+    unsettled_input = AC.any_deps_match(unsettled).allow(globals_)
+    if slices:
+        unsettled_input = unsettled_input | AC.any_deps_match(unsettled_input).allow(dg.AssetSelection.assets(*sorted(slices)))
+    return ~unsettled_input.with_label("global_inputs_settled")
 
 
 def per_source_condition(global_deps: Iterable[str] = (), pins_dep: bool = False, pins_edge: bool = False,
-                         automated_globals: Iterable[str] | None = None) -> dg.AutomationCondition:  # fmt: skip
+                         automated_globals: Iterable[str] | None = None, slices: Iterable[str] = ()) -> dg.AutomationCondition:  # fmt: skip
     """For partitioned assets: rebuild the partitions whose inputs changed (see module doc).
 
     ``global_deps`` are the unpartitioned dependencies: they are judged per source by
@@ -298,7 +332,9 @@ def per_source_condition(global_deps: Iterable[str] = (), pins_dep: bool = False
     from them. ``pins_dep``: the asset reads ``source_pins``, whose change counts only where the
     asset was built for another recipe (``BuiltForAnotherRecipe``). ``pins_edge``:
     ``source_pins`` is a dependency the asset does not read (for staleness in the UI); it is
-    ignored, the chain follows its inputs.
+    ignored, the chain follows its inputs. ``slices``: the slice assets it reads
+    (``defs/slices.py``), each standing for its global step (in ``global_deps``): automation
+    judges the step behind it, as if the step were the input.
     """
     per_source_deps = AC.any_deps_match(_dep_data_changed() | AC.will_be_requested())
     pins = dg.AssetSelection.assets(SOURCE_PINS.name)
@@ -307,9 +343,9 @@ def per_source_condition(global_deps: Iterable[str] = (), pins_dep: bool = False
         per_source_deps = per_source_deps.ignore(pins) | pin_changed
     elif pins_edge:
         per_source_deps = per_source_deps.ignore(pins)
-    global_deps = sorted(global_deps)
-    if global_deps:
-        per_source_deps = per_source_deps.ignore(dg.AssetSelection.assets(*global_deps))
+    global_deps, slices = sorted(global_deps), sorted(slices)
+    if global_deps or slices:
+        per_source_deps = per_source_deps.ignore(dg.AssetSelection.assets(*global_deps, *slices))
     inputs_changed = per_source_deps.with_label("any_dep_changed_or_requested")
     rebuild = (inputs_changed & ~AC.missing()).with_label("built_before_and_inputs_changed")
     new_partition = AC.newly_missing().with_label("new_partition")
@@ -317,16 +353,17 @@ def per_source_condition(global_deps: Iterable[str] = (), pins_dep: bool = False
     if global_deps:
         # state, not an event: true until rebuilt from the new decision; a failed rebuild waits for a person
         wanted = wanted | (GlobalSliceMoved() & ~AC.execution_failed()).with_label("own_slice_of_a_global_input_moved")
+    missing, running = (_any_input(AC.missing(), slices), _any_input(AC.in_progress(), slices)) if slices else (AC.any_deps_missing(), AC.any_deps_in_progress())
     condition = (
         wanted
-        & ~AC.any_deps_missing()
-        & ~AC.any_deps_in_progress()
+        & ~missing
+        & ~running
         & ~AC.in_progress()
-        & _no_dep_failed_blocking_check()
+        & _no_dep_failed_blocking_check(slices)
         & InCatalog()
     )
     settle = sorted(global_deps if automated_globals is None else automated_globals)
-    return (condition & _globals_settled(settle) if settle else condition).with_label("marin_per_source")
+    return (condition & _globals_settled(settle, slices) if settle else condition).with_label("marin_per_source")
 
 
 def global_condition() -> dg.AutomationCondition:
@@ -355,10 +392,11 @@ def condition_for(spec: dg.AssetSpec, unpartitioned: set[dg.AssetKey] = frozense
         return global_condition()
     deps = {d.asset_key for d in spec.deps}
     pins = dg.AssetKey(SOURCE_PINS.name)
-    global_deps = sorted(k.to_user_string() for k in deps if k in unpartitioned)
+    slices = sorted(k.to_user_string() for k in deps if global_of(k))
+    global_deps = sorted({k.to_user_string() for k in deps if k in unpartitioned} | {global_of(k).to_user_string() for k in deps if global_of(k)})  # type: ignore[union-attr]
     automated = [d for d in global_deps if exceptions.get(d, True) is not MANUAL]
     return per_source_condition(global_deps, pins_dep=pins in deps and name in _READS_PINS, pins_edge=pins in deps,
-                                automated_globals=automated)  # fmt: skip
+                                automated_globals=automated, slices=slices)  # fmt: skip
 
 
 def _unpartitioned_keys(assets: list[Any]) -> set[dg.AssetKey]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from marin_assets.catalog.sources import load_catalog
-from marin_assets.core.pool.rebuild import PUBLISHED_DEDUP_SHARE, ReportParams, SourceFigures, rebuild_report, report_lines
+from marin_assets.core.pool.rebuild import NOT_CHECKED, PUBLISHED_DEDUP_SHARE, ReportParams, SourceFigures, rebuild_report, report_lines
 from marin_assets.demo.sample import DEMO_SOURCES
 
 
@@ -53,6 +53,31 @@ def test_at_full_scale_the_catalog_counts_are_the_reference() -> None:
     report = rebuild_report(_built(fraction=1.0), _catalog())
     assert report["scale"] == 1.0 and report["flagged"] == []
     assert rebuild_report(_built(fraction=0.5), _catalog())["flagged"] == sorted(DEMO_SOURCES), "half the corpus is flagged everywhere"
+
+
+def test_ok_is_said_only_against_a_figure_the_fit_did_not_make() -> None:
+    """With a fitted scale the median source reads x1.00 by construction: not "ok" without an
+    earlier build; with one, or at a given scale, it is."""
+    fitted = rebuild_report(_built(), _catalog(), ReportParams(scale=None))
+    assert [r["flags"] for r in fitted["rows"]] == [NOT_CHECKED] * len(DEMO_SOURCES)
+    assert any(r["ratio"] == 1.0 for r in fitted["rows"]), "the median source matches its own fit"
+    published = {f.source: f for f in _built()}
+    compared = rebuild_report(_built(), _catalog(), ReportParams(scale=None), published=published)
+    assert [r["flags"] for r in compared["rows"]] == ["ok"] * len(DEMO_SOURCES)
+    assert [r["flags"] for r in rebuild_report(_built(fraction=1.0), _catalog())["rows"]] == ["ok"] * len(DEMO_SOURCES)
+    assert all(list(r)[0] == "flags" for r in fitted["rows"]), "the verdict is the first column"
+    lines = report_lines(fitted, "offline")
+    assert all(line.lstrip().startswith(("not checked", "flags", "tokens", "all ", "(", "semantic")) for line in lines), lines
+
+
+def test_a_sample_total_that_matches_the_published_share_says_it_is_no_validation() -> None:
+    dedup = PUBLISHED_DEDUP_SHARE
+    sample = rebuild_report(_built(dedup=dedup), _catalog(), ReportParams(scale=None), catalog_size=146)
+    assert abs(sample["totals"]["dedup_share_est"] - dedup) < 0.001 and not sample["totals"]["flag"]
+    assert sample["totals"]["note"] == f"{len(DEMO_SOURCES)} of 146 catalog sources: the published share is the whole catalog's, so this total is not a validation of it"
+    assert report_lines(sample, "offline")[-1] == f"  ({sample['totals']['note']})"
+    whole = rebuild_report(_built(dedup=dedup), _catalog(), catalog_size=len(DEMO_SOURCES))
+    assert whole["totals"]["note"] == ""
 
 
 def test_semantic_flags_are_reported_per_source_and_eval_set() -> None:

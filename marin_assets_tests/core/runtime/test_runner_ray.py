@@ -17,7 +17,7 @@ ray = pytest.importorskip("ray")
 
 from marin_assets.core.embed import embeddings as embed  # noqa: E402
 from marin_assets.core.ingest import normalize
-from marin_assets.core.runtime import storage
+from marin_assets.core.runtime import integrity, storage
 from marin_assets.core.runtime.runner import LOCAL, ShardFailed, ShardRunner, ShardTask, TaskResources  # noqa: E402
 
 pytestmark = pytest.mark.system  # end to end: a real local Ray cluster with two worker processes
@@ -159,7 +159,7 @@ def test_an_embedding_task_asks_ray_for_a_gpu_when_configured(ray_cluster, tmp_p
 
 def test_a_gpu_deployment_without_a_gpu_fails_loudly(ray_cluster, tmp_path: Path) -> None:
     shard = tmp_path / "part-00000-of-00001.parquet"
-    pl.DataFrame({"id": ["a"], "text": ["hello"]}).write_parquet(shard)
+    pl.DataFrame({"id": integrity.text_ids(["hello"]), "text": ["hello"]}).write_parquet(shard)
     params = embed.EmbedParams(encoder=embed.offline_encoder_params(device="cuda"))
     with pytest.raises(embed.GPUUnavailable, match="no CUDA device"):
         ShardRunner(ray_address=LOCAL, retries=0).map([ShardTask(embed.embed_shard, (str(shard),), str(tmp_path / "out.parquet"), params)])
