@@ -108,14 +108,21 @@ def sample(files: list[tuple[str, str, str]], docs: int) -> list[tuple[str, str,
 
 
 def read_docs(installs: dict[str, Path], chosen: list[tuple[str, str, str]]) -> list[dict[str, str]]:
-    docs = []
+    """The chosen files as documents with normalize's ids (the hash of the text, which every
+    reader checks). A file identical to one already read is left out for both systems: exact
+    copies are exact dedup's, and share one id."""
+    from marin_assets.core.runtime.integrity import text_ids  # noqa: PLC0415
+
+    docs, seen = [], set()
     for source, release, rel in chosen:
         try:
             text = (installs[release] / rel).read_text("utf-8")
         except (UnicodeDecodeError, OSError):
             continue
-        if text.strip():
-            docs.append({"source": source, "release": release, "path": rel, "id": hashlib.sha1(f"{release}/{rel}".encode()).hexdigest()[:32], "text": text})
+        doc_id = text_ids([text])[0]
+        if text.strip() and doc_id not in seen:
+            seen.add(doc_id)
+            docs.append({"source": source, "release": release, "path": rel, "id": doc_id, "text": text})
     return docs
 
 
