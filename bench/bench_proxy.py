@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from bench.harness import absolute_goal, pick
+from bench.harness import absolute_goal, exit_status, pick
 from marin_assets.core.mixture import lm_proxy, proxy_trainer
 from marin_assets.core.mixture.lm_params import LMProxyParams
 from marin_assets.core.mixture.swarm import ProxyTrainerParams
@@ -186,4 +186,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_status(main()))

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from marin_assets.core.dedup import block_index, manifest
 from marin_assets.core.dedup.block_index import index_of
 from marin_assets.core.runtime import storage
+from marin_assets.core.runtime.runner import release_free_memory
 from marin_assets.core.runtime.storage import READ_THREADS, concurrently, read_threads  # noqa: F401  (fanin and star rounds use them from here)
 
 KEY_SPACE = 1 << 63
@@ -641,6 +642,7 @@ def measured(fn: Any = None, *, warm: Sequence[Any] = ()) -> Any:
         stats["cpu_s"] = time.process_time() - warmed
         stats["warmup_cpu_s"] = warmed - start
         stats["rss_kb"] = vm_hwm_kb()
+        release_free_memory()  # in process, the next task starts at the driver's size, not with this one's freed pages
         return stats
 
     return task

@@ -26,7 +26,7 @@ from marin_assets.core.runtime.integrity import check_text_ids
 from marin_assets.core.runtime.runner import ShardResult, ShardTask
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)  # one per shard in a step's tasks: no dict each
 class GatherParams:
     source: str
     first_node: int
@@ -70,6 +70,7 @@ def fuzzy_gather_group(inputs: list[str], output: str, params: GatherGroupParams
             bounds = np.asarray(runs[j], np.int64).ravel()
             mine = requests.filter(pa.array((np.searchsorted(bounds, keys, side="right") % 2) == 1)) if keys.size else requests
             out = _gather_shard(inputs[2 * j], inputs[2 * j + 1], mine, shard)
+            pa.default_memory_pool().release_unused()  # the shard's decoded pages: the next shard's are not added to them
             if out is None:
                 continue
             table, big = out[0].drop_columns(["big"]), out[0].column("big")
@@ -113,17 +114,44 @@ def _gather_shard(normalized_uri: str, nodes_file: str, requests: pa.Table, para
     else:
         nodes_table = storage.read_parquet_object(nodes_file, columns=["id"])
         take = pa.array(node - params.first_node)
-    table = storage.read_parquet_columns(normalized_uri, ["id", "text"])
-    ids = table.column("id").take(take).combine_chunks().cast(pa.string())
+    ids, texts = _requested_rows(normalized_uri, take.to_numpy(), params.max_chars)
     expected = nodes_table.column("id").take(take).combine_chunks().cast(pa.string())
     if not ids.equals(expected):
         raise DedupError(f"source {params.source!r}: row order of its minhash buckets differs from {normalized_uri}; rematerialize minhash_buckets for {params.source!r}")
-    check_text_ids(normalized_uri, ids, table.column("text").take(take))
-    texts = pc.utf8_slice_codeunits(pc.fill_null(table.column("text").take(take).combine_chunks().cast(pa.large_string()), ""), 0, params.max_chars)
     out = pa.table([requests.column("lkey"), requests.column("pos"), pa.array(node), texts, requests.column("big")], schema=TEXT_SCHEMA.append(pa.field("big", pa.bool_())))
     out = out.take(pc.sort_indices(out, sort_keys=[("key", "ascending"), ("pos", "ascending")]))
     mean_chars = max(1, int(pc.sum(pc.utf8_length(texts)).as_py() or 0) // max(1, out.num_rows))
     return out, min(shuffle.ROW_GROUP_ROWS, max(16, params.batch_chars // mean_chars))
+
+
+READ_ROWS = 1024  # rows of a normalized shard decoded at a time
+READ_BUFFER = 8 << 20  # bytes of the shard read at a time
+
+
+def _requested_rows(normalized_uri: str, take: np.ndarray, max_chars: int) -> tuple[pa.Array, pa.Array]:
+    """``id`` and ``text`` (cut to ``max_chars``) of rows ``take`` of a normalized shard, in
+    ``take``'s order, decoded ``READ_ROWS`` at a time up to the last requested row: the task
+    holds the requested texts, not the whole shard's (which grows with the shard's size)."""
+    order = np.argsort(take, kind="stable")
+    wanted = take[order]
+    ids: list[pa.Array] = []
+    texts: list[pa.Array] = []
+    fs, path = storage.filesystem(normalized_uri)
+    with storage.reading_parquet(normalized_uri), fs.open(path, "rb", block_size=READ_BUFFER, cache_type="readahead") as handle:
+        start = 0
+        for batch in storage.parquet_file(handle, buffer_size=READ_BUFFER, pre_buffer=False).iter_batches(READ_ROWS, columns=["id", "text"], use_threads=False):
+            lo, hi = np.searchsorted(wanted, [start, start + batch.num_rows])
+            if hi > lo:
+                rows = pa.array(wanted[lo:hi] - start)
+                ids.append(batch.column("id").take(rows).cast(pa.string()))
+                text = batch.column("text").take(rows)
+                check_text_ids(normalized_uri, ids[-1], text)
+                texts.append(pc.utf8_slice_codeunits(pc.fill_null(text.cast(pa.large_string()), ""), 0, max_chars))
+            start += batch.num_rows
+            if hi == wanted.size:
+                break
+    back = pa.array(np.argsort(order, kind="stable"))  # from row order back to ``take``'s
+    return pa.chunked_array(ids, pa.string()).combine_chunks().take(back), pa.chunked_array(texts, pa.large_string()).combine_chunks().take(back)
 
 
 # --------------------------------------------------------------------------- scheduling
@@ -154,12 +182,12 @@ def _gather_groups(run: FuzzyRun, mapped: Mapped, plans: Sequence[ShardResult], 
                 return True
         return False
 
-    chosen = [i for i, (_, _, _, first, rows, runs) in enumerate(mapped.shards) if requested(first, rows, runs)]
+    shards = mapped.shards
+    wanted = np.fromiter((requested(int(shards.first[i]), int(shards.rows[i]), shards.runs_of(i)) for i in range(len(shards))), bool, count=len(shards))
     if incremental:
-        per = run.scale.shards_per_map
+        chosen, per = np.flatnonzero(wanted).tolist(), run.scale.shards_per_map
         return [chosen[g : g + per] for g in range(0, len(chosen), per)]
-    keep = set(chosen)
-    return [idx for idx in ([i for i in group if i in keep] for group in mapped.groups) if idx]
+    return [idx for idx in ([i for i in group if wanted[i]] for group in mapped.groups) if idx]
 
 
 def run_gather(run: FuzzyRun, mapped: Mapped, plans: Sequence[ShardResult], incremental: bool, verify_parts: int, prefix: str) -> list[ShardResult]:

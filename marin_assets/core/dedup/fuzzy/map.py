@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -19,9 +19,9 @@ from marin_assets.core.dedup.decisions import (
 )
 from marin_assets.core.dedup.exact import doc_lengths
 from marin_assets.core.dedup.fuzzy.layout import LAYOUT, NODE_SCHEMA, RANK_SHIFT, RECORD_SCHEMA, added_uri, gone_uri, merge_runs, node_runs, nodes_uri, shard_runs
-from marin_assets.core.dedup.fuzzy.state import FuzzyRun, Mapped, Shard
+from marin_assets.core.dedup.fuzzy.state import FuzzyRun, Mapped, Shards
 from marin_assets.core.runtime import storage
-from marin_assets.core.runtime.runner import ShardTask
+from marin_assets.core.runtime.runner import ShardResult, ShardTask
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,13 +167,11 @@ def _cache_entry(run: FuzzyRun, source: str) -> tuple[str, Mapping[str, str], bo
     return storage.join(run.cache, source, entry), previous_tables, renumbered
 
 
-def _map_tasks(run: FuzzyRun) -> tuple[list[ShardTask], list[tuple[str, str, str, int, int, int, int]], bool, bool]:
-    """One map task per ``shards_per_map`` shards of a source; per shard (source, normalized
-    shard, node table, first node, rows, map task, shard in group); whether a changed source
-    lost a shard name, and whether a stored index was rebuilt. Fills the state's cache entries."""
+def _map_tasks(run: FuzzyRun) -> tuple[list[ShardTask], bool, bool]:
+    """One map task per ``shards_per_map`` shards of a source; whether a changed source lost a
+    shard name, and whether a stored index was rebuilt. Fills the state's cache entries."""
     scale = run.scale
     tasks: list[ShardTask] = []
-    plan: list[tuple[str, str, str, int, int, int, int]] = []
     lost_shards = renumbered = False
     maps = sum(-(-len(run.shards[s]) // scale.shards_per_map) for s in run.sources)
     entries: dict[str, str] = {}
@@ -187,9 +185,8 @@ def _map_tasks(run: FuzzyRun) -> tuple[list[ShardTask], list[tuple[str, str, str
             group = run.shards[source][g : g + scale.shards_per_map]
             out = storage.join(group_dir, f"group-{g // scale.shards_per_map:05d}.blocks")
             bases = []
-            for k, (b_uri, n_uri, rows) in enumerate(group):
+            for _, _, rows in group:
                 bases.append(base)
-                plan.append((source, n_uri, nodes_uri(out, k), (run.slot[source] << RANK_SHIFT) + base, rows, len(tasks), k))
                 base += rows
             previous = tuple(previous_tables.get(storage.basename(b_uri), "") for b_uri, _, _ in group) if source in run.added_base else ()
             params = MapParams(source, run.slot[source], tuple(bases), previous, run.added_base.get(source, -1), maps, scale.records_per_task)
@@ -197,15 +194,32 @@ def _map_tasks(run: FuzzyRun) -> tuple[list[ShardTask], list[tuple[str, str, str
         if base >= 1 << RANK_SHIFT:
             raise DedupError(f"source {source!r} has {base} documents, more than the {1 << RANK_SHIFT} a node number holds; split the source")
     run.state["cache_entries"] = entries
-    return tasks, plan, lost_shards, renumbered
+    return tasks, lost_shards, renumbered
 
 
-def node_tables(run: FuzzyRun, mapped: Mapped) -> dict[str, dict[str, str]]:
+def node_tables(run: FuzzyRun, mapped: Mapped) -> Iterator[tuple[str, dict[str, str]]]:
     """Per source, each bucket shard's node table by shard name, for the state (the next run
-    joins a changed source's shards against them); made when the state is written, not held
-    through the run beside the shards that name them."""
+    joins a changed source's shards against them), one source at a time as the state is written."""
     shards = iter(mapped.shards)  # in the run's source and shard order, as the map tasks were made
-    return {source: {storage.basename(b_uri): next(shards)[2] for b_uri, _, _ in run.shards[source]} for source in run.sources}
+    for source in run.sources:
+        yield source, {storage.basename(b_uri): next(shards)[2] for b_uri, _, _ in run.shards[source]}
+
+
+def _own_runs(run: FuzzyRun, tasks: list[ShardTask], mapped: list[ShardResult]) -> dict[int, tuple[tuple[int, int], ...]]:
+    """By shard index, the node ranges of the shards whose nodes are not their first rows (a
+    changed source's); the results' ranges are dropped as they are read (not held twice)."""
+    own: dict[int, tuple[tuple[int, int], ...]] = {}
+    rows = (rows for s in run.sources for _, _, rows in run.shards[s])
+    i = 0
+    for t, r in zip(tasks, mapped):
+        runs = r.stats.pop("runs", None)
+        for k, base in enumerate(t.params.bases):
+            first = (t.params.slot << RANK_SHIFT) + base
+            mine = tuple(tuple(x) for x in runs[k]) if runs else ()
+            if mine != ((first, first + next(rows)),):
+                own[i] = mine
+            i += 1
+    return own
 
 
 def run_map(run: FuzzyRun) -> Mapped:
@@ -213,7 +227,7 @@ def run_map(run: FuzzyRun) -> Mapped:
     ``shards_per_map`` shards (one members task and, full, one gather task each); the steps
     keyed by node (labels, requests) write one block per cut of the groups' node ranges, so
     each group reads exactly its rows from every file (not a row group of each)."""
-    tasks, plan, lost_shards, renumbered = _map_tasks(run)
+    tasks, lost_shards, renumbered = _map_tasks(run)
     mapped = run.run(tasks)
     bands = {r.stats["bands"] for r in mapped if r.stats["bands"]}
     if len(bands) > 1:
@@ -224,16 +238,10 @@ def run_map(run: FuzzyRun) -> Mapped:
     for t, r in zip(tasks, mapped):
         docs[t.params.source] += int(r.stats["docs"])
         chars[t.params.source] += int(r.stats["chars"])
-    shards: list[Shard] = []
-    for source, n_uri, nodes, first, rows, m, k in plan:
-        runs = mapped[m].stats.get("runs")
-        own = tuple(tuple(r) for r in runs[k]) if runs else ()
-        shards.append((source, n_uri, nodes, first, rows, None if own == ((first, first + rows),) else own))
-    for r in mapped:  # read into the shards: not held twice
-        r.stats.pop("runs", None)
+    shards = Shards(run, [t.output for t in tasks], _own_runs(run, tasks, mapped))
     per = run.scale.shards_per_map
-    groups = [list(range(g, min(g + per, len(shards)))) for g in range(0, len(shards), per)]
-    group_runs = [merge_runs([r for i in idx for r in shard_runs(*shards[i][3:6])]) for idx in groups]
+    groups = [range(g, min(g + per, len(shards))) for g in range(0, len(shards), per)]
+    group_runs = [merge_runs([r for i in idx for r in shard_runs(int(shards.first[i]), int(shards.rows[i]), shards.runs_of(i))]) for idx in groups]
     node_cuts = storage.join(run.work, "members", "node_cuts.bin")
     shuffle.write_cuts(node_cuts, sorted({0, shuffle.KEY_SPACE} | {x for runs in group_runs for run_ in runs for x in run_}))
     return Mapped(tasks, mapped, shards, groups, node_cuts, docs, chars, lost_shards, renumbered)

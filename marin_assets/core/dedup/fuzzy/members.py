@@ -18,7 +18,7 @@ from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.runner import ShardResult, ShardTask
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)  # one per shard in a step's tasks: no dict each
 class ShardParams:
     source: str
     first_node: int

@@ -13,12 +13,12 @@ import numpy as np
 
 from marin_assets.core.dedup import fanin, manifest, shuffle
 from marin_assets.core.dedup.decisions import DedupError, FuzzyDedupParams
-from marin_assets.core.dedup.fuzzy.layout import LAYOUT, RANK_SHIFT, STATE_FILE, FuzzyScale
+from marin_assets.core.dedup.fuzzy.layout import LAYOUT, RANK_SHIFT, STATE_FILE, FuzzyScale, nodes_uri
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.runner import ShardResult, ShardRunner, ShardTask
 
 # One shard as the steps after the map see it: (source, normalized shard, node table, first node,
-# rows, node ranges; None: its first rows, the usual case, not held as ~180 bytes of tuples a shard)
+# rows, node ranges; None: its first rows, the usual case)
 Shard = tuple[str, str, str, int, int, tuple[tuple[int, int], ...] | None]
 
 
@@ -199,6 +199,43 @@ class _Desc:
         return isinstance(other, _Desc) and self.key == other.key
 
 
+class Shards(Sequence[Shard]):
+    """Every shard as :data:`Shard`, held as arrays (~16 bytes a shard, not ~350 for a tuple
+    and its node table's name): the names are derived when asked for, the normalized shard's
+    from the run's pairing, the node table's from its map task's output."""
+
+    def __init__(self, run: FuzzyRun, outputs: Sequence[str], runs: Mapping[int, tuple[tuple[int, int], ...]]) -> None:
+        self._pairs, self._sources, self._outputs, self._runs = run.shards, run.sources, outputs, runs
+        self._per = run.scale.shards_per_map
+        counts = np.array([len(run.shards[s]) for s in run.sources], np.int64)
+        self._start = np.r_[0, np.cumsum(counts)]
+        self._first_task = np.r_[0, np.cumsum(-(-counts // self._per))]
+        self.rows = np.fromiter((rows for s in run.sources for _, _, rows in run.shards[s]), np.int64, count=int(self._start[-1]))
+        source = np.repeat(np.arange(len(counts)), counts)
+        before = np.cumsum(self.rows) - self.rows  # rows before each shard in the run
+        self.first = (np.array([run.slot[s] for s in run.sources], np.int64) << RANK_SHIFT)[source] + before - before[self._start[:-1][source]]
+
+    def __len__(self) -> int:
+        return int(self._start[-1])
+
+    def __getitem__(self, i: int) -> Shard:  # type: ignore[override]
+        r = int(np.searchsorted(self._start, i, side="right")) - 1
+        return self._shard(r, i - int(self._start[r]), i)
+
+    def __iter__(self) -> Iterator[Shard]:
+        for r, source in enumerate(self._sources):
+            for j in range(len(self._pairs[source])):
+                yield self._shard(r, j, int(self._start[r]) + j)
+
+    def runs_of(self, i: int) -> tuple[tuple[int, int], ...] | None:
+        return self._runs.get(i)
+
+    def _shard(self, r: int, j: int, i: int) -> Shard:
+        source = self._sources[r]
+        task = int(self._first_task[r]) + j // self._per
+        return (source, self._pairs[source][j][1], nodes_uri(self._outputs[task], j % self._per), int(self.first[i]), int(self.rows[i]), self._runs.get(i))
+
+
 @dataclasses.dataclass(frozen=True)
 class Mapped:
     """What the map step leaves: its tasks and results, every shard's numbering, the shard
@@ -206,8 +243,8 @@ class Mapped:
 
     tasks: list[ShardTask]
     results: list[ShardResult]
-    shards: list[Shard]
-    groups: list[list[int]]
+    shards: Shards
+    groups: list[range]
     node_cuts: str
     docs_per_source: dict[str, int]
     chars_per_source: dict[str, int]

@@ -9,6 +9,7 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -175,3 +176,18 @@ def test_a_small_chained_component_keeps_exactly_the_pairwise_survivors(tmp_path
     assert {(r["id"], r["representative_id"]) for r in read_removed(out, "chain")} == expected
     assert outputs(out, buckets) == reference_fuzzy_removals(buckets, normalized, set())
 
+
+
+def test_gather_reads_requested_rows_across_row_groups_and_batches_in_request_order(tmp_path: Path) -> None:
+    from marin_assets.core.dedup.fuzzy.gather import READ_ROWS, _requested_rows  # noqa: PLC0415
+    from marin_assets.core.runtime.integrity import text_ids  # noqa: PLC0415
+
+    rows = 3 * READ_ROWS + 7
+    text = [("x" * (i % 300)) + str(i) if i % 11 else None for i in range(rows)]
+    uri = str(tmp_path / "part-00000-of-00001.parquet")
+    id_of = [text_ids(pa.array([t]))[0] if t else f"{i:06d}" for i, t in enumerate(text)]
+    storage.write_parquet(pa.table({"id": id_of, "text": text}), uri, row_group_size=READ_ROWS + 500)
+    take = np.array([rows - 1, 3, READ_ROWS + 500, 3, 2 * READ_ROWS - 1, 0, 22])
+    ids, texts = _requested_rows(uri, take, 50)
+    assert ids.to_pylist() == [id_of[i] for i in take]
+    assert texts.to_pylist() == [(text[i] or "")[:50] for i in take]
