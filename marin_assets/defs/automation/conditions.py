@@ -243,6 +243,8 @@ class GlobalSliceMoved(dg.AutomationCondition):
                 break  # the first evaluation is the baseline
             moved = moved_slices(state["seen"].get(dep), now)
             targets = candidates if moved is None else moved & candidates
+            if not targets:  # nothing moved (or the step has no output yet)
+                continue
             for partition, (name, event) in _waits_for(instance, via[dg.AssetKey(dep)], targets, now["event"]).items():  # type: ignore[index]
                 pending.setdefault(partition, {})[name] = event
         stale = set()
