@@ -197,6 +197,9 @@ def test_builtin_trainer_runs_a_study_with_metadata_and_pictures(env) -> None:
         meta = result.asset_materializations_for_node("proxy_results")[0].metadata
         assert meta["source"].value == "builtin" and 0 < meta["target_value"].value < 8
         assert "bpb/src0" in _table_text(meta["metrics"])
+    assert storage.glob(f"{ms.results_dir(root, 'builtin')}/*.jsonl")  # the runs wrote their own results
+    requests, _ = _tick(instance, None)
+    assert [r for r in requests if r.job_name == "mixture_proxies"] == []  # which are not new external results
     fitted = defs.resolve_job_def("mixture_fit").execute_in_process(partition_key="builtin", instance=instance)
     model = fitted.asset_materializations_for_node("mixture_model")[0].metadata
     weights = fitted.asset_materializations_for_node("mixture_weights")[0].metadata

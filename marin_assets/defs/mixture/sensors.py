@@ -3,8 +3,8 @@
 Each tick, for the storage root:
 
 1. a study folder with a spec that is not yet a partition is added, and its swarm requested;
-2. a results file that is new or changed since the last tick (size and modification stamp) is
-   read, and the runs it names are requested as ``proxy_results`` partitions (validation runs,
+2. a results file of an external trainer's study that is new or changed since the last tick
+   (size and modification stamp) is read, and the runs it names are requested as ``proxy_results`` partitions (validation runs,
    ``v-...``, as ``mixture_validation``); an unusable file is logged (with the fix) and not
    retried until it changes;
 3. a study whose latest ``proxy_results`` materialization is newer than its latest
@@ -71,14 +71,18 @@ def mixture_studies(context: dg.SensorEvaluationContext, marin: MarinResource) -
         changed = [f"{folder}/{name}" for name, sig in now.items() if seen.get(name) != sig]
         cursor[study] = now
         if changed:
-            ids, errors = results.run_ids_in(folder, changed)
-            for error in errors:
-                context.log.warning(error)
             try:
-                valid = set(swarm_core.load_study(root, study).run_ids())
+                spec = swarm_core.load_study(root, study)
             except swarm_core.StudyError as exc:
                 context.log.warning(str(exc))
                 continue
+            if spec.trainer != "external":
+                changed = []  # the built-in trainer's own results, written by the runs that recorded them
+        if changed:
+            ids, errors = results.run_ids_in(folder, changed)
+            for error in errors:
+                context.log.warning(error)
+            valid = set(spec.run_ids())
             validation_runs = {r for r in ids if r.startswith(validation_core.RUN_PREFIX)}
             unknown = sorted(ids - valid - validation_runs)
             if unknown:
