@@ -72,10 +72,6 @@ UNIT_SECONDS_KEY = "marin_assets/test-fast-unit-seconds"
 FIRST_RUN_GUESS_S = {
     "model": 14.0,
     "marin_assets_tests/automation/test_checks.py": 8.0,
-    "marin_assets_tests/core/dedup/fuzzy/test_merge.py::test_incremental_components_follow_added_and_removed_documents_like_a_full_rebuild": 8.0,
-    "marin_assets_tests/core/dedup/fuzzy/test_clusters.py::test_a_cluster_whose_added_member_is_retained_is_verified_in_full": 5.0,
-    "marin_assets_tests/core/dedup/fuzzy/test_merge.py::test_incremental_rebuild_of_one_changed_source_equals_a_full_rebuild": 4.0,
-    "marin_assets_tests/core/dedup/test_decisions.py::test_big_clusters_of_near_copies_keep_exactly_the_pairwise_survivors[6000]": 4.0,
     "marin_assets_tests/defs/test_ingest_assets.py": 9.0,
     "marin_assets_tests/recipes/test_web_sources.py": 7.0,
     "marin_assets_tests/faults/test_runs_and_catalog.py": 6.0,

@@ -22,6 +22,7 @@ def allocate(mib: int, log: str, label: str) -> dict:
     return {"items": 10}
 
 
+@pytest.mark.system
 def test_runs_interleave_and_peak_memory_is_the_childs_own(tmp_path, capsys) -> None:
     ballast = bytearray(300 << 20)  # the parent's memory must not count in the children's
     ballast[::4096] = b"x" * len(ballast[::4096])

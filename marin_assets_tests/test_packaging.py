@@ -9,9 +9,12 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.system
 def test_wheel_contains_no_test_module(tmp_path: pathlib.Path) -> None:
     src = tmp_path / "src"  # a copy, so the build leaves nothing behind in the checkout
     src.mkdir()

@@ -109,6 +109,7 @@ def drift_hub(hub_store, tmp_path):
     return MarinResource(catalog_path=str(catalog_with(tmp_path / "catalog.toml", keep=DRIFT_SOURCES)))
 
 
+@pytest.mark.system
 def test_drift_sensor_reports_each_pin_in_bounded_ticks(drift_hub, hub_server, monkeypatch) -> None:
     monkeypatch.setenv("MARIN_DRIFT_BATCH", "2")
     monkeypatch.setenv("MARIN_DRIFT_PERIOD_S", "60")  # 6 pins a minute: more than the cap of 2 per tick

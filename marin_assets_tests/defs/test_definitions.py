@@ -90,6 +90,7 @@ def test_no_asset_function_shadows_a_name_its_module_imports() -> None:
     assert shadowed == []
 
 
+@pytest.mark.system
 def test_core_and_catalog_never_import_dagster() -> None:
     offenders = []
     for layer in ("core", "catalog"):

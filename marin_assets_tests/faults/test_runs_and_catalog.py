@@ -149,6 +149,7 @@ def test_one_bad_entry_fails_its_source_pins_observation_and_the_rest_load(world
     assert observed["cp/pubmed"].tags["dagster/data_version"] not in ("invalid-catalog-entry", "removed-from-catalog")
 
 
+@pytest.mark.system
 def test_the_code_location_loads_with_a_bad_entry(world, tmp_path):
     path = catalog_with(world.scratch / "bad.toml", edit={"cp/peps": {"transform": "no_such_transform"}},
                         entries=[{"name": "../escape", "family": "x", "rough_tokens_b": 1.0, "input_format": "jsonl",

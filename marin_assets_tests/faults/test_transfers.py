@@ -199,6 +199,7 @@ def test_no_token_appears_in_logs_errors_or_stored_files(world, repo, hub_server
     assert trust.same_origin(hub_server.endpoint, hub_server.endpoint)
 
 
+@pytest.mark.system
 def test_kill_9_mid_normalize_resumes_to_identical_output(world):
     """A child normalizing five files is killed after its first file; the rerun equals a clean run."""
     raw = world.root / "raw" / "many"

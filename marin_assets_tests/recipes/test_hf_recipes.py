@@ -157,6 +157,7 @@ def test_every_hf_entry_has_a_fixture() -> None:
     assert not missing, f"Hugging Face sources without a recipe fixture: {missing}"
 
 
+@pytest.mark.system
 def test_sec_edgar_on_object_storage_reads_its_oversized_page_headers(pipeline, hub_store, gcs_prefix) -> None:
     """On ``gs://`` normalize reads Parquet through Arrow, which refuses the provider's page
     headers; the recipe's own reader must take over (``transform.read_file``)."""

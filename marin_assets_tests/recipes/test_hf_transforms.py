@@ -157,6 +157,7 @@ def test_tolerant_reader_reads_oversized_page_headers_locally(tmp_path: Path) ->
     assert pl.concat(list(reader(str(jsonl), "jsonl", 100, {}))).to_dicts() == rows
 
 
+@pytest.mark.system
 def test_tolerant_reader_repairs_oversized_page_headers_on_gcs(gcs_prefix: str) -> None:
     """Remote files go through Arrow, which refuses the header: the reader repairs a copy."""
     rows = [{"id": "a", "content": "first filing"}, {"id": "b", "content": "second filing"}]

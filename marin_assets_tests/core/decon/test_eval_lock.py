@@ -173,6 +173,7 @@ def _file_bytes(path, rows):
     return _parquet(rows)
 
 
+@pytest.mark.system
 def test_the_packaged_registry_locks_and_builds_without_edits(tmp_path, web, hub_store, hub_server, monkeypatch):
     """The packaged registry (copied as is), its mandatory sets served by the local Hub and a loopback
     mirror with fixture data of the registry's own field names and row counts: the lock command pins

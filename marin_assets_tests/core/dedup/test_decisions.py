@@ -47,7 +47,7 @@ def in_processing_order(texts: list[str]) -> tuple[list[int], list[np.ndarray]]:
     return [len(t) for t in texts], dedup.ngram_sets(texts)
 
 
-@pytest.mark.parametrize("copies", [600, 6000])
+@pytest.mark.parametrize("copies", [600, pytest.param(6000, marks=pytest.mark.system)])
 def test_big_clusters_of_near_copies_keep_exactly_the_pairwise_survivors(copies: int) -> None:
     texts = near_copies(copies, seed=copies)
     assert shingle_jaccard(texts[0], texts[1]) >= 0.8
@@ -111,6 +111,7 @@ def test_removal_ratio_helpers() -> None:
     assert dedup.sources_over_removal_limit(ratios, 0.5) == {"a": 0.6}
 
 
+@pytest.mark.system
 def test_scratch_is_collected_after_publishing_but_the_stored_index_is_kept(tmp_path: Path) -> None:
     normalized, buckets = big_cluster_corpus(tmp_path / "v1")
     cache = str(tmp_path / "cache")

@@ -14,6 +14,7 @@ from marin_assets_tests.core.dedup.corpora import InputCountingRunner, SMALL_TAS
 from marin_assets_tests.core.dedup.reference import reference_fuzzy_removals
 
 
+@pytest.mark.system
 def test_no_task_reads_more_files_than_the_bound_and_the_removals_stay_the_same(tmp_path: Path) -> None:
     """Twelve map files, star rounds over many partitions, a bound of six files per task: merge
     tasks combine each step's files first, and the removals are the unbounded run's, byte for byte."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from marin_assets.core.dedup import manifest
 from marin_assets.core.dedup import shuffle as dedup_shuffle
 from marin_assets.core.dedup.decisions import FuzzyDedupParams
@@ -11,6 +13,7 @@ from marin_assets.core.dedup.fuzzy import clusters as fuzzy_clusters
 from marin_assets.core.runtime.runner import ShardTask
 
 
+@pytest.mark.system
 def test_task_specs_name_a_manifest_not_every_input_at_production_counts(tmp_path: Path) -> None:
     """25,000 map files merged in 25 groups of 1,000, 16,384 edges tasks over the merged files,
     2,048 verify tasks of 1,024 files each (member files, texts, streamed texts), gather tasks

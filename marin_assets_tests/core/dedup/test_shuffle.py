@@ -49,6 +49,7 @@ def _store_requests(fn, *args, **kwargs) -> tuple[int, object]:
     return slow_store.SlowStore.total() - before, out
 
 
+@pytest.mark.system
 def test_a_merge_reads_each_input_in_one_request_whatever_its_size_and_spans(tmp_path: Path) -> None:
     """A merge task's requests follow its inputs, not their bytes or the spans its budget cuts
     them into: each input is one GET read front to back as it arrives, and the merged file one

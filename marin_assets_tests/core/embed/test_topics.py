@@ -334,6 +334,7 @@ def test_the_fit_runs_faiss_on_the_threads_it_reserves_and_refits_the_same_model
     assert seen[-1] == 2 and small.meta["params"]["threads"] == 2
 
 
+@pytest.mark.system
 def test_kmeans_with_several_threads_repeats_itself():
     rng = np.random.default_rng(3)
     x = (rng.standard_normal((8, 64))[rng.integers(0, 8, 20_000)] + rng.standard_normal((20_000, 64))).astype(np.float32)

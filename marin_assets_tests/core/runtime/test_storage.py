@@ -113,6 +113,7 @@ def test_reads_of_a_whole_object_columns_or_rows_cost_the_same_requests_at_any_s
         storage.parquet_num_rows(storage.join(root, "bad.parquet"))
 
 
+@pytest.mark.system
 def test_a_merge_can_hold_more_streams_open_than_a_connection_pool_allows(gcs_prefix: str) -> None:
     """A merge task opens one stream per input (up to 1,024) and reads them in turn: each stream
     holds its own connection, so opening the 101st does not wait for one of the first 100 to

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from marin_assets.core.dedup import decisions as dedup
 from marin_assets.core.dedup.fuzzy import clusters as fuzzy_clusters
@@ -18,6 +19,7 @@ from marin_assets.testing.dedup_corpus import doc_id, near_copies
 from marin_assets_tests.core.dedup.corpora import SMALL_TASKS, big_cluster_corpus, read_removed
 
 
+@pytest.mark.system
 def test_a_big_cluster_replays_from_its_record_reading_only_the_changed_sources_shards(tmp_path: Path) -> None:
     """A big cluster that retained few members keeps their texts in its record. When a source
     that holds none of them gains copies the head removes, the replay gathers only the added
@@ -51,6 +53,7 @@ def test_a_big_cluster_replays_from_its_record_reading_only_the_changed_sources_
     assert [storage.read_bytes(f) for f in labels[: len(state["label_files"])]] == [storage.read_bytes(f) for f in state["label_files"]]
 
 
+@pytest.mark.system
 def test_a_cluster_whose_added_member_is_retained_is_verified_in_full(tmp_path: Path) -> None:
     normalized, buckets = big_cluster_corpus(tmp_path / "v1")
     cache, first = str(tmp_path / "cache"), str(tmp_path / "first")
@@ -87,6 +90,7 @@ def test_a_cluster_whose_added_member_is_retained_is_verified_in_full(tmp_path: 
     assert any(r["representative_id"] == doc_id(head + " appendix footer note") for s in buckets for r in read_removed(str(tmp_path / "beta" / "incremental"), s))
 
 
+@pytest.mark.system
 def test_a_small_cluster_whose_replay_fails_is_verified_in_full_in_the_same_pass(tmp_path: Path) -> None:
     """A replay that reads one in 16 of its cluster's members or more had every member's text
     gathered with it: when its added member is retained (here an exempt one, after the head), the

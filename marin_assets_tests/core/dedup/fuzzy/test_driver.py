@@ -121,6 +121,7 @@ def test_fuzzy_rejects_buckets_that_are_not_co_partitioned(tmp_path: Path) -> No
         find_fuzzy_duplicates({"alpha": buckets[:1]}, {"alpha": normalized}, set(), str(tmp_path / "out"))
 
 
+@pytest.mark.system
 def test_sharded_fuzzy_dedup_equals_the_pairwise_reference_with_a_600_copy_cluster(tmp_path: Path) -> None:
     normalized, buckets = big_cluster_corpus(tmp_path)
     out = str(tmp_path / "out")

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from marin_assets.core.dedup import decisions as dedup
 from marin_assets.core.dedup.fuzzy import find_fuzzy_duplicates
@@ -18,6 +19,7 @@ from marin_assets_tests.core.dedup.corpora import InputCountingRunner, SMALL_TAS
 from marin_assets_tests.core.dedup.test_minhash import stdlib_documents
 
 
+@pytest.mark.system
 def test_incremental_rebuild_of_one_changed_source_equals_a_full_rebuild(tmp_path: Path) -> None:
     # delta has a cluster of its own and no member in any cluster beta has one in
     delta = near_copies(4, seed=300, max_edits=1) + stdlib_documents(3, seed=301)
@@ -67,6 +69,7 @@ def test_incremental_rebuild_of_one_changed_source_equals_a_full_rebuild(tmp_pat
     assert again_stats["removed_ids_digest"] == full3_stats["removed_ids_digest"]
 
 
+@pytest.mark.system
 def test_the_incremental_merge_reads_only_the_label_blocks_of_the_added_edges_endpoints(tmp_path: Path) -> None:
     """One more near copy of a small cluster: the merge reads the blocks holding that cluster's
     nodes (label files are cut at the shard groups' node ranges), not every previous label."""
@@ -93,6 +96,7 @@ def test_the_incremental_merge_reads_only_the_label_blocks_of_the_added_edges_en
         assert storage.read_bytes(dedup.removed_uri(bounded, source)) == storage.read_bytes(dedup.removed_uri(full, source))
 
 
+@pytest.mark.system
 def test_incremental_components_follow_added_and_removed_documents_like_a_full_rebuild(tmp_path: Path) -> None:
     """beta changes three ways: it gains near copies (the previous clusters merge over the added
     documents' edges), it loses an unclustered document (still incremental), and it loses a

@@ -6,12 +6,15 @@ import dataclasses
 import random
 from pathlib import Path
 
+import pytest
+
 from marin_assets.core.dedup.fuzzy import find_fuzzy_duplicates
 from marin_assets.core.dedup.fuzzy import state as fuzzy_state
 from marin_assets_tests.core.dedup.corpora import SMALL_TASKS, big_cluster_corpus, outputs
 from marin_assets_tests.core.dedup.reference import reference_fuzzy_removals
 
 
+@pytest.mark.system
 def test_verify_ranges_finer_than_the_member_blocks_read_their_covering_block(tmp_path: Path) -> None:
     """Member files are cut before their readers' count is known (from the clustered documents
     at the corpus' mean length); when the members' text is longer, verify uses more, finer key
