@@ -1,5 +1,8 @@
 """Document embeddings, the topic model learned over a sample of all sources, topic per document; the quality scorer, calibrated scores per document, and 5 bands per topic."""
 
+from collections.abc import Callable
+from typing import Any
+
 import dagster as dg
 
 from marin_assets.core.embed import embeddings as embed
@@ -7,6 +10,8 @@ from marin_assets.core.embed import quality
 from marin_assets.core.embed import topics as topic_core
 from marin_assets.core.ingest import hub
 from marin_assets.core.runtime import stages, storage
+from marin_assets.core.runtime.runner import ShardFn
+from marin_assets.core.runtime.stages import StageSpec
 from marin_assets.core.specs import EMBEDDINGS, NORMALIZED, QUALITY_BANDS, QUALITY_MODEL, QUALITY_SCORES, TOPIC_MODEL, TOPICS
 from marin_assets.defs.metadata import markdown_table, materialized
 from marin_assets.defs.ray import step_log
@@ -109,27 +114,35 @@ def topic_model(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.M
     )
 
 
+def _map_embeddings_with(
+    context: dg.AssetExecutionContext, marin: MarinResource, step: StageSpec, model_step: StageSpec, shard_fn: ShardFn, params_for: Callable[[str], Any]
+) -> dict:
+    """One source's embeddings through a global model (topics, quality scores). The parameters only
+    name the model's file, so the model's own fingerprint stands for them."""
+    source = source_or_fail(marin, context.partition_key)
+    layout = marin.layout()
+    model = stages.current_input(layout, model_step)
+    return stages.run_shards(
+        step,
+        layout,
+        source=source.name,
+        inputs=[stages.current_input(layout, EMBEDDINGS, source.name)],
+        shard_fn=shard_fn,
+        params=params_for(model.uri),
+        fingerprint_params={},
+        extra_fingerprint={model_step.name: model.fingerprint},
+        runner=marin.runner(),
+        progress=step_log(context),
+    )
+
+
 @stage_asset(
     TOPICS,
     kinds={"parquet"},
     description="Nearest fine centroid, its squared distance and the topic (0-39) of every document, co-partitioned.",
 )
 def topics(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
-    source = source_or_fail(marin, context.partition_key)
-    layout = marin.layout()
-    model = stages.current_input(layout, TOPIC_MODEL)
-    manifest = stages.run_shards(
-        TOPICS,
-        layout,
-        source=source.name,
-        inputs=[stages.current_input(layout, EMBEDDINGS, source.name)],
-        shard_fn=topic_core.assign_topics_shard,
-        params=topic_core.AssignParams(model.uri),
-        extra_fingerprint={TOPIC_MODEL.name: model.fingerprint},
-        fingerprint_params={},
-        runner=marin.runner(),
-        progress=step_log(context),
-    )
+    manifest = _map_embeddings_with(context, marin, TOPICS, TOPIC_MODEL, topic_core.assign_topics_shard, topic_core.AssignParams)
     counts: dict[int, int] = {}
     for shard in manifest["per_shard"]:
         for topic, n in enumerate(shard.get("topic_rows", [])):
@@ -212,21 +225,7 @@ def quality_model(
     description="Raw and calibrated quality score per document, co-partitioned.",
 )
 def quality_scores(context: dg.AssetExecutionContext, marin: MarinResource) -> dg.MaterializeResult:
-    source = source_or_fail(marin, context.partition_key)
-    layout = marin.layout()
-    model = stages.current_input(layout, QUALITY_MODEL)
-    manifest = stages.run_shards(
-        QUALITY_SCORES,
-        layout,
-        source=source.name,
-        inputs=[stages.current_input(layout, EMBEDDINGS, source.name)],
-        shard_fn=quality.quality_scores_shard,
-        params=quality.QualityScoreParams(model.uri),
-        fingerprint_params={},
-        extra_fingerprint={QUALITY_MODEL.name: model.fingerprint},
-        runner=marin.runner(),
-        progress=step_log(context),
-    )
+    manifest = _map_embeddings_with(context, marin, QUALITY_SCORES, QUALITY_MODEL, quality.quality_scores_shard, quality.QualityScoreParams)
     totals = manifest["totals"]
     return materialized(manifest, rows=int(totals.get("rows", 0)), counters=totals)
 
