@@ -108,6 +108,17 @@ def zstd_sample(head: bytes, max_out: int) -> tuple[int, int, bool]:
     return frames.blocks_end, out, frames.frames_ended > 0
 
 
+def zstd_frames(data: bytes) -> int:
+    """The zstd frames ``data`` holds whole, from their headers (nothing decoded); -1 where it ends inside one."""
+    frames = _ZstdFrames(io.BytesIO(data))
+    frames.read()
+    try:
+        frames.check_complete()
+    except EOFError:
+        return -1
+    return frames.frames_ended
+
+
 class _ZstdFrames:
     """A file object that walks the zstd frame format (RFC 8878) over the bytes read through it, without decoding."""
 
@@ -232,7 +243,7 @@ def _iter_json_lines(uri: str, compression: str | None, chunk_bytes: int = BATCH
         if skipping is not None:
             _bad(counters, "too_long", uri, skipping[0], f"a last line of {offset - skipping[1]} bytes at byte {skipping[1]}, "
                  f"over the {max_row_bytes}-byte limit a row may have")  # fmt: skip
-        elif held.strip():
+        elif held and not held.isspace():  # (not ``held.strip()``: a copy of the held bytes)
             yield line, bytes(held)
     finally:
         raw.close()

@@ -136,15 +136,18 @@ def plan_inputs(files: list[str]) -> dict[str, str]:
 def zstd_content_bytes(head: bytes, size: int) -> int:
     """A zstd file's decompressed bytes from its first bytes ``head`` and its ``size``.
 
-    A file read whole in ``head``: its output. Else the sample's ratio extrapolated to the file,
-    unless the first frame records its content size and is the file's only frame (what ``zstd``
-    writes for a file): then that size. A frame that ends inside the sample, or whose size is under
-    half the extrapolation, is one of several: its size is not the file's.
+    A file read whole in ``head``: the content size its one frame records (the decoder holds the
+    file to it when it is read), else its output. A larger file: the sample's ratio extrapolated to
+    the file, unless the first frame records its content size and is the file's only frame (what
+    ``zstd`` writes for a file): then that size. A frame that ends inside the sample, or whose size
+    is under half the extrapolation, is one of several: its size is not the file's.
     """
     import zstandard  # noqa: PLC0415
 
     content = zstandard.get_frame_parameters(head).content_size
     recorded = content not in (zstandard.CONTENTSIZE_UNKNOWN, zstandard.CONTENTSIZE_ERROR)
+    if recorded and len(head) == size and content <= ZSTD_SAMPLE_OUT and formats.zstd_frames(head) == 1:
+        return max(content, size)  # a small file: decoding it here would double its reading's CPU
     read, out, first_frame_ends = formats.zstd_sample(head, ZSTD_SAMPLE_OUT)
     if read == size:
         return max(out, size)

@@ -13,7 +13,7 @@ import xxhash
 import zstandard
 
 from marin_assets.core import specs
-from marin_assets.core.ingest import normalize
+from marin_assets.core.ingest import formats, normalize
 from marin_assets.core.runtime import stages, storage
 from marin_assets.core.runtime.runner import ShardRunner
 
@@ -433,6 +433,27 @@ def test_a_zst_file_with_its_content_size_gets_the_shards_its_content_calls_for(
     assert sized == len(content)
     out = normalize.normalize_source("s", [str(path)], str(tmp_path / "out"), normalize.NormalizeParams(target_shard_bytes=target))
     assert len(out["shards"]) == 5
+
+
+def test_a_small_zst_file_is_sized_from_its_header_and_held_to_it_when_read(tmp_path, monkeypatch) -> None:
+    """A file within the sample, one frame with its content size: that size, nothing decoded to plan
+    (it would double the file's reading); a frame that claims another size fails when it is read."""
+    content = _words_jsonl(200)
+    packed = bytearray(zstandard.ZstdCompressor(write_content_size=True).compress(content))
+    path = tmp_path / "in.jsonl.zst"
+    path.write_bytes(packed)
+    with monkeypatch.context() as patched:
+        patched.setattr(formats, "zstd_sample", lambda *a: pytest.fail("a small file with its content size was decoded to size it"))
+        assert normalize.uncompressed_bytes(str(path), "jsonl.zst") == len(content)
+    fhd = packed[4]  # the frame header: its content size field follows the window byte (absent for a single segment)
+    at = 5 + (0 if fhd & 0x20 else 1) + (0, 1, 2, 4)[fhd & 0x03]
+    width = (1 if fhd & 0x20 else 0, 2, 4, 8)[fhd >> 6]
+    claimed = int.from_bytes(packed[at : at + width], "little") + 1_000
+    packed[at : at + width] = claimed.to_bytes(width, "little")
+    path.write_bytes(packed)
+    assert normalize.uncompressed_bytes(str(path), "jsonl.zst") > len(content)
+    with pytest.raises(formats.FormatError, match="in.jsonl.zst.*corruption"):
+        normalize.normalize_source("s", [str(path)], str(tmp_path / "out"), normalize.NormalizeParams())
 
 
 @pytest.mark.parametrize("frames", [1, 4])
