@@ -197,7 +197,8 @@ def _cmd_dev(args: argparse.Namespace) -> int:
 
     It runs in ``DAGSTER_HOME`` (the checkout when unset), whose ``dagster.yaml`` configures the
     instance: started in the checkout, the server would warn that the checkout's ``dagster.yaml``
-    is not used (it is, through the link ``make home`` puts in ``DAGSTER_HOME``).
+    is not used (it is, through the link ``make home`` puts in ``DAGSTER_HOME``). The daemon's
+    run-retry cursors start at the newest event first, as the daemon would, without its warning.
     """
     from marin_assets.demo.run import demo_hub
 
@@ -207,6 +208,13 @@ def _cmd_dev(args: argparse.Namespace) -> int:
     workspace = os.path.abspath("workspace.yaml")
     command = [dg if os.path.exists(dg) else "dg", "dev", "-w", workspace, "-p", str(args.port)]
     home = env.get("DAGSTER_HOME") or os.getcwd()
+    if env.get("DAGSTER_HOME"):
+        from dagster import DagsterInstance
+
+        from marin_assets.defs.runs import start_retry_cursors
+
+        with DagsterInstance.get() as instance:
+            start_retry_cursors(instance)
     if env.get("HF_ENDPOINT"):
         return subprocess.call(command, env=env, cwd=home)
     from marin_assets.demo.run import DEMO_ENV

@@ -155,3 +155,16 @@ def format_stuck(stuck: list[StuckRun], freed: bool) -> str:
     if not freed:
         lines.append("free them with: marin-assets runs --free")
     return "\n".join(lines)
+
+
+def start_retry_cursors(instance: dg.DagsterInstance) -> None:
+    """What the daemon's run-retry consumer (``run_retries`` in ``dagster.yaml``) does on its
+    first start, without its warning: each event type it follows starts at the newest event,
+    so no run that ended before is retried. Cursors already set are left alone."""
+    from dagster._daemon.auto_run_reexecution.event_log_consumer import DAGSTER_EVENT_TYPES, _create_cursor_key
+
+    keys = {_create_cursor_key(event_type) for event_type in DAGSTER_EVENT_TYPES}
+    missing = keys - set(instance.daemon_cursor_storage.get_cursor_values(keys))
+    if missing:
+        newest = str(instance.event_log_storage.get_maximum_record_id() or 0)
+        instance.daemon_cursor_storage.set_cursor_values(dict.fromkeys(missing, newest))

@@ -1,4 +1,4 @@
-"""Shared by the system tests of this folder: ``dagster dev`` on the demo Hub (backfill and
+"""Shared by the system tests of this folder: ``marin-assets dev`` on the demo Hub (backfill and
 browser tests) and a demo instance built once (automation at scale, the browser's screenshots)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Real services for the system tests: PostgreSQL on loopback, ``dagster dev`` on the demo.
+"""Real services for the system tests: PostgreSQL on loopback, ``marin-assets dev`` on the demo.
 
 Both are started from the tests themselves in temporary folders and stopped afterwards (only
 the processes started here are stopped). When a binary is missing the test is skipped, unless
@@ -119,11 +119,11 @@ def postgres_env(settings: dict[str, Any]) -> dict[str, str]:
     }
 
 
-# --------------------------------------------------------------------------- dagster dev on the demo
+# --------------------------------------------------------------------------- marin-assets dev on the demo
 
 
 class DagsterDev:
-    """``dagster dev`` (webserver, daemon, code server) on the demo Hub, in temporary folders."""
+    """``marin-assets dev`` (``make dev``: webserver, daemon, code server) on the demo Hub, in temporary folders."""
 
     def __init__(self, root: Path, hub_endpoint: str, home: Path | None = None, prefix: Path | None = None, env: dict[str, str] | None = None):
         """``home``/``prefix``: an existing instance and data root (default: new, empty ones
@@ -155,10 +155,10 @@ class DagsterDev:
         self.process: subprocess.Popen | None = None
 
     def start(self, timeout_s: float = 180) -> DagsterDev:
-        exe = str(Path(sys.executable).with_name("dagster"))
+        exe = str(Path(sys.executable).with_name("marin-assets"))  # what `make dev` runs
         self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(
-            [exe, "dev", "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(self.port)],
+            [exe, "dev", "--port", str(self.port)],
             cwd=REPO, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         wait_for("the Dagster webserver and the marin_assets code location", self._loaded, timeout_s, every_s=1.0, diagnose=self.tail)
@@ -168,7 +168,7 @@ class DagsterDev:
         if self.process is None:
             return
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGTERM)  # dagster dev's own process group
+            os.killpg(self.process.pid, signal.SIGTERM)  # the dev server's own process group
         try:
             self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -184,7 +184,7 @@ class DagsterDev:
 
     def _loaded(self) -> bool:
         if self.process is not None and self.process.poll() is not None:
-            raise AssertionError(f"dagster dev exited with {self.process.returncode}:\n{self.tail()}")
+            raise AssertionError(f"marin-assets dev exited with {self.process.returncode}:\n{self.tail()}")
         try:
             data = self.graphql("{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus "
                                 "locationOrLoadError { __typename } } } } }")  # fmt: skip

@@ -160,7 +160,7 @@ EDITED = "cp/peps"  # a demo source whose pin the last test edits
 
 @pytest.fixture(scope="module")
 def built_dev(built_demo: Path, tmp_path_factory) -> Iterator[DagsterDev]:
-    """``dagster dev`` over a copy of the built demo instance (its data read in place), the
+    """``marin-assets dev`` over a copy of the built demo instance (its data read in place), the
     catalog an editable copy (``MARIN_CATALOG``), the demo Hub serving the sample."""
     from marin_assets.demo.run import build_demo_hub, served_note
     from marin_assets.testing.hub_server import LocalHubServer
@@ -267,25 +267,51 @@ def _fits_the_width(driver, name: str) -> None:
     assert overflow == [], f"{name}: wider than the window: {overflow[:5]}"
 
 
+LINEAGE_ZOOM = 0.62  # from 0.6 up the graph draws each asset in full: latest event, checks, partitions
+
+
+def _lineage_in_full(built_dev, browser) -> None:
+    """pool's lineage (the slices it reads, what reads it) at a zoom that draws every asset's
+    state, every node within the 1600 px width: the window grows taller for it, never wider, and
+    the navigation folds away (both restored afterwards)."""
+    import dagster as dg
+
+    from marin_assets.definitions import defs
+
+    node = defs.resolve_asset_graph().get(dg.AssetKey("pool"))
+    neighbours = sorted(k.to_user_string() for k in {node.key, *node.parent_keys, *node.child_keys})
+    browser.get(f"{built_dev.url}/assets/pool")
+    _click(browser, "//*[normalize-space(text())='Hide navigation']")
+    browser.execute_script("localStorage.setItem('lineageGraphZoomLevel', arguments[0])", str(LINEAGE_ZOOM))
+    browser.set_window_size(1600, 2400)
+    browser.get(f"{built_dev.url}/assets/pool?view=lineage")
+
+    def drawn_in_full(d):
+        if "Latest event" not in _texts(d):
+            return False  # still the minimal nodes (names only)
+        width, height = d.execute_script("return [window.innerWidth, window.innerHeight]")
+        spans = {name: d.execute_script("const e = [...document.querySelectorAll('foreignObject *')].find(e => e.textContent.trim() === arguments[0] "
+                                        "&& !e.children.length && e.offsetParent); if (!e) return null; const r = e.getBoundingClientRect(); "
+                                        "return [r.left, r.right, r.bottom];", name) for name in neighbours}  # fmt: skip
+        return all(span and 0 <= span[0] and span[1] <= width and span[2] <= height for span in spans.values()) and spans
+
+    try:
+        spans = _wait(browser, 120).until(drawn_in_full, message=f"pool's lineage, every node in full within the width: {neighbours}")
+        print("lineage nodes (left, right, bottom px):", spans)
+    finally:
+        _screenshot(browser, "ui-lineage.png")
+        browser.set_window_size(1600, 1000)
+        browser.execute_script("localStorage.removeItem('dagster-nav-collapsed')")
+
+
 def test_operator_views_at_1600px(built_dev, browser) -> None:
     """The views an operator reads, as screenshots at 1600 px: the lineage with each asset's
     state, a pool partition's page, sampling_groups (pictures first) and the table of sources
     (the source_status check on source_pins), each readable without scrolling sideways."""
     from selenium.webdriver.common.by import By
 
-    from selenium.webdriver.common.keys import Keys
-
     assert browser.execute_script("return window.innerWidth") >= 1580
-    browser.get(f"{built_dev.url}/assets/pool?view=lineage")
-    try:
-        _wait(browser, 120).until(lambda d: {"pool", "contamination", "sampling_groups"} <= _texts(d) and any(t.endswith("_by_source") for t in _texts(d)),
-                                  message="pool's lineage: the slices it reads, what reads it")  # fmt: skip
-        browser.find_element(By.TAG_NAME, "body").send_keys(Keys.ESCAPE)
-        for zoom in browser.find_elements(By.XPATH, "//button[.//*[@aria-label='zoom_in']]")[:1]:
-            zoom.click()  # close enough to read each node's state
-        time.sleep(2)  # the graph's layout animation
-    finally:
-        _screenshot(browser, "ui-lineage.png")
+    _lineage_in_full(built_dev, browser)
 
     browser.get(f"{built_dev.url}/assets/pool?view=partitions&partition={EDITED.replace('/', '%2F')}")
     try:

@@ -4,12 +4,15 @@ Two real ``dagster asset materialize`` processes build the same partition at onc
 and on Cloud Storage (the emulator): each either finishes or stops at once naming the run that
 writes the output; none fails any other way, and the output is whole (every file as its
 manifest records it, no writer left holding it). The instance, created once before the runs
-(``marin-assets instance``, which ``make home`` runs), stays usable.
+(``marin-assets instance``, which ``make home`` runs), stays usable. And the very first two runs
+of an instance that ``make home`` has just prepared, started at once, both finish and leave it
+usable (one schema version stamped per database).
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +92,46 @@ def test_two_runs_of_one_partition_on_cloud_storage_never_tear_it(world, demo_en
     code, out = finished(materialize(env, "raw_files"))
     assert code == 0, out[-4000:]
     print(race(world, env, gcs_prefix))
+
+
+def make_home(home: Path, env: dict[str, str]) -> None:
+    """What ``make home`` does: a ``DAGSTER_HOME`` with the checkout's ``dagster.yaml`` (``make home``
+    links it; a copy here, as a link out of the test's folder counts as a file outside it), its
+    storage created once."""
+    home.mkdir()
+    (home / "dagster.yaml").write_text((REPO_ROOT / "dagster.yaml").read_text())
+    subprocess.run([str(BIN / "marin-assets"), "instance"], env=env, check=True, timeout=300)
+
+
+def stamped_versions(home: Path) -> dict[str, int]:
+    """Rows of each SQLite database's schema-version table: two make every later command fail."""
+    databases = sorted(home.rglob("*.db"))
+    assert databases, f"no storage under {home}"
+    counts = {}
+    for db in databases:
+        with sqlite3.connect(db) as connection:
+            counts[str(db.relative_to(home))] = connection.execute("SELECT COUNT(*) FROM alembic_version").fetchone()[0]
+    return counts
+
+
+@pytest.mark.system  # ROUNDS fresh instances, two Dagster processes each
+def test_two_first_runs_on_a_fresh_instance_leave_it_usable(world, demo_env):
+    import dagster as dg
+
+    sources = ("cp/peps", "cp/libretexts")
+    for round_ in range(ROUNDS):
+        home = world.scratch / f"fresh-{round_}"
+        env = {**demo_env, "DAGSTER_HOME": str(home), "MARIN_PREFIX": str(world.root / f"fresh-{round_}")}
+        make_home(home, env)
+        pair = [subprocess.Popen([str(BIN / "marin-assets"), "materialize", "--select", "raw_files", "--partition", source], cwd=REPO_ROOT,
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for source in sources]  # fmt: skip
+        world.inject()
+        for code, out in map(finished, pair):
+            assert code == 0, out[-4000:]
+        assert set(stamped_versions(home).values()) == {1}, stamped_versions(home)
+        runs = subprocess.run([str(BIN / "marin-assets"), "runs"], env=env, capture_output=True, text=True, timeout=300)
+        assert runs.returncode == 0, runs.stderr[-3000:]
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            records = instance.get_run_records()
+            assert sorted(r.dagster_run.tags.get("dagster/partition") for r in records) == sorted(sources)
+            assert {r.dagster_run.status for r in records} == {dg.DagsterRunStatus.SUCCESS}
