@@ -31,10 +31,13 @@ def test_the_fixture_has_three_sets_of_items_each_with_a_paraphrase_of_its_own()
         # reworded: no run of 13 words of the row survives in the paraphrase
         row, para = item.text.lower().split(), " ".join(item.paraphrase.lower().split())
         assert not any(" ".join(row[k:k + 13]) in para for k in range(len(row) - 12)), item.row_id
-    calibration, held_out = paraphrase.split(ITEMS)
-    assert not {i.row_id for i in calibration} & {i.row_id for i in held_out}
+    calibration, held_out, fresh = paraphrase.split(ITEMS)
+    groups = [{i.row_id for i in group} for group in (calibration, held_out, fresh)]
+    assert sum(map(len, groups)) == len(set().union(*groups)) == len(ITEMS)  # each item in one group
+    assert {i.eval_set for i in fresh} == {i.eval_set for i in ITEMS} and all(i.fresh for i in fresh)
 
 
+@pytest.mark.system
 def test_planted_documents_hold_the_paraphrase_standalone_and_deep_inside_long_documents() -> None:
     docs = paraphrase.planted_documents(ITEMS[:6] + ITEMS[-3:])
     assert Counter(kind for kind, _, _ in docs) == {"standalone": 9, "long": 9}
@@ -81,7 +84,7 @@ def test_the_index_is_keyed_by_lock_and_model_only(tmp_path) -> None:
 
 def test_a_model_without_calibrated_thresholds_flags_nothing_and_says_so() -> None:
     params = semantic.SemanticParams(thresholds=())
-    index = semantic.EvalEmbeddings({"model": "other/model"}, None, [], [], [], {}, np.zeros(0), None, np.zeros(0))
+    index = semantic.EvalEmbeddings({"model": "other/model"}, None, [], [], [], {})
     marks = semantic.mark_semantic(["text"], np.zeros((1, 4), np.float32), index, embed.offline_encoder_params(), params)
     assert not marks.flagged.any() and marks.counters["uncalibrated_model"] == 1
     with pytest.raises(ValueError, match="policy"):
@@ -108,13 +111,12 @@ def test_a_candidate_document_encodes_each_paragraph_once() -> None:
     item = next(i for i in ITEMS if i.eval_set == "fixture_math")
     units = semantic.eval_units([item.row()], 8)
     texts = [u[3] for u in units]
-    terms, weight, incidence = semantic._lexicon(texts, semantic.SemanticParams(max_term_fraction=1.0))
+    params = semantic.SemanticParams(max_term_fraction=1.0)
     index = semantic.EvalEmbeddings({}, None, [u[0] for u in units], [u[1] for u in units], texts,
-                                    {t: k for k, t in enumerate(terms)}, weight, incidence,
-                                    np.asarray(incidence @ weight).ravel())
+                                    semantic.lexicons(texts, params))
     filler = " ".join(["plain filler text about nothing"] * 40)
     document = "\n\n".join([filler, item.text, filler, item.paraphrase, filler])
-    windows = semantic._candidate_windows([document], index, semantic.SemanticParams(max_term_fraction=1.0))
+    windows = semantic._candidate_windows([document], index, params)
     spans = [span for _, span, _ in windows]
     assert len(spans) == len(set(spans)) >= 2  # the copied row's paragraphs and the paraphrase
     assert any(s in item.paraphrase and len(s) >= 0.95 * len(item.paraphrase) for s in spans)  # its words' span
@@ -126,7 +128,7 @@ def test_reworded_items_are_found_and_clean_code_and_word_problems_are_not(built
     """Held-out items (thresholds were calibrated on the other half), the bundled model, the
     kept vectors stored as int8 as the embeddings asset stores them."""
     index = semantic.load_eval_embeddings(built_index)
-    _, held_out = paraphrase.split(ITEMS)
+    _, held_out, _ = paraphrase.split(ITEMS)
     picked = held_out[::3]
     planted = paraphrase.planted_documents(picked)
     clean = paraphrase.python_functions(120) + paraphrase.math_word_problems(80)
