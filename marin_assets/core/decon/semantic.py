@@ -413,7 +413,8 @@ def _span_text(text: str, span: tuple, channel: _Channel) -> str:
     unit_terms = lex.unit_terms.indices[lex.unit_terms.indptr[unit]:lex.unit_terms.indptr[unit + 1]]
     hits = pos[(pos >= start) & (pos < start + channel.lookup) & np.isin(term, unit_terms)]
     starts = np.fromiter((f[0] for f in found), np.int64, len(found))
-    breaks = np.array([m.end() for m in PARAGRAPH.finditer(text)], dtype=np.int64)
+    gaps = [m.span() for m in PARAGRAPH.finditer(text)]
+    breaks = np.array([b for _, b in gaps], dtype=np.int64)
     paragraph = np.searchsorted(breaks, starts, side="right")  # paragraph number of each term
     core = np.bincount(paragraph[hits]).argmax()
     inside = np.flatnonzero(paragraph == core)
@@ -422,7 +423,9 @@ def _span_text(text: str, span: tuple, channel: _Channel) -> str:
     else:
         lo = max(int(hits.min()) - channel.pad, 0)
         hi = min(int(hits.max()) + channel.pad, lo + channel.cap - 1, len(found) - 1)
-    return text[found[lo][0]:found[hi][1]]
+    end = found[hi][1]  # a code term's run may reach into the next paragraph: cut it there
+    after = np.searchsorted(breaks, found[hi][0], side="right")
+    return text[found[lo][0]:min(end, gaps[after][0]) if after < len(gaps) else end]
 
 
 def mark_semantic(texts: Sequence[str | None], doc_vectors: np.ndarray, index: EvalEmbeddings,

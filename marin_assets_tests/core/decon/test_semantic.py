@@ -123,6 +123,32 @@ def test_a_candidate_document_encodes_each_paragraph_once() -> None:
     assert not any("filler" in s for s in spans)
 
 
+def test_code_terms_do_not_see_renamed_identifiers_or_docstrings() -> None:
+    original = 'def count_vowels(word):\n    """Vowels in word."""\n    return sum(1 for ch in word if ch in "aeiou")  # all\n'
+    renamed = "def vowel_total(text):\n    '''How many vowels text has.'''\n    return sum(1 for c in text if c in 'aeiou')\n"
+    terms = [t for *_, t in semantic.code_terms(original, 4)]
+    assert terms == [t for *_, t in semantic.code_terms(renamed, 4)]
+    assert "( 1 for _" in terms and 'if _ in "aeiou"' in terms  # builtins, keywords and literals stay
+    assert semantic.is_code(original) and not semantic.is_code(ITEMS[0].text)
+
+
+def test_a_code_item_with_renamed_identifiers_is_a_candidate_inside_a_module() -> None:
+    """The code channel picks the renamed function's block out of a module; the module's own
+    functions, which share names with items but not their shape, are not encoded."""
+    code = [i for i in ITEMS if i.eval_set == "fixture_code" and not i.fresh]
+    units = semantic.eval_units([i.row() for i in code], 8)
+    texts = [u[3] for u in units]
+    params = semantic.SemanticParams()
+    index = semantic.EvalEmbeddings({}, None, [u[0] for u in units], [u[1] for u in units], texts,
+                                    semantic.lexicons(texts, params))
+    host = "\n\n".join(f"def helper_{k}(self, operations, balance):\n    total = self.lookup(operations)\n"
+                       f"    self.amount_{k} = len(total) * balance\n    return total" for k in range(40))
+    item = next(i for i in code if i.row_id == "code-01")
+    windows = semantic._candidate_windows([host + "\n\n" + item.paraphrase + "\n\n" + host], index, params)
+    assert windows and all(span in item.paraphrase for _, span, _ in windows)
+    assert semantic._candidate_windows([host], index, params) == []
+
+
 @pytest.mark.system
 def test_reworded_items_are_found_and_clean_code_and_word_problems_are_not(built_index) -> None:
     """Held-out items (thresholds were calibrated on the other half), the bundled model, the
