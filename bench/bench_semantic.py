@@ -15,8 +15,8 @@ The items' split is fixed by their files (``paraphrase.split``): alternate rows 
 files are the calibration half (thresholds: ``--calibrate``, the lowest document and window
 cosines that keep false positives on the calibration half of the clean documents <= 0.2%, the
 two paths together: <= 0.1% each) and a held-out half that was looked at while the tier was
-tuned (printed, not judged); the goals are judged on the fresh items (``fresh_*.txt``), written
-after the tier's settings were fixed. False positives are reported on the other half of the
+tuned (printed, not judged); the goals are judged on the fresh items (``fresh_*.txt``), never
+run through the tier before its settings were fixed. False positives are reported on the other half of the
 clean documents, with the thresholds committed in ``SemanticParams``.
 
 Every document is embedded once by ``embed_shard`` (the ``embeddings`` asset's task, int8 kept

@@ -4,8 +4,9 @@ documents found on the machine, for the semantic decontamination bench and tests
 Eval items live in ``paraphrase_fixture/{qa,math,code}.txt`` (prose questions and answers, math
 word problems, code problems), each with a hand-written paraphrase of the whole row: reworded,
 reordered, identifiers renamed, numbers written out. Which items may tune the tier is fixed by
-the files (``split``): alternate rows of those files calibrate and are held out; the
-``fresh_*.txt`` files were written after the tier's settings were fixed and are never tuned on. Documents are assembled at run time, never
+the files (``split``): alternate rows of those files calibrate and are held out; the items of
+the ``fresh_*.txt`` files were never run through the tier before its settings were fixed, and
+are never tuned on. Documents are assembled at run time, never
 committed: each paraphrase standalone and inside a long document of other text (man pages and
 package documentation, or a standard-library module for code), and clean documents that copy
 no item: standard-library functions, man pages, package documentation and generated math word
@@ -82,8 +83,8 @@ def load_items() -> list[Item]:
 def split(items: Sequence[Item]) -> tuple[list[Item], list[Item], list[Item]]:
     """(calibration, held out, fresh), a rule fixed before any measurement. Calibration and held
     out: even and odd rows of the tuning files (thresholds are set on the first; the second was
-    looked at while the tier was tuned). Fresh: the ``fresh_*.txt`` items, written after the
-    tier's settings were fixed, on which its goals are judged."""
+    looked at while the tier was tuned). Fresh: the ``fresh_*.txt`` items, never run through the
+    tier before its settings were fixed, on which its goals are judged."""
     tuning = [x for x in items if not x.fresh]
     return tuning[0::2], tuning[1::2], [x for x in items if x.fresh]
 
@@ -138,7 +139,8 @@ def python_modules(limit: int, seed: int = 4) -> list[str]:
 def package_modules(limit: int, seed: int = 9) -> list[str]:
     """Installed packages' modules (not the standard library, whose modules host the planted
     code items) of at least ``LONG_MIN_WORDS`` words: long clean code, for the window look."""
-    paths = sorted(p for p in glob.glob(os.path.join(sysconfig.get_paths()["purelib"], "*", "*.py")) if "/test" not in p)
+    found = glob.glob(os.path.join(sysconfig.get_paths()["purelib"], "*", "*.py"))
+    paths = sorted(p for p in found if "/test" not in p)
     random.Random(seed).shuffle(paths)
     texts = []
     for path in paths:

@@ -20,7 +20,10 @@ out). An embedding model can: its vectors of an eval item and of a rewording of 
     ``code_shingle_tokens`` tokens in which every name the code chose (not a keyword, a
     builtin or an attribute) reads ``_``. Renaming identifiers and rewording the docstring
     leave a function's shape (``for _ in range ( len``) and its calls (``. isalnum ( )``)
-    in place, where the words channel finds too few distinctive words.
+    in place, where the words channel finds too few distinctive words. Only code units
+    (Python that parses) have code terms, and a window the words channel finds for a code
+    unit is encoded only if its paragraph also holds ``code_confirm_share`` of the unit's
+    code weight: unrelated code shares a code item's names, rarely its shape.
 
   The best windows with at least ``lexical_share`` / ``code_share`` of a unit's weight (and
   ``lexical_min_terms`` / ``code_min_terms`` terms) are cut to the paragraph holding most of
@@ -39,8 +42,8 @@ import ast
 import builtins
 import dataclasses
 import functools
-import keyword
 import json
+import keyword
 import re
 import textwrap
 import time
@@ -335,11 +338,11 @@ def _candidate_windows(texts: Sequence[str], index: EvalEmbeddings, params: Sema
     channels, scored = _channels(index, params), {}
     for name, channel in channels.items():
         for d, share, span in _channel_windows(texts, name, channel, params):
-            scored.setdefault(d, []).append((share, len(scored.get(d, ())), name, span))
+            scored.setdefault(d, []).append((share, name, span))
     out = []
     for d, found in scored.items():
         kept: dict[str, float] = {}  # overlapping windows often cut to the same paragraph: encode it once
-        for share, _, name, span in sorted(found, reverse=True):
+        for share, name, span in sorted(found, key=lambda f: -f[0]):
             text = _span_text(texts[d], span, channels[name])
             if name == "words" and not _code_confirms(text, span[-1], channels["code"].lexicon, params):
                 continue
