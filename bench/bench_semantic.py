@@ -5,16 +5,19 @@ Run: ``python bench/bench_semantic.py`` (also ``python bench/bench_decon.py --se
 ``python -m bench --only semantic``); ``--calibrate`` also prints the thresholds the
 calibration split gives; ``BENCH_QUICK=1`` takes 250 clean documents of each kind, not 700.
 
-The fixture (``marin_assets/testing/paraphrase.py``): 66 eval items over three sets (prose
+The fixture (``marin_assets/testing/paraphrase.py``): 92 eval items over three sets (prose
 questions and answers, math word problems, code), each reworded by hand, planted standalone and
 inside a long document (1,500+ words of man pages and package documentation, or a
-standard-library module for code; the item starts past the first 400 words), beside ~2,300
+standard-library module for code; the item starts past the first 400 words), beside ~2,450
 clean documents found on the machine (standard-library functions, man pages, package
-documentation, docstrings, generated math word problems). Items and clean documents are split
-in two (alternate rows): thresholds are calibrated on the first half (``--calibrate``: the
-lowest document and window cosines that keep false positives on its clean documents <= 0.2%,
-the two paths together: <= 0.1% each), recall and false positives are reported on the second
-half with the thresholds committed in ``SemanticParams``.
+documentation, docstrings, generated math word problems, long modules of installed packages).
+The items' split is fixed by their files (``paraphrase.split``): alternate rows of the tuning
+files are the calibration half (thresholds: ``--calibrate``, the lowest document and window
+cosines that keep false positives on the calibration half of the clean documents <= 0.2%, the
+two paths together: <= 0.1% each) and a held-out half that was looked at while the tier was
+tuned (printed, not judged); the goals are judged on the fresh items (``fresh_*.txt``), never
+run through the tier before its settings were fixed. False positives are reported on the other half of the
+clean documents, with the thresholds committed in ``SemanticParams``.
 
 Every document is embedded once by ``embed_shard`` (the ``embeddings`` asset's task, int8 kept
 vectors) with the bundled offline model; the semantic tier then reads those vectors and encodes
@@ -45,7 +48,7 @@ import pyarrow as pa  # noqa: E402
 from bench import harness  # noqa: E402
 from marin_assets.core.decon import semantic  # noqa: E402
 from marin_assets.core.embed import embeddings as embed  # noqa: E402
-from marin_assets.core.runtime import storage  # noqa: E402
+from marin_assets.core.runtime import integrity, storage  # noqa: E402
 from marin_assets.testing import paraphrase  # noqa: E402
 
 GOALS = {"standalone": 0.90, "long": 0.75}
@@ -103,7 +106,7 @@ def _embedding_pass(texts: list[str], tmp: str) -> tuple[np.ndarray, float]:
 def _embedding_pass_uncached(texts: list[str], tmp: str) -> tuple[np.ndarray, float]:
     shard = storage.join(tmp, "normalized", "shard-00000.parquet")
     out = storage.join(tmp, "embeddings", "shard-00000.parquet")
-    storage.write_parquet(pa.table({"id": [f"d{k}" for k in range(len(texts))], "text": texts}), shard)
+    storage.write_parquet(pa.table({"id": integrity.text_ids(texts), "text": texts}), shard)
     params = embed.EmbedParams(encoder=embed.offline_encoder_params())
     embed.load_encoder(params.encoder)
     started = time.process_time()
@@ -115,7 +118,7 @@ def _embedding_pass_uncached(texts: list[str], tmp: str) -> tuple[np.ndarray, fl
 def run(tmp: str) -> dict:
     """Everything the report needs: the documents, their marks and the costs."""
     items = paraphrase.load_items()
-    calibration, held_out = paraphrase.split(items)
+    calibration, held_out, fresh = paraphrase.split(items)
     encoder = embed.offline_encoder_params()
     index_dir = storage.join(tmp, "eval_embeddings")
     semantic.build_eval_embeddings([i.row() for i in items], index_dir, encoder)
@@ -129,8 +132,9 @@ def run(tmp: str) -> dict:
     started = time.process_time()
     marks = semantic.mark_semantic(texts, vectors, index, encoder)
     tier_cpu = time.process_time() - started
-    return {"items": items, "held_out": {i.row_id for i in held_out}, "calibration": {i.row_id for i in calibration},
-            "planted": planted, "clean": clean, "marks": marks, "index": index,
+    return {"items": items, "fresh": {i.row_id for i in fresh}, "held_out": {i.row_id for i in held_out},
+            "calibration": {i.row_id for i in calibration}, "planted": planted, "clean": clean, "marks": marks,
+            "index": index, "vectors": vectors,
             "embed_cpu": embed_cpu, "tier_cpu": tier_cpu, "texts": texts}
 
 
@@ -162,7 +166,8 @@ def report(result: dict) -> bool:
     print(f"eval index: {index.info['units']} units of {index.info['rows']} rows, {index.info['terms']} distinctive words")
     ok = True
     for kind in ("standalone", "long"):
-        for split_name, rows in (("held out", result["held_out"]), ("calibration", result["calibration"])):
+        for split_name, rows in (("fresh", result["fresh"]), ("held out, looked at in tuning", result["held_out"]),
+                                 ("calibration", result["calibration"])):
             chosen = [k for k, (knd, item, _) in enumerate(planted) if knd == kind and item.row_id in rows]
             hit = sum(bool(flags[k]) for k in chosen)
             right = sum(bool(flags[k]) and index.labels[marks.unit[k]].split("#")[0] == f"{planted[k][1].eval_set}:{planted[k][1].row_id}"
@@ -172,8 +177,8 @@ def report(result: dict) -> bool:
                 per_set.setdefault(planted[k][1].eval_set, []).append(bool(flags[k]))
             sets = ", ".join(f"{s} {sum(v)}/{len(v)}" for s, v in sorted(per_set.items()))
             line = f"recall {kind:<10} ({split_name}): {hit}/{len(chosen)} = {hit / len(chosen):.1%} [{sets}]; attributed to its row: {right}"
-            if split_name == "held out":
-                ok &= harness.absolute_goal(f"recall {kind} >= {GOALS[kind]:.0%} (held out)", line.split(": ", 1)[1],
+            if split_name == "fresh":
+                ok &= harness.absolute_goal(f"recall {kind} >= {GOALS[kind]:.0%} (fresh held out)", line.split(": ", 1)[1],
                                             hit / len(chosen) >= GOALS[kind])
             else:
                 print(f"  {line}")

@@ -3,7 +3,10 @@ documents found on the machine, for the semantic decontamination bench and tests
 
 Eval items live in ``paraphrase_fixture/{qa,math,code}.txt`` (prose questions and answers, math
 word problems, code problems), each with a hand-written paraphrase of the whole row: reworded,
-reordered, identifiers renamed, numbers written out. Documents are assembled at run time, never
+reordered, identifiers renamed, numbers written out. Which items may tune the tier is fixed by
+the files (``split``): alternate rows of those files calibrate and are held out; the items of
+the ``fresh_*.txt`` files were never run through the tier before its settings were fixed, and
+are never tuned on. Documents are assembled at run time, never
 committed: each paraphrase standalone and inside a long document of other text (man pages and
 package documentation, or a standard-library module for code), and clean documents that copy
 no item: standard-library functions, man pages, package documentation and generated math word
@@ -20,6 +23,7 @@ import gzip
 import os
 import random
 import re
+import sysconfig
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,6 +31,7 @@ from marin_assets.core.decon.params import EvalRow
 
 FIXTURE = Path(__file__).with_name("paraphrase_fixture")
 SETS = {"qa.txt": "fixture_qa", "math.txt": "fixture_math", "code.txt": "fixture_code"}
+FRESH_SETS = {f"fresh_{name}": eval_set for name, eval_set in SETS.items()}
 PARAPHRASE = "paraphrase"
 LONG_MIN_WORDS = 1_500  # a long document: this many words of other text around the item
 LONG_OFFSET_WORDS = 400  # the item starts past the part a document's own embedding sees
@@ -38,6 +43,7 @@ class Item:
     row_id: str
     fields: tuple[tuple[str, str], ...]
     paraphrase: str
+    fresh: bool = False  # from a fresh_*.txt file: never used to tune the tier
 
     @property
     def text(self) -> str:
@@ -47,7 +53,7 @@ class Item:
         return EvalRow(self.eval_set, self.row_id, self.text, self.fields)
 
 
-def _parse(path: Path, eval_set: str) -> list[Item]:
+def _parse(path: Path, eval_set: str, fresh: bool) -> list[Item]:
     items, current, field = [], None, None
     for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
         if line.startswith("#") and current is None:
@@ -64,19 +70,23 @@ def _parse(path: Path, eval_set: str) -> list[Item]:
     for raw in items:
         fields = {k: v.strip("\n") for k, v in raw["fields"].items()}
         paraphrase = fields.pop(PARAPHRASE, "")
-        out.append(Item(eval_set, raw["id"], tuple(fields.items()), paraphrase))
+        out.append(Item(eval_set, raw["id"], tuple(fields.items()), paraphrase, fresh))
     return out
 
 
 def load_items() -> list[Item]:
-    """Every item of the three sets, in file order."""
-    return [item for name, eval_set in SETS.items() for item in _parse(FIXTURE / name, eval_set)]
+    """Every item of the three sets, in file order, the fresh files' last."""
+    return [item for files, fresh in ((SETS, False), (FRESH_SETS, True)) for name, eval_set in files.items()
+            for item in _parse(FIXTURE / name, eval_set, fresh)]
 
 
-def split(items: Sequence[Item]) -> tuple[list[Item], list[Item]]:
-    """(calibration, held out): odd and even rows of each set. Thresholds are set on the first,
-    results are reported on the second."""
-    return [x for k, x in enumerate(items) if k % 2 == 0], [x for k, x in enumerate(items) if k % 2 == 1]
+def split(items: Sequence[Item]) -> tuple[list[Item], list[Item], list[Item]]:
+    """(calibration, held out, fresh), a rule fixed before any measurement. Calibration and held
+    out: even and odd rows of the tuning files (thresholds are set on the first; the second was
+    looked at while the tier was tuned). Fresh: the ``fresh_*.txt`` items, never run through the
+    tier before its settings were fixed, on which its goals are judged."""
+    tuning = [x for x in items if not x.fresh]
+    return tuning[0::2], tuning[1::2], [x for x in items if x.fresh]
 
 
 # ----------------------------------------------------------------------------- text found on the machine
@@ -124,6 +134,25 @@ def python_modules(limit: int, seed: int = 4) -> list[str]:
         if len(text.split()) >= LONG_MIN_WORDS:
             texts.append(text[:60_000])
     return random.Random(seed).sample(texts, min(limit, len(texts)))
+
+
+def package_modules(limit: int, seed: int = 9) -> list[str]:
+    """Installed packages' modules (not the standard library, whose modules host the planted
+    code items) of at least ``LONG_MIN_WORDS`` words: long clean code, for the window look."""
+    found = glob.glob(os.path.join(sysconfig.get_paths()["purelib"], "*", "*.py"))
+    paths = sorted(p for p in found if "/test" not in p)
+    random.Random(seed).shuffle(paths)
+    texts = []
+    for path in paths:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        if len(text.split()) >= LONG_MIN_WORDS:
+            texts.append(text[:60_000])
+        if len(texts) >= limit:
+            break
+    return texts
 
 
 _TROFF = [(re.compile(r"\\f[BIRP]|\\f\(..|\\s[-+]?\d|\\&|\\c"), ""), (re.compile(r"\\-"), "-"),
@@ -241,12 +270,13 @@ def math_word_problems(n: int, seed: int = 7) -> list[str]:
 def clean_documents(per_kind: int = 700, seed: int = 0) -> list[tuple[str, str]]:
     """(kind, text) of documents that copy no item: ``code`` (standard-library functions),
     ``man`` (man pages), ``doc`` (package documentation), ``docstring`` (prose about code),
-    ``math`` (generated word problems)."""
+    ``math`` (generated word problems), ``module`` (long modules of installed packages)."""
     docs = [("code", t) for t in python_functions(per_kind, seed + 3)]
     docs += [("man", t) for t in man_pages(per_kind, seed + 5)]
     docs += [("doc", t) for t in package_docs(per_kind // 2, seed + 6)]
     docs += [("docstring", t) for t in docstrings(per_kind // 2, seed + 8)]
     docs += [("math", t) for t in math_word_problems(per_kind // 2, seed + 7)]
+    docs += [("module", t) for t in package_modules(per_kind // 4, seed + 9)]
     return docs
 
 
@@ -265,7 +295,15 @@ def _plant(host: str, text: str, rng: random.Random) -> str:
 def planted_documents(items: Sequence[Item], seed: int = 1) -> list[tuple[str, Item, str]]:
     """(kind, item, text): each item's paraphrase ``standalone`` and ``long`` (inside a document
     of at least ``LONG_MIN_WORDS`` other words: a standard-library module for code, man pages and
-    package documentation otherwise)."""
+    package documentation otherwise). Fresh items are planted with a seed of their own, so the
+    tuning items' documents stay as they were."""
+    tuning = [x for x in items if not x.fresh]
+    if len(tuning) < len(items):
+        return _planted(tuning, seed) + _planted([x for x in items if x.fresh], seed + 100)
+    return _planted(items, seed)
+
+
+def _planted(items: Sequence[Item], seed: int) -> list[tuple[str, Item, str]]:
     rng = random.Random(seed)
     prose = [t for t in man_pages(400, seed + 11, min_words=300) + package_docs(200, seed + 12, min_words=300)]
     modules = python_modules(len(items), seed + 13)

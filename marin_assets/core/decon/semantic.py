@@ -11,14 +11,25 @@ out). An embedding model can: its vectors of an eval item and of a rewording of 
 * **Whole documents.** A document's kept embedding (the ``embeddings`` asset; no second pass)
   within ``document`` cosine of a unit is flagged ``semantic``.
 * **Window look.** A document's embedding is an average over its first tokens; an item inside a
-  long document barely moves it. So windows of ``window_lookup_tokens`` words (half
-  overlapping) are scored by the weighted share of a unit's distinctive words they hold (a
-  number counts as its words: paraphrases write numbers out); the best windows with at least
-  ``lexical_share`` (and ``lexical_min_terms`` words) are cut to the paragraph holding most of
-  those words (at most ``window_tokens`` words) and up to ``max_windows_per_doc`` distinct
-  paragraphs are encoded; one within ``window`` cosine of a unit flags the document. Clean
-  documents rarely hold that many of an item's rare words in one window, so few documents are
-  looked at.
+  long document barely moves it. So windows of a document are scored by the weighted share of
+  a unit's distinctive terms they hold, in two channels:
+
+  - *words*: windows of ``window_lookup_tokens`` words (half overlapping); a number counts as
+    its words (paraphrases write numbers out);
+  - *code*: windows of ``code_lookup_tokens`` code tokens, scored on runs of
+    ``code_shingle_tokens`` tokens in which every name the code chose (not a keyword, a
+    builtin or an attribute) reads ``_``. Renaming identifiers and rewording the docstring
+    leave a function's shape (``for _ in range ( len``) and its calls (``. isalnum ( )``)
+    in place, where the words channel finds too few distinctive words. Only code units
+    (Python that parses) have code terms, and a window the words channel finds for a code
+    unit is encoded only if its paragraph also holds ``code_confirm_share`` of the unit's
+    code weight: unrelated code shares a code item's names, rarely its shape.
+
+  The best windows with at least ``lexical_share`` / ``code_share`` of a unit's weight (and
+  ``lexical_min_terms`` / ``code_min_terms`` terms) are cut to the paragraph holding most of
+  those terms and up to ``max_windows_per_doc`` distinct paragraphs are encoded; one within
+  ``window`` cosine of a unit flags the document. Clean documents rarely hold that much of an
+  item's rare terms in one window, so few documents are looked at.
 
 Cosine thresholds depend on the model: ``SemanticParams.thresholds`` holds them per model,
 calibrated on the paraphrase fixture's calibration split (``bench/bench_decon.py --semantic``).
@@ -27,10 +38,14 @@ A model without a threshold flags nothing and says so (``uncalibrated_model``).
 
 from __future__ import annotations
 
+import ast
+import builtins
 import dataclasses
 import functools
 import json
+import keyword
 import re
+import textwrap
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -45,13 +60,16 @@ from marin_assets.core.decon.params import EvalRow
 from marin_assets.core.embed import embeddings as embed
 from marin_assets.core.runtime import storage
 
-CODE_VERSION = "2"  # the eval_embeddings folder: units, vectors, lexicon
+CODE_VERSION = "3"  # the eval_embeddings folder: units, vectors, lexicons (words, code)
 POLICIES = ("flag", "drop")  # flag: reported only; drop: the pool drops semantic flags too
 WORD = re.compile(r"[^\W\d_]{2,}|\d+")  # words of 2+ letters (``_`` splits identifiers), and numbers
 MIN_NUMBER_WORDS = 10  # smaller numbers (indexes, counters, everywhere in code) stay digits
 _ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
          "seventeen eighteen nineteen").split()
 _TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+CODE_TOKEN = re.compile(r"\"\"\"[\s\S]*?\"\"\"|'''[\s\S]*?'''|#[^\n]*|[^\W\d]\w*|\d+|\"[^\"\n]*\"|'[^'\n]*'|[=!<>+\-*/%]=|//|\*\*|->|[^\s\w]")
+CODE_NAMES = frozenset(keyword.kwlist) | frozenset(dir(builtins))  # the language's own names are kept
+CHANNELS = ("words", "code")
 PARAGRAPH = re.compile(r"\n[ \t]*\n")  # a blank line ends a paragraph
 UNITS_FILE = "units.parquet"
 VECTORS_FILE = "vectors.npy"
@@ -69,6 +87,12 @@ class SemanticParams:
     min_field_words: int = 8  # a field this long is a unit of its own (a copy of only the question)
     window_lookup_tokens: int = 96  # words of a window scored for lexical evidence (half overlapping)
     window_tokens: int = 256  # at most this many words of it are encoded
+    code_shingle_tokens: int = 4  # code tokens per term of the code channel
+    code_lookup_tokens: int = 192  # code tokens of a window of the code channel (half overlapping)
+    code_window_tokens: int = 640  # at most this many code tokens of it are encoded
+    code_share: float = 0.5  # of a unit's distinctive code-shingle weight in one window
+    code_min_terms: int = 8
+    code_confirm_share: float = 0.2  # a code unit's words found in a span count only with this code share
     max_windows_per_doc: int = 6  # distinct paragraphs encoded per candidate document
     lexical_share: float = 0.3  # of a unit's distinctive-word weight in one window
     lexical_min_terms: int = 6
@@ -129,19 +153,81 @@ def words(text: str) -> list[str]:
     return [t for w in WORD.findall(text) for t in token_terms(w)]
 
 
-def _lexicon(texts: Sequence[str], params: SemanticParams) -> tuple[list[str], np.ndarray, sp.csr_matrix]:
-    """Distinctive words (in few units), their weights (log inverse unit frequency) and the
-    unit x word incidence matrix."""
-    per_unit = [sorted(set(words(t))) for t in texts]
-    df = Counter(w for ws in per_unit for w in ws)
+def is_code(text: str) -> bool:
+    """Whether an eval unit is Python (only code units have code terms: prose's runs of names
+    are not code)."""
+    try:
+        ast.parse(textwrap.dedent(text))
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def code_terms(text: str, k: int) -> list[tuple[int, int, str]]:
+    """(start, end, term) of each run of ``k`` code tokens in which a name the code chose (not a
+    keyword, a builtin or an attribute) reads ``_``, a string literal is double-quoted and a
+    docstring is only its quotes (comments left out): what renaming and rewording leave of a
+    piece of code."""
+    tokens, previous = [], ""
+    for m in CODE_TOKEN.finditer(text):
+        token = m.group()
+        if token[0] == "#":
+            continue
+        if token[:3] in ('"""', "'''"):
+            token = '"""'
+        elif token[0] == "'":
+            token = f'"{token[1:-1]}"'
+        elif (token[0].isalpha() or token[0] == "_") and token not in CODE_NAMES and previous != ".":
+            token = "_"
+        tokens.append((m.start(), m.end(), token))
+        previous = m.group()
+    return [(tokens[i][0], tokens[i + k - 1][1], " ".join(t for _, _, t in tokens[i:i + k]))
+            for i in range(len(tokens) - k + 1)]
+
+
+def channel_terms(channel: str, text: str, params: SemanticParams) -> list[tuple[int, int, str]]:
+    """(start, end, term) of ``text`` in ``channel`` (``words`` or ``code``)."""
+    if channel == "code":
+        return code_terms(text, params.code_shingle_tokens)
+    return [(m.start(), m.end(), t) for m in WORD.finditer(text) for t in token_terms(m.group())]
+
+
+@dataclasses.dataclass
+class Lexicon:
+    """One channel's distinctive terms: unit x term incidence, weights (log inverse unit
+    frequency) and each unit's total weight."""
+
+    term_ids: dict[str, int]
+    unit_terms: sp.csr_matrix
+    weight: np.ndarray = dataclasses.field(init=False)
+    unit_weight: np.ndarray = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        df = np.asarray(self.unit_terms.sum(axis=0)).ravel()
+        self.weight = (np.log((1 + self.unit_terms.shape[0]) / (1 + df)) + 1.0).astype(np.float32)
+        self.unit_weight = np.asarray(self.unit_terms @ self.weight).ravel()
+
+    def unit_postings(self) -> tuple[np.ndarray, list[str]]:
+        coo, terms = self.unit_terms.tocoo(), sorted(self.term_ids, key=self.term_ids.get)
+        return coo.row.astype(np.int32), [terms[c] for c in coo.col]
+
+
+def lexicon(per_unit: Sequence[Iterable[str]], cap: int) -> Lexicon:
+    """The terms found in at most ``cap`` units."""
+    sets = [sorted(set(terms)) for terms in per_unit]
+    df = Counter(t for terms in sets for t in terms)
+    ids = {t: i for i, t in enumerate(sorted(t for t, n in df.items() if n <= cap))}
+    rows = [u for u, terms in enumerate(sets) for t in terms if t in ids]
+    cols = [ids[t] for terms in sets for t in terms if t in ids]
+    return Lexicon(ids, sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(sets), len(ids))))
+
+
+def lexicons(texts: Sequence[str], params: SemanticParams) -> dict[str, Lexicon]:
+    """Each channel's lexicon of the units ``texts``."""
     cap = min(params.max_term_units, max(1, int(params.max_term_fraction * len(texts))))
-    terms = sorted(w for w, n in df.items() if n <= cap)
-    ids = {w: i for i, w in enumerate(terms)}
-    weight = np.log((1 + len(texts)) / (1 + np.array([df[w] for w in terms], dtype=np.float64))) + 1.0
-    rows = [u for u, ws in enumerate(per_unit) for w in ws if w in ids]
-    cols = [ids[w] for ws in per_unit for w in ws if w in ids]
-    incidence = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(texts), len(terms)))
-    return terms, weight.astype(np.float32), incidence
+    return {channel: lexicon([[t for *_, t in channel_terms(channel, x, params)]
+                              if channel == "words" or is_code(x) else [] for x in texts], cap)
+            for channel in CHANNELS}
 
 
 def build_eval_embeddings(rows: Iterable[EvalRow], out: str, encoder: embed.EncoderParams,
@@ -150,17 +236,21 @@ def build_eval_embeddings(rows: Iterable[EvalRow], out: str, encoder: embed.Enco
     units = eval_units(rows, params.min_field_words)
     texts = [u[3] for u in units]
     vectors, counters = embed.encode_texts(texts, encoder)
-    terms, weight, incidence = _lexicon(texts, params)
-    coo = incidence.tocoo()
+    found = lexicons(texts, params)
     storage.write_parquet(pa.table({
         "eval_set": [u[0] for u in units], "row_id": [u[1] for u in units], "field": [u[2] for u in units],
         "excerpt": [t[:300] for t in texts],
     }), storage.join(out, UNITS_FILE))
-    storage.write_parquet(pa.table({"unit": coo.row.astype(np.int32), "term": pa.array([terms[c] for c in coo.col])}),
-                          storage.join(out, TERMS_FILE))
+    postings = {channel: lex.unit_postings() for channel, lex in found.items()}
+    storage.write_parquet(pa.table({
+        "channel": [c for c, (unit, _) in postings.items() for _ in range(len(unit))],
+        "unit": np.concatenate([unit for unit, _ in postings.values()]),
+        "term": [t for _, terms in postings.values() for t in terms],
+    }), storage.join(out, TERMS_FILE))
     _save_npy(vectors.astype(np.float32), storage.join(out, VECTORS_FILE))
     info = {"model": encoder.model, "revision": encoder.revision, "dim": int(vectors.shape[1]) if units else 0,
-            "units": len(units), "rows": len({(u[0], u[1]) for u in units}), "terms": len(terms)}
+            "units": len(units), "rows": len({(u[0], u[1]) for u in units}),
+            "terms": {channel: len(lex.term_ids) for channel, lex in found.items()}}
     storage.write_bytes(storage.join(out, INFO_FILE), json.dumps(info).encode())
     return {**info, "tokens": counters["tokens"],
             "units_by_set": dict(sorted(Counter(u[0] for u in units).items()))}
@@ -168,17 +258,14 @@ def build_eval_embeddings(rows: Iterable[EvalRow], out: str, encoder: embed.Enco
 
 @dataclasses.dataclass
 class EvalEmbeddings:
-    """The loaded eval index: exact inner-product search, unit labels and the word lexicon."""
+    """The loaded eval index: exact inner-product search, unit labels and each channel's lexicon."""
 
     info: dict[str, Any]
     index: Any  # faiss.IndexFlatIP
     eval_sets: list[str]
     labels: list[str]  # set:row or set:row#field
     excerpts: list[str]
-    term_ids: dict[str, int]
-    weight: np.ndarray  # per term
-    unit_terms: sp.csr_matrix  # unit x term, 1 where the unit holds the term
-    unit_weight: np.ndarray  # per unit: its distinctive words' total weight
+    lexicons: dict[str, Lexicon]
 
     def search(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(best cosine, best unit) of each unit vector."""
@@ -198,17 +285,13 @@ def load_eval_embeddings(uri: str) -> EvalEmbeddings:
     if len(vectors):
         index.add(np.ascontiguousarray(vectors, dtype=np.float32))
     postings = storage.read_parquet(storage.join(uri, TERMS_FILE)).to_pydict()
-    terms = sorted(set(postings["term"]))
-    term_ids = {t: i for i, t in enumerate(terms)}
     n_units = len(units["eval_set"])
-    cols = np.array([term_ids[t] for t in postings["term"]], dtype=np.int64)
-    rows = np.array(postings["unit"], dtype=np.int64)
-    unit_terms = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(n_units, len(terms)))
-    df = np.asarray(unit_terms.sum(axis=0)).ravel()
-    weight = (np.log((1 + n_units) / (1 + df)) + 1.0).astype(np.float32)
+    per_channel: dict[str, list[list[str]]] = {c: [[] for _ in range(n_units)] for c in CHANNELS}
+    for channel, unit, term in zip(postings["channel"], postings["unit"], postings["term"]):
+        per_channel[channel][unit].append(term)
     labels = [f"{s}:{r}" + (f"#{f}" if f else "") for s, r, f in zip(units["eval_set"], units["row_id"], units["field"])]
-    return EvalEmbeddings(info, index, units["eval_set"], labels, units["excerpt"], term_ids, weight,
-                          unit_terms, np.asarray(unit_terms @ weight).ravel())
+    return EvalEmbeddings(info, index, units["eval_set"], labels, units["excerpt"],
+                          {c: lexicon(per_unit, n_units) for c, per_unit in per_channel.items()})
 
 
 # ----------------------------------------------------------------------------- marking
@@ -230,55 +313,93 @@ class SemanticMarks:
         return self.window_similarity > -1
 
 
+@dataclasses.dataclass(frozen=True)
+class _Channel:
+    """How one channel scores windows: its lexicon, window length, encoded-span cap and bars."""
+
+    lexicon: Lexicon
+    lookup: int
+    cap: int
+    share: float
+    min_terms: int
+    pad: int
+
+
+def _channels(index: EvalEmbeddings, params: SemanticParams) -> dict[str, _Channel]:
+    return {"words": _Channel(index.lexicons["words"], params.window_lookup_tokens, params.window_tokens,
+                              params.lexical_share, params.lexical_min_terms, params.span_pad_tokens),
+            "code": _Channel(index.lexicons["code"], params.code_lookup_tokens, params.code_window_tokens,
+                             params.code_share, params.code_min_terms, params.span_pad_tokens)}
+
+
 def _candidate_windows(texts: Sequence[str], index: EvalEmbeddings, params: SemanticParams) -> list[tuple[int, str, float]]:
     """(document, span text, lexical share) of the windows worth encoding: the best ``max_windows_per_doc``
-    windows per document holding ``lexical_share`` of some unit's distinctive-word weight."""
-    half = max(params.window_lookup_tokens // 2, 1)
-    doc_of, win_rows, win_cols, spans = [], [], [], []
-    for d, text in enumerate(texts):
-        found = [(m.start(), m.end(), index.term_ids.get(t, -1))
-                 for m in WORD.finditer(text or "") for t in token_terms(m.group())]
-        pos = np.array([k for k, f in enumerate(found) if f[2] >= 0], dtype=np.int64)
-        if len(pos) < params.lexical_min_terms:
-            continue
-        term = np.array([found[k][2] for k in pos.tolist()], dtype=np.int64)
-        n_windows = max(1, -(-(len(found) - params.window_lookup_tokens) // half) + 1)
-        for k in range(-(-params.window_lookup_tokens // half)):  # each position lies in up to W/half windows
-            w = pos // half - k
-            ok = (w >= 0) & (w < n_windows)
-            win_rows.append(len(spans) + w[ok])
-            win_cols.append(term[ok])
-        doc_of.extend([d] * n_windows)
-        spans.extend((d, found, pos, term, w * half) for w in range(n_windows))
-    if not spans:
-        return []
-    rows, cols = np.concatenate(win_rows), np.concatenate(win_cols)
-    x = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(spans), len(index.term_ids)))
-    x.data[:] = 1.0  # distinct words per window
-    best, best_unit = _best_units(x, index, params)
-    chosen: dict[int, list[tuple[float, int]]] = {}
-    for w in np.flatnonzero(best > 0).tolist():
-        chosen.setdefault(doc_of[w], []).append((float(best[w]), w))
+    windows per document holding a channel's share of some unit's distinctive-term weight."""
+    channels, scored = _channels(index, params), {}
+    for name, channel in channels.items():
+        for d, share, span in _channel_windows(texts, name, channel, params):
+            scored.setdefault(d, []).append((share, name, span))
     out = []
-    for d, scored in chosen.items():
+    for d, found in scored.items():
         kept: dict[str, float] = {}  # overlapping windows often cut to the same paragraph: encode it once
-        for share, w in sorted(scored, reverse=True):
-            kept.setdefault(_span_text(texts[d], spans[w], int(best_unit[w]), index, params), share)
+        for share, name, span in sorted(found, key=lambda f: -f[0]):
+            text = _span_text(texts[d], span, channels[name])
+            if name == "words" and not _code_confirms(text, span[-1], channels["code"].lexicon, params):
+                continue
+            kept.setdefault(text, share)
             if len(kept) == params.max_windows_per_doc:
                 break
         out.extend((d, span, share) for span, share in kept.items())
     return out
 
 
-def _best_units(x: sp.csr_matrix, index: EvalEmbeddings, params: SemanticParams) -> tuple[np.ndarray, np.ndarray]:
-    """Per window (row of ``x``): the largest qualifying share of a unit's word weight, and that unit."""
-    weighted = (x @ sp.diags(index.weight) @ index.unit_terms.T).tocsr()
-    counts = (x @ index.unit_terms.T).tocsr()
+def _code_confirms(text: str, unit: int, code: Lexicon, params: SemanticParams) -> bool:
+    """Whether a span found by its words for ``unit`` also has the unit's code shape, when the
+    unit is code: a code unit's words are mostly names, which unrelated code shares."""
+    if code.unit_weight[unit] <= 0:
+        return True
+    held = {code.term_ids[t] for *_, t in code_terms(text, params.code_shingle_tokens) if t in code.term_ids}
+    unit_terms = code.unit_terms.indices[code.unit_terms.indptr[unit]:code.unit_terms.indptr[unit + 1]]
+    return code.weight[[t for t in unit_terms if t in held]].sum() >= params.code_confirm_share * code.unit_weight[unit]
+
+
+def _channel_windows(texts: Sequence[str], name: str, channel: _Channel, params: SemanticParams) -> list[tuple[int, float, tuple]]:
+    """(document, share, window) of the windows of ``texts`` passing ``channel``'s bars."""
+    half = max(channel.lookup // 2, 1)
+    doc_of, win_rows, win_cols, spans = [], [], [], []
+    for d, text in enumerate(texts):
+        found = [(a, b, channel.lexicon.term_ids.get(t, -1)) for a, b, t in channel_terms(name, text or "", params)]
+        pos = np.array([k for k, f in enumerate(found) if f[2] >= 0], dtype=np.int64)
+        if len(pos) < channel.min_terms:
+            continue
+        term = np.array([found[k][2] for k in pos.tolist()], dtype=np.int64)
+        n_windows = max(1, -(-(len(found) - channel.lookup) // half) + 1)
+        for k in range(-(-channel.lookup // half)):  # each position lies in up to W/half windows
+            w = pos // half - k
+            ok = (w >= 0) & (w < n_windows)
+            win_rows.append(len(spans) + w[ok])
+            win_cols.append(term[ok])
+        doc_of.extend([d] * n_windows)
+        spans.extend((found, pos, term, w * half) for w in range(n_windows))
+    if not spans:
+        return []
+    rows, cols = np.concatenate(win_rows), np.concatenate(win_cols)
+    x = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(spans), len(channel.lexicon.term_ids)))
+    x.data[:] = 1.0  # distinct terms per window
+    best, best_unit = _best_units(x, channel)
+    return [(doc_of[w], float(best[w]), (*spans[w], int(best_unit[w]))) for w in np.flatnonzero(best > 0).tolist()]
+
+
+def _best_units(x: sp.csr_matrix, channel: _Channel) -> tuple[np.ndarray, np.ndarray]:
+    """Per window (row of ``x``): the largest qualifying share of a unit's term weight, and that unit."""
+    lex = channel.lexicon
+    weighted = (x @ sp.diags(lex.weight) @ lex.unit_terms.T).tocsr()
+    counts = (x @ lex.unit_terms.T).tocsr()
     weighted.sort_indices()
     counts.sort_indices()  # same sparsity as ``weighted``: every weight is positive
-    share = weighted.data / np.maximum(index.unit_weight[weighted.indices], 1e-9)
+    share = weighted.data / np.maximum(lex.unit_weight[weighted.indices], 1e-9)
     window = np.repeat(np.arange(x.shape[0]), np.diff(weighted.indptr))
-    keep = (share >= params.lexical_share) & (counts.data >= params.lexical_min_terms)
+    keep = (share >= channel.share) & (counts.data >= channel.min_terms)
     best, best_unit = np.zeros(x.shape[0]), np.full(x.shape[0], -1, np.int64)
     order = np.lexsort((share[keep], window[keep]))  # last of each window: its best unit
     w, s, u = window[keep][order], share[keep][order], weighted.indices[keep][order]
@@ -286,24 +407,28 @@ def _best_units(x: sp.csr_matrix, index: EvalEmbeddings, params: SemanticParams)
     return best, best_unit
 
 
-def _span_text(text: str, span: tuple, unit: int, index: EvalEmbeddings, params: SemanticParams) -> str:
-    """What of the window is encoded: the paragraph holding most of the words it shares with
-    ``unit`` (a copied item usually stands as its own block), or, when that paragraph is longer
-    than ``window_tokens`` words, the span those words cover (padded)."""
-    _, found, pos, term, start = span
-    unit_terms = index.unit_terms.indices[index.unit_terms.indptr[unit]:index.unit_terms.indptr[unit + 1]]
-    hits = pos[(pos >= start) & (pos < start + params.window_lookup_tokens) & np.isin(term, unit_terms)]
+def _span_text(text: str, span: tuple, channel: _Channel) -> str:
+    """What of the window is encoded: the paragraph holding most of the terms it shares with
+    its unit (a copied item usually stands as its own block), or, when that paragraph is longer
+    than the channel's cap, the span those terms cover (padded)."""
+    found, pos, term, start, unit = span
+    lex = channel.lexicon
+    unit_terms = lex.unit_terms.indices[lex.unit_terms.indptr[unit]:lex.unit_terms.indptr[unit + 1]]
+    hits = pos[(pos >= start) & (pos < start + channel.lookup) & np.isin(term, unit_terms)]
     starts = np.fromiter((f[0] for f in found), np.int64, len(found))
-    breaks = np.array([m.end() for m in PARAGRAPH.finditer(text)], dtype=np.int64)
-    paragraph = np.searchsorted(breaks, starts, side="right")  # paragraph number of each word
+    gaps = [m.span() for m in PARAGRAPH.finditer(text)]
+    breaks = np.array([b for _, b in gaps], dtype=np.int64)
+    paragraph = np.searchsorted(breaks, starts, side="right")  # paragraph number of each term
     core = np.bincount(paragraph[hits]).argmax()
     inside = np.flatnonzero(paragraph == core)
-    if len(inside) <= params.window_tokens:
+    if len(inside) <= channel.cap:
         lo, hi = int(inside[0]), int(inside[-1])
     else:
-        lo = max(int(hits.min()) - params.span_pad_tokens, 0)
-        hi = min(int(hits.max()) + params.span_pad_tokens, lo + params.window_tokens - 1, len(found) - 1)
-    return text[found[lo][0]:found[hi][1]]
+        lo = max(int(hits.min()) - channel.pad, 0)
+        hi = min(int(hits.max()) + channel.pad, lo + channel.cap - 1, len(found) - 1)
+    end = found[hi][1]  # a code term's run may reach into the next paragraph: cut it there
+    after = np.searchsorted(breaks, found[hi][0], side="right")
+    return text[found[lo][0]:min(end, gaps[after][0]) if after < len(gaps) else end]
 
 
 def mark_semantic(texts: Sequence[str | None], doc_vectors: np.ndarray, index: EvalEmbeddings,

@@ -78,7 +78,7 @@ def eval_embeddings_key(encoder, params: semantic.SemanticParams) -> tuple[dict,
     """(parameters, extras) the eval embedding index is fingerprinted by beside its input, the
     registry's digest (the lock): the model and what decides the units; thresholds and policy do not."""
     return ({"min_field_words": params.min_field_words, "max_term_units": params.max_term_units,
-             "max_term_fraction": params.max_term_fraction},
+             "max_term_fraction": params.max_term_fraction, "code_shingle_tokens": params.code_shingle_tokens},
             {"model": encoder.model, "revision": encoder.revision, "max_tokens": encoder.max_tokens})
 
 
@@ -86,7 +86,7 @@ def eval_embeddings_key(encoder, params: semantic.SemanticParams) -> tuple[dict,
     EVAL_EMBEDDINGS,
     kinds={"faiss", "pytorch"},
     description="Every eval row and long field encoded with the pool's embedding model (exact inner-product search), "
-    "with each unit's distinctive words; rebuilt only when the eval lock or the model changes.",
+    "with each unit's distinctive words and code shapes; rebuilt only when the eval lock or the model changes.",
 )
 def eval_embeddings(context: dg.AssetExecutionContext, marin: MarinResource, encoder: EncoderResource) -> dg.MaterializeResult:
     layout = marin.layout()

@@ -31,10 +31,13 @@ def test_the_fixture_has_three_sets_of_items_each_with_a_paraphrase_of_its_own()
         # reworded: no run of 13 words of the row survives in the paraphrase
         row, para = item.text.lower().split(), " ".join(item.paraphrase.lower().split())
         assert not any(" ".join(row[k:k + 13]) in para for k in range(len(row) - 12)), item.row_id
-    calibration, held_out = paraphrase.split(ITEMS)
-    assert not {i.row_id for i in calibration} & {i.row_id for i in held_out}
+    calibration, held_out, fresh = paraphrase.split(ITEMS)
+    groups = [{i.row_id for i in group} for group in (calibration, held_out, fresh)]
+    assert sum(map(len, groups)) == len(set().union(*groups)) == len(ITEMS)  # each item in one group
+    assert {i.eval_set for i in fresh} == {i.eval_set for i in ITEMS} and all(i.fresh for i in fresh)
 
 
+@pytest.mark.system
 def test_planted_documents_hold_the_paraphrase_standalone_and_deep_inside_long_documents() -> None:
     docs = paraphrase.planted_documents(ITEMS[:6] + ITEMS[-3:])
     assert Counter(kind for kind, _, _ in docs) == {"standalone": 9, "long": 9}
@@ -81,7 +84,7 @@ def test_the_index_is_keyed_by_lock_and_model_only(tmp_path) -> None:
 
 def test_a_model_without_calibrated_thresholds_flags_nothing_and_says_so() -> None:
     params = semantic.SemanticParams(thresholds=())
-    index = semantic.EvalEmbeddings({"model": "other/model"}, None, [], [], [], {}, np.zeros(0), None, np.zeros(0))
+    index = semantic.EvalEmbeddings({"model": "other/model"}, None, [], [], [], {})
     marks = semantic.mark_semantic(["text"], np.zeros((1, 4), np.float32), index, embed.offline_encoder_params(), params)
     assert not marks.flagged.any() and marks.counters["uncalibrated_model"] == 1
     with pytest.raises(ValueError, match="policy"):
@@ -108,17 +111,42 @@ def test_a_candidate_document_encodes_each_paragraph_once() -> None:
     item = next(i for i in ITEMS if i.eval_set == "fixture_math")
     units = semantic.eval_units([item.row()], 8)
     texts = [u[3] for u in units]
-    terms, weight, incidence = semantic._lexicon(texts, semantic.SemanticParams(max_term_fraction=1.0))
+    params = semantic.SemanticParams(max_term_fraction=1.0)
     index = semantic.EvalEmbeddings({}, None, [u[0] for u in units], [u[1] for u in units], texts,
-                                    {t: k for k, t in enumerate(terms)}, weight, incidence,
-                                    np.asarray(incidence @ weight).ravel())
+                                    semantic.lexicons(texts, params))
     filler = " ".join(["plain filler text about nothing"] * 40)
     document = "\n\n".join([filler, item.text, filler, item.paraphrase, filler])
-    windows = semantic._candidate_windows([document], index, semantic.SemanticParams(max_term_fraction=1.0))
+    windows = semantic._candidate_windows([document], index, params)
     spans = [span for _, span, _ in windows]
     assert len(spans) == len(set(spans)) >= 2  # the copied row's paragraphs and the paraphrase
     assert any(s in item.paraphrase and len(s) >= 0.95 * len(item.paraphrase) for s in spans)  # its words' span
     assert not any("filler" in s for s in spans)
+
+
+def test_code_terms_do_not_see_renamed_identifiers_or_docstrings() -> None:
+    original = 'def count_vowels(word):\n    """Vowels in word."""\n    return sum(1 for ch in word if ch in "aeiou")  # all\n'
+    renamed = "def vowel_total(text):\n    '''How many vowels text has.'''\n    return sum(1 for c in text if c in 'aeiou')\n"
+    terms = [t for *_, t in semantic.code_terms(original, 4)]
+    assert terms == [t for *_, t in semantic.code_terms(renamed, 4)]
+    assert "( 1 for _" in terms and 'if _ in "aeiou"' in terms  # builtins, keywords and literals stay
+    assert semantic.is_code(original) and not semantic.is_code(ITEMS[0].text)
+
+
+def test_a_code_item_with_renamed_identifiers_is_a_candidate_inside_a_module() -> None:
+    """The code channel picks the renamed function's block out of a module; the module's own
+    functions, which share names with items but not their shape, are not encoded."""
+    code = [i for i in ITEMS if i.eval_set == "fixture_code" and not i.fresh]
+    units = semantic.eval_units([i.row() for i in code], 8)
+    texts = [u[3] for u in units]
+    params = semantic.SemanticParams()
+    index = semantic.EvalEmbeddings({}, None, [u[0] for u in units], [u[1] for u in units], texts,
+                                    semantic.lexicons(texts, params))
+    host = "\n\n".join(f"def helper_{k}(self, operations, balance):\n    total = self.lookup(operations)\n"
+                       f"    self.amount_{k} = len(total) * balance\n    return total" for k in range(40))
+    item = next(i for i in code if i.row_id == "code-01")
+    windows = semantic._candidate_windows([host + "\n\n" + item.paraphrase + "\n\n" + host], index, params)
+    assert windows and all(span in item.paraphrase for _, span, _ in windows)
+    assert semantic._candidate_windows([host], index, params) == []
 
 
 @pytest.mark.system
@@ -126,7 +154,7 @@ def test_reworded_items_are_found_and_clean_code_and_word_problems_are_not(built
     """Held-out items (thresholds were calibrated on the other half), the bundled model, the
     kept vectors stored as int8 as the embeddings asset stores them."""
     index = semantic.load_eval_embeddings(built_index)
-    _, held_out = paraphrase.split(ITEMS)
+    _, held_out, _ = paraphrase.split(ITEMS)
     picked = held_out[::3]
     planted = paraphrase.planted_documents(picked)
     clean = paraphrase.python_functions(120) + paraphrase.math_word_problems(80)
