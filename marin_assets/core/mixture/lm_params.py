@@ -24,9 +24,8 @@ class ModelSize:
 
 
 # ~0.12M, ~1.1M and ~4.1M parameters: the proxy and two validation sizes that train on a CPU. The
-# proxy is small so that its usual run (1-2M tokens, 8-16 per parameter) learns most of what its
-# size can: seeds then agree and a few repeats cost little, as for a language model trained near
-# its compute-optimal budget.
+# proxy is small so that the runs a CPU affords (1-2M tokens) give it 8-16 tokens per parameter:
+# there a few repeats cost no more than a change of seed (``python -m bench proxy``).
 LADDER = (ModelSize("proxy", 2, 64, 4), ModelSize("v1", 4, 144, 4), ModelSize("v2", 4, 288, 8))
 
 
