@@ -24,8 +24,8 @@ class ModelSize:
 
 
 # ~0.12M, ~1.1M and ~4.1M parameters: the proxy and two validation sizes that train on a CPU. The
-# proxy is small so that the runs a CPU affords (1-2M tokens) give it 8-16 tokens per parameter:
-# there a few repeats cost no more than a change of seed (``python -m bench proxy``).
+# proxy is small so that the runs a CPU affords give it many tokens per parameter: at 1M tokens
+# (8 per parameter) up to 4 repeats cost no more than a change of seed (``python -m bench proxy``).
 LADDER = (ModelSize("proxy", 2, 64, 4), ModelSize("v1", 4, 144, 4), ModelSize("v2", 4, 288, 8))
 
 
@@ -38,8 +38,8 @@ class LMProxyParams:
     validation at larger sizes does); ``ladder``: the sizes by name. The learning rate warms up
     linearly over ``warmup_fraction`` of the steps, then follows a cosine to ``min_lr_ratio`` x
     ``learning_rate`` (``python -m bench proxy`` measures the recipe: repeats and seed noise).
-    ``checkpoint_every``: steps between checkpoints (model,
-    optimizer, data position, random states) in the run's folder, so a killed run resumes.
+    ``checkpoint_every``: steps between checkpoints (model, optimizer, data position, random
+    states) in the run's folder, so a killed run resumes.
     ``eval_bytes_per_domain``: evaluation text scored per domain. ``device``: ``auto`` (CUDA
     when present), ``cpu`` or ``cuda``; ``threads``: CPU threads per run (runs train side by side).
     """
