@@ -16,8 +16,10 @@ definitions (``locale``); a document whose id hash is 0 modulo 10 is held out fo
 * **Speed.** Training tokens per CPU second at each ladder size.
 
 ``python -m bench.bench_proxy`` exits 1 when a goal misses (``--keep-going``, or running under
-``python -m bench``, leaves that to the runner's summary). About 25 LM runs: ~30 CPU minutes at
-1,048,576 tokens each, ~8 with ``BENCH_QUICK=1`` (262,144 tokens).
+``python -m bench``, leaves that to the runner's summary). About 25 LM runs of the default proxy
+(``LMProxyParams()``), ``BENCH_PROXY_WORKERS`` (default 2) side by side: ~20 CPU minutes at
+2,097,152 tokens each, ~10 with ``BENCH_QUICK=1`` (1,048,576 tokens); half that in wall time on
+an idle 2-core machine.
 """
 
 from __future__ import annotations
@@ -26,12 +28,15 @@ import argparse
 import ast
 import glob
 import hashlib
+import multiprocessing
 import os
 import statistics
 import sys
 import sysconfig
 import tempfile
 import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -46,6 +51,7 @@ EPOCHS = (1, 2, 4, 8, 16)
 SEEDS = (1, 2, 3)  # seed 0 takes documents in id order, here a file's pieces one after another; others draw them spread out
 DOC_BYTES = 2_048  # a file is cut into documents of at most this many bytes: many documents per run
 GROUP_BYTES = 6_000_000
+WORKERS = int(os.environ.get("BENCH_PROXY_WORKERS", min(2, os.cpu_count() or 1)))  # runs side by side, one thread each
 PROXY = ProxyTrainerParams(holdout_mod=10, max_train_bytes_per_group=8_000_000, order=4)
 
 
@@ -107,22 +113,32 @@ def config(run: str, weights: dict[str, float], files: dict[str, list[str]], bud
     }
 
 
-def train(kind: str, cfg: dict[str, Any], evals: dict[str, bytes], lm: LMProxyParams, work: str) -> dict[str, Any]:
+def train(kind: str, cfg: dict[str, Any], evals: dict[str, bytes], lm: LMProxyParams, work: str) -> float:
+    """One run's held-out ``macro_bpb``."""
     if kind == "ngram":
-        return proxy_trainer.train_proxy(cfg, evals, PROXY)
-    return lm_proxy.train_lm_proxy(cfg, evals, PROXY, lm, os.path.join(work, f"{cfg['run_id']}-s{cfg['seed']}"))
+        return proxy_trainer.train_proxy(cfg, evals, PROXY)["metrics"]["macro_bpb"]
+    return lm_proxy.train_lm_proxy(cfg, evals, PROXY, lm, os.path.join(work, f"{cfg['run_id']}-s{cfg['seed']}"))["metrics"]["macro_bpb"]
+
+
+def train_all(runs: list[tuple[str, dict[str, Any], dict[str, bytes], LMProxyParams, str]]) -> Iterator[float]:
+    """``train`` of each run, ``WORKERS`` side by side (one thread each), in the runs' order."""
+    with ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield from pool.map(train, *zip(*runs))
 
 
 def repetition(kind: str, files: dict[str, list[str]], evals: dict[str, bytes], lm: LMProxyParams, budget: int, work: str) -> tuple[bool, bool, str]:
     """(2 and 4 epochs within fresh's seed range or better, 16 epochs worse by more than it, the figures)."""
     print(f"\n  {kind}: held-out code bits per byte at {budget:,} training tokens, N epochs of budget/N distinct tokens (seeds {list(SEEDS)})", flush=True)
     code_eval = {"code": evals["code"]}
+    started = time.perf_counter()
+    runs = [(kind, config(f"{kind}-e{n}", {"code": 1.0}, files, budget, s, {"code": budget // n}), code_eval, lm, work) for n in EPOCHS for s in SEEDS]
+    bpb = train_all(runs)
     values: dict[int, list[float]] = {}
     for n in EPOCHS:
-        started = time.perf_counter()
-        values[n] = [train(kind, config(f"{kind}-e{n}", {"code": 1.0}, files, budget, s, {"code": budget // n}), code_eval, lm, work)["metrics"]["macro_bpb"] for s in SEEDS]
-        print(f"    {n:>2} epochs: mean {np.mean(values[n]):.4f}  range {min(values[n]):.4f} .. {max(values[n]):.4f}  "
-              f"({' / '.join(f'{v:.4f}' for v in values[n])}; {time.perf_counter() - started:.0f} s)", flush=True)
+        values[n] = [next(bpb) for _ in SEEDS]
+        print(f"    {n:>2} epochs of {budget // n:>9,} distinct tokens: mean {np.mean(values[n]):.4f}  range {min(values[n]):.4f} .. {max(values[n]):.4f}  "
+              f"({' / '.join(f'{v:.4f}' for v in values[n])})", flush=True)
+    print(f"    ({len(runs)} runs, {time.perf_counter() - started:.0f} s wall, {WORKERS} side by side)", flush=True)
     fresh = values[1]
     spread = max(fresh) - min(fresh)
     few = all(np.mean(values[n]) <= max(fresh) for n in (2, 4))
@@ -137,15 +153,14 @@ def repeatability(files: dict[str, list[str]], evals: dict[str, bytes], lm: LMPr
     tokens = {g: budget for g in groups}  # each group's distinct tokens: one budget (at most one epoch)
     draws = [np.full(len(groups), 1 / len(groups))] + [rng.dirichlet(np.ones(len(groups))) for _ in range(mixtures - 1)]
     print(f"\n  lm: macro_bpb over {', '.join(groups)} at {budget:,} tokens: seeds {list(SEEDS)} at the uniform mixture, {mixtures} mixtures with seed {SEEDS[0]}", flush=True)
-    targets = []
+    started = time.perf_counter()
+    runs = [("lm", config(f"mix{m}", {g: float(x) for g, x in zip(groups, w) if x > 0}, files, budget, s, tokens), evals, lm, work)
+            for m, w in enumerate(draws) for s in (SEEDS if m == 0 else SEEDS[:1])]
+    values = list(train_all(runs))
+    replicates, targets = values[: len(SEEDS)], [values[0], *values[len(SEEDS) :]]
     for m, w in enumerate(draws):
-        weights = {g: float(x) for g, x in zip(groups, w) if x > 0}
-        seeds = SEEDS if m == 0 else SEEDS[:1]
-        values = [train("lm", config(f"mix{m}", weights, files, budget, s, tokens), evals, lm, work)["metrics"]["macro_bpb"] for s in seeds]
-        targets.append(values[0])
-        if m == 0:
-            replicates = values
-        print(f"    mixture {m} ({', '.join(f'{g} {x:.2f}' for g, x in zip(groups, w))}): " + " / ".join(f"{v:.4f}" for v in values), flush=True)
+        print(f"    mixture {m} ({', '.join(f'{g} {x:.2f}' for g, x in zip(groups, w))}): " + " / ".join(f"{v:.4f}" for v in (replicates if m == 0 else targets[m : m + 1])), flush=True)
+    print(f"    ({len(runs)} runs, {time.perf_counter() - started:.0f} s wall, {WORKERS} side by side)", flush=True)
     noise, spread = statistics.stdev(replicates), statistics.stdev(targets)
     return absolute_goal("lm: replicate noise (sd over seeds) below a fifth of the spread across mixtures (sd)",
                          f"noise {noise:.4f} vs spread {spread:.4f} (ratio {noise / spread:.3f})", noise < spread / 5)
@@ -166,15 +181,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-going", action="store_true", help="exit 0 even when a goal misses")
     args = parser.parse_args(argv)
     lm = LMProxyParams()
-    budget = pick(1_048_576, 262_144)  # 1,024 or 256 steps of 8 x 128 bytes
+    budget = pick(2_097_152, 1_048_576)
     with tempfile.TemporaryDirectory(prefix="bench-proxy-") as work:
         started = time.perf_counter()
         files = assemble_pool(work)
         evals = proxy_trainer.evaluation_texts(files, PROXY)
         sizes = {g: sum(pl.read_parquet(f[0])["tokens"]) for g, f in files.items()}
         print(f"  pool: {', '.join(f'{g} {n:,} bytes' for g, n in sizes.items())}; evaluation {', '.join(f'{g} {len(t):,}' for g, t in evals.items())} bytes "
-              f"(scored: the first {lm.eval_bytes_per_domain:,}); proxy {lm.size}, {lm.batch_size} x {lm.context} bytes per step, "
-              f"lr {lm.learning_rate:g} ({time.perf_counter() - started:.0f} s)", flush=True)
+              f"(scored: the first {lm.eval_bytes_per_domain:,}) ({time.perf_counter() - started:.0f} s)", flush=True)
+        rung = lm.model_size(lm.size)
+        print(f"  lm proxy: size {rung.name}, {lm_proxy.parameter_count(rung, lm.context) / 1e6:.3f}M parameters (n_layer {rung.n_layer}, n_embd {rung.n_embd}, "
+              f"n_head {rung.n_head}); {budget:,} training tokens a run = {budget // (lm.batch_size * lm.context):,} steps of {lm.batch_size} x {lm.context} bytes; "
+              f"AdamW, lr {lm.learning_rate:g} warmed up over {lm.warmup_fraction:.0%} of the steps, cosine to {lm.min_lr_ratio:g}x, weight decay {lm.weight_decay:g}", flush=True)
         few, many, shown = repetition("lm", files, evals, lm, budget, work)
         passed = [absolute_goal("lm: 2 and 4 epochs within the seeds' range of fresh data or better", shown, few),
                   absolute_goal("lm: 16 epochs worse than fresh by more than the seeds' range", shown, many)]

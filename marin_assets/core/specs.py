@@ -170,7 +170,7 @@ MIXTURE_SWARM = StageSpec(
 PROXY_RESULTS = StageSpec(
     "proxy_results", (MIXTURE_SWARM,), params=StudyParams, code_version=MIXTURE_CODE_VERSION, group="mixture",
     folder="mixture/{source}/proxy_results", study_stage="proxy_results",
-    phase="mixture_proxies", by_run=True, bench=Bench("stages", "no peer: the built-in proxy's CPU seconds per run and peak memory (an external trainer's time is its own)"),
+    phase="mixture_proxies", by_run=True, bench=Bench("stages", "no peer: the built-in trainer's CPU seconds per run (cut to a fixed token count) and peak memory (an external trainer's time is its own)"),
 )
 MIXTURE_MODEL = StageSpec(
     "mixture_model", (PROXY_RESULTS,), params=FitParams, code_version=MIXTURE_CODE_VERSION, group="mixture",
