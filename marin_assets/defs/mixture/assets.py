@@ -413,8 +413,7 @@ def _weights_result(manifest: dict, study: str, params: swarm_core.StudyParams, 
     fmt = lambda rows: [{k: (f"{v:.5f}" if isinstance(v, float) else v) for k, v in r.items()} for r in rows]  # noqa: E731
     picture = mixture_report.weights_grid_png(table, [p.name for p in params.phases])  # type: ignore[arg-type]
     checks = stats["constraints"]
-    gain_text = (f", predicted gain {gain['point']:.4f} (90% interval of that difference over {gain['refits']} bootstrap refits: "
-                 f"{gain['low']:.4f} .. {gain['high']:.4f})" if gain else "")
+    gain_text = _gain_text(gain) if gain else ""
     summary = (
         f"  study {study}: predicted {pred['metric']} optimized {fmt4(pred['optimized']) or 'n/a'} vs token-proportional {fmt4(pred['proportional']) or 'n/a'}{gain_text}\n"
         f"  published: {'optimized' if verdict.passed else 'token-proportional'} ({'gate passed' if verdict.passed else 'gates refused: ' + ', '.join(r['gate'] for r in verdict.reasons) + '; the mixture_gate check says why'}); "
@@ -451,3 +450,14 @@ def _weights_result(manifest: dict, study: str, params: swarm_core.StudyParams, 
         summary=summary,
     )
 
+
+def _gain_text(gain: dict) -> str:
+    """The fit's predicted gain beside its refits' interval. The optimizer chose the mixture on the
+    fit itself, so refits usually predict less: where the point lies outside, the line says so."""
+    outside = ""
+    if gain["point"] > gain["high"]:
+        outside = "; the fit's own figure lies above it: the fit is optimistic about the mixture it chose"
+    elif gain["point"] < gain["low"]:
+        outside = "; the fit's own figure lies below it"
+    return (f", predicted gain {gain['point']:.4f} (90% interval of that difference over {gain['refits']} bootstrap refits: "
+            f"{gain['low']:.4f} .. {gain['high']:.4f}{outside})")
