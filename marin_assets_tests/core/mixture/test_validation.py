@@ -57,7 +57,7 @@ def test_a_group_matching_the_eval_domain_is_found_and_validated(tmp_path) -> No
     study = ms.StudyParams(
         name="match", target_budget=float(tokens.sum()) * 2, proxy_budget=float(tokens.sum()) * 0.2, n_runs=24, seed=0, seq_len=8,
         phases=(ms.TrainingPhase("main", 1.0),), block_size=4096, search_candidates=2_000, search_rounds=2, validation_seeds=3,
-        proxy=ms.ProxyTrainerParams(order=3),
+        proxy=ms.ProxyTrainerParams(order=3), train_run=ms.NGRAM_TRAINER,  # trained below with the n-gram: no ladder, validated at its own size
     )
     swarm = ms.build_swarm(groups, files, study)
     measured = {rid: pt.train_proxy(c, evals, study.proxy)["metrics"]["macro_bpb"] for rid, c in swarm.configs.items()}
