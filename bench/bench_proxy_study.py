@@ -336,7 +336,7 @@ def measure(root: str, proxy_budget: int, started: float) -> int:
         absolute_goal(f"the language-model proxy trained >= 24 proxies per study within {TIME_LIMIT_S // 60} minutes",
                       f"{len(matched.run_ids())} proxies per study, {wall / 60:.1f} min wall, {cpu / 60:.1f} CPU min", lm_ran and wall < TIME_LIMIT_S),
     ]
-    return 0 if all(passed) or os.environ.get("BENCH_VERDICTS") else 1
+    return 0 if all(passed) else 1
 
 
 if __name__ == "__main__":
