@@ -275,6 +275,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-proxy-study-") as work:
         root, home = os.path.join(work, "data"), os.path.join(work, "home")
         os.makedirs(home)
+        pathlib.Path(home, "dagster.yaml").write_text("telemetry:\n  enabled: false\n")  # a real instance, stored in the folder
         import ray
 
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # a cluster on this machine, this process's
