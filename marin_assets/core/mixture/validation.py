@@ -7,9 +7,10 @@ mixtures with ``validation_seeds`` seeds at every size of ``StudyParams.sizes_to
 language-model proxy's larger ladder sizes unless ``validation_sizes`` names others). At each
 size each mixture gets the mean of its seeds and a t interval; the gain (proportional minus
 optimized, positive is better) gets a Welch interval whose standard deviations are never below
-the replicate noise the swarm measured. The mixture is *validated* only when the gate published it and, at every size, the gain's interval lies above zero and
-the gain reaches ``gate.min_gain`` (a noise estimate of 0, from a trainer that ignores its seed,
-never makes a vanishing gain a claim). When the interval lies entirely below zero at some size,
+the replicate noise the swarm measured. The mixture is *validated* only when the gate published
+it and, at every size, the gain's interval lies above zero and the gain reaches
+``gate.min_gain`` (a noise estimate of 0, from a trainer that ignores its seed, never makes a
+vanishing gain a claim). When the interval lies entirely below zero at some size,
 validation measured the mixture *worse*, and consumers get token-proportional weights instead
 (:func:`consumer_mixture`).
 """
