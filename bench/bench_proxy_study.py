@@ -13,7 +13,8 @@ trained on. Two studies over it, the same swarm settings, a real Dagster instanc
   validation at both larger sizes of the ladder measures a gain whose interval lies above 0.
 * **pool**: the eval set is held-out documents of every kind in proportion to its bytes,
   which token-proportional sampling already serves: PASS where the gates refuse it
-  (token-proportional published). Its validation is not run.
+  (token-proportional published). It is validated too, so a mixture the gates do publish is
+  measured at the larger sizes.
 
 Each study: 24 proxy mixtures plus 4 replicate runs at the proxy size, each one Dagster run
 (``mixture_proxies``) submitting one Ray task; validation trains the candidate and
@@ -196,7 +197,7 @@ def _metadata(result: Any, asset: str) -> dict[str, Any]:
     return {}
 
 
-def run_study(defs: Any, instance: Any, root: str, params: Any, validate: bool) -> dict[str, Any]:
+def run_study(defs: Any, instance: Any, params: Any, validate: bool) -> dict[str, Any]:
     """Propose, train every proxy (one Dagster run each), fit and publish, and validate: the jobs
     a sensor and the daemon would start, on the same instance."""
     from marin_assets.defs.partitions import add_study, proxy_run_key
@@ -317,12 +318,12 @@ def measure(root: str, proxy_budget: int, started: float) -> int:
         ms.write_study(root, params)
     with dg.DagsterInstance.get() as instance:
         print(f"\n  == study 'matched' (eval: held-out {MATCHED}) ==", flush=True)
-        found = run_study(defs, instance, root, matched, validate=True)
+        found = run_study(defs, instance, matched, validate=True)
         share, prop = family_share(root, "matched", KINDS.index(MATCHED))
         gains = gains_per_size(root, "matched")
         print(f"  the {MATCHED} family's weight: published {share:.3f} against token-proportional {prop:.3f}", flush=True)
         print(f"\n  == study 'pool' (eval: held-out pool text, proportional) ==", flush=True)
-        refused = run_study(defs, instance, root, pool, validate=False)
+        refused = run_study(defs, instance, pool, validate=True)
     wall, cpu = time.perf_counter() - started, tree_cpu_seconds()
     lm_ran = found["trainers"] | refused["trainers"] == {ms.LM_TRAINER}
     print(f"\n  wall {wall:.0f} s, CPU {cpu:.0f} s (this process and the Ray cluster's); trainer {', '.join(sorted(found['trainers'] | refused['trainers']))}", flush=True)
@@ -333,7 +334,7 @@ def measure(root: str, proxy_budget: int, started: float) -> int:
                       found["weights"]["published"] == "optimized" and bool(found["validation"].get("validated")) and len(gains) == 2
                       and all(g["low"] > 0 for g in gains.values())),
         absolute_goal("pool's own held-out text as the eval set: refused (token-proportional published)",
-                      f"published {refused['weights']['published']}; {refused['weights']['gate'][:160]}", refused["weights"]["published"] == "token-proportional"),
+                      f"published {refused['weights']['published']}; {refused['weights']['gate'][:160]}; validation: {refused['validation'].get('verdict', '')[:200]}", refused["weights"]["published"] == "token-proportional"),
         absolute_goal(f"the language-model proxy trained >= 24 proxies per study within {TIME_LIMIT_S // 60} minutes",
                       f"{len(matched.run_ids())} proxies per study, {wall / 60:.1f} min wall, {cpu / 60:.1f} CPU min", lm_ran and wall < TIME_LIMIT_S),
     ]
