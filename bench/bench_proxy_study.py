@@ -197,7 +197,7 @@ def _metadata(result: Any, asset: str) -> dict[str, Any]:
     return {}
 
 
-def run_study(defs: Any, instance: Any, params: Any, validate: bool) -> dict[str, Any]:
+def run_study(defs: Any, instance: Any, params: Any) -> dict[str, Any]:
     """Propose, train every proxy (one Dagster run each), fit and publish, and validate: the jobs
     a sensor and the daemon would start, on the same instance."""
     from marin_assets.defs.partitions import add_study, proxy_run_key
@@ -220,12 +220,11 @@ def run_study(defs: Any, instance: Any, params: Any, validate: bool) -> dict[str
     print(f"  {len(targets)} proxies trained with {', '.join(sorted(trainers))} in {time.perf_counter() - started:.0f} s; "
           f"macro_bpb {min(targets):.4f} .. {max(targets):.4f}", flush=True)
     fitted = job("mixture_fit", params.name)
-    out = {"model": _metadata(fitted, "mixture_model"), "weights": _metadata(fitted, "mixture_weights"), "trainers": trainers, "validation": {}}
+    out = {"model": _metadata(fitted, "mixture_model"), "weights": _metadata(fitted, "mixture_weights"), "trainers": trainers}
     for meta in (out["model"], out["weights"]):
         print(str(meta.get("summary", "")).replace("```", "").strip("\n"), flush=True)
-    if validate:
-        out["validation"] = _metadata(job("mixture_validate", params.name), "mixture_validation")
-        print(str(out["validation"].get("summary", "")).replace("```", "").strip("\n"), flush=True)
+    out["validation"] = _metadata(job("mixture_validate", params.name), "mixture_validation")
+    print(str(out["validation"].get("summary", "")).replace("```", "").strip("\n"), flush=True)
     return out
 
 
@@ -318,12 +317,12 @@ def measure(root: str, proxy_budget: int, started: float) -> int:
         ms.write_study(root, params)
     with dg.DagsterInstance.get() as instance:
         print(f"\n  == study 'matched' (eval: held-out {MATCHED}) ==", flush=True)
-        found = run_study(defs, instance, matched, validate=True)
+        found = run_study(defs, instance, matched)
         share, prop = family_share(root, "matched", KINDS.index(MATCHED))
         gains = gains_per_size(root, "matched")
         print(f"  the {MATCHED} family's weight: published {share:.3f} against token-proportional {prop:.3f}", flush=True)
         print(f"\n  == study 'pool' (eval: held-out pool text, proportional) ==", flush=True)
-        refused = run_study(defs, instance, pool, validate=True)
+        refused = run_study(defs, instance, pool)
     wall, cpu = time.perf_counter() - started, tree_cpu_seconds()
     lm_ran = found["trainers"] | refused["trainers"] == {ms.LM_TRAINER}
     print(f"\n  wall {wall:.0f} s, CPU {cpu:.0f} s (this process and the Ray cluster's); trainer {', '.join(sorted(found['trainers'] | refused['trainers']))}", flush=True)
