@@ -302,7 +302,7 @@ def measure(root: str, proxy_budget: int, started: float) -> int:
         "pool": write_eval_set(os.path.join(ms.study_dir(root, "pool"), "eval.jsonl"), "pool", [d for docs in heldout.values() for d in docs]),
     }
     print(f"  pool: {', '.join(f'{g} {t:,}' for g, t in group_tokens.items())} bytes ({pool_tokens:,}); kinds {', '.join(f'c{i:02d} {k}' for i, k in enumerate(KINDS))}; "
-          f"held-out eval text: matched ({MATCHED}) {eval_bytes['matched']:,} bytes, pool {eval_bytes['pool']:,} (the first {EVAL_BYTES:,} scored)", flush=True)
+          f"held-out eval text: matched ({MATCHED}) {eval_bytes['matched']:,} bytes, pool {eval_bytes['pool']:,} (scored: up to the first {EVAL_BYTES:,} of each)", flush=True)
     kind_tokens = {k: sum(t for g, t in group_tokens.items() if g.startswith(f"c{i:02d}")) for i, k in enumerate(KINDS)}
     print("  pool eval set by kind (the pool's share): " + ", ".join(
         f"{k} {sum(len(t.encode()) for _, t in docs) / eval_bytes['pool']:.1%} ({kind_tokens[k] / pool_tokens:.1%})" for k, docs in heldout.items()), flush=True)
