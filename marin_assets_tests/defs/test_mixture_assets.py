@@ -338,3 +338,32 @@ def test_builtin_runs_are_ray_tasks_followed_and_retried_from_the_step(env, monk
     logs = " ".join(e.message for e in instance.all_logs(result.run_id) if e.message)
     assert "run r0001 attempt 1 failed: RuntimeError: worker lost on the first attempt of r0001" in logs and "run r0001 finished (attempt 2)" in logs
     assert storage.exists(storage.join(ms.results_dir(root, "onray"), "r0001.jsonl"))
+
+
+@pytest.mark.system  # starts a local Ray cluster and trains 26 tiny language models (too small to learn much: the wiring, not the verdict; bench_proxy_study holds the verdicts)
+def test_a_study_trains_the_language_model_proxy_as_ray_tasks_and_validates_at_the_larger_sizes(env, monkeypatch) -> None:
+    ray = pytest.importorskip("ray")
+    from marin_assets.core.mixture.lm_params import ModelSize
+    from marin_assets.demo.mixture import run_mixture_demo
+
+    root, defs, instance = env
+    monkeypatch.setenv("MARIN_RAY_ADDRESS", "local")
+    rng = np.random.default_rng(1)  # held-out text of topic 0's kind, which no study step sees as such
+    evals = [json.dumps({"domain": "kernel", "text": " ".join(rng.choice(WORDS[0], size=60))}) for _ in range(12)]
+    storage.write_bytes(storage.join(ms.study_dir(root, "lm"), "eval.jsonl"), ("\n".join(evals) + "\n").encode())
+    ladder = (ModelSize("proxy", 1, 16, 2), ModelSize("v1", 1, 32, 2), ModelSize("v2", 2, 32, 2))
+    study = ms.StudyParams(name="lm", target_budget=20_000.0, proxy_budget=4_000.0, n_runs=10, seq_len=16, phases=(ms.TrainingPhase("main", 1.0),),
+                           search_candidates=500, search_rounds=2, proxy=ms.ProxyTrainerParams(holdout_mod=4, eval_set="eval.jsonl"),
+                           lm=LMProxyParams(ladder=ladder, context=16, batch_size=4, device="cpu"))
+    ms.write_study(root, study)
+    try:
+        found = run_mixture_demo(defs, instance, study)
+        assert ray.is_initialized()  # the runs went to the Ray cluster
+    finally:
+        ray.shutdown()
+    checkpoints = {storage.basename(u) for u in storage.listdir(storage.join(ms.results_dir(root, "lm"), "_checkpoints"))}
+    assert {f"{rid}-proxy-s{seed}" for rid, _, seed in study.run_plan()} <= checkpoints  # the language model trained every proxy ...
+    assert {f"v-{size}-{which}-s{seed}-{size}-s{seed}" for size in ("v1", "v2") for which in ("optimized", "proportional") for seed in range(3)} <= checkpoints  # ... and validated at both larger sizes
+    per_size = _table_text(found["validation"]["measured_gain_per_size"])
+    assert "v1" in per_size and "v2" in per_size and "at v1, v2" in found["validation"]["summary"]
+    assert found["validation"]["verdict"].count("v1: ") == 1 and found["validation"]["verdict"].count("v2: ") == 1  # a gain and interval per size, read back

@@ -133,7 +133,9 @@ class StudyParams:
     ``target_weights``: the target as a weighted sum of metrics (empty: ``target_metric``);
     ``target_limits``: per-metric ceilings the optimized mixture's prediction must respect.
     ``validation_sizes``: the model sizes of the trainer's ladder that ``mixture_validation``
-    trains both mixtures at (each with ``validation_seeds`` seeds; empty: the proxy's own size).
+    trains both mixtures at (each with ``validation_seeds`` seeds); empty: the trainer's default
+    (:meth:`sizes_to_validate`): for the language-model proxy the ladder's sizes above the proxy's,
+    since a finding must transfer to larger models; for another trainer the proxy's own size.
     ``launcher``: a command template run once per run without results (external trainer), see
     ``mixture.launcher``; ``launcher_status``: a template that prints a run's JSON state, with
     which each submitted run is followed to its end (polled every ``job_poll_s`` seconds).
@@ -195,6 +197,19 @@ class StudyParams:
 
     def run_ids(self) -> list[str]:
         return [r for r, _, _ in self.run_plan()]
+
+    def uses_lm_proxy(self) -> bool:
+        return self.trainer == "builtin" and self.train_run == LM_TRAINER
+
+    def sizes_to_validate(self) -> tuple[str, ...]:
+        """``validation_sizes``, else for the language-model proxy the rungs listed after ``lm.size``
+        on its ladder (smallest first), else the proxy's own size (``""``)."""
+        if self.validation_sizes:
+            return self.validation_sizes
+        if self.uses_lm_proxy():
+            names = [s.name for s in self.lm.ladder]
+            return tuple(names[names.index(self.lm.size) + 1 :]) or ("",)
+        return ("",)
 
     def target(self) -> dict[str, float]:
         """The target as metric -> weight (``target_metric`` alone unless ``target_weights``)."""
@@ -270,6 +285,9 @@ def validate_study(params: StudyParams, where: str = "study") -> StudyParams:
         fail(f"train_run {params.train_run!r} must be an importable 'module:function'")
     if len(set(params.validation_sizes)) != len(params.validation_sizes) or not all(STUDY_NAME.match(s) for s in params.validation_sizes):
         fail(f"validation_sizes {list(params.validation_sizes)} must be distinct names (lowercase letters, digits, '-' or '_')")
+    off_ladder = [s for s in params.validation_sizes if params.uses_lm_proxy() and s not in {r.name for r in params.lm.ladder}]
+    if off_ladder:
+        fail(f"validation_sizes {off_ladder} are not on lm.ladder {[r.name for r in params.lm.ladder]}; name ladder sizes or add them to lm.ladder")
     unknown_limits = sorted(set(dict(params.target_limits)) - set(params.target()))
     if unknown_limits:
         fail(f"target_limits name metrics {unknown_limits} that are not in the target {sorted(params.target())}; add them to target_weights")

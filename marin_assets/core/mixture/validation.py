@@ -3,13 +3,14 @@ seeds at each size of the trainer's ladder, measured against what the surrogate 
 
 A prediction is not a result, and a proxy's finding may not hold for a larger model.
 ``mixture_validation`` trains (built-in trainer) or hands out configs for (external trainer) both
-mixtures with ``validation_seeds`` seeds at every size in ``validation_sizes`` (none: the
-proxy's own size). At each size each mixture gets the mean of its seeds and a t interval; the
-gain (proportional minus optimized, positive is better) gets a Welch interval whose standard
-deviations are never below the replicate noise the swarm measured. The mixture is *validated*
-only when the gate published it and, at every size, the gain's interval lies above zero and
-the gain reaches ``gate.min_gain`` (a noise estimate of 0, from a trainer that ignores its seed,
-never makes a vanishing gain a claim). When the interval lies entirely below zero at some size,
+mixtures with ``validation_seeds`` seeds at every size of ``StudyParams.sizes_to_validate`` (the
+language-model proxy's larger ladder sizes unless ``validation_sizes`` names others). At each
+size each mixture gets the mean of its seeds and a t interval; the gain (proportional minus
+optimized, positive is better) gets a Welch interval whose standard deviations are never below
+the replicate noise the swarm measured. The mixture is *validated* only when the gate published
+it and, at every size, the gain's interval lies above zero and the gain reaches
+``gate.min_gain`` (a noise estimate of 0, from a trainer that ignores its seed, never makes a
+vanishing gain a claim). When the interval lies entirely below zero at some size,
 validation measured the mixture *worse*, and consumers get token-proportional weights instead
 (:func:`consumer_mixture`).
 """
@@ -40,7 +41,7 @@ def validation_run_id(which: str, seed: int, size: str = "") -> str:
 def validation_plan(study: StudyParams) -> list[tuple[str, str, str, int]]:
     """(run id, size, mixture, seed) of every validation run: sizes x mixtures x seeds."""
     return [(validation_run_id(which, seed, size), size, which, seed)
-            for size in (study.validation_sizes or ("",)) for which in MIXTURES for seed in range(study.validation_seeds)]
+            for size in study.sizes_to_validate() for which in MIXTURES for seed in range(study.validation_seeds)]
 
 
 def validation_configs(

@@ -143,7 +143,7 @@ def _validation_result(manifest: dict, study: str, params: swarm_core.StudyParam
         g = at["measured_gain"]
         gains.append({"size": size or "proxy", "measured gain": f"{g['mean']:.4f}", "90% interval": f"{g['low']:.4f} .. {g['high']:.4f}"})
     ladder = f", at {params.validation_budget_scale:g}x the proxy budget" if params.validation_budget_scale != 1 else ""
-    sizes = ", ".join(params.validation_sizes) or "the proxy's own size"
+    sizes = ", ".join(s or "the proxy's own size" for s in params.sizes_to_validate())
     lines = [f"  study {study}: validation with {params.train_run if params.trainer == 'builtin' else 'the external trainer'} at {sizes}{ladder}, "
              f"{params.validation_seeds} seeds per mixture ({name}; 90% intervals; predictions are for the proxy)"]
     lines += [f"    {r['size']}: {r['mixture']}: predicted {r[f'predicted {name}']}, measured {r[f'measured {name} (mean)']} [{r['90% interval']}] over {r['seeds']} seeds" for r in rows]

@@ -9,6 +9,7 @@ import polars as pl
 import pytest
 
 from marin_assets.core.mixture import swarm as ms
+from marin_assets.core.mixture.lm_params import LMProxyParams
 from marin_assets.core.pool.groups import MixtureError
 
 HERO = ms.StudyParams(name="hero", target_budget=18.75e12, proxy_budget=1e9)
@@ -167,3 +168,12 @@ def test_job_and_ladder_settings_are_read_and_checked() -> None:
         ms.validate_study(ms.StudyParams(name="s", validation_sizes=("m4", "m4")))
     with pytest.raises(ms.StudyError, match="train_run"):
         ms.validate_study(ms.StudyParams(name="s", train_run="no_colon"))
+
+
+def test_the_lm_proxy_validates_at_the_ladder_s_larger_sizes_by_default() -> None:
+    assert ms.StudyParams(name="s").sizes_to_validate() == ("v1", "v2")  # the default ladder: proxy, v1, v2
+    assert ms.StudyParams(name="s", lm=LMProxyParams(size="v1")).sizes_to_validate() == ("v2",)
+    assert ms.StudyParams(name="s", train_run=ms.NGRAM_TRAINER).sizes_to_validate() == ("",)  # no ladder: the proxy's own size
+    assert ms.StudyParams(name="s", trainer="external").sizes_to_validate() == ("",)
+    with pytest.raises(ms.StudyError, match=r"validation_sizes \['m4'\] are not on lm.ladder"):
+        ms.validate_study(ms.StudyParams(name="s", validation_sizes=("m4",)))

@@ -57,7 +57,7 @@ def test_a_group_matching_the_eval_domain_is_found_and_validated(tmp_path) -> No
     study = ms.StudyParams(
         name="match", target_budget=float(tokens.sum()) * 2, proxy_budget=float(tokens.sum()) * 0.2, n_runs=24, seed=0, seq_len=8,
         phases=(ms.TrainingPhase("main", 1.0),), block_size=4096, search_candidates=2_000, search_rounds=2, validation_seeds=3,
-        proxy=ms.ProxyTrainerParams(order=3),
+        proxy=ms.ProxyTrainerParams(order=3), train_run=ms.NGRAM_TRAINER,  # trained below with the n-gram: no ladder, validated at its own size
     )
     swarm = ms.build_swarm(groups, files, study)
     measured = {rid: pt.train_proxy(c, evals, study.proxy)["metrics"]["macro_bpb"] for rid, c in swarm.configs.items()}
@@ -133,7 +133,7 @@ def test_a_mixture_measured_worse_leaves_consumers_on_token_proportional() -> No
 def test_validation_configs_seed_both_mixtures_and_climb_the_ladder() -> None:
     groups = pl.DataFrame({"group": ["c00q0", "c01q0", "c02q0"], "tokens": [40_000, 80_000, 0]})
     study = ms.StudyParams(name="l", target_budget=1e5, proxy_budget=1e4, phases=(ms.TrainingPhase("main", 1.0),), block_size=100, seq_len=10,
-                           validation_seeds=2, validation_budget_scale=4.0)
+                           validation_seeds=2, validation_budget_scale=4.0, train_run=ms.NGRAM_TRAINER)  # no ladder: the proxy's own size
     configs = mv.validation_configs(study, np.array([[70, 30, 0]]), np.array([[1 / 3, 2 / 3, 0.0]]), groups, {"c00q0": ["a.parquet"]}, "/results")
     assert sorted(configs) == ["v-optimized-s0", "v-optimized-s1", "v-proportional-s0", "v-proportional-s1"] and configs["v-optimized-s0"]["size"] == ""
     opt, prop = configs["v-optimized-s1"], configs["v-proportional-s0"]
