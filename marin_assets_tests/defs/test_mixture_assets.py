@@ -21,6 +21,7 @@ from marin_assets.core.mixture.lm_params import LMProxyParams
 from marin_assets.core.pool.groups import sampling_groups, write_sampling_groups
 from marin_assets.core.runtime import stages, storage
 from marin_assets.core.specs import MIXTURE_SWARM, SAMPLING_GROUPS
+from marin_assets.defs.mixture.assets import _gain_text
 from marin_assets.defs.partitions import RUNS, STUDIES, proxy_run_key
 from marin_assets.defs.mixture.sensors import mixture_studies
 from marin_assets.defs.resources import MarinResource
@@ -367,3 +368,10 @@ def test_a_study_trains_the_language_model_proxy_as_ray_tasks_and_validates_at_t
     per_size = _table_text(found["validation"]["measured_gain_per_size"])
     assert "v1" in per_size and "v2" in per_size and "at v1, v2" in found["validation"]["summary"]
     assert found["validation"]["verdict"].count("v1: ") == 1 and found["validation"]["verdict"].count("v2: ") == 1  # a gain and interval per size, read back
+
+
+@pytest.mark.parametrize(("point", "says_outside"), [(0.0491, True), (0.02, False)])
+def test_the_summary_says_when_the_predicted_gain_lies_outside_its_refits_interval(point: float, says_outside: bool) -> None:
+    text = _gain_text({"point": point, "low": 0.0127, "high": 0.0377, "refits": 16})
+    assert f"predicted gain {point:.4f}" in text and "0.0127 .. 0.0377" in text
+    assert ("lies above it" in text) is says_outside
