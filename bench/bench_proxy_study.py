@@ -323,7 +323,7 @@ def measure(root: str, proxy_budget: int, started: float) -> int:
         share, prop = family_share(root, "matched", KINDS.index(MATCHED))
         gains = gains_per_size(root, "matched")
         print(f"  the {MATCHED} family's weight: published {share:.3f} against token-proportional {prop:.3f}", flush=True)
-        print(f"\n  == study 'pool' (eval: held-out pool text, proportional) ==", flush=True)
+        print("\n  == study 'pool' (eval: held-out pool text, proportional) ==", flush=True)
         refused = run_study(defs, instance, pool)
     wall, cpu = time.perf_counter() - started, tree_cpu_seconds()
     lm_ran = found["trainers"] | refused["trainers"] == {ms.LM_TRAINER}

@@ -9,9 +9,8 @@ from marin_assets.core.dedup.fuzzy import find_fuzzy_duplicates
 from marin_assets.core.runtime import stages, storage
 from marin_assets.core.specs import EXACT_DUPLICATES, FUZZY_DUPLICATES, MINHASH_BUCKETS, NORMALIZED
 from marin_assets.defs.metadata import markdown_table, materialized
-from marin_assets.defs.resources import DedupResource, MarinResource, source_or_fail
+from marin_assets.defs.resources import DedupResource, MarinResource
 from marin_assets.defs.stage_assets import stage_asset
-from marin_assets.defs.ray import step_log
 
 
 

@@ -16,7 +16,7 @@ from marin_assets.core.dedup.fuzzy import find_fuzzy_duplicates
 from marin_assets.core.runtime import storage
 from marin_assets.testing.dedup_corpus import near_copies
 from marin_assets_tests.core.dedup.corpora import SMALL_TASKS, big_cluster_corpus, doc_text, exact_corpus, read_removed
-from marin_assets_tests.core.dedup.test_minhash import shingle_jaccard, stdlib_documents
+from marin_assets_tests.core.dedup.corpora import shingle_jaccard, stdlib_documents
 
 
 def grams(*ranges: range) -> np.ndarray:

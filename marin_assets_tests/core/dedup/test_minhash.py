@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import importlib
-import inspect
 import random
 import string
 
@@ -17,42 +14,7 @@ from marin_assets.core.dedup import minhash
 from marin_assets.core.dedup.minhash import MinHashParams
 from marin_assets.core.runtime import storage
 from marin_assets.core.runtime.integrity import text_ids
-
-STDLIB_MODULES = (
-    "argparse", "asyncio", "calendar", "collections", "csv", "datetime", "decimal", "email",
-    "fractions", "functools", "http.client", "inspect", "itertools", "json", "logging",
-    "os", "pathlib", "random", "re", "shutil", "socket", "sqlite3", "statistics", "string",
-    "subprocess", "tarfile", "textwrap", "typing", "unittest", "zipfile",
-)  # fmt: skip
-
-
-@functools.lru_cache(maxsize=1)
-def stdlib_docstrings() -> tuple[str, ...]:
-    """Distinct docstrings of 30+ words from stdlib modules: real English technical prose.
-
-    Only the members a module defines itself: its other attributes (submodules, imported
-    names) depend on what else the process has imported, and the pool must not.
-    """
-    seen: dict[str, None] = {}
-    for name in STDLIB_MODULES:
-        module = importlib.import_module(name)
-        for _, member in inspect.getmembers(module):
-            if getattr(member, "__module__", None) != name:
-                continue
-            doc = inspect.getdoc(member)
-            if doc and len(doc.split()) >= 30:
-                seen.setdefault(doc, None)
-    return tuple(seen)
-
-
-def stdlib_documents(count: int, per_doc: int = 3, seed: int = 0) -> list[str]:
-    """``count`` distinct documents, each a few docstrings joined (a few hundred words)."""
-    docs = stdlib_docstrings()
-    rng = random.Random(seed)
-    out: dict[str, None] = {}
-    while len(out) < count:
-        out.setdefault("\n\n".join(rng.sample(docs, per_doc)), None)
-    return list(out)
+from marin_assets_tests.core.dedup.corpora import shingle_jaccard, stdlib_docstrings, stdlib_documents
 
 
 def vocabulary() -> list[str]:
@@ -65,12 +27,6 @@ def edit_words(text: str, edits: int, rng: random.Random, vocab: list[str]) -> s
     for i in rng.sample(range(len(words)), min(edits, len(words))):
         words[i] = rng.choice(vocab) + "x"  # a word that is surely different
     return " ".join(words)
-
-
-def shingle_jaccard(a: str, b: str, params: MinHashParams = MinHashParams()) -> float:
-    sa = set(minhash.shingles(minhash.clean_text(a, params.text_cap_chars), params.ngram_size))
-    sb = set(minhash.shingles(minhash.clean_text(b, params.text_cap_chars), params.ngram_size))
-    return len(sa & sb) / len(sa | sb)
 
 
 def share_bucket(a: str, b: str, params: MinHashParams = MinHashParams()) -> bool:

@@ -21,7 +21,7 @@ from marin_assets.testing import dedup_corpus
 from marin_assets.testing.dedup_corpus import doc_id
 from marin_assets_tests.core.dedup.corpora import SMALL_TASKS, big_cluster_corpus, outputs, read_removed, write_source
 from marin_assets_tests.core.dedup.reference import reference_fuzzy_removals
-from marin_assets_tests.core.dedup.test_minhash import shingle_jaccard, stdlib_documents
+from marin_assets_tests.core.dedup.corpora import shingle_jaccard, stdlib_documents
 
 
 def delete_words(text: str, count: int, rng: random.Random) -> str:

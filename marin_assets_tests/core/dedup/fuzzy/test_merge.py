@@ -16,7 +16,7 @@ from marin_assets.core.dedup.fuzzy import layout as fuzzy_layout
 from marin_assets.core.runtime import storage
 from marin_assets.testing.dedup_corpus import doc_id, near_copies
 from marin_assets_tests.core.dedup.corpora import InputCountingRunner, SMALL_TASKS, big_cluster_corpus, read_removed, write_source
-from marin_assets_tests.core.dedup.test_minhash import stdlib_documents
+from marin_assets_tests.core.dedup.corpora import stdlib_documents
 
 
 @pytest.mark.system
