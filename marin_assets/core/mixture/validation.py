@@ -11,8 +11,8 @@ the replicate noise the swarm measured. The mixture is *validated* only when the
 it and, at every size, the gain's interval lies above zero and the gain reaches
 ``gate.min_gain`` (a noise estimate of 0, from a trainer that ignores its seed, never makes a
 vanishing gain a claim). When the interval lies entirely below zero at some size,
-validation measured the mixture *worse*, and consumers get token-proportional weights instead
-(:func:`consumer_mixture`).
+validation measured the mixture *worse*. Either way, a mixture validation did not confirm is not
+what consumers train on: they get token-proportional weights instead (:func:`consumer_mixture`).
 """
 
 from __future__ import annotations
@@ -133,18 +133,20 @@ def verdict(
 
 def consumer_mixture(published: Mapping[str, Any], proportional: Mapping[str, Any], result: Mapping[str, Any] | None) -> dict[str, Any]:
     """The trainer-ready mixture consumers should train on, saying which it is and why:
-    ``published`` (what the gates published) unless validation measured it worse, then
-    ``proportional``; ``result``: the validation verdict (None: not measured yet)."""
+    ``published`` (what the gates published) until validation has measured it, then only if
+    validation confirmed it; ``proportional`` once validation measured it worse or found no
+    clear gain (a proxy's finding that did not transfer is not shipped; the candidate stays in
+    ``weights.parquet``). ``result``: the validation verdict (None: not measured yet)."""
     if result is None:
         return {**published, "validation": "not measured yet: mixture_validation has not run for these weights",
                 "why": f"{published.get('published', 'optimized')} as the gates decided; not yet validated"}
-    if result.get("worse"):
-        return {**proportional, "published": "proportional", "validation": result["verdict"],
-                "why": "validation measured the optimized mixture worse than token-proportional, so token-proportional is published"}
-    held = "optimized" if published.get("published") == "optimized" else "proportional"
-    why = "validated: the optimized mixture measured better at every validated size" if result.get("validated") else (
-        "the gates refused the optimized mixture" if held == "proportional" else "published by the gates; validation measured no clear gain")
-    return {**published, "validation": result["verdict"], "why": why}
+    if published.get("published") != "optimized":
+        return {**published, "validation": result["verdict"], "why": "the gates refused the optimized mixture"}
+    if result.get("validated"):
+        return {**published, "validation": result["verdict"], "why": "validated: the optimized mixture measured better at every validated size"}
+    why = ("validation measured the optimized mixture worse than token-proportional" if result.get("worse")
+           else "validation did not confirm the optimized mixture's gain at every validated size")
+    return {**proportional, "published": "proportional", "validation": result["verdict"], "why": f"{why}, so token-proportional is published"}
 
 
 CONSUMER_FILE = "mixture.json"

@@ -115,7 +115,7 @@ def test_validated_only_where_the_gain_holds_at_every_size() -> None:
     assert result["sizes"]["m4"]["measured_gain"]["low"] > 0 >= result["sizes"]["m16"]["measured_gain"]["low"]
 
 
-def test_a_mixture_measured_worse_leaves_consumers_on_token_proportional() -> None:
+def test_a_mixture_measured_worse_or_unconfirmed_leaves_consumers_on_token_proportional() -> None:
     published = {"published": "optimized", "phases": [{"weights": {"a": 0.9, "b": 0.1}}]}
     proportional = {"published": "proportional", "phases": [{"weights": {"a": 0.5, "b": 0.5}}]}
     predicted = {"optimized": 2.90, "proportional": 2.96}
@@ -124,8 +124,11 @@ def test_a_mixture_measured_worse_leaves_consumers_on_token_proportional() -> No
     assert consumed["published"] == "proportional" and consumed["phases"] == proportional["phases"]
     assert "measured the optimized mixture worse" in consumed["why"] and consumed["validation"].startswith("measured worse")
     within = mv.verdict(_at([2.95, 2.97, 2.96], [2.96, 2.97, 2.95]), predicted, True, 0.01)
-    kept = mv.consumer_mixture(published, proportional, within)
-    assert kept["published"] == "optimized" and kept["phases"] == published["phases"] and "no clear gain" in kept["why"]
+    unconfirmed = mv.consumer_mixture(published, proportional, within)
+    assert unconfirmed["published"] == "proportional" and unconfirmed["phases"] == proportional["phases"] and "did not confirm" in unconfirmed["why"]
+    better = mv.verdict(_at([2.90, 2.91, 2.89], [2.96, 2.97, 2.95]), predicted, True, 0.01)
+    kept = mv.consumer_mixture(published, proportional, better)
+    assert kept["published"] == "optimized" and kept["phases"] == published["phases"] and kept["why"].startswith("validated")
     pending = mv.consumer_mixture(published, proportional, None)
     assert pending["phases"] == published["phases"] and pending["validation"].startswith("not measured yet")
 
