@@ -57,9 +57,11 @@ def build_model(size: ModelSize, context: int) -> Any:
 
     config = GPT2Config(
         vocab_size=VOCAB, n_positions=context, n_embd=size.n_embd, n_layer=size.n_layer, n_head=size.n_head,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0, loss_type="ForCausalLM",
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
     )
-    return GPT2LMHeadModel(config)
+    model = GPT2LMHeadModel(config)
+    model.loss_type = "ForCausalLM"  # the model reads its own attribute, not the config's: named, it warns of nothing
+    return model
 
 
 def parameter_count(size: ModelSize, context: int) -> int:
