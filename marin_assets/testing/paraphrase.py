@@ -24,7 +24,7 @@ import os
 import random
 import re
 import sysconfig
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from marin_assets.core.decon.params import EvalRow
@@ -136,23 +136,29 @@ def python_modules(limit: int, seed: int = 4) -> list[str]:
     return random.Random(seed).sample(texts, min(limit, len(texts)))
 
 
+def _first_texts(paths: list[str], read: Callable[[str], str], limit: int, seed: int, min_words: int, cap: int) -> list[str]:
+    """The first ``limit`` texts of ``min_words`` words or more (cut to ``cap`` characters) among
+    ``paths`` in an order fixed by ``seed``; a file that does not read as text is passed over."""
+    random.Random(seed).shuffle(paths)
+    texts = []
+    for path in paths:
+        try:
+            text = read(path)
+        except (UnicodeDecodeError, OSError):
+            continue
+        if len(text.split()) >= min_words:
+            texts.append(text[:cap])
+        if len(texts) >= limit:
+            break
+    return texts
+
+
 def package_modules(limit: int, seed: int = 9) -> list[str]:
     """Installed packages' modules (not the standard library, whose modules host the planted
     code items) of at least ``LONG_MIN_WORDS`` words: long clean code, for the window look."""
     found = glob.glob(os.path.join(sysconfig.get_paths()["purelib"], "*", "*.py"))
     paths = sorted(p for p in found if "/test" not in p)
-    random.Random(seed).shuffle(paths)
-    texts = []
-    for path in paths:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue
-        if len(text.split()) >= LONG_MIN_WORDS:
-            texts.append(text[:60_000])
-        if len(texts) >= limit:
-            break
-    return texts
+    return _first_texts(paths, lambda p: Path(p).read_text(encoding="utf-8"), limit, seed, LONG_MIN_WORDS, 60_000)
 
 
 _TROFF = [(re.compile(r"\\f[BIRP]|\\f\(..|\\s[-+]?\d|\\&|\\c"), ""), (re.compile(r"\\-"), "-"),
@@ -181,15 +187,7 @@ def _man_text(path: str) -> str:
 def man_pages(limit: int, seed: int = 5, min_words: int = 150) -> list[str]:
     """Man pages as plain text (real prose about commands), ``min_words`` words or more."""
     paths = sorted(p for p in glob.glob("/usr/share/man/man[1-8]/*.gz") if "gcloud" not in p)
-    random.Random(seed).shuffle(paths)
-    texts = []
-    for path in paths:
-        text = _man_text(path)
-        if len(text.split()) >= min_words:
-            texts.append(text[:40_000])
-        if len(texts) >= limit:
-            break
-    return texts
+    return _first_texts(paths, _man_text, limit, seed, min_words, 40_000)
 
 
 def package_docs(limit: int, seed: int = 6, min_words: int = 150) -> list[str]:
@@ -198,20 +196,11 @@ def package_docs(limit: int, seed: int = 6, min_words: int = 150) -> list[str]:
     paths = sorted(set(glob.glob("/usr/share/doc/*/*.txt") + glob.glob("/usr/share/doc/*/README*")
                        + glob.glob("/usr/share/doc/*/*.md") + glob.glob(os.path.join(site, "*", "site-packages", "*", "*.md"))
                        + glob.glob(os.path.join(site, "*", "site-packages", "*", "*.rst"))))
-    random.Random(seed).shuffle(paths)
-    texts = []
-    for path in paths:
-        if path.endswith(".gz") or not os.path.isfile(path):
-            continue
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue
-        if len(text.split()) >= min_words:
-            texts.append(text[:40_000])
-        if len(texts) >= limit:
-            break
-    return texts
+
+    def read(path: str) -> str:  # a compressed or special file counts as no text
+        return "" if path.endswith(".gz") or not os.path.isfile(path) else Path(path).read_text(encoding="utf-8")
+
+    return _first_texts(paths, read, limit, seed, min_words, 40_000)
 
 
 _NAMES = ["Aiko", "Bruno", "Chloe", "Dmitri", "Esme", "Farid", "Greta", "Hugo", "Ines", "Jonas", "Kofi", "Lucia",
