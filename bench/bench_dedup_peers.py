@@ -39,6 +39,7 @@ import re
 import resource
 import shutil
 import statistics
+import string
 import subprocess
 import sys
 import tempfile
@@ -170,12 +171,11 @@ def ours_child(data: Path, work: Path) -> None:
     """This project's two steps in one process: minhash buckets per normalized shard, then the
     fuzzy step (in-process runner); the fuzzy step's own peak (VmHWM reset before it)."""
     from marin_assets.core.dedup import minhash  # noqa: PLC0415
-    from marin_assets.core.dedup.decisions import removed_uri  # noqa: PLC0415
     from marin_assets.core.dedup.fuzzy import find_fuzzy_duplicates  # noqa: PLC0415
     from marin_assets.core.runtime import storage  # noqa: PLC0415
     from marin_assets.core.runtime.runner import peak_rss_bytes, reset_peak_rss  # noqa: PLC0415
 
-    normalized = {p.name: [str(s) for s in sorted(p.iterdir())] for p in sorted((data / "normalized").iterdir())}
+    normalized = normalized_shards(data)
     buckets = {s: [str(work / "buckets" / s / storage.basename(u)) for u in uris] for s, uris in normalized.items()}
     for s in normalized:
         for n_uri, b_uri in zip(normalized[s], buckets[s]):
@@ -184,10 +184,21 @@ def ours_child(data: Path, work: Path) -> None:
     reset_peak_rss()
     stats = find_fuzzy_duplicates(buckets, normalized, (), str(work / "fuzzy"))
     step = peak_rss_bytes()
-    removed = [i for s in normalized for i in storage.read_parquet(removed_uri(str(work / "fuzzy"), s), columns=["id"]).column("id").to_pylist()]
-    (work / "removed.txt").write_text("\n".join(removed) + "\n")
+    (work / "removed.txt").write_text("\n".join(sorted(removed_ids(normalized, work / "fuzzy"))) + "\n")
     largest = {name: cost["max_rss_kb"] for name, cost in stats["steps"].items()}
     print(json.dumps({"vmhwm_kib": max(whole, step) // 1024, "fuzzy_step_kib": step // 1024, "task_peaks_kib": largest}))
+
+
+def normalized_shards(data: Path) -> dict[str, list[str]]:
+    return {p.name: [str(s) for s in sorted(p.iterdir())] for p in sorted((data / "normalized").iterdir())}
+
+
+def removed_ids(normalized: dict[str, list[str]], fuzzy: Path) -> set[str]:
+    """The ids the fuzzy step at ``fuzzy`` removed, every source."""
+    from marin_assets.core.dedup.decisions import removed_uri  # noqa: PLC0415
+    from marin_assets.core.runtime import storage  # noqa: PLC0415
+
+    return {i for s in normalized for i in storage.read_parquet(removed_uri(str(fuzzy), s), columns=["id"]).column("id").to_pylist()}
 
 
 def datatrove_python() -> Path:
@@ -264,10 +275,15 @@ class Reference:
         both = self.common(a, b)
         return both / (len(self.sets[a]) + len(self.sets[b]) - both)
 
+    def missed_pairs(self, removed: set[str]) -> list[tuple[int, int]]:
+        """The pairs at J >= 0.8 whose documents were both kept."""
+        gone = {i for i, d in enumerate(self.ids) if d in removed}
+        return [(a, b) for a, b in self.similar if a not in gone and b not in gone]
+
     def quality(self, removed: set[str]) -> dict[str, int]:
         """Missed pairs (J >= 0.8, both kept) and false removals among up to 300 sampled removals."""
         gone = {i for i, d in enumerate(self.ids) if d in removed}
-        missed = sum(1 for a, b in self.similar if a not in gone and b not in gone)
+        missed = len(self.missed_pairs(removed))
         picked = random.Random(0).sample(sorted(gone), min(SAMPLED_REMOVALS, len(gone)))
         false = 0
         for a in picked:
@@ -275,6 +291,78 @@ class Reference:
             if not any(self.common(a, b) >= 0.5 * len(self.sets[a]) for b in near):
                 false += 1
         return {"missed": missed, "false": false, "sampled": len(picked)}
+
+
+# --------------------------------------------------------------------------- this project's LSH, draw by draw
+
+PUNCTUATION_AS_SPACE = str.maketrans(string.punctuation, " " * len(string.punctuation))
+CLEANINGS = ("punctuation deleted", "punctuation as a space")  # this project's (the reference's), and the peer's
+
+
+def draw_buckets(docs: list[dict[str, str]], seed: int, cleaning: str = CLEANINGS[0]) -> np.ndarray:
+    """Band buckets (docs x bands) of this project's MinHash with permutations of ``seed``: its own
+    cleaning, or with ASCII punctuation read as a space first (as datatrove cleans), so that
+    ``print(x)`` holds the words of ``print x`` instead of one word ``printx``."""
+    from marin_assets.core.dedup import minhash  # noqa: PLC0415
+
+    params = minhash.MinHashParams(seed=seed)
+    texts = [d["text"] for d in docs]
+    if cleaning == CLEANINGS[1]:
+        texts = [t.translate(PUNCTUATION_AS_SPACE) for t in texts]  # same characters, so the same cap
+    return minhash.band_buckets(minhash.signatures(texts, params), *params.bands_and_rows())
+
+
+def removals_from(data: Path, docs: list[dict[str, str]], buckets: np.ndarray, work: Path) -> set[str]:
+    """The fuzzy step (in-process runner) on ``buckets`` (a row per document of ``docs``)."""
+    from marin_assets.core.dedup.fuzzy import find_fuzzy_duplicates  # noqa: PLC0415
+    from marin_assets.core.runtime import storage  # noqa: PLC0415
+
+    normalized, row = normalized_shards(data), {d["id"]: k for k, d in enumerate(docs)}
+    uris: dict[str, list[str]] = defaultdict(list)
+    for s, shards in normalized.items():
+        for shard in shards:
+            rows = [row[i] for i in storage.read_parquet(shard, columns=["id"]).column("id").to_pylist()]
+            table = pa.table({"id": [docs[k]["id"] for k in rows], "buckets": pa.array(buckets[rows].tolist(), pa.list_(pa.uint64())), "chars": [len(docs[k]["text"]) for k in rows]})
+            uris[s].append(str(work / "buckets" / s / storage.basename(shard)))
+            storage.write_parquet(table, uris[s][-1])
+    find_fuzzy_duplicates(uris, normalized, (), str(work / "fuzzy"))
+    return removed_ids(normalized, work / "fuzzy")
+
+
+def why_missed(docs: list[dict[str, str]], reference: Reference, missed: list[tuple[int, int]]) -> dict[str, Any]:
+    """This project's missed pairs: how many share no LSH band (its buckets as ``minhash_shard``
+    writes them), and their Jaccard by words (the reference's) and by this project's cleaning."""
+    from marin_assets.core.dedup import minhash  # noqa: PLC0415
+
+    buckets = draw_buckets(docs, minhash.MinHashParams().seed)
+    ours = lambda i: set(minhash.shingles(minhash.clean_text(docs[i]["text"])))
+    cleaned = [len(ours(a) & ours(b)) / max(1, len(ours(a) | ours(b))) for a, b in missed]
+    return {"no_band": sum(not (buckets[a] == buckets[b]).any() for a, b in missed), "words_j": [reference.jaccard(a, b) for a, b in missed], "cleaned_j": cleaned}
+
+
+def lsh_draws(draws: int) -> int:
+    """``--lsh-draws N``: this project's missed pairs and false removals over N permutation seeds
+    (the default's first), with its cleaning and with punctuation read as a space, at both sizes."""
+    files, installs = corpus_files(), {f"{p.parent.parent.name}-{p.name}": p for p in python_installs()}
+    seeds = [42, *range(draws - 1)]
+    with tempfile.TemporaryDirectory(prefix="dedup-peers-") as tmp:
+        for n in (pick(2000, 500), 4 * pick(2000, 500)):
+            docs = read_docs(installs, sample(files, n))
+            data = Path(tmp) / f"data-{n}"
+            write_inputs(data, docs)
+            reference = Reference(docs)
+            print(f"{len(docs):,} documents, {len(reference.similar):,} pairs at J >= 0.8; seeds {seeds}", flush=True)
+            for cleaning in CLEANINGS:
+                found = []
+                for seed in seeds:
+                    work = Path(tmp) / f"draw-{n}-{seed}"
+                    removed = removals_from(data, docs, draw_buckets(docs, seed, cleaning), work)
+                    found.append({**reference.quality(removed), "removed": len(removed)})
+                    shutil.rmtree(work)
+                missed, false = [q["missed"] for q in found], [q["false"] for q in found]
+                print(f"  {OURS}, {cleaning:<22} missed pairs {missed} (mean {statistics.mean(missed):.2f}); false removals {false}; "
+                      f"removed {min(q['removed'] for q in found):,}..{max(q['removed'] for q in found):,}", flush=True)  # fmt: skip
+    return 0
 
 
 # --------------------------------------------------------------------------- the bench
@@ -307,6 +395,7 @@ def size_runs(files: list[tuple[str, str, str]], installs: dict[str, Path], docs
             "same_removals_every_round": all(m["removed"] == measured_runs[0]["removed"] for m in measured_runs),
             **reference.quality(measured_runs[0]["removed"]),
         }
+    out["why_missed"] = why_missed(chosen, reference, reference.missed_pairs(runs[OURS][0]["removed"]))
     return out
 
 
@@ -323,6 +412,11 @@ def report(sizes: list[dict[str, Any]]) -> bool:
                   f"({extra:.2f} per extra 1,000); peak {s['peak_mib']:,.0f} MiB"
                   + (f" (fuzzy_duplicates step {s['step_peak_mib']:,.0f} MiB; by step: " + ", ".join(f"{k} {v:,.0f}" for k, v in s["task_peaks_mib"].items()) + ")" if s["step_peak_mib"] else "")
                   + f"; removed {s['removed']:,}; false removals {s['false']} of {s['sampled']} sampled; missed pairs {s['missed']:,}", flush=True)  # fmt: skip
+        why = size["why_missed"]
+        if why["words_j"]:
+            span = lambda js: f"{min(js):.2f}..{max(js):.2f}"
+            print(f"  {OURS}'s {len(why['words_j'])} missed pairs: {why['no_band']} share no LSH band; Jaccard by words {span(why['words_j'])}, "
+                  f"by its cleaning (punctuation deleted) {span(why['cleaned_j'])}", flush=True)  # fmt: skip
         ours, peer = size["systems"][OURS], size["systems"][MATCHED]
         ratio = ours["cpu_s"] / peer["cpu_s"]
         at = f"{size['docs']:,} docs"
@@ -361,6 +455,8 @@ def main() -> int:
         return 0
     if sys.argv[1:] == ["--step-peak"]:
         return step_peaks()
+    if sys.argv[1:2] == ["--lsh-draws"]:
+        return lsh_draws(int(sys.argv[2]))
     base, rounds = pick(2000, 500), pick(2, 1)
     python = datatrove_python()
     files = corpus_files()
