@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import xxhash
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -233,9 +234,9 @@ def run_datatrove(python: Path, data: Path, work: Path, buckets: int, per_bucket
 
 
 def shingles(text: str) -> np.ndarray:
-    """Sorted unique 64-bit hashes of the text's word 5-grams (lower-cased ``\\w+`` words; a text of
-    fewer words is one shingle)."""
-    words = np.array([hash(w) for w in re.findall(r"\w+", text.lower())] or [0], dtype=np.int64).view(np.uint64)
+    """Sorted unique 64-bit hashes of the text's word 5-grams (lower-cased ``\\w+`` words, xxh3-64
+    each, the same in every run; a text of fewer words is one shingle)."""
+    words = np.array([xxhash.xxh3_64_intdigest(w.encode()) for w in re.findall(r"\w+", text.lower())] or [0], dtype=np.uint64)
     if len(words) < 5:
         return np.array([np.bitwise_xor.reduce(words * np.uint64(0x9E3779B97F4A7C15))], np.uint64)
     h = np.zeros(len(words) - 4, np.uint64)
