@@ -341,8 +341,8 @@ def why_missed(docs: list[dict[str, str]], reference: Reference, missed: list[tu
     from marin_assets.core.dedup import minhash  # noqa: PLC0415
 
     buckets = draw_buckets(docs, minhash.MinHashParams().seed)
-    ours = lambda i: set(minhash.shingles(minhash.clean_text(docs[i]["text"])))
-    cleaned = [len(ours(a) & ours(b)) / max(1, len(ours(a) | ours(b))) for a, b in missed]
+    ours = {i: set(minhash.shingles(minhash.clean_text(docs[i]["text"]))) for pair in missed for i in pair}
+    cleaned = [len(ours[a] & ours[b]) / max(1, len(ours[a] | ours[b])) for a, b in missed]
     return {"no_band": sum(not (buckets[a] == buckets[b]).any() for a, b in missed), "words_j": [reference.jaccard(a, b) for a, b in missed], "cleaned_j": cleaned}
 
 

@@ -1,4 +1,5 @@
-"""The peer bench's pairwise reference: what it counts as a missed pair and a false removal."""
+"""The peer bench's pairwise reference (what it counts as a missed pair and a false removal) and
+its draws of this project's LSH (the buckets it explains missed pairs with, and the cleanings)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import random
 
 import pytest
 
-from bench.bench_dedup_peers import Reference, sample
+from bench.bench_dedup_peers import CLEANINGS, Reference, draw_buckets, removals_from, sample, write_inputs
+from marin_assets.core.dedup.minhash import MinHashParams, bucket_table
+from marin_assets.core.runtime.integrity import text_ids
 
 
 def words(rng: random.Random, n: int) -> list[str]:
@@ -37,12 +40,9 @@ def test_a_sample_keeps_every_release_of_a_path_together() -> None:
     assert len(chosen) == 4 * len(paths) >= 30
 
 
-
 def code_edit(rng: random.Random) -> list[dict[str, str]]:
     """A file, its next release with every third line's punctuation changed (``raise E, 'm'`` ->
     ``raise E('m')``: the same words) and an unrelated document, as the bench's documents."""
-    from marin_assets.core.runtime.integrity import text_ids
-
     lines = [f"    raise {w}, '{' '.join(words(rng, 10))}'" for w in words(rng, 40)]
     new = [line.replace(", '", "('") + ")" if k % 3 == 1 else line for k, line in enumerate(lines)]
     texts = ["\n".join(lines), "\n".join(new), " ".join(words(rng, 300))]
@@ -50,9 +50,6 @@ def code_edit(rng: random.Random) -> list[dict[str, str]]:
 
 
 def test_draw_buckets_are_minhash_shards_at_the_default_seed_and_punctuation_as_a_space_joins_code_edits() -> None:
-    from bench.bench_dedup_peers import CLEANINGS, draw_buckets
-    from marin_assets.core.dedup.minhash import MinHashParams, bucket_table
-
     docs = code_edit(random.Random(5))
     deleted = draw_buckets(docs, MinHashParams().seed)
     table, _ = bucket_table([d["id"] for d in docs], [d["text"] for d in docs], MinHashParams())
@@ -64,10 +61,8 @@ def test_draw_buckets_are_minhash_shards_at_the_default_seed_and_punctuation_as_
 
 @pytest.mark.system
 def test_removals_from_runs_the_fuzzy_step_on_the_buckets_given(tmp_path) -> None:
-    from bench.bench_dedup_peers import CLEANINGS, draw_buckets, removals_from, write_inputs
-    from marin_assets.core.dedup.minhash import MinHashParams
-
     docs = code_edit(random.Random(5))
     write_inputs(tmp_path / "data", docs)
-    for cleaning, removed in zip(CLEANINGS, (set(), {docs[0]["id"]})):  # spaced: candidates, verified; the shorter copy goes
+    # deleted: no candidates; spaced: a candidate pair, verified, and of two equal lengths the copy in the source later by name goes
+    for cleaning, removed in zip(CLEANINGS, (set(), {docs[0]["id"]})):
         assert removals_from(tmp_path / "data", docs, draw_buckets(docs, MinHashParams().seed, cleaning), tmp_path / cleaning) == removed
