@@ -22,8 +22,8 @@ same file path in two releases, or a shared one of each document's 4 smallest 5-
 blocks of at most 200 documents). A missed pair: J >= 0.8 and both documents kept. A false
 removal (of up to 300 sampled removals): no kept document holds half of the removed one's
 5-grams. This project's missed pairs are explained: how many share no LSH band, and their
-Jaccard by words and by its own cleaning (which deletes punctuation, as the reproduced system
-does: ``raise E('m')`` is the two words ``raise em``; by words, and to datatrove, ``raise e m``).
+Jaccard by words and by its own cleaning (which reads punctuation as a space, as datatrove does;
+the reproduced system deletes it, so that ``raise E('m')`` is the two words ``raise em``).
 Goals: this project's CPU per document <= 0.3x datatrove's at matched parameters, no more false
 removals and fewer missed pairs, at both sizes; and the in-process ``fuzzy_duplicates`` step's
 peak at 4x within 1.3x of its peak at 1x. Exits 1 on a miss.
@@ -31,7 +31,8 @@ peak at 4x within 1.3x of its peak at 1x. Exits 1 on a miss.
 ``python -m bench.bench_dedup_peers`` (``BENCH_QUICK=1``: 500 and 2,000 documents, one round;
 default 2,000 and 8,000, two rounds; ``--step-peak``: that goal alone, no peer environment;
 ``--lsh-draws N``: this project's missed pairs and false removals over N permutation seeds, with
-its cleaning and with punctuation read as a space, no peer environment and no goal).
+its cleaning and with punctuation deleted first as the reproduced system cleans, no peer
+environment and no goal).
 """
 
 from __future__ import annotations
@@ -301,20 +302,20 @@ class Reference:
 
 # --------------------------------------------------------------------------- this project's LSH, draw by draw
 
-PUNCTUATION_AS_SPACE = str.maketrans(string.punctuation, " " * len(string.punctuation))
-CLEANINGS = ("punctuation deleted", "punctuation as a space")  # this project's (the reference's), and the peer's
+DELETE_PUNCTUATION = str.maketrans("", "", string.punctuation)
+CLEANINGS = ("punctuation as a space", "punctuation deleted")  # this project's (and the peer's), and the reproduced system's
 
 
 def draw_buckets(docs: list[dict[str, str]], seed: int, cleaning: str = CLEANINGS[0]) -> np.ndarray:
     """Band buckets (docs x bands) of this project's MinHash with permutations of ``seed``: its own
-    cleaning, or with ASCII punctuation read as a space first (as datatrove cleans), so that
-    ``print(x)`` holds the words of ``print x`` instead of one word ``printx``."""
+    cleaning (``print(x)`` holds the words of ``print x``), or with ASCII punctuation deleted
+    first as the reproduced system cleans (one word ``printx``)."""
     from marin_assets.core.dedup import minhash  # noqa: PLC0415
 
     params = minhash.MinHashParams(seed=seed)
     texts = [d["text"] for d in docs]
     if cleaning == CLEANINGS[1]:
-        texts = [t.translate(PUNCTUATION_AS_SPACE) for t in texts]  # same characters, so the same cap
+        texts = [t.translate(DELETE_PUNCTUATION) for t in texts]  # bench texts are far below the cap
     return minhash.band_buckets(minhash.signatures(texts, params), *params.bands_and_rows())
 
 
@@ -348,7 +349,7 @@ def why_missed(docs: list[dict[str, str]], reference: Reference, missed: list[tu
 
 def lsh_draws(draws: int) -> int:
     """``--lsh-draws N``: this project's missed pairs and false removals over N permutation seeds
-    (the default's first), with its cleaning and with punctuation read as a space, at both sizes."""
+    (the default's first), with its cleaning and with punctuation deleted first, at both sizes."""
     files, installs = corpus_files(), {f"{p.parent.parent.name}-{p.name}": p for p in python_installs()}
     seeds = [42, *range(draws - 1)]
     with tempfile.TemporaryDirectory(prefix="dedup-peers-") as tmp:
@@ -422,7 +423,7 @@ def report(sizes: list[dict[str, Any]]) -> bool:
         if why["words_j"]:
             span = lambda js: f"{min(js):.2f}..{max(js):.2f}"
             print(f"  {OURS}'s {len(why['words_j'])} missed pairs: {why['no_band']} share no LSH band; Jaccard by words {span(why['words_j'])}, "
-                  f"by its cleaning (punctuation deleted) {span(why['cleaned_j'])}", flush=True)  # fmt: skip
+                  f"by its cleaning {span(why['cleaned_j'])}", flush=True)  # fmt: skip
         ours, peer = size["systems"][OURS], size["systems"][MATCHED]
         ratio = ours["cpu_s"] / peer["cpu_s"]
         at = f"{size['docs']:,} docs"

@@ -79,6 +79,7 @@ NORMALIZED = StageSpec(
 # dedup
 MINHASH_BUCKETS = StageSpec(
     "minhash_buckets", (NORMALIZED,), params=MinHashParams, group="dedup", shard_fn=minhash_shard, rows_counter="docs",
+    code_version="2",  # 2: ASCII punctuation read as a space, not deleted (code's near-copies were missed)
     description="Co-partitioned LSH band buckets (26 bands x 11 rows of a 286-permutation MinHash) per document.",
     phase="source_chain", bench=Bench("minhash", "vs datasketch update_batch, MinHash.bulk and rensa, per CPU second"),
 )

@@ -51,18 +51,18 @@ def code_edit(rng: random.Random) -> list[dict[str, str]]:
 
 def test_draw_buckets_are_minhash_shards_at_the_default_seed_and_punctuation_as_a_space_joins_code_edits() -> None:
     docs = code_edit(random.Random(5))
-    deleted = draw_buckets(docs, MinHashParams().seed)
+    spaced = draw_buckets(docs, MinHashParams().seed)
     table, _ = bucket_table([d["id"] for d in docs], [d["text"] for d in docs], MinHashParams())
-    assert deleted.tolist() == table.column("buckets").to_pylist()
-    assert not (deleted[0] == deleted[1]).any()  # "raise e, 'v u'" and "raise e('v u')": words glued differently
-    spaced = draw_buckets(docs, MinHashParams().seed, CLEANINGS[1])
+    assert spaced.tolist() == table.column("buckets").to_pylist()
     assert (spaced[0] == spaced[1]).all() and not (spaced[0] == spaced[2]).any()
+    deleted = draw_buckets(docs, MinHashParams().seed, CLEANINGS[1])
+    assert not (deleted[0] == deleted[1]).any()  # "raise e, 'v u'" and "raise e('v u')": words glued differently
 
 
 @pytest.mark.system
 def test_removals_from_runs_the_fuzzy_step_on_the_buckets_given(tmp_path) -> None:
     docs = code_edit(random.Random(5))
     write_inputs(tmp_path / "data", docs)
-    # deleted: no candidates; spaced: a candidate pair, verified, and of two equal lengths the copy in the source later by name goes
-    for cleaning, removed in zip(CLEANINGS, (set(), {docs[0]["id"]})):
+    # spaced: a candidate pair, verified, and of two equal lengths the copy in the source later by name goes; deleted: no candidates
+    for cleaning, removed in zip(CLEANINGS, ({docs[0]["id"]}, set())):
         assert removals_from(tmp_path / "data", docs, draw_buckets(docs, MinHashParams().seed, cleaning), tmp_path / cleaning) == removed

@@ -49,8 +49,9 @@ def test_xxh3_kernel_equals_the_xxhash_library_for_every_length() -> None:
     assert got.tolist() == expected
 
 
-def test_clean_text_lowercases_strips_punctuation_and_collapses_whitespace() -> None:
-    assert minhash.clean_text("  Hello,  World!\n\tIt's  (very) \u00a0 GOOD.  ") == "hello world its very good"
+def test_clean_text_lowercases_reads_punctuation_as_space_and_collapses_whitespace() -> None:
+    assert minhash.clean_text("  Hello,  World!\n\tIt's  (very) \u00a0 GOOD.  ") == "hello world it s very good"
+    assert minhash.clean_text("raise E('m')") == minhash.clean_text("raise E, 'm'") == "raise e m"
     assert minhash.clean_text("abc def", cap_chars=5) == "abc d"
     assert minhash.clean_text("-- ... !!") == ""
     assert all(ch not in minhash.clean_text(string.punctuation + " x") for ch in string.punctuation)
