@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from marin_assets.core.ingest import formats
@@ -179,75 +180,45 @@ def batch_rows_for(uri: str, fmt: str | None, params: NormalizeParams) -> int:
 
 # Every byte a whitespace character (``\s``: Unicode White_Space) can hold: ASCII 9-13 and 32,
 # and the bytes of U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000.
-_WHITESPACE_BYTE = np.zeros(256, np.uint8)
-_WHITESPACE_BYTE[[9, 10, 11, 12, 13, 32, 0x85, 0x9A, 0x9F, 0xA0, 0xA8, 0xA9, 0xAF, 0xC2, 0xE1, 0xE2, 0xE3]] = 1
-_WHITESPACE_BYTE[0x80:0x8B] = 1
+_WHITESPACE_BYTE = np.zeros(256, bool)
+_WHITESPACE_BYTE[[9, 10, 11, 12, 13, 32, 0x85, 0x9A, 0x9F, 0xA0, 0xA8, 0xA9, 0xAF, 0xC2, 0xE1, 0xE2, 0xE3]] = True
+_WHITESPACE_BYTE[0x80:0x8B] = True
 
 
-@kernels.jit
-def _whitespace_length(data: np.ndarray, i: int, end: int) -> int:
-    """Bytes of the whitespace character at ``data[i]``, 0 if it is not one."""
-    b = data[i]
-    if b == 32 or 9 <= b <= 13:
-        return 1
-    if b == 0xC2:
-        return 2 if i + 1 < end and (data[i + 1] == 0x85 or data[i + 1] == 0xA0) else 0
-    if i + 2 >= end or b < 0xE1 or b > 0xE3:
-        return 0
-    c1, c2 = data[i + 1], data[i + 2]
-    if b == 0xE1:
-        return 3 if c1 == 0x9A and c2 == 0x80 else 0
-    if b == 0xE3:
-        return 3 if c1 == 0x80 and c2 == 0x80 else 0
-    if c1 == 0x80 and (c2 <= 0x8A or c2 == 0xA8 or c2 == 0xA9 or c2 == 0xAF):  # U+2000-200A, 2028, 2029, 202F
-        return 3
-    return 3 if c1 == 0x81 and c2 == 0x9F else 0
+def _maybe_run_rows(data: np.ndarray, offsets: np.ndarray, need: int) -> np.ndarray:
+    """Rows that may hold ``need`` whitespace characters in a row: those holding ``need``
+    consecutive bytes that can be part of one (a necessary condition, checked in numpy).
 
-
-@kernels.jit
-def _has_whitespace_run(data: np.ndarray, offsets: np.ndarray, need: int, maybe_space: np.ndarray) -> np.ndarray:
-    """Per text: does it hold ``need`` whitespace characters in a row?
-
-    A run of ``need`` characters spans at least ``need`` bytes, so one probe byte per ``need``
-    bytes rules a stretch out unless the probe can be part of a whitespace character; only then
-    are the characters around it counted. Continuation bytes never start a whitespace
-    character, so a count may start in the middle of a character.
+    Such a stretch holds one of every ``need``-th byte (the probes); only the probes that can be
+    whitespace are widened, byte by byte, while their stretch lasts (a step or two in prose: the
+    candidates thin out at once), so the scan costs a few numpy passes over 1/``need`` of the bytes.
     """
-    out = np.zeros(offsets.size - 1, np.bool_)
-    for row in range(offsets.size - 1):
-        pos, end = offsets[row], offsets[row + 1]
-        while pos + need <= end and not out[row]:
-            probe = pos + need - 1
-            if maybe_space[data[probe]] == 0:
-                pos = probe + 1
-                continue
-            i = probe  # a run holding the probe starts inside the stretch of such bytes around it
-            while i > pos and maybe_space[data[i - 1]]:
-                i -= 1
-            count = 0
-            while i < end:
-                length = _whitespace_length(data, i, end)
-                if length:
-                    count += 1
-                    i += length
-                    if count >= need:
-                        out[row] = True
-                        break
-                elif i > probe:
-                    break
-                else:
-                    count = 0
-                    i += 1
-            pos = i + 1
-    return out
+    probes = np.flatnonzero(_WHITESPACE_BYTE[data[need - 1 :: need]]) * need + need - 1
+    reach = np.zeros(probes.size, np.int64)
+    for side in (1, -1):
+        alive = np.arange(probes.size)
+        for step in range(1, need):
+            at = probes[alive] + side * step
+            inside = (at >= 0) & (at < data.size)
+            alive, at = alive[inside], at[inside]
+            alive = alive[_WHITESPACE_BYTE[data[at]]]
+            if not alive.size:
+                break
+            reach[alive] += 1
+    hits = probes[reach + 1 >= need]
+    return np.unique(np.searchsorted(offsets, hits, side="right") - 1)
 
 
 def whitespace_runs(texts: pa.Array | pa.ChunkedArray, longer_than: int) -> np.ndarray:
-    """Per text: does it hold more than ``longer_than`` whitespace characters in a row (as the
-    regex ``\\s{longer_than+1}`` would say, in one compiled pass over the bytes)?"""
+    """Per text: does it hold more than ``longer_than`` whitespace characters in a row (the regex
+    ``\\s{longer_than+1}``)? The regex runs only on the few texts a byte scan cannot rule out."""
     data, offsets, _ = kernels.string_buffers(texts)
-    return _has_whitespace_run(kernels.readonly(data, np.uint8), kernels.readonly(offsets, np.int64), longer_than + 1,
-                               _WHITESPACE_BYTE)
+    out = np.zeros(offsets.size - 1, bool)
+    rows = _maybe_run_rows(data, offsets, longer_than + 1)
+    if rows.size:
+        maybe = pl.Series(pc.take(texts, pa.array(rows)))
+        out[rows] = maybe.str.contains(rf"\s{{{longer_than + 1}}}").fill_null(False).to_numpy()
+    return out
 
 
 def _cast_error(frame: pl.DataFrame, columns: list[str | None], source: str, file: str, err: Exception) -> NormalizeError:

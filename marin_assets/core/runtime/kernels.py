@@ -8,14 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 
 def jit(fn: Any) -> Any:
-    """Compile ``fn`` with numba (cached on disk, releases the GIL)."""
+    """Compile ``fn`` with numba (cached on disk, releases the GIL). numba is imported here, by
+    the modules that define kernels: a process that only reads string buffers does not load it."""
+    import numba  # noqa: PLC0415
+
     try:
         return numba.njit(cache=True, nogil=True)(fn)
     except RuntimeError:  # no writable cache location (read-only install): compile per process

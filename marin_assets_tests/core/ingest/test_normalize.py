@@ -474,3 +474,35 @@ def test_a_zst_file_without_a_usable_content_size_is_sized_from_a_sample(tmp_pat
         assert zstandard.get_frame_parameters(packed[:18]).content_size == zstandard.CONTENTSIZE_UNKNOWN
     sized = normalize.uncompressed_bytes(str(path), "jsonl.zst")
     assert 0.9 * len(content) < sized < 1.1 * len(content)
+
+
+def test_a_shard_has_the_bytes_of_its_rows_sorted_and_written_whole(tmp_path) -> None:
+    """Read in several batches per file, a shard is written as polars' own read, clean, hash, sort and
+    write of all its rows would write it, byte for byte (pages span batches: > 2 MiB of text)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(7)
+    words = np.array([f"w{i}" for i in range(2000)])
+    paths = []
+    for f in range(3):
+        rows = [{"id": f * 10_000 + i, "text": " ".join(rng.choice(words, int(rng.integers(20, 300))))} for i in range(1000)]
+        rows[5]["text"], rows[9]["text"] = "a" + " " * 300 + "b", rows[0]["text"] if f == 0 else f"repeated {f % 2}"
+        for row in rows[::7] if f == 1 else []:
+            row["lang"] = "en"
+        paths.append(_write(tmp_path / f"in-{f}.jsonl", "jsonl", rows))
+    out = str(tmp_path / "out")
+    manifest = normalize.normalize_source("s", paths, out, normalize.NormalizeParams(batch_bytes=256 << 10))
+    assert manifest["counters"]["duplicates"] == 3 and len(manifest["shards"]) == 1
+
+    frame = pl.concat([pl.read_ndjson(p) for p in paths], how="diagonal_relaxed").filter(pl.col("text").str.contains(r"\S"))
+    frame = frame.with_columns(pl.col("text").str.replace_all(r"(\s{128})\s+", "${1}"), pl.col("id").cast(pl.Utf8).alias("source_id"))
+    frame = frame.with_columns(pl.Series("id", [xxhash.xxh3_128_hexdigest(t.encode()) for t in frame["text"]]))
+    frame = frame.select("id", "text", "source_id", "lang").sort("id", maintain_order=True)
+    first = frame["id"].is_first_distinct()
+    options = {**storage.PARQUET_WRITE_OPTIONS, **storage.POLARS_WRITE}
+    for rows, path in ((frame.filter(first), tmp_path / "shard.parquet"), (frame.filter(~first), tmp_path / "dups.parquet")):
+        pq.write_table(rows.to_arrow(compat_level=pl.CompatLevel.oldest()), path, **options)
+    assert pq.ParquetFile(tmp_path / "shard.parquet").metadata.row_group(0).column(1).total_uncompressed_size > 2 << 20
+    assert (tmp_path / "shard.parquet").read_bytes() == open(f"{out}/{manifest['shards'][0]}", "rb").read()
+    assert (tmp_path / "dups.parquet").read_bytes() == open(f"{out}/dups/{manifest['shards'][0]}", "rb").read()
