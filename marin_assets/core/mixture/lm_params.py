@@ -24,8 +24,10 @@ class ModelSize:
 
 
 # ~0.12M, ~1.1M and ~4.1M parameters: the proxy and two validation sizes that train on a CPU. The
-# proxy is small so that the runs a CPU affords give it many tokens per parameter: at 1M tokens
-# (8 per parameter) up to 4 repeats cost no more than a change of seed (``python -m bench proxy``).
+# proxy is small so that the runs a CPU affords give it many tokens per parameter: at 1M and 2M
+# tokens (8 and 16 per parameter) up to 4 repeats cost no more than a change of seed
+# (``python -m bench.bench_proxy``). Its seed noise is 0.12 of the spread across mixtures at 1M
+# tokens and 0.28 at 2M (goal: a fifth), almost all from the initial weights (``init_seed``).
 LADDER = (ModelSize("proxy", 2, 64, 4), ModelSize("v1", 4, 144, 4), ModelSize("v2", 4, 288, 8))
 
 
@@ -38,6 +40,9 @@ class LMProxyParams:
     validation at larger sizes does); ``ladder``: the sizes by name. The learning rate warms up
     linearly over ``warmup_fraction`` of the steps, then follows a cosine to ``min_lr_ratio`` x
     ``learning_rate`` (``python -m bench proxy`` measures the recipe: repeats and seed noise).
+    ``init_seed``: ``-1``, each run's initial weights drawn from its seed; ``n >= 0``, every run
+    of the study starts from seed ``n``'s weights and differs by mixture and data draw only. A
+    proxy's seed moves its score mostly through its start (docs/mixture.md, "Initial weights").
     ``checkpoint_every``: steps between checkpoints (model, optimizer, data position, random
     states) in the run's folder, so a killed run resumes.
     ``eval_bytes_per_domain``: evaluation text scored per domain. ``device``: ``auto`` (CUDA
@@ -53,6 +58,7 @@ class LMProxyParams:
     warmup_fraction: float = 0.05
     weight_decay: float = 0.01
     grad_clip: float = 1.0
+    init_seed: int = -1
     checkpoint_every: int = 250
     eval_bytes_per_domain: int = 131_072  # several documents of each domain: fewer decide a run's score
     device: str = "auto"
@@ -81,6 +87,8 @@ def check_lm_params(params: LMProxyParams) -> str:
         return "lm.learning_rate must be positive, lm.min_lr_ratio within [0, 1] and lm.warmup_fraction within [0, 1)"
     if params.weight_decay < 0 or not params.grad_clip > 0:
         return "lm.weight_decay must be >= 0 and lm.grad_clip > 0"
+    if params.init_seed < -1:
+        return "lm.init_seed must be >= 0, or -1 for each run's own seed"
     if params.device not in DEVICES:
         return f"lm.device {params.device!r} is not one of {DEVICES}"
     return ""

@@ -11,8 +11,8 @@ trainer would repeat it. The sequences of a phase are shuffled by the seed, and 
 one another. The whole plan follows from the config and the seed, so the data position of a
 checkpoint is its step.
 
-Determinism: the seed fixes the initial weights, the documents kept, the data order, and torch
-runs deterministic algorithms (on CUDA where torch has them; it warns where not). A checkpoint
+Determinism: the seed (or ``lm.init_seed``) fixes the initial weights, the seed the documents
+kept and the data order, and torch runs deterministic algorithms (on CUDA where torch has them; it warns where not). A checkpoint
 (weights, optimizer, schedule, step, random states) is written atomically every
 ``lm.checkpoint_every`` steps into the run's folder; a restarted run with the same config
 resumes from it and ends with the same weights and metrics as one that was never stopped. Evaluation: bits per byte per domain (``bpb/<domain>``) and their mean
@@ -238,7 +238,7 @@ def train_lm_proxy(
     steps = max(1, round(float(config["experiment_budget"]) / (lm.batch_size * lm.context)))
     names, plan_groups, plan_windows = training_plan(config, {g: len(w) for g, w in windows.items()}, steps, lm.batch_size)
 
-    torch.manual_seed(seed)
+    torch.manual_seed(seed if lm.init_seed < 0 else lm.init_seed)  # the only draw from torch's generator
     model = build_model(rung, lm.context).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lm.learning_rate, betas=(0.9, 0.95), weight_decay=lm.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(lm, steps))

@@ -66,6 +66,20 @@ def test_a_run_is_deterministic_per_seed(tmp_path) -> None:
 
 
 @pytest.mark.system  # trains language models (importing transformers alone takes seconds)
+def test_each_seed_starts_from_its_own_weights_unless_the_study_shares_one(tmp_path) -> None:
+    files = _pool(tmp_path)
+    evals = pt.evaluation_texts(files, PROXY)
+    still = dataclasses.replace(TINY, learning_rate=1e-9)  # the weights stay where they started: the score is the start's
+
+    def start(lm: LMProxyParams, seed: int) -> float:
+        return lp.train_lm_proxy(_config(files, seed=seed), evals, PROXY, lm, str(tmp_path / f"{lm.init_seed}-{seed}"))["metrics"]["macro_bpb"]
+
+    assert abs(start(still, 0) - start(still, 1)) > 1e-4  # by default each seed its own start
+    shared = dataclasses.replace(still, init_seed=5)
+    assert abs(start(shared, 0) - start(shared, 1)) < 1e-6  # one start, different data
+
+
+@pytest.mark.system  # trains language models (importing transformers alone takes seconds)
 def test_a_stopped_run_resumes_from_its_checkpoint(tmp_path) -> None:
     import torch
 
@@ -138,6 +152,7 @@ def test_the_default_trainer_is_the_language_model_through_the_job_interface(tmp
         ({"ladder": [{"name": "proxy", "n_layer": 1}]}, "lm.ladder entry"),
         ({"learning_rate": "fast"}, "lm.learning_rate 'fast' must be a number"),
         ({"device": "tpu"}, "lm.device 'tpu'"),
+        ({"init_seed": -2}, "lm.init_seed must be >= 0"),
     ],
 )
 def test_bad_lm_settings_name_the_file_and_field(tmp_path, lm, message) -> None:
