@@ -268,9 +268,8 @@ def local_path(uri: str) -> str | None:
 # Every Parquet file the pipeline writes carries a CRC of each page, and every read through this
 # module checks them: a flipped bit in a data page fails the read, naming the file.
 PARQUET_WRITE_OPTIONS = {"compression": PARQUET_COMPRESSION, "write_page_checksum": True}
-# How polars wrote the frames it hands over: plain pages, no dictionary (a dictionary of unique
-# texts and ids is dropped part-way, and every reader then decodes both: about 4% more CPU
-# in minhash_buckets, measured).
+# How polars wrote the frames it hands over: plain pages, no dictionary (pyarrow's default starts
+# one for unique texts and ids and drops it part-way, leaving every reader a part to decode).
 POLARS_WRITE = {"compression_level": 3, "row_group_size": 512 * 512, "use_dictionary": False}
 
 
