@@ -268,7 +268,9 @@ def local_path(uri: str) -> str | None:
 # Every Parquet file the pipeline writes carries a CRC of each page, and every read through this
 # module checks them: a flipped bit in a data page fails the read, naming the file.
 PARQUET_WRITE_OPTIONS = {"compression": PARQUET_COMPRESSION, "write_page_checksum": True}
-POLARS_WRITE = {"compression_level": 3, "row_group_size": 512 * 512}  # how polars wrote the frames it hands over
+# How polars wrote the frames it hands over: plain pages, no dictionary (pyarrow's default starts
+# one for unique texts and ids and drops it part-way, leaving every reader a part to decode).
+POLARS_WRITE = {"compression_level": 3, "row_group_size": 512 * 512, "use_dictionary": False}
 
 
 def repair_hint(uri: str) -> str:
