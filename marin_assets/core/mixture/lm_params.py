@@ -27,7 +27,8 @@ class ModelSize:
 # proxy is small so that the runs a CPU affords give it many tokens per parameter: at 1M and 2M
 # tokens (8 and 16 per parameter) up to 4 repeats cost no more than a change of seed
 # (``python -m bench.bench_proxy``). Its seed noise is 0.12 of the spread across mixtures at 1M
-# tokens and 0.28 at 2M (goal: a fifth), almost all from the initial weights (``init_seed``).
+# tokens and 0.28 at 2M (goal: a fifth), almost all from the initial weights (``init_seed``). A
+# width-128 proxy halves it but at 2M tokens already loses to 4 repeats (docs/mixture.md).
 LADDER = (ModelSize("proxy", 2, 64, 4), ModelSize("v1", 4, 144, 4), ModelSize("v2", 4, 288, 8))
 
 

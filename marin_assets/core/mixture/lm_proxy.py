@@ -12,8 +12,8 @@ one another. The whole plan follows from the config and the seed, so the data po
 checkpoint is its step.
 
 Determinism: the seed (or ``lm.init_seed``) fixes the initial weights, the seed the documents
-kept and the data order, and torch runs deterministic algorithms (on CUDA where torch has them; it warns where not). A checkpoint
-(weights, optimizer, schedule, step, random states) is written atomically every
+kept and the data order, and torch runs deterministic algorithms (on CUDA where torch has them;
+it warns where not). A checkpoint (weights, optimizer, schedule, step, random states) is written atomically every
 ``lm.checkpoint_every`` steps into the run's folder; a restarted run with the same config
 resumes from it and ends with the same weights and metrics as one that was never stopped. Evaluation: bits per byte per domain (``bpb/<domain>``) and their mean
 (``macro_bpb``), the same metric names as every trainer.
