@@ -171,7 +171,8 @@ def report(result: dict) -> bool:
     n_planted = len(planted)
     params = semantic.SemanticParams()
     print(f"thresholds for {embed.OFFLINE_MODEL}: document score {limits[0]}, window score {limits[1]} (score: cosine "
-          f"+ {params.words_weight} x distinctive-word share + {params.code_weight} x code-shape share of the unit)")
+          f"+ {params.words_weight} x distinctive-word share + {params.code_weight} x code-shape share of the unit "
+          f"- {params.density_weight} x mean cosine to the {params.density_units} nearest units)")
     print(f"eval index: {index.info['units']} units of {index.info['rows']} rows, {index.info['terms']} distinctive words")
     ok = True
     for kind in ("standalone", "long"):
