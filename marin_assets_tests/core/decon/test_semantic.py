@@ -38,7 +38,6 @@ def test_the_fixture_has_three_sets_of_items_each_with_a_paraphrase_of_its_own()
     assert sum(map(len, groups)) == len(set().union(*groups)) == len(ITEMS)  # each item in one group
     newest = max(i.generation for i in ITEMS)
     assert {i.eval_set for i in judged} == {i.eval_set for i in ITEMS} and all(i.generation == newest for i in judged)
-    assert len(judged) >= 26  # a generation large enough to judge
     # every earlier generation is tuning material, in both halves
     assert {i.generation for i in calibration} == {i.generation for i in held_out} == set(range(newest))
 
