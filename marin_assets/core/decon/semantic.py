@@ -93,14 +93,14 @@ class SemanticParams:
     """The semantic tier's settings; thresholds are (model, document score, window cosine)."""
 
     policy: str = "flag"
-    # evidence scores (cosine plus lexical corroboration), calibrated on the paraphrase fixture's
+    # evidence scores (cosine, lexical corroboration, density), calibrated on the paraphrase fixture's
     # calibration split (bench/bench_semantic.py --calibrate)
     thresholds: tuple[tuple[str, float, float], ...] = ((embed.OFFLINE_MODEL, 0.679, 0.575),)
     words_weight: float = 0.2  # score = cosine + this x the unit's distinctive-word share held ...
-    code_weight: float = 0.4  # ... + this x its code-shape share held
-    score_units: int = 8  # nearest units (by cosine) a text's score is computed for
-    density_weight: float = 0.25  # ... less this x its mean cosine to its density_units nearest units
+    code_weight: float = 0.4  # ... + this x its code-shape share held ...
+    density_weight: float = 0.25  # ... - this x the text's mean cosine to its density_units nearest units
     density_units: int = 20
+    score_units: int = 8  # nearest units (by cosine) a text's score is computed for
     head_chars: int = 1_500  # about what a kept vector sees (the bundled model's 256 tokens)
     min_field_words: int = 8  # a field this long is a unit of its own (a copy of only the question)
     window_lookup_tokens: int = 96  # words of a window scored for lexical evidence (half overlapping)
