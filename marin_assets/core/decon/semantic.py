@@ -162,8 +162,9 @@ def number_words(n: int) -> list[str]:
 
 def token_terms(token: str) -> list[str]:
     """The lexicon's terms of one token: a word's term; a number of two to six digits as its
-    words (a paraphrase writes it out); a smaller number as its digits; none for a larger one."""
-    if not token.isdigit() or int(token) < MIN_NUMBER_WORDS:
+    words (a paraphrase writes it out); a smaller number as its digits; none for a larger one.
+    Digits that are not decimal (superscripts such as ``⁶⁴``) are a word: ``int`` cannot read them."""
+    if not token.isdecimal() or int(token) < MIN_NUMBER_WORDS:
         return [lexical_term(token)]
     return number_words(int(token)) if len(token) <= 6 else []
 

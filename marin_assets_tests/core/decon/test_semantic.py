@@ -124,6 +124,8 @@ def test_a_number_and_the_words_it_is_written_with_are_the_same_terms() -> None:
     assert semantic.words("84 apples and 1200 pears, 7 left") == written_out
     assert semantic.words("seven left") != semantic.words("7 left")  # small numbers stay digits (code)
     assert semantic.words("id 12345678") == ["id"]
+    assert semantic.words("\u0668\u0664 apples") == semantic.words("84 apples")  # decimal digits of another script
+    assert semantic.words("2\u2076\u2074 bytes") == ["2", "\u2076\u2074", "byte"]  # superscripts are not a number: a word, not a crash
 
 
 def test_a_candidate_document_encodes_each_paragraph_once() -> None:
