@@ -3,10 +3,11 @@ documents found on the machine, for the semantic decontamination bench and tests
 
 Eval items live in ``paraphrase_fixture/{qa,math,code}.txt`` (prose questions and answers, math
 word problems, code problems), each with a hand-written paraphrase of the whole row: reworded,
-reordered, identifiers renamed, numbers written out. Which items may tune the tier is fixed by
-the files (``split``): alternate rows of those files calibrate and are held out; the items of
-the ``fresh_*.txt`` files were never run through the tier before its settings were fixed, and
-are never tuned on. Documents are assembled at run time, never
+reordered, identifiers renamed, numbers written out. Each item carries its generation: 0 for
+those files, then 1, 2, 3 for the fresh generations ``fresh_*.txt``, ``fresh2_*.txt`` and
+``fresh3_*.txt``, each written later than the one before and without looking at the tier. The
+newest generation present is the judged set, run through the tier once its rule is fixed; every
+earlier one is tuning material (``split``). Documents are assembled at run time, never
 committed: each paraphrase standalone and inside a long document of other text (man pages and
 package documentation, or a standard-library module for code), and clean documents that copy
 no item: standard-library functions, man pages, package documentation and generated math word
@@ -24,6 +25,7 @@ import os
 import random
 import re
 import sysconfig
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -31,7 +33,7 @@ from marin_assets.core.decon.params import EvalRow
 
 FIXTURE = Path(__file__).with_name("paraphrase_fixture")
 SETS = {"qa.txt": "fixture_qa", "math.txt": "fixture_math", "code.txt": "fixture_code"}
-FRESH_SETS = {f"fresh_{name}": eval_set for name, eval_set in SETS.items()}
+GENERATIONS = ("", "fresh_", "fresh2_", "fresh3_")  # file prefix of each generation, oldest first
 PARAPHRASE = "paraphrase"
 LONG_MIN_WORDS = 1_500  # a long document: this many words of other text around the item
 LONG_OFFSET_WORDS = 400  # the item starts past the part a document's own embedding sees
@@ -43,7 +45,7 @@ class Item:
     row_id: str
     fields: tuple[tuple[str, str], ...]
     paraphrase: str
-    fresh: bool = False  # from a fresh_*.txt file: never used to tune the tier
+    generation: int = 0  # index in GENERATIONS: 0 for the first files, k for the k-th fresh generation
 
     @property
     def text(self) -> str:
@@ -53,7 +55,7 @@ class Item:
         return EvalRow(self.eval_set, self.row_id, self.text, self.fields)
 
 
-def _parse(path: Path, eval_set: str, fresh: bool) -> list[Item]:
+def _parse(path: Path, eval_set: str, generation: int) -> list[Item]:
     items, current, field = [], None, None
     for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
         if line.startswith("#") and current is None:
@@ -70,23 +72,34 @@ def _parse(path: Path, eval_set: str, fresh: bool) -> list[Item]:
     for raw in items:
         fields = {k: v.strip("\n") for k, v in raw["fields"].items()}
         paraphrase = fields.pop(PARAPHRASE, "")
-        out.append(Item(eval_set, raw["id"], tuple(fields.items()), paraphrase, fresh))
+        out.append(Item(eval_set, raw["id"], tuple(fields.items()), paraphrase, generation))
     return out
 
 
-def load_items() -> list[Item]:
-    """Every item of the three sets, in file order, the fresh files' last."""
-    return [item for files, fresh in ((SETS, False), (FRESH_SETS, True)) for name, eval_set in files.items()
-            for item in _parse(FIXTURE / name, eval_set, fresh)]
+def load_items(fixture: Path = FIXTURE) -> list[Item]:
+    """Every item of the three sets, generation by generation, in file order (a generation whose
+    files are absent is left out). Row ids must be unique within a set across generations: a
+    flag is judged by the row it names."""
+    items = [item for generation, prefix in enumerate(GENERATIONS) for name, eval_set in SETS.items()
+             if (fixture / f"{prefix}{name}").exists()
+             for item in _parse(fixture / f"{prefix}{name}", eval_set, generation)]
+    seen = Counter((x.eval_set, x.row_id) for x in items)
+    repeated = sorted(f"{s}:{r}" for (s, r), n in seen.items() if n > 1)
+    if repeated:
+        raise ValueError(f"paraphrase fixture {fixture}: row ids used twice within a set: {repeated}; "
+                         "give each generation's rows ids of their own")
+    return items
 
 
 def split(items: Sequence[Item]) -> tuple[list[Item], list[Item], list[Item]]:
-    """(calibration, held out, fresh), a rule fixed before any measurement. Calibration and held
-    out: even and odd rows of the tuning files (thresholds are set on the first; the second was
-    looked at while the tier was tuned). Fresh: the ``fresh_*.txt`` items, never run through the
-    tier before its settings were fixed, on which its goals are judged."""
-    tuning = [x for x in items if not x.fresh]
-    return tuning[0::2], tuning[1::2], [x for x in items if x.fresh]
+    """(calibration, held out, judged), fixed by the files. Judged: the newest generation present,
+    run through the tier only once its rule is fixed; the goals are judged on it. Every earlier
+    generation is tuning material: within each, even rows calibrate (the thresholds are set on
+    them) and odd rows are held out (looked at while the rule was tuned, reported, not judged)."""
+    newest = max((x.generation for x in items), default=0)
+    tuning = [[x for x in items if x.generation == g] for g in range(newest)]
+    return ([x for g in tuning for x in g[0::2]], [x for g in tuning for x in g[1::2]],
+            [x for x in items if x.generation == newest])
 
 
 # ----------------------------------------------------------------------------- text found on the machine
@@ -284,12 +297,10 @@ def _plant(host: str, text: str, rng: random.Random) -> str:
 def planted_documents(items: Sequence[Item], seed: int = 1) -> list[tuple[str, Item, str]]:
     """(kind, item, text): each item's paraphrase ``standalone`` and ``long`` (inside a document
     of at least ``LONG_MIN_WORDS`` other words: a standard-library module for code, man pages and
-    package documentation otherwise). Fresh items are planted with a seed of their own, so the
-    tuning items' documents stay as they were."""
-    tuning = [x for x in items if not x.fresh]
-    if len(tuning) < len(items):
-        return _planted(tuning, seed) + _planted([x for x in items if x.fresh], seed + 100)
-    return _planted(items, seed)
+    package documentation otherwise). Each generation is planted with a seed of its own, so
+    adding one leaves the documents of the others as they were."""
+    generations = sorted({x.generation for x in items})
+    return [doc for g in generations for doc in _planted([x for x in items if x.generation == g], seed + 100 * g)]
 
 
 def _planted(items: Sequence[Item], seed: int) -> list[tuple[str, Item, str]]:

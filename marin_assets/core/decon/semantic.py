@@ -9,9 +9,19 @@ out). An embedding model can: its vectors of an eval item and of a rewording of 
   ``IndexFlatIP``, cosine on unit vectors). Beside it, each unit's distinctive words (found in
   at most ``max_term_units`` units) and their weights, for the window look below.
 * **Whole documents.** A document's kept embedding (the ``embeddings`` asset; no second pass)
-  within ``document`` cosine of a unit is flagged ``semantic``.
+  is scored against its ``score_units`` nearest units: the cosine, plus ``words_weight`` and
+  ``code_weight`` times the shares of the unit's distinctive-word and code-shape weight held by
+  the document's first ``head_chars`` characters (about what the kept vector saw), less
+  ``density_weight`` times its mean cosine to its ``density_units`` nearest units. A score of
+  at least ``document`` flags it ``semantic``: the model places some paraphrases a little too
+  far, where clean text on the same topic also lies, but a paraphrase keeps some of its item's
+  rare words or shape and such clean text rarely does; and generic text (a stock word problem,
+  a common helper function) lies near many units at once, a paraphrase near its own item more
+  than near the rest. The density needs only the nearest-unit search the score already does,
+  so the index stays what the lock and the model make it.
 * **Window look.** A document's embedding is an average over its first tokens; an item inside a
-  long document barely moves it. So windows of a document are scored by the weighted share of
+  long document barely moves it. So windows of a document longer than ``head_chars`` that its
+  kept vector does not flag are scored by the weighted share of
   a unit's distinctive terms they hold, in two channels:
 
   - *words*: windows of ``window_lookup_tokens`` words (half overlapping); a number counts as
@@ -25,13 +35,14 @@ out). An embedding model can: its vectors of an eval item and of a rewording of 
     unit is encoded only if its paragraph also holds ``code_confirm_share`` of the unit's
     code weight: unrelated code shares a code item's names, rarely its shape.
 
-  The best windows with at least ``lexical_share`` / ``code_share`` of a unit's weight (and
-  ``lexical_min_terms`` / ``code_min_terms`` terms) are cut to the paragraph holding most of
-  those terms and up to ``max_windows_per_doc`` distinct paragraphs are encoded; one within
-  ``window`` cosine of a unit flags the document. Clean documents rarely hold that much of an
-  item's rare terms in one window, so few documents are looked at.
+  The (window, unit) pairs with at least ``lexical_share`` / ``code_share`` of the unit's
+  weight (and ``lexical_min_terms`` / ``code_min_terms`` terms), best first, up to
+  ``max_window_tries``, are cut to the paragraph holding most of those terms and up to
+  ``max_windows_per_doc`` distinct paragraphs are encoded; one within ``window`` cosine of a
+  unit flags the document (its terms picked it: no lexical bonus). Clean documents rarely hold
+  that much of an item's rare terms in one window, so few documents are looked at.
 
-Cosine thresholds depend on the model: ``SemanticParams.thresholds`` holds them per model,
+Thresholds depend on the model: ``SemanticParams.thresholds`` holds them per model,
 calibrated on the paraphrase fixture's calibration split (``bench/bench_decon.py --semantic``).
 A model without a threshold flags nothing and says so (``uncalibrated_model``).
 """
@@ -79,11 +90,18 @@ INFO_FILE = "semantic.json"
 
 @dataclasses.dataclass(frozen=True)
 class SemanticParams:
-    """The semantic tier's settings; thresholds are (model, document cosine, window cosine)."""
+    """The semantic tier's settings; thresholds are (model, document score, window cosine)."""
 
     policy: str = "flag"
-    # calibrated on the paraphrase fixture's calibration split (bench/bench_semantic.py --calibrate)
-    thresholds: tuple[tuple[str, float, float], ...] = ((embed.OFFLINE_MODEL, 0.703, 0.632),)
+    # evidence scores (cosine, lexical corroboration, density), calibrated on the paraphrase fixture's
+    # calibration split (bench/bench_semantic.py --calibrate)
+    thresholds: tuple[tuple[str, float, float], ...] = ((embed.OFFLINE_MODEL, 0.679, 0.575),)
+    words_weight: float = 0.2  # score = cosine + this x the unit's distinctive-word share held ...
+    code_weight: float = 0.4  # ... + this x its code-shape share held ...
+    density_weight: float = 0.25  # ... - this x the text's mean cosine to its density_units nearest units
+    density_units: int = 20
+    score_units: int = 8  # nearest units (by cosine) a text's score is computed for
+    head_chars: int = 1_500  # about what a kept vector sees (the bundled model's 256 tokens)
     min_field_words: int = 8  # a field this long is a unit of its own (a copy of only the question)
     window_lookup_tokens: int = 96  # words of a window scored for lexical evidence (half overlapping)
     window_tokens: int = 256  # at most this many words of it are encoded
@@ -94,7 +112,8 @@ class SemanticParams:
     code_min_terms: int = 8
     code_confirm_share: float = 0.2  # a code unit's words found in a span count only with this code share
     max_windows_per_doc: int = 6  # distinct paragraphs encoded per candidate document
-    lexical_share: float = 0.3  # of a unit's distinctive-word weight in one window
+    max_window_tries: int = 24  # (window, unit) pairs tried per candidate document
+    lexical_share: float = 0.25  # of a unit's distinctive-word weight in one window
     lexical_min_terms: int = 6
     max_term_units: int = 1_000  # a word in more units is not distinctive
     max_term_fraction: float = 0.1  # ... nor one in more than this share of the units
@@ -102,7 +121,7 @@ class SemanticParams:
     batch_docs: int = 512
 
     def threshold(self, model: str) -> tuple[float, float] | None:
-        """(document, window) cosine thresholds calibrated for ``model``, or None."""
+        """(document, window) score thresholds calibrated for ``model``, or None."""
         return next(((d, w) for m, d, w in self.thresholds if m == model), None)
 
     def check(self) -> None:
@@ -268,12 +287,11 @@ class EvalEmbeddings:
     excerpts: list[str]
     lexicons: dict[str, Lexicon]
 
-    def search(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(best cosine, best unit) of each unit vector."""
+    def search(self, vectors: np.ndarray, k: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """(cosines, units) of the ``k`` nearest units of each unit vector, nearest first (-1: none)."""
         if not len(vectors) or not self.index.ntotal:
-            return np.full(len(vectors), -1.0, np.float32), np.full(len(vectors), -1, np.int64)
-        sims, units = self.index.search(np.ascontiguousarray(vectors, dtype=np.float32), 1)
-        return sims[:, 0], units[:, 0]
+            return np.full((len(vectors), k), -1.0, np.float32), np.full((len(vectors), k), -1, np.int64)
+        return self.index.search(np.ascontiguousarray(vectors, dtype=np.float32), k)
 
 
 def load_eval_embeddings(uri: str) -> EvalEmbeddings:
@@ -301,17 +319,59 @@ def load_eval_embeddings(uri: str) -> EvalEmbeddings:
 @dataclasses.dataclass
 class SemanticMarks:
     flagged: np.ndarray  # bool [D]
-    similarity: np.ndarray  # float32 [D]: best cosine to an eval unit (document or window)
+    similarity: np.ndarray  # float32 [D]: cosine to the unit of the better score (document or window)
     unit: np.ndarray  # int64 [D]: that unit (-1: none)
-    document_similarity: np.ndarray  # float32 [D]: the kept vector's best cosine
-    window_similarity: np.ndarray  # float32 [D]: the best window's (-1: not looked at)
-    window_share: np.ndarray  # float32 [D]: that window's lexical share of its unit
+    document_score: np.ndarray  # float32 [D]: the kept vector's best score (cosine + lexical corroboration)
+    window_score: np.ndarray  # float32 [D]: the best window's cosine (-1: not looked at)
+    window_share: np.ndarray  # float32 [D]: that window's lexical share of the unit that picked it
     counters: Counter
 
     @property
     def looked(self) -> np.ndarray:
         """Documents the window look ran on."""
-        return self.window_similarity > -1
+        return self.window_score > -1
+
+
+def text_shares(texts: Sequence[str], channel: str, lex: Lexicon, params: SemanticParams) -> sp.csr_matrix:
+    """texts x units: the share of each unit's distinctive-term weight (in ``channel``) each text holds."""
+    rows, cols = [], []
+    for d, text in enumerate(texts):
+        held = {lex.term_ids[t] for *_, t in channel_terms(channel, text, params) if t in lex.term_ids}
+        rows.extend([d] * len(held))
+        cols.extend(held)
+    x = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(texts), len(lex.term_ids)))
+    return (x @ sp.diags(lex.weight) @ lex.unit_terms.T @ sp.diags(1 / np.maximum(lex.unit_weight, 1e-9))).tocsr()
+
+
+def evidence_scores(texts: Sequence[str], vectors: np.ndarray, index: EvalEmbeddings,
+                    params: SemanticParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(score, cosine, unit) of each text's best unit among its ``score_units`` nearest: the
+    cosine, plus ``words_weight`` x the share of the unit's distinctive words the text holds,
+    plus ``code_weight`` x its share of the unit's code shape, less ``density_weight`` x the
+    text's mean cosine to its ``density_units`` nearest units. A paraphrase the model places a
+    little too far keeps some of its item's rare words or shape; a clean text as near rarely
+    does. And a generic text (a stock word problem, a common helper) lies near many units at
+    once, where a paraphrase lies near its own item more than near the rest."""
+    sims, units = index.search(vectors, max(params.score_units, params.density_units))
+    known = units >= 0
+    density = _mean_known(sims[:, :params.density_units], known[:, :params.density_units])
+    sims, units, known = sims[:, :params.score_units], units[:, :params.score_units], known[:, :params.score_units]
+    score = np.where(known, sims, -1.0).astype(np.float32)
+    rows = np.repeat(np.arange(len(texts)), units.shape[1]).reshape(units.shape)
+    for channel, weight in (("words", params.words_weight), ("code", params.code_weight)):
+        if weight:
+            shares = text_shares(texts, channel, index.lexicons[channel], params)
+            held = np.zeros(units.shape, np.float32)
+            held[known] = np.asarray(shares[rows[known], units[known]]).ravel()
+            score += weight * held
+    best = score.argmax(axis=1) if len(texts) else np.zeros(0, np.int64)
+    pick = np.arange(len(texts))
+    return score[pick, best] - params.density_weight * density, sims[pick, best].astype(np.float32), units[pick, best]
+
+
+def _mean_known(sims: np.ndarray, known: np.ndarray) -> np.ndarray:
+    """Each row's mean of the cosines found (0 where none)."""
+    return (np.where(known, sims, 0.0).sum(axis=1) / np.maximum(known.sum(axis=1), 1)).astype(np.float32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -334,8 +394,9 @@ def _channels(index: EvalEmbeddings, params: SemanticParams) -> dict[str, _Chann
 
 
 def _candidate_windows(texts: Sequence[str], index: EvalEmbeddings, params: SemanticParams) -> list[tuple[int, str, float]]:
-    """(document, span text, lexical share) of the windows worth encoding: the best ``max_windows_per_doc``
-    windows per document holding a channel's share of some unit's distinctive-term weight."""
+    """(document, span text, lexical share) of the windows worth encoding: of the (window, unit)
+    pairs where the window holds a channel's share of the unit's distinctive-term weight, the
+    ``max_window_tries`` best per document, cut to up to ``max_windows_per_doc`` distinct spans."""
     channels, scored = _channels(index, params), {}
     for name, channel in channels.items():
         for d, share, span in _channel_windows(texts, name, channel, params):
@@ -343,7 +404,8 @@ def _candidate_windows(texts: Sequence[str], index: EvalEmbeddings, params: Sema
     out = []
     for d, found in scored.items():
         kept: dict[str, float] = {}  # overlapping windows often cut to the same paragraph: encode it once
-        for share, name, span in sorted(found, key=lambda f: -f[0]):
+        tries = sorted(found, key=lambda f: -f[0])[:params.max_window_tries]
+        for share, name, span in tries:
             text = _span_text(texts[d], span, channels[name])
             if name == "words" and not _code_confirms(text, span[-1], channels["code"].lexicon, params):
                 continue
@@ -387,12 +449,14 @@ def _channel_windows(texts: Sequence[str], name: str, channel: _Channel, params:
     rows, cols = np.concatenate(win_rows), np.concatenate(win_cols)
     x = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(spans), len(channel.lexicon.term_ids)))
     x.data[:] = 1.0  # distinct terms per window
-    best, best_unit = _best_units(x, channel)
-    return [(doc_of[w], float(best[w]), (*spans[w], int(best_unit[w]))) for w in np.flatnonzero(best > 0).tolist()]
+    window, share, unit = _qualifying_units(x, channel)
+    return [(doc_of[w], s, (*spans[w], u)) for w, s, u in zip(window.tolist(), share.tolist(), unit.tolist())]
 
 
-def _best_units(x: sp.csr_matrix, channel: _Channel) -> tuple[np.ndarray, np.ndarray]:
-    """Per window (row of ``x``): the largest qualifying share of a unit's term weight, and that unit."""
+def _qualifying_units(x: sp.csr_matrix, channel: _Channel) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(window, share, unit) of each window (row of ``x``) and unit whose term weight it holds
+    the channel's share of: every such unit, not only the best (a module's words can fill a short
+    unit's weight in the same window that holds a reworded item)."""
     lex = channel.lexicon
     weighted = (x @ sp.diags(lex.weight) @ lex.unit_terms.T).tocsr()
     counts = (x @ lex.unit_terms.T).tocsr()
@@ -401,11 +465,7 @@ def _best_units(x: sp.csr_matrix, channel: _Channel) -> tuple[np.ndarray, np.nda
     share = weighted.data / np.maximum(lex.unit_weight[weighted.indices], 1e-9)
     window = np.repeat(np.arange(x.shape[0]), np.diff(weighted.indptr))
     keep = (share >= channel.share) & (counts.data >= channel.min_terms)
-    best, best_unit = np.zeros(x.shape[0]), np.full(x.shape[0], -1, np.int64)
-    order = np.lexsort((share[keep], window[keep]))  # last of each window: its best unit
-    w, s, u = window[keep][order], share[keep][order], weighted.indices[keep][order]
-    best[w], best_unit[w] = s, u  # later (larger) writes win
-    return best, best_unit
+    return window[keep], share[keep], weighted.indices[keep]
 
 
 def _span_text(text: str, span: tuple, channel: _Channel) -> str:
@@ -434,36 +494,44 @@ def _span_text(text: str, span: tuple, channel: _Channel) -> str:
 
 def mark_semantic(texts: Sequence[str | None], doc_vectors: np.ndarray, index: EvalEmbeddings,
                   encoder: embed.EncoderParams, params: SemanticParams = SemanticParams()) -> SemanticMarks:
-    """Flag documents whose kept vector, or one of whose candidate windows, lies within the
-    model's calibrated cosine of an eval unit."""
+    """Flag documents whose kept vector (scored with the text it saw), or one of whose candidate
+    windows, reaches the model's calibrated evidence score for an eval unit. The window look is
+    for documents longer than their kept vector saw, and not already flagged by it."""
     n = len(texts)
+    texts = [t or "" for t in texts]
     counters: Counter = Counter(documents=n)
+    doc_score, win_score = np.full(n, -1.0, np.float32), np.full(n, -1.0, np.float32)
     doc_sim, doc_unit = np.full(n, -1.0, np.float32), np.full(n, -1, np.int64)
-    win_sim, win_unit = np.full(n, -1.0, np.float32), np.full(n, -1, np.int64)
+    win_unit = np.full(n, -1, np.int64)
     share = np.zeros(n, np.float32)
     limits = params.threshold(index.info.get("model", ""))
     counters["uncalibrated_model"] = int(limits is None)
     if limits is None or not n:
-        return SemanticMarks(np.zeros(n, bool), doc_sim, doc_unit, doc_sim, win_sim, share, counters)
+        return SemanticMarks(np.zeros(n, bool), doc_sim, doc_unit, doc_score, win_score, share, counters)
     started = time.process_time()
-    doc_sim[:], doc_unit[:] = index.search(doc_vectors)
+    heads = [t[:params.head_chars] for t in texts]
+    doc_score[:], doc_sim[:], doc_unit[:] = evidence_scores(heads, doc_vectors, index, params)
+    by_document = doc_score >= limits[0]
     for a in range(0, n, params.batch_docs):
-        windows = _candidate_windows([t or "" for t in texts[a:a + params.batch_docs]], index, params)
+        batch = [t if len(t) > params.head_chars and not by_document[a + d] else ""
+                 for d, t in enumerate(texts[a:a + params.batch_docs])]
+        windows = _candidate_windows(batch, index, params)
         if not windows:
             continue
-        sims, units = index.search(embed.encode_texts([w[1] for w in windows], encoder)[0])
+        spans = [w[1] for w in windows]
+        sims, units = index.search(embed.encode_texts(spans, encoder)[0])  # its terms picked it: its cosine
         counters["windows_encoded"] += len(windows)
-        for (d, _, lexical), s, u in zip(windows, sims.tolist(), units.tolist()):
-            if s > win_sim[a + d]:
-                win_sim[a + d], win_unit[a + d], share[a + d] = s, u, lexical
-    by_document, by_window = doc_sim >= limits[0], win_sim >= limits[1]
+        for (d, _, lexical), s, u in zip(windows, sims[:, 0].tolist(), units[:, 0].tolist()):
+            if s > win_score[a + d]:
+                win_score[a + d], win_unit[a + d], share[a + d] = s, u, lexical
+    by_window = win_score >= limits[1]
     flagged = by_document | by_window
-    use_window = win_sim > doc_sim
+    use_window = by_window & ~by_document | (~flagged & (win_score > doc_sim))
     counters.update(flagged_document=int(by_document.sum()), flagged_window_only=int((by_window & ~by_document).sum()),
-                    window_look_documents=int((win_sim > -1).sum()), semantic=int(flagged.sum()))
+                    window_look_documents=int((win_score > -1).sum()), semantic=int(flagged.sum()))
     counters["cpu_seconds"] = time.process_time() - started  # type: ignore[assignment]
-    return SemanticMarks(flagged, np.where(use_window, win_sim, doc_sim), np.where(use_window, win_unit, doc_unit),
-                         doc_sim, win_sim, share, counters)
+    return SemanticMarks(flagged, np.where(use_window, win_score, doc_sim), np.where(use_window, win_unit, doc_unit),
+                         doc_score, win_score, share, counters)
 
 
 # ----------------------------------------------------------------------------- per shard

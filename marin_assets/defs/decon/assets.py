@@ -115,7 +115,7 @@ def eval_embeddings(context: dg.AssetExecutionContext, marin: MarinResource, enc
         rows=stats.get("rows"),
         units=stats.get("units"),
         model=stats.get("model", ""),
-        calibrated_thresholds=f"document {calibrated[0]}, window {calibrated[1]}" if calibrated
+        calibrated_thresholds=f"document score {calibrated[0]}, window cosine {calibrated[1]}" if calibrated
         else f"none for {model.model}: the semantic tier flags nothing until SemanticParams.thresholds has this model",
         units_by_eval=markdown_table([{"eval set": k, "units": v} for k, v in stats.get("units_by_set", {}).items()]),
     )
