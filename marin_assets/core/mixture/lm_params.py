@@ -26,9 +26,9 @@ class ModelSize:
 # ~0.12M, ~1.1M and ~4.1M parameters: the proxy and two validation sizes that train on a CPU. The
 # proxy is small so that the runs a CPU affords give it many tokens per parameter: at 1M and 2M
 # tokens (8 and 16 per parameter) up to 4 repeats cost no more than a change of seed
-# (``python -m bench.bench_proxy``). Its seed noise is 0.12 of the spread across mixtures at 1M
-# tokens and 0.28 at 2M (goal: a fifth), almost all from the initial weights (``init_seed``). A
-# width-128 proxy halves it but at 2M tokens already loses to 4 repeats (docs/mixture.md).
+# (``python -m bench.bench_proxy``). Its seed noise, mostly from the initial weights
+# (``init_seed``), is under a tenth of the spread across a swarm's mixtures at 2M tokens. Wider
+# proxies, or more steps per token, cut the noise but lose to 4 repeats (docs/mixture.md).
 LADDER = (ModelSize("proxy", 2, 64, 4), ModelSize("v1", 4, 144, 4), ModelSize("v2", 4, 288, 8))
 
 
