@@ -166,12 +166,24 @@ def repeatability(files: dict[str, list[str]], evals: dict[str, bytes], lm: LMPr
         print(f"    mixture {m} ({', '.join(f'{g} {x:.2f}' for g, x in zip(groups, w))}): " + " / ".join(f"{v:.4f}" for v in (replicates if m == 0 else targets[m : m + 1])), flush=True)
     print(f"    ({len(runs)} runs, {time.perf_counter() - started:.0f} s wall, {WORKERS} side by side)", flush=True)
     noise, spread = statistics.stdev(replicates), statistics.stdev(targets)
+    low, high = noise_interval(noise, len(replicates))
+    print(f"    replicate noise sd {noise:.4f}, 90% interval {low:.4f} .. {high:.4f} from {len(replicates)} seeds "
+          f"(ratio to the spread {low / spread:.3f} .. {high / spread:.3f}; the goal is judged on the estimate)", flush=True)
     mild = [v for v, w in zip(targets, draws) if w.min() >= 0.05]  # no sparse draw, no group nearly left out
     if len(mild) > 1:
         print(f"    the {len(mild)} mixtures that weight every group >= 5% spread by sd {statistics.stdev(mild):.4f} "
               f"(noise / that = {noise / max(statistics.stdev(mild), 1e-12):.2f}; informational: the swarm's spread comes mostly from its sparse and spiky draws)", flush=True)
     return absolute_goal("lm: replicate noise (sd over seeds) below a fifth of the spread across mixtures (sd)",
                          f"noise {noise:.4f} vs spread {spread:.4f} (ratio {noise / spread:.3f})", noise < spread / 5)
+
+
+def noise_interval(sd: float, n: int, level: float = 0.9) -> tuple[float, float]:
+    """The chi-square interval of a normal sample's standard deviation: with 3 seeds it spans
+    about 0.6x to 4.4x the estimate, which is why the bench prints it beside the verdict."""
+    from scipy.stats import chi2  # noqa: PLC0415
+
+    dof, tail = n - 1, (1 - level) / 2
+    return sd * (dof / chi2.ppf(1 - tail, dof)) ** 0.5, sd * (dof / chi2.ppf(tail, dof)) ** 0.5
 
 
 def speed(files: dict[str, list[str]], evals: dict[str, bytes], lm: LMProxyParams, steps: int, work: str) -> None:
