@@ -27,7 +27,9 @@ only candidate windows. CPU seconds are this process's (the encoder runs on one 
 and each text's digest, so a rerun after a change of the tier encodes only new texts; its CPU
 figures then cover only what it encoded and are printed as not measured.
 Goals: recall >= 90% standalone, >= 75% inside long documents, false positives <= 0.5% of the
-clean documents, the window look on < 10% of the documents. Exit 1 on a miss.
+clean documents, the window look on < 10% of the clean documents (a pool is made of them; the
+planted documents, every one holding an item and half of them long by design, are printed beside).
+Exit 1 on a miss.
 """
 
 from __future__ import annotations
@@ -172,6 +174,7 @@ def report(result: dict) -> bool:
     params = semantic.SemanticParams()
     print(f"thresholds for {embed.OFFLINE_MODEL}: document score {limits[0]}, window score {limits[1]} (score: cosine "
           f"+ {params.words_weight} x distinctive-word share + {params.code_weight} x code-shape share of the unit "
+          f"- {params.background_weight} x the unit's mean cosine to its {params.background_top} nearest documents "
           f"- {params.density_weight} x mean cosine to the {params.density_units} nearest units)")
     print(f"eval index: {index.info['units']} units of {index.info['rows']} rows, {index.info['terms']} distinctive words")
     ok = True
@@ -209,12 +212,12 @@ def report(result: dict) -> bool:
         d = n_planted + k
         print(f"    false positive ({clean_kinds[k]}, cosine {marks.similarity[d]:.3f} to {index.labels[marks.unit[d]]}): "
               f"{result['texts'][d][:120]!r}")
-    looked = marks.looked
+    looked, clean_looked = marks.looked, marks.looked[n_planted:]
     ok &= harness.absolute_goal(
-        f"window look on < {MAX_WINDOW_LOOK:.0%} of documents",
-        f"{int(looked.sum())}/{len(looked)} = {looked.mean():.1%} of all documents; clean documents only: "
-        f"{looked[n_planted:].mean():.1%}; {marks.counters['windows_encoded']} windows encoded",
-        looked.mean() < MAX_WINDOW_LOOK)
+        f"window look on < {MAX_WINDOW_LOOK:.0%} of the clean documents",
+        f"{int(clean_looked.sum())}/{len(clean_looked)} = {clean_looked.mean():.1%}; all documents, planted ones "
+        f"included: {int(looked.sum())}/{len(looked)} = {looked.mean():.1%}; {marks.counters['windows_encoded']} windows encoded",
+        clean_looked.mean() < MAX_WINDOW_LOOK)
     n = len(result["texts"])
     if np.isnan(result["embed_cpu"]):
         print("CPU per document: not measured (vectors from BENCH_SEMANTIC_CACHE)")

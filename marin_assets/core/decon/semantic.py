@@ -95,11 +95,14 @@ class SemanticParams:
     policy: str = "flag"
     # evidence scores (cosine, lexical corroboration, density), calibrated on the paraphrase fixture's
     # calibration split (bench/bench_semantic.py --calibrate)
-    thresholds: tuple[tuple[str, float, float], ...] = ((embed.OFFLINE_MODEL, 0.679, 0.575),)
+    thresholds: tuple[tuple[str, float, float], ...] = ((embed.OFFLINE_MODEL, 0.428, 0.645),)
     words_weight: float = 0.2  # score = cosine + this x the unit's distinctive-word share held ...
     code_weight: float = 0.4  # ... + this x its code-shape share held ...
-    density_weight: float = 0.25  # ... - this x the text's mean cosine to its density_units nearest units
+    density_weight: float = 0.25  # ... - this x the text's mean cosine to its density_units nearest units ...
     density_units: int = 20
+    background_weight: float = 0.5  # ... - this x the unit's mean cosine to its background_top nearest documents
+    background_top: int = 10  # ... among a sample of the shard's documents (missing ones count 0):
+    background_docs: int = 2_048  # at most this many, every k-th document of the shard
     score_units: int = 8  # nearest units (by cosine) a text's score is computed for
     head_chars: int = 1_500  # about what a kept vector sees (the bundled model's 256 tokens)
     min_field_words: int = 8  # a field this long is a unit of its own (a copy of only the question)
@@ -343,20 +346,47 @@ def text_shares(texts: Sequence[str], channel: str, lex: Lexicon, params: Semant
     return (x @ sp.diags(lex.weight) @ lex.unit_terms.T @ sp.diags(1 / np.maximum(lex.unit_weight, 1e-9))).tocsr()
 
 
+UNIT_BATCH = 8_192  # eval units searched against the background at a time (bounds the task's memory)
+
+
+def unit_background(vectors: np.ndarray, index: EvalEmbeddings, params: SemanticParams) -> np.ndarray:
+    """Each unit's mean cosine to its ``background_top`` nearest documents among a sample of
+    ``vectors`` (every k-th, at most ``background_docs``; fewer documents than ``background_top``
+    count the missing ones as 0): how near the shard's ordinary text comes to the unit. A stock
+    word problem or a common helper function has many clean documents near it; a distinctive item
+    has none, so this is each unit's own bar, set by the pool rather than by one global number."""
+    import faiss  # noqa: PLC0415
+
+    n_units = index.index.ntotal if index.index is not None else 0
+    out = np.zeros(n_units, np.float32)
+    if not params.background_weight or not len(vectors) or not n_units:
+        return out
+    sample = faiss.IndexFlatIP(vectors.shape[1])
+    sample.add(np.ascontiguousarray(vectors[::-(-len(vectors) // params.background_docs)], dtype=np.float32))
+    k = min(params.background_top, sample.ntotal)
+    for a in range(0, n_units, UNIT_BATCH):
+        sims, _ = sample.search(index.index.reconstruct_n(a, min(UNIT_BATCH, n_units - a)), k)
+        out[a:a + len(sims)] = sims.sum(axis=1) / params.background_top
+    return out
+
+
 def evidence_scores(texts: Sequence[str], vectors: np.ndarray, index: EvalEmbeddings,
                     params: SemanticParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(score, cosine, unit) of each text's best unit among its ``score_units`` nearest: the
     cosine, plus ``words_weight`` x the share of the unit's distinctive words the text holds,
-    plus ``code_weight`` x its share of the unit's code shape, less ``density_weight`` x the
-    text's mean cosine to its ``density_units`` nearest units. A paraphrase the model places a
-    little too far keeps some of its item's rare words or shape; a clean text as near rarely
-    does. And a generic text (a stock word problem, a common helper) lies near many units at
-    once, where a paraphrase lies near its own item more than near the rest."""
+    plus ``code_weight`` x its share of the unit's code shape, less ``background_weight`` x the
+    unit's background (``unit_background`` of ``vectors``, the shard's documents), less
+    ``density_weight`` x the text's mean cosine to its ``density_units`` nearest units. A
+    paraphrase the model places a little too far keeps some of its item's rare words or shape; a
+    clean text as near rarely does. And generic text lies near generic units: a stock word
+    problem near many units at once, and many documents near a stock unit, where a paraphrase
+    lies near its own item more than near the rest, and its item is not where ordinary text lies."""
     sims, units = index.search(vectors, max(params.score_units, params.density_units))
     known = units >= 0
     density = _mean_known(sims[:, :params.density_units], known[:, :params.density_units])
     sims, units, known = sims[:, :params.score_units], units[:, :params.score_units], known[:, :params.score_units]
-    score = np.where(known, sims, -1.0).astype(np.float32)
+    background = unit_background(vectors, index, params)
+    score = np.where(known, sims - params.background_weight * background[np.maximum(units, 0)], -1.0).astype(np.float32)
     rows = np.repeat(np.arange(len(texts)), units.shape[1]).reshape(units.shape)
     for channel, weight in (("words", params.words_weight), ("code", params.code_weight)):
         if weight:

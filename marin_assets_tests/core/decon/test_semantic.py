@@ -174,9 +174,10 @@ def test_a_documents_score_adds_the_share_of_its_units_rare_words_to_the_cosine(
     score, cosine, unit = semantic.evidence_scores(texts, vectors, index, params)
     assert np.allclose(cosine, 0.6) and (unit == 0).all()
     density = 0.6 / params.density_units  # its mean cosine to its nearest units: 0.6 and zeros
-    assert score[1] == pytest.approx(0.6 - params.density_weight * density, abs=1e-5)
+    background = 2 * 0.6 / params.background_top  # unit 0's nearest documents: these two at 0.6, none else
+    assert score[1] == pytest.approx(0.6 - params.density_weight * density - params.background_weight * background, abs=1e-5)
     assert score[0] - score[1] == pytest.approx(params.words_weight, abs=1e-4)
-    plain = dataclasses.replace(params, words_weight=0.0, code_weight=0.0, density_weight=0.0)
+    plain = dataclasses.replace(params, words_weight=0.0, code_weight=0.0, density_weight=0.0, background_weight=0.0)
     assert np.allclose(semantic.evidence_scores(texts, vectors, index, plain)[0], 0.6)
 
 
@@ -194,6 +195,28 @@ def test_a_document_near_many_units_scores_lower_than_one_near_its_own() -> None
     assert (unit == 0).all() and np.allclose(cosine, 0.7)
     gap = params.density_weight * 0.5 * (params.density_units - 1) / params.density_units
     assert score[0] - score[1] == pytest.approx(gap, abs=1e-5)
+
+
+def test_a_unit_many_of_the_shards_documents_lie_near_sets_a_higher_bar() -> None:
+    """The same document at the same cosine to unit 0 scores lower in a shard whose ordinary
+    documents lie near unit 0 (a stock problem) than in one where they lie near no unit, by the
+    background weight times unit 0's mean cosine to its nearest documents; the sample of the
+    shard is every k-th document, at most background_docs of them."""
+    params = dataclasses.replace(semantic.SemanticParams(), background_docs=40)
+    index, units = _math_index(params)
+    doc = np.zeros(len(units), np.float32)
+    doc[0] = 0.8
+    stock = np.tile(doc, (100, 1))
+    stock[:, 0] = 0.5  # ordinary text of the shard, near unit 0
+    alone = np.zeros((100, len(units)), np.float32)
+    alone[:, 1] = 0.3  # ordinary text near another unit
+    texts = ["plain filler text about nothing in particular"] * 101
+    in_stock = semantic.evidence_scores(texts, np.vstack([doc, stock]), index, params)[0][0]
+    in_alone = semantic.evidence_scores(texts, np.vstack([doc, alone]), index, params)[0][0]
+    sampled = np.vstack([doc, stock])[::3]  # 101 documents, at most 40: every third
+    expected = np.sort(sampled[:, 0])[::-1][:params.background_top].mean() - 0.8 / params.background_top
+    assert in_alone - in_stock == pytest.approx(params.background_weight * expected, abs=1e-5)
+    assert (semantic.unit_background(np.vstack([doc, alone]), index, params)[2:] == 0).all()
 
 
 def test_the_window_look_skips_documents_their_kept_vector_saw_whole_or_flags() -> None:
