@@ -190,8 +190,9 @@ def report(result: dict) -> bool:
                 per_set.setdefault(planted[k][1].eval_set, []).append(own[k])
             sets = ", ".join(f"{s} {sum(v)}/{len(v)}" for s, v in sorted(per_set.items()))
             right = sum(own.values())
-            found = (f"{right}/{len(chosen)} = {right / len(chosen):.1%} flagged naming the item's own row [{sets}]; "
-                     f"{sum(bool(flags[k]) for k in chosen)} flagged naming any row")
+            low, high = harness.proportion_interval(right, len(chosen))
+            found = (f"{right}/{len(chosen)} = {right / len(chosen):.1%} (90% interval {low:.0%}..{high:.0%}) flagged "
+                     f"naming the item's own row [{sets}]; {sum(bool(flags[k]) for k in chosen)} flagged naming any row")
             if split_name == judged:
                 ok &= harness.absolute_goal(f"recall {kind} >= {GOALS[kind]:.0%} ({judged})", found,
                                             right / len(chosen) >= GOALS[kind])
@@ -205,7 +206,8 @@ def report(result: dict) -> bool:
         by_kind[clean_kinds[k]] = by_kind.get(clean_kinds[k], 0) + 1
     ok &= harness.absolute_goal(
         f"false positives <= {MAX_FALSE_POSITIVES:.1%} of clean documents (held-out half)",
-        f"{fp}/{len(held_clean)} = {fp / len(held_clean):.2%} (all {len(clean_kinds)} clean: "
+        f"{fp}/{len(held_clean)} = {fp / len(held_clean):.2%} (90% interval "
+        f"{'..'.join(f'{v:.2%}' for v in harness.proportion_interval(fp, len(held_clean)))}; all {len(clean_kinds)} clean: "
         f"{int(flags[n_planted:].sum())}, by kind {by_kind or 'none'})",
         fp / len(held_clean) <= MAX_FALSE_POSITIVES)
     for k in np.flatnonzero(flags[n_planted:]).tolist()[:5]:

@@ -333,6 +333,17 @@ def absolute_goal(text: str, shown: str, holds: bool) -> bool:
     return holds
 
 
+def proportion_interval(k: int, n: int, level: float = 0.9) -> tuple[float, float]:
+    """Wilson score interval of a proportion ``k / n``: a recall or a false-positive rate counted
+    on a few dozen items is a sample, and this is how far the rate behind it may lie."""
+    if n <= 0:
+        return 0.0, 1.0
+    z = statistics.NormalDist().inv_cdf(0.5 + level / 2)
+    p, spread = k / n, z * ((k / n) * (1 - k / n) / n + z * z / (4 * n * n)) ** 0.5
+    centre, scale = p + z * z / (2 * n), 1 + z * z / n
+    return max(0.0, (centre - spread) / scale), min(1.0, (centre + spread) / scale)
+
+
 if __name__ == "__main__":
     # Run through the importable module, so that the bench's own ``timed`` marks its region.
     from bench import harness

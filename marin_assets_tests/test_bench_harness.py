@@ -134,3 +134,14 @@ def test_rehearse_exits_non_zero_when_one_goal_misses(monkeypatch) -> None:
     assert rehearse.main() == 0
     monkeypatch.setattr(rehearse.rehearse_tasks, "every_stage", lambda: False)  # one goal missed
     assert rehearse.main() == 1
+
+
+def test_a_proportions_interval_holds_it_and_narrows_with_more_items() -> None:
+    """51 of 60 and 510 of 600 are the same rate; the larger sample pins it closer, the interval
+    of k of n mirrors that of n - k, and 0 of n still leaves room above 0."""
+    small, large = harness.proportion_interval(51, 60), harness.proportion_interval(510, 600)
+    assert small[0] < large[0] < 0.85 < large[1] < small[1]
+    low, high = harness.proportion_interval(9, 60)
+    assert (low, high) == pytest.approx((1 - small[1], 1 - small[0]))
+    assert harness.proportion_interval(0, 1229)[0] == 0.0 < harness.proportion_interval(0, 1229)[1] < 0.005
+    assert harness.proportion_interval(0, 10, level=0.99)[1] > harness.proportion_interval(0, 10)[1]
