@@ -4,8 +4,8 @@ documents found on the machine, for the semantic decontamination bench and tests
 Eval items live in ``paraphrase_fixture/{qa,math,code}.txt`` (prose questions and answers, math
 word problems, code problems), each with a hand-written paraphrase of the whole row: reworded,
 reordered, identifiers renamed, numbers written out. Each item carries its generation: 0 for
-those files, then 1, 2, 3, 4 for the fresh generations ``fresh_*.txt``, ``fresh2_*.txt``,
-``fresh3_*.txt`` and ``fresh4_*.txt``, each written later than the one before and without looking at the tier. The
+those files, then 1 to 5 for the fresh generations ``fresh_*.txt`` to ``fresh5_*.txt``, each
+written later than the one before and without looking at the tier. The
 newest generation present is the judged set, run through the tier once its rule is fixed; every
 earlier one is tuning material (``split``). Documents are assembled at run time, never
 committed: each paraphrase standalone and inside a long document of other text (man pages and
@@ -33,7 +33,7 @@ from marin_assets.core.decon.params import EvalRow
 
 FIXTURE = Path(__file__).with_name("paraphrase_fixture")
 SETS = {"qa.txt": "fixture_qa", "math.txt": "fixture_math", "code.txt": "fixture_code"}
-GENERATIONS = ("", "fresh_", "fresh2_", "fresh3_", "fresh4_")  # file prefix of each generation, oldest first
+GENERATIONS = ("", "fresh_", "fresh2_", "fresh3_", "fresh4_", "fresh5_")  # file prefix of each generation, oldest first
 PARAPHRASE = "paraphrase"
 LONG_MIN_WORDS = 1_500  # a long document: this many words of other text around the item
 LONG_OFFSET_WORDS = 400  # the item starts past the part a document's own embedding sees
