@@ -93,7 +93,7 @@ class SemanticParams:
     """The semantic tier's settings; thresholds are (model, document score, window cosine)."""
 
     policy: str = "flag"
-    # evidence scores (cosine, lexical corroboration, density), calibrated on the paraphrase fixture's
+    # evidence scores (cosine, lexical corroboration, the unit's background, density), calibrated on the paraphrase fixture's
     # calibration split (bench/bench_semantic.py --calibrate)
     thresholds: tuple[tuple[str, float, float], ...] = ((embed.OFFLINE_MODEL, 0.428, 0.645),)
     words_weight: float = 0.2  # score = cosine + this x the unit's distinctive-word share held ...
